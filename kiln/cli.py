@@ -1,0 +1,21 @@
+"""The `kiln` command: `kiln bench ...` (the benchmark harness) and `kiln report ...`."""
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: kiln bench [options]   (kiln bench --help for the options)")
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "bench":
+        from kiln.bench.__main__ import main as bench_main
+        return bench_main(rest)
+    print(f"kiln: unknown command {command!r}; try 'kiln bench --help'", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

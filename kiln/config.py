@@ -1,0 +1,61 @@
+"""The typed options of one `kiln.compile` call, checked once where the user passes them.
+
+Passes receive a `CompileConfig`; nothing deeper reads global flags.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from kiln.errors import InvalidOption
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """`options={...}` of `kiln.compile`. Each field is documented where it is used."""
+
+    on_error: str = "raise"          # "raise": a compiler bug raises; "eager": warn and run eagerly
+    cache_size_limit: int = 8        # compiled entries per code object before falling back to eager
+    cudagraphs: bool = False         # capture the host program in a CUDA graph (reduce-overhead)
+    max_autotune: bool = False       # autotune Triton kernels and templates
+    debug_dir: str | None = None     # where repro scripts and reports go (default: ./kiln_debug)
+    cpp_threads: int | None = None   # OpenMP threads for C++ kernels (default: torch's)
+
+    @staticmethod
+    def from_user(mode: str | None, options: dict[str, Any] | None) -> "Options":
+        if mode not in MODES:
+            raise InvalidOption(f"mode={mode!r} is not a kiln mode; choose one of {MODES}")
+        base: dict[str, Any] = {}
+        if mode == "reduce-overhead":
+            base["cudagraphs"] = True
+        elif mode == "max-autotune":
+            base.update(max_autotune=True, cudagraphs=True)
+        elif mode == "max-autotune-no-cudagraphs":
+            base["max_autotune"] = True
+        if options is None:
+            options = {}
+        if not isinstance(options, dict):
+            raise InvalidOption(f"options must be a dict, got {type(options).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(Options)}
+        for key, value in options.items():
+            if key not in fields:
+                raise InvalidOption(
+                    f"unknown option {key!r}; kiln's options are {sorted(fields)}")
+            base[key] = value
+        result = Options(**base)
+        if result.on_error not in ("raise", "eager"):
+            raise InvalidOption(f"options['on_error'] must be 'raise' or 'eager', got {result.on_error!r}")
+        if not isinstance(result.cache_size_limit, int) or result.cache_size_limit < 1:
+            raise InvalidOption(f"options['cache_size_limit'] must be a positive int, got {result.cache_size_limit!r}")
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureConfig:
+    """What graph capture needs to know: how to treat shapes and graph breaks."""
+
+    dynamic: bool | None = None      # None: static first, a dim that changes becomes symbolic
+    fullgraph: bool = False          # True: any graph break raises `Unsupported`
+    cache_size_limit: int = 8

@@ -1,0 +1,483 @@
+"""The loop IR: what lowering produces, what the scheduler fuses, what every printer reads.
+
+Everything here is a plain frozen dataclass: no closures, no strings of code. Each prints
+(`str(node)`) and is compared and hashed by value, so passes are tested without running anything.
+
+Vocabulary
+----------
+- Index expressions are sympy expressions over *loop variables* and *size symbols*:
+  `x0, x1, ...` iterate a node's (or a kernel's) `ranges`; `r0, r1, ...` iterate `reduction_ranges`
+  (or a scan's axis); any other free symbol (`s0`, `s1`, ...) is a symbolic size, passed to kernels
+  as an int64 argument, so one kernel serves every size of a dynamic dim. `loop_var`/`reduction_var`
+  make the variables; `is_loop_var` tells them from sizes.
+- A `Buffer` is a named strided allocation (sizes, strides, offset, dtype, device). `Buffer.index`
+  turns per-dim indices into the flat element offset that `Load`/`Store` carry.
+- Scalar expressions (`ScalarExpr`): `Load`, `Constant`, `IndexValue` (an index expression used as
+  a number: iota, masks), `Op` (a scalar op from the closed set `SCALAR_OPS`, keyed by name) and
+  `Var` (a value local to one kernel: an assigned temporary, a finished reduction, a running scan).
+  A `Load` may index indirectly (gather, embedding): its `indirect` pairs bind symbols `t0, t1, ...`
+  that occur in `index` to scalar expressions computed first (already cast to int64, wrapped).
+
+Graph-level nodes (lowering's output, the scheduler's input)
+------------------------------------------------------------
+- `Pointwise(ranges, expr)`: element `x` of the output is `expr` at `x0..x{n-1}`.
+- `Reduction(ranges, reduction_ranges, op, expr)`: element `x` reduces `expr` over `r...` with
+  `op` in `REDUCTION_OPS` (sum, prod, max, min, any, argmax, argmin, welford_mean, welford_m2:
+  the latter two are the two halves of one Welford pass; printers compute them together when both
+  reduce the same `expr`).
+- `Scan(ranges, scan_range, op, expr)`: the output has dims `ranges + (scan_range,)` in that order
+  (`r0` walks the scan axis); `op` in `SCAN_OPS` (inclusive).
+- `ComputedBuffer(buffer, body)`: fills `buffer` from a `Pointwise`/`Reduction`/`Scan`; element at
+  loop index `x` (and `r0` for scans) is stored at `buffer.index(x...)`.
+- `ExternKernel(buffer, op, args, kwargs)`: an ATen (or any eager) call on whole tensors (mm, conv,
+  sdpa, sort, or a node no printer handles). Args are `BufferArg`, `SizeArg` or plain constants.
+- `Graph`: the lowered program: buffers, nodes in execution order, inputs, outputs.
+
+Kernel-level IR (the scheduler's output, a printer's input)
+-----------------------------------------------------------
+A `Kernel` is one fused loop nest: an outer loop over `ranges` (`x...`), and in its body a sequence
+of `Stage`s run in order for each outer index. A stage with `reduction_ranges == ()` runs its body
+once per outer index; otherwise it loops `r...` over them. Statements:
+- `Assign(name, expr)`: a local value, readable as `Var(name)` later in the same stage iteration.
+- `Store(buffer, index, expr)`: write memory.
+- `Accumulate(name, op, expr)`: fold `expr` into accumulator `name` (a reduction op); after the
+  stage, `Var(name)` holds the result for this outer index. argmax/argmin track the flat `r` index.
+- `ScanAccumulate(name, op, expr)`: running inclusive scan; `Var(name)` is the value so far, inside
+  the same stage iteration. A stage holding one must run its inner loop in order.
+`Kernel.buffer_args` lists the buffers it touches (in argument order), `Kernel.size_args` the size
+symbols; callers pass tensors then ints in that order.
+
+The printer interface (C++ here, Triton in `kiln.codegen.triton`)
+-----------------------------------------------------------------
+A printer module exposes
+    print_kernel(kernel: Kernel, buffers: Mapping[str, Buffer]) -> str      # source text
+    build(kernels: Sequence[Kernel], buffers: Mapping[str, Buffer]) -> dict[str, Callable]
+where each callable runs one kernel: `fn(*tensors_for(kernel.buffer_args), *ints_for(kernel.size_args))`.
+The host program (`kiln.codegen.host`) only needs `build`.
+
+Change log (keep this stable; note every change here)
+- v1: first version.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import sympy
+import torch
+
+IR_VERSION = 1
+
+
+# ---------------------------------------------------------------------------- index variables
+
+def loop_var(k: int) -> sympy.Symbol:
+    """The k-th outer loop variable `xk` (integer, non-negative)."""
+    return sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
+
+
+def reduction_var(k: int) -> sympy.Symbol:
+    """The k-th inner (reduction or scan) loop variable `rk`."""
+    return sympy.Symbol(f"r{k}", integer=True, nonnegative=True)
+
+
+def indirect_var(k: int) -> sympy.Symbol:
+    """The k-th indirect-index symbol `tk`, bound by a `Load.indirect` pair."""
+    return sympy.Symbol(f"t{k}", integer=True)
+
+
+def size_var(name: str) -> sympy.Symbol:
+    """A symbolic size (a dynamic dim), positive."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def is_loop_var(sym: sympy.Symbol) -> bool:
+    return sym.name[:1] in ("x", "r", "t") and sym.name[1:].isdigit()
+
+
+def as_expr(value: Any) -> sympy.Expr:
+    return sympy.sympify(value) if not isinstance(value, sympy.Basic) else value
+
+
+def product(values: Sequence[Any]) -> sympy.Expr:
+    out = sympy.Integer(1)
+    for v in values:
+        out = out * as_expr(v)
+    return out
+
+
+def contiguous_strides(sizes: Sequence[Any]) -> tuple[sympy.Expr, ...]:
+    strides, running = [], sympy.Integer(1)
+    for s in reversed(sizes):
+        strides.append(running)
+        running = running * as_expr(s)
+    return tuple(reversed(strides))
+
+
+# ---------------------------------------------------------------------------- buffers
+
+@dataclass(frozen=True)
+class Buffer:
+    """A named strided allocation; `index` maps per-dim indices to the flat element offset."""
+
+    name: str
+    sizes: tuple[sympy.Expr, ...]
+    strides: tuple[sympy.Expr, ...]
+    dtype: torch.dtype
+    device: str = "cpu"
+    offset: sympy.Expr = sympy.Integer(0)
+
+    def index(self, indices: Sequence[Any]) -> sympy.Expr:
+        assert len(indices) == len(self.strides), (self.name, indices, self.strides)
+        out = as_expr(self.offset)
+        for i, s in zip(indices, self.strides):
+            out = out + as_expr(i) * as_expr(s)
+        return out
+
+    @property
+    def numel(self) -> sympy.Expr:
+        return product(self.sizes)
+
+    def __str__(self):
+        sizes = ", ".join(map(str, self.sizes))
+        strides = ", ".join(map(str, self.strides))
+        off = f", offset={self.offset}" if self.offset != 0 else ""
+        return f"{self.name}: {str(self.dtype).replace('torch.', '')}[{sizes}] strides=({strides}){off} on {self.device}"
+
+
+# ---------------------------------------------------------------------------- scalar expressions
+
+@dataclass(frozen=True)
+class ScalarOpInfo:
+    arity: int
+    doc: str
+
+
+def _ops(arity: int, names: str, doc: str) -> dict[str, ScalarOpInfo]:
+    return {n: ScalarOpInfo(arity, doc) for n in names.split()}
+
+
+# The closed set of scalar ops. `Op.dtype` is the result dtype; arguments arrive already promoted
+# (lowering inserts `to_dtype`), except comparisons/logicals (bool result) and `where`.
+SCALAR_OPS: dict[str, ScalarOpInfo] = {
+    **_ops(1, "neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan "
+              "sinh cosh tanh asinh acosh atanh erf erfc erfinv lgamma digamma sigmoid reciprocal floor ceil "
+              "round trunc sign signbit isnan isinf isfinite logical_not bitwise_not relu frac",
+           "elementwise math on one value"),
+    **_ops(1, "to_dtype", "convert the argument to Op.dtype (C semantics for float->int: truncate)"),
+    **_ops(1, "bitcast", "reinterpret the bits of the argument as Op.dtype (same width)"),
+    **_ops(2, "add sub mul truediv floordiv remainder fmod pow atan2 maximum minimum hypot copysign "
+              "nextafter bitwise_and bitwise_or bitwise_xor left_shift right_shift",
+           "binary arithmetic (floordiv/remainder: Python semantics, rounding toward -inf)"),
+    **_ops(2, "eq ne lt le gt ge logical_and logical_or logical_xor", "comparison / logic, bool result"),
+    **_ops(3, "where", "where(cond, a, b)"),
+    **_ops(2, "rand randn", "philox random from (seed: int64, offset: int64): uniform [0,1) / normal"),
+}
+
+REDUCTION_OPS = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford_mean", "welford_m2")
+SCAN_OPS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")
+
+
+@dataclass(frozen=True)
+class Load:
+    buffer: str
+    index: sympy.Expr
+    dtype: torch.dtype
+    indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...] = ()
+
+    def __str__(self):
+        ind = "".join(f", {s}={e}" for s, e in self.indirect)
+        return f"load({self.buffer}, {self.index}{ind})"
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: Union[int, float, bool]
+    dtype: torch.dtype
+
+    def __str__(self):
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """An index expression used as a number (iota, masks, position ids)."""
+
+    index: sympy.Expr
+    dtype: torch.dtype = torch.int64
+
+    def __str__(self):
+        return f"index({self.index})"
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    args: tuple["ScalarExpr", ...]
+    dtype: torch.dtype
+
+    def __post_init__(self):
+        info = SCALAR_OPS.get(self.name)
+        if info is None:
+            raise ValueError(f"unknown scalar op {self.name!r}; the closed set is kiln.codegen.ir.SCALAR_OPS")
+        if len(self.args) != info.arity:
+            raise ValueError(f"scalar op {self.name} takes {info.arity} arguments, got {len(self.args)}")
+
+    def __str__(self):
+        suffix = f"[{str(self.dtype).replace('torch.', '')}]" if self.name in ("to_dtype", "bitcast") else ""
+        return f"{self.name}{suffix}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class Var:
+    """A value local to one kernel: an `Assign`ed temporary, a finished reduction, a running scan."""
+
+    name: str
+    dtype: torch.dtype
+
+    def __str__(self):
+        return self.name
+
+
+ScalarExpr = Union[Load, Constant, IndexValue, Op, Var]
+
+
+def expr_dtype(e: ScalarExpr) -> torch.dtype:
+    return e.dtype
+
+
+def children(e: ScalarExpr) -> tuple:
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, Load):
+        return tuple(x for _, x in e.indirect)
+    return ()
+
+
+def walk(e: ScalarExpr):
+    """Every sub-expression of `e`, `e` first."""
+    stack = [e]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(children(cur))
+
+
+def loads_of(e: ScalarExpr) -> list[Load]:
+    return [x for x in walk(e) if isinstance(x, Load)]
+
+
+def map_expr(e: ScalarExpr, fn) -> ScalarExpr:
+    """Rebuild `e` bottom-up, applying `fn` to each rebuilt node (fn returns the node or a replacement)."""
+    if isinstance(e, Op):
+        e = dataclasses.replace(e, args=tuple(map_expr(a, fn) for a in e.args))
+    elif isinstance(e, Load) and e.indirect:
+        e = dataclasses.replace(e, indirect=tuple((s, map_expr(x, fn)) for s, x in e.indirect))
+    return fn(e)
+
+
+def subs_index(e: ScalarExpr, mapping: dict) -> ScalarExpr:
+    """Substitute index symbols in every index expression inside `e`."""
+    if not mapping:
+        return e
+
+    def fn(node):
+        if isinstance(node, Load):
+            return dataclasses.replace(node, index=sympy.sympify(node.index).xreplace(mapping))
+        if isinstance(node, IndexValue):
+            return dataclasses.replace(node, index=sympy.sympify(node.index).xreplace(mapping))
+        return node
+    return map_expr(e, fn)
+
+
+def op_count(e: ScalarExpr) -> int:
+    return sum(1 for x in walk(e) if isinstance(x, Op))
+
+
+# ---------------------------------------------------------------------------- graph-level nodes
+
+def _fmt_ranges(ranges) -> str:
+    return "[" + ", ".join(map(str, ranges)) + "]"
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    ranges: tuple[sympy.Expr, ...]
+    expr: ScalarExpr
+
+    def __str__(self):
+        return f"pointwise{_fmt_ranges(self.ranges)}: {self.expr}"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    ranges: tuple[sympy.Expr, ...]
+    reduction_ranges: tuple[sympy.Expr, ...]
+    op: str
+    expr: ScalarExpr
+
+    def __post_init__(self):
+        if self.op not in REDUCTION_OPS:
+            raise ValueError(f"unknown reduction {self.op!r}; kiln reduces with {REDUCTION_OPS}")
+
+    def __str__(self):
+        return (f"reduction{_fmt_ranges(self.ranges)} over {_fmt_ranges(self.reduction_ranges)} "
+                f"{self.op}: {self.expr}")
+
+
+@dataclass(frozen=True)
+class Scan:
+    ranges: tuple[sympy.Expr, ...]
+    scan_range: sympy.Expr
+    op: str
+    expr: ScalarExpr
+
+    def __post_init__(self):
+        if self.op not in SCAN_OPS:
+            raise ValueError(f"unknown scan {self.op!r}; kiln scans with {SCAN_OPS}")
+
+    def __str__(self):
+        return f"scan{_fmt_ranges(self.ranges)} along [{self.scan_range}] {self.op}: {self.expr}"
+
+
+Body = Union[Pointwise, Reduction, Scan]
+
+
+@dataclass(frozen=True)
+class ComputedBuffer:
+    buffer: str
+    body: Body
+
+    def __str__(self):
+        return f"{self.buffer} = {self.body}"
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    name: str
+
+    def __str__(self):
+        return self.name
+
+
+@dataclass(frozen=True)
+class SizeArg:
+    expr: sympy.Expr
+
+    def __str__(self):
+        return f"size({self.expr})"
+
+
+@dataclass(frozen=True)
+class ExternKernel:
+    """`buffers = op(*args, **kwargs)` on whole tensors. `args` nest tuples/lists of BufferArg,
+    SizeArg and constants; `outputs` names one buffer per tensor the call returns (a flat tuple),
+    `None` where the result is not used."""
+
+    outputs: tuple[str | None, ...]
+    op: Any
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __str__(self):
+        kw = "".join(f", {k}={v}" for k, v in self.kwargs)
+        args = ", ".join(map(str, self.args))
+        return f"{', '.join(map(str, self.outputs))} = extern {self.op}({args}{kw})"
+
+
+Node = Union[ComputedBuffer, ExternKernel]
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A lowered program. `inputs` are buffer names bound to the graph's tensor inputs in order
+    (None for a non-tensor input); `outputs` are buffer names, or constants for non-tensor outputs."""
+
+    buffers: tuple[Buffer, ...]
+    nodes: tuple[Node, ...]
+    inputs: tuple[str | None, ...]
+    outputs: tuple[Any, ...]
+
+    def buffer_map(self) -> dict[str, Buffer]:
+        return {b.name: b for b in self.buffers}
+
+    def __str__(self):
+        lines = [f"graph(inputs=({', '.join(map(str, self.inputs))}))"]
+        lines += [f"  buffer {b}" for b in self.buffers]
+        lines += [f"  {n}" for n in self.nodes]
+        lines.append(f"  return ({', '.join(map(str, self.outputs))})")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- kernel-level IR
+
+@dataclass(frozen=True)
+class Assign:
+    name: str
+    expr: ScalarExpr
+
+    def __str__(self):
+        return f"{self.name} = {self.expr}"
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str
+    index: sympy.Expr
+    expr: ScalarExpr
+
+    def __str__(self):
+        return f"store({self.buffer}, {self.index}, {self.expr})"
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    name: str
+    op: str
+    expr: ScalarExpr
+
+    def __str__(self):
+        return f"{self.name} <- {self.op}({self.expr})"
+
+
+@dataclass(frozen=True)
+class ScanAccumulate:
+    name: str
+    op: str
+    expr: ScalarExpr
+
+    def __str__(self):
+        return f"{self.name} <- {self.op}-scan({self.expr})"
+
+
+Stmt = Union[Assign, Store, Accumulate, ScanAccumulate]
+
+
+@dataclass(frozen=True)
+class Stage:
+    reduction_ranges: tuple[sympy.Expr, ...]
+    body: tuple[Stmt, ...]
+
+    @property
+    def is_scan(self) -> bool:
+        return any(isinstance(s, ScanAccumulate) for s in self.body)
+
+    def __str__(self):
+        head = f"  for r in {_fmt_ranges(self.reduction_ranges)}:" if self.reduction_ranges else "  once:"
+        return "\n".join([head] + [f"    {s}" for s in self.body])
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    ranges: tuple[sympy.Expr, ...]
+    stages: tuple[Stage, ...]
+    buffer_args: tuple[str, ...]
+    size_args: tuple[sympy.Symbol, ...] = ()
+    origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
+
+    def __str__(self):
+        sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""
+        head = f"kernel {self.name}({', '.join(self.buffer_args)}{sizes}) for x in {_fmt_ranges(self.ranges)}:"
+        return "\n".join([head] + [str(s) for s in self.stages])

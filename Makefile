@@ -9,7 +9,7 @@ STAMP := $(VENV)/.kiln-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,models]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,284 @@
+"""Helpers that decompositions share: type promotion, broadcasting, scalars as tensors, reshapes.
+
+These are eager's implicit rules written out over prims, so each decomposition states its math and
+calls `elementwise(...)` / `reduce(...)` for the bookkeeping. Type promotion follows ATen's
+TensorIterator: dimensioned tensors outrank 0-d tensors, which outrank Python scalars, unless a
+lower-ranked operand is of a higher category (bool < integer < float < complex).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from numbers import Number
+
+import torch
+
+from kiln.prims.ops import ops as p
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class Promotion(enum.Enum):
+    DEFAULT = "default"            # result dtype of the operands
+    INT_TO_FLOAT = "int_to_float"  # integers and bool compute in the default float dtype
+    ALWAYS_BOOL = "always_bool"    # comparisons: operands promoted, result bool
+    NO_OPMATH = "no_opmath"        # compute in the result dtype even for float16/bfloat16
+    BOOL_TO_LONG = "bool_to_long"  # bool becomes int64 (sum of bools)
+
+
+def _category(dtype: torch.dtype) -> int:
+    if dtype == torch.bool:
+        return 0
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 1
+
+
+def scalar_dtype(x) -> torch.dtype:
+    if isinstance(x, bool):
+        return torch.bool
+    if isinstance(x, int) or isinstance(x, torch.SymInt):
+        return torch.int64
+    if isinstance(x, complex):
+        return torch.complex64 if torch.get_default_dtype() == torch.float32 else torch.complex128
+    return torch.get_default_dtype()
+
+
+def _combine(higher, lower):
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if _category(higher) == 3:
+        return higher
+    if _category(lower) == 3:
+        return torch.promote_types(higher, lower) if higher.is_floating_point else lower
+    if _category(higher) == 2:
+        return higher
+    if higher == torch.bool or _category(lower) == 2:
+        return torch.promote_types(higher, lower)
+    return higher
+
+
+def result_dtype(*args) -> torch.dtype:
+    dim_t = zero_t = scalar_t = None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.ndim > 0:
+                dim_t = a.dtype if dim_t is None else torch.promote_types(dim_t, a.dtype)
+            else:
+                zero_t = a.dtype if zero_t is None else torch.promote_types(zero_t, a.dtype)
+        elif a is not None:
+            d = scalar_dtype(a)
+            scalar_t = d if scalar_t is None else torch.promote_types(scalar_t, d)
+    return _combine(dim_t, _combine(zero_t, scalar_t))
+
+
+def is_float(dtype) -> bool:
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def computation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float16/bfloat16 math runs in float32, as eager's kernels do (opmath)."""
+    return torch.float32 if dtype in LOW_PRECISION else dtype
+
+
+def convert(a, dtype):
+    if isinstance(a, torch.Tensor):
+        return a if a.dtype == dtype else p.convert_element_type(a, dtype)
+    return a
+
+
+def full(shape, value, dtype, device):
+    return p.full(list(shape), value, dtype=dtype, device=device)
+
+
+def scalar_tensor(value, like: torch.Tensor, dtype=None):
+    """A tensor of `like`'s shape holding `value` (a Python number or a 0-d tensor)."""
+    dtype = dtype or like.dtype
+    if isinstance(value, torch.Tensor):
+        return broadcast_to(convert(to_device(value, like.device), dtype), like.shape)
+    return full(like.shape, value, dtype, like.device)
+
+
+def to_device(a: torch.Tensor, device) -> torch.Tensor:
+    return a if a.device == device else p.device_put(a, device)
+
+
+def broadcast_shapes(*shapes):
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, size in enumerate(s):
+            j = ndim - len(s) + i
+            if size != 1:
+                if out[j] != 1 and out[j] != size:
+                    raise RuntimeError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
+                out[j] = size
+    return out
+
+
+def broadcast_to(a: torch.Tensor, shape) -> torch.Tensor:
+    shape = list(shape)
+    if list(a.shape) == shape:
+        return a
+    offset = len(shape) - a.ndim
+    return p.broadcast_in_dim(a, shape, list(range(offset, len(shape))))
+
+
+def common_device(args):
+    """The device of the op: a dimensioned tensor's, else any tensor's (CPU 0-d tensors follow CUDA ones)."""
+    device = None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if device is None or (a.ndim > 0 and a.device.type != "cpu"):
+                device = a.device
+    return device
+
+
+def elementwise(prim, *args, promotion: Promotion = Promotion.DEFAULT, out_dtype=None):
+    """Apply an elementwise prim with eager's promotion and broadcasting made explicit.
+
+    Returns a tensor of the broadcast shape and of the dtype eager's op would give."""
+    dtype = result_dtype(*args)
+    if promotion is Promotion.INT_TO_FLOAT and not is_float(dtype):
+        dtype = torch.get_default_dtype()
+    if promotion is Promotion.BOOL_TO_LONG and dtype == torch.bool:
+        dtype = torch.int64
+    compute = dtype if promotion is Promotion.NO_OPMATH else computation_dtype(dtype)
+    result = dtype if promotion is not Promotion.ALWAYS_BOOL else torch.bool
+    if out_dtype is not None:
+        result = out_dtype
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    device = common_device(tensors)
+    shape = broadcast_shapes(*(a.shape for a in tensors))
+    operands = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            operands.append(broadcast_to(convert(to_device(a, device), compute), shape))
+        else:
+            operands.append(full(shape, a, compute, device))
+    return convert(prim(*operands), result)
+
+
+def map_float(fn, *args, promotion: Promotion = Promotion.INT_TO_FLOAT):
+    """Run `fn` (a function of broadcast tensors in the computation dtype) with eager's promotion."""
+    dtype = result_dtype(*args)
+    if promotion is Promotion.INT_TO_FLOAT and not is_float(dtype):
+        dtype = torch.get_default_dtype()
+    compute = computation_dtype(dtype)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    device = common_device(tensors)
+    shape = broadcast_shapes(*(a.shape for a in tensors))
+    operands = [broadcast_to(convert(to_device(a, device), compute), shape) if isinstance(a, torch.Tensor)
+                else full(shape, a, compute, device) for a in args]
+    return convert(fn(*operands), dtype)
+
+
+def canonical_dim(dim: int, ndim: int) -> int:
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"dimension {dim} out of range for a tensor of {ndim} dims")
+    return dim % n
+
+
+def canonical_dims(dims, ndim: int) -> list:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({canonical_dim(d, ndim) for d in dims}) if ndim > 0 else []
+
+
+def keepdim_shape(a: torch.Tensor, dims) -> list:
+    return [1 if i in dims else s for i, s in enumerate(a.shape)]
+
+
+def restore_dims(r: torch.Tensor, a: torch.Tensor, dims, keepdim: bool) -> torch.Tensor:
+    if not keepdim or a.ndim == 0:
+        return r
+    kept = [i for i in range(a.ndim) if i not in dims]
+    return p.broadcast_in_dim(r, keepdim_shape(a, dims), kept)
+
+
+def numel(shape) -> int:
+    return math.prod(shape)
+
+
+def reshape(a: torch.Tensor, shape) -> torch.Tensor:
+    shape = infer_size(shape, a.numel())
+    if list(shape) == list(a.shape):
+        return a
+    if not _viewable(a, shape):
+        a = contiguous(a)
+    return p.view(a, shape)
+
+
+def _viewable(a: torch.Tensor, shape) -> bool:
+    if a.is_contiguous():
+        return True
+    try:  # a view is possible without a copy for some strided inputs; the meta rule knows
+        torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta").view(shape)
+        return True
+    except RuntimeError:
+        return False
+
+
+def infer_size(shape, total):
+    shape = list(shape)
+    if -1 in shape:
+        i = shape.index(-1)
+        known = numel(shape[:i] + shape[i + 1:])
+        shape[i] = total // known if known else 0
+    return shape
+
+
+def contiguous_strides(shape) -> list:
+    strides, running = [], 1
+    for s in reversed(list(shape)):
+        strides.append(running)
+        running *= max(s, 1)
+    return list(reversed(strides))
+
+
+def contiguous(a: torch.Tensor) -> torch.Tensor:
+    if a.is_contiguous():
+        return a
+    return p.copy_strided(a, contiguous_strides(a.shape))
+
+
+def clone(a: torch.Tensor, memory_format=None) -> torch.Tensor:
+    if memory_format in (None, torch.preserve_format) and _dense(a):
+        return p.copy_strided(a, list(a.stride()))
+    if memory_format == torch.channels_last and a.ndim == 4:
+        return p.copy_strided(a, _channels_last_strides(a.shape))
+    return p.copy_strided(a, contiguous_strides(a.shape))
+
+
+def _dense(a: torch.Tensor) -> bool:
+    # non-overlapping and dense: strides are a permutation of contiguous strides
+    order = sorted(range(a.ndim), key=lambda i: (a.stride(i), a.shape[i]))
+    expected = 1
+    for i in order:
+        if a.shape[i] != 1 and a.stride(i) != expected:
+            return False
+        expected *= a.shape[i]
+    return True
+
+
+def _channels_last_strides(shape):
+    n, c, h, w = shape
+    return [h * w * c, 1, w * c, c]
+
+
+def is_number(x) -> bool:
+    return isinstance(x, (Number, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def as_tensor(value, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    return full([], value, scalar_dtype(value) if not isinstance(value, float) else like.dtype
+                if is_float(like.dtype) else torch.get_default_dtype(), like.device)

@@ -1,0 +1,184 @@
+"""Partition a functional joint graph into a forward and a backward graph by minimum cut.
+
+[Note: min-cut partition] Every value the backward needs either crosses from the forward (saved:
+it costs its bytes of memory between forward and backward) or is recomputed in the backward from
+values that cross. Choosing what crosses is a minimum s-t cut: each node `n` is split into
+`n_in -> n_out` with capacity = its size in bytes, data edges have infinite capacity, the source
+feeds the program inputs and every op that must run in the forward (matmul, convolution, reductions,
+anything not cheap to redo: `RECOMPUTABLE` says which ops are cheap), and every backward node
+(one that depends on a tangent) drains to the sink. The cut edges `n_in -> n_out` are the saved
+values. Saving every forward value the backward reads is one valid cut, so the minimum never saves
+more than it (`SavedInfo.bytes_save_all` is that bound, reported next to `bytes_saved`).
+
+Hands on `(fw_gm, bw_gm, SavedInfo)`: fw_gm(*primals) -> (*forward outputs, *saved) and
+bw_gm(*saved, *tangents) -> (*gradients).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import networkx as nx
+import torch
+import torch.fx as fx
+
+from kiln.aot import schema
+from kiln.aot.trace import JointGraph
+
+aten = torch.ops.aten
+
+# Cheap to recompute besides pointwise ops and views: casts, copies, fills, functional rng.
+_RECOMPUTABLE = {
+    aten._to_copy.default, aten.clone.default, aten.full.default, aten.zeros.default, aten.ones.default,
+    aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty.memory_format,
+    aten.scalar_tensor.default, aten.where.self, aten.copy.default, aten.expand.default,
+    aten.select_scatter.default, aten.slice_scatter.default, aten.cat.default, aten.arange.default,
+    aten.arange.start, aten.arange.start_step,
+}
+
+
+def recomputable(node: fx.Node) -> bool:
+    """Whether the backward may run `node` again instead of having it saved."""
+    if node.op != "call_function":
+        return node.op == "get_attr"
+    target = node.target
+    if target is operator.getitem or target in _RECOMPUTABLE:
+        return True
+    if getattr(target, "namespace", None) == "kiln" and "philox" in str(target):
+        return True   # functional rng: same (seed, offset), same bits
+    eff = schema.effects(target)
+    if eff.random:
+        return False
+    return eff.view or (isinstance(target, torch._ops.OpOverload) and torch.Tag.pointwise in target.tags)
+
+
+def nbytes(node: fx.Node) -> int:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return int(val.numel()) * val.element_size()
+    if isinstance(val, (tuple, list)):
+        return sum(int(v.numel()) * v.element_size() for v in val if isinstance(v, torch.Tensor))
+    return 8
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedInfo:
+    """What the forward hands the backward. `saved`: names of joint-graph nodes, in the order
+    fw_gm returns them after its `num_fw_outputs` outputs and bw_gm takes them before the tangents."""
+
+    saved: tuple[str, ...]
+    num_fw_outputs: int
+    bytes_saved: int
+    bytes_save_all: int
+    recomputed: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return (f"saved {len(self.saved)} values, {self.bytes_saved} bytes (saving every forward value the "
+                f"backward reads: {self.bytes_save_all} bytes); {len(self.recomputed)} ops recomputed")
+
+
+def _ancestors(roots, stop=frozenset()) -> set[fx.Node]:
+    seen, todo = set(), [r for r in roots if isinstance(r, fx.Node)]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            todo.extend(n.all_input_nodes)
+    return seen
+
+
+@dataclasses.dataclass(frozen=True)
+class _JointParts:
+    """The pieces of a joint graph both partitions look at."""
+
+    primals: list
+    tangents: list
+    fw_outputs: list
+    bw_outputs: list
+    backward: set        # nodes that depend on a tangent
+    needed_by_bw: set    # ancestors of the gradients
+
+    @staticmethod
+    def of(joint: JointGraph) -> "_JointParts":
+        graph = joint.gm.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        tangents = [p for p, s in zip(placeholders, joint.inputs) if s.kind == "tangent"]
+        outputs = list(next(n for n in graph.nodes if n.op == "output").args[0])
+        backward: set = set()
+        for n in graph.nodes:
+            if n in tangents or any(a in backward for a in n.all_input_nodes):
+                backward.add(n)
+        bw_outputs = [outputs[i] for i in joint.output_indices("grad")]
+        return _JointParts(primals=[p for p in placeholders if p not in tangents], tangents=tangents,
+                           fw_outputs=[outputs[i] for i in joint.output_indices("user", "mutation")],
+                           bw_outputs=bw_outputs, backward=backward, needed_by_bw=_ancestors(bw_outputs))
+
+    def save_all(self) -> set:
+        """Every forward value the backward reads directly (the bound the min-cut must meet)."""
+        values = {a for n in self.backward for a in n.all_input_nodes if a not in self.backward}
+        return values | {o for o in self.bw_outputs if isinstance(o, fx.Node) and o not in self.backward}
+
+
+def min_cut_partition(joint: JointGraph):
+    """Split `joint` (functional) into (fw_gm, bw_gm, SavedInfo); see [Note: min-cut partition]."""
+    parts = _JointParts.of(joint)
+    drains = {n for n in parts.needed_by_bw if n in parts.backward}
+    drains |= {o for o in parts.bw_outputs if isinstance(o, fx.Node)}
+    flow = nx.DiGraph()
+    for n in parts.needed_by_bw:
+        if n in parts.backward:
+            flow.add_edge(f"{n.name}_in", "sink")
+            continue
+        flow.add_edge(f"{n.name}_in", f"{n.name}_out", capacity=nbytes(n))
+        if n in drains:
+            flow.add_edge(f"{n.name}_out", "sink")
+        if n.op == "placeholder" or not recomputable(n):
+            flow.add_edge("source", f"{n.name}_in")
+        for user in n.users:
+            if user in parts.needed_by_bw:
+                flow.add_edge(f"{n.name}_out", f"{user.name}_in")
+    saved: list[fx.Node] = []
+    if "sink" in flow and "source" in flow:
+        _, (reachable, _) = nx.minimum_cut(flow, "source", "sink")
+        saved = [n for n in joint.gm.graph.nodes if n in parts.needed_by_bw and n not in parts.backward
+                 and f"{n.name}_in" in reachable and f"{n.name}_out" not in reachable]
+    return _split(joint, parts, saved)
+
+
+def save_all_partition(joint: JointGraph):
+    """Split `joint` saving every forward value the backward reads (no recomputation): the
+    baseline the min-cut is measured against."""
+    parts = _JointParts.of(joint)
+    save_all = parts.save_all()
+    return _split(joint, parts, [n for n in joint.gm.graph.nodes if n in save_all])
+
+
+def _split(joint: JointGraph, parts: _JointParts, saved: list):
+    fw_nodes = _ancestors(parts.fw_outputs + saved)
+    bw_nodes = _ancestors(parts.bw_outputs, stop=frozenset(saved) | frozenset(parts.tangents))
+    info = SavedInfo(saved=tuple(n.name for n in saved), num_fw_outputs=len(parts.fw_outputs),
+                     bytes_saved=sum(nbytes(n) for n in saved),
+                     bytes_save_all=sum(nbytes(n) for n in parts.save_all()),
+                     recomputed=tuple(n.name for n in joint.gm.graph.nodes
+                                      if n in bw_nodes and n in fw_nodes and n not in saved
+                                      and n.op == "call_function"))
+    fw_gm = _extract(joint.gm, parts.primals, fw_nodes, parts.fw_outputs + saved)
+    bw_gm = _extract(joint.gm, saved + parts.tangents, bw_nodes - set(saved), parts.bw_outputs)
+    return fw_gm, bw_gm, info
+
+
+def _extract(gm: fx.GraphModule, inputs: list[fx.Node], keep: set[fx.Node], outputs: list) -> fx.GraphModule:
+    """A new graph module with placeholders `inputs`, the nodes of `keep` in their original order,
+    returning `outputs` (nodes of the joint graph, or constants)."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in inputs:
+        env[n] = graph.placeholder(n.name)
+        env[n].meta.update(n.meta)
+    for n in gm.graph.nodes:
+        if n in keep and n not in env and n.op != "placeholder":
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
+    return fx.GraphModule(gm, graph)

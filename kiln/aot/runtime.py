@@ -1,0 +1,135 @@
+"""The runtime of a compiled forward/backward pair, and `aot_compile`, which builds it.
+
+A call gathers the program inputs (the user's tensors, then the module's parameters and buffers
+read from `gm` now, so optimizer updates are seen, then a fresh rng seed), runs the compiled
+forward inside a `torch.autograd.Function` whose backward runs the compiled backward, then applies
+the epilogue eager needs: new values of mutated inputs are copied into the real inputs, outputs that
+alias an input or another output are rebuilt as views of it, and the outputs get the user's
+pytree structure back. Gradients of parameters reach their `.grad` because the real parameters are
+the Function's inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Mapping
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from kiln.aot.functionalize import functionalize
+from kiln.aot.partition import SavedInfo, min_cut_partition
+from kiln.aot.rng import new_seed
+from kiln.aot.trace import JointGraph, trace_joint
+from kiln.aot.views import replay
+from kiln.errors import NotYetImplemented
+
+
+class _CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runtime: "AotRuntime", *primals):
+        result = runtime.fw(*primals)
+        n = runtime.info.num_fw_outputs
+        outs, saved = tuple(result[:n]), list(result[n:])
+        ctx.runtime = runtime
+        ctx.tensor_slots = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
+        ctx.others = [None if isinstance(s, torch.Tensor) else s for s in saved]
+        ctx.save_for_backward(*[saved[i] for i in ctx.tensor_slots])
+        for spec, o in zip(runtime.fw_specs, outs):
+            if isinstance(o, torch.Tensor) and not spec.requires_grad:
+                ctx.mark_non_differentiable(o)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        runtime: AotRuntime = ctx.runtime
+        if torch.is_grad_enabled():
+            raise NotYetImplemented(
+                "kiln.aot: double backward (backward with create_graph=True, or a gradient of a gradient) "
+                "through a compiled graph is not supported; compile with backend='eager' for this code")
+        saved = list(ctx.others)
+        for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
+            saved[slot] = t
+        tangents = [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
+        got = runtime.bw(*saved, *tangents)
+        result = [None] * runtime.num_primals
+        for index, g in zip(runtime.grad_inputs, got):
+            result[index] = g
+        return (None, *result)
+
+
+class AotRuntime:
+    """Calls the compiled graphs with gm's signature; see the module docstring."""
+
+    def __init__(self, gm: torch.nn.Module, joint: JointGraph, fw: Callable, bw: Callable | None,
+                 info: SavedInfo):
+        self.joint, self.fw, self.bw, self.info = joint, fw, bw, info
+        self.num_primals = len(joint.input_indices("user", "param", "buffer", "rng_seed"))
+        self.num_user = len(joint.input_indices("user"))
+        self.state = [_attribute_ref(gm, s.name) for s in joint.inputs if s.kind in ("param", "buffer")]
+        self.seed_at = next(iter(joint.input_indices("rng_seed")), None)
+        self.fw_specs = [joint.outputs[i] for i in joint.output_indices("user", "mutation")]
+        self.grad_inputs = [joint.outputs[i].index for i in joint.output_indices("grad")]
+        self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
+
+    def __call__(self, *args):
+        primals = list(args) + [getattr(module, name) for module, name in self.state]
+        if self.seed_at is not None:
+            primals.insert(self.seed_at, new_seed())
+        if self.bw is not None and torch.is_grad_enabled() and any(
+                isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
+            outs = _CompiledFunction.apply(self, *primals)
+        else:
+            with torch.no_grad() if self.bw is not None else contextlib.nullcontext():
+                outs = self.fw(*primals)[:self.info.num_fw_outputs]
+        return self._epilogue(primals, list(outs))
+
+    def _epilogue(self, primals: list, outs: list):
+        num_user = len(outs) - len(self.joint.output_indices("mutation"))
+        for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
+            target = primals[spec.index]
+            if target.requires_grad:
+                target.copy_(value)
+            else:
+                with torch.no_grad():
+                    target.copy_(value)
+        user = outs[:num_user]
+        for k, spec in enumerate(self.fw_specs[:num_user]):
+            if spec.alias is not None:
+                kind, index, chain = spec.alias
+                user[k] = replay(chain, primals[index] if kind == "input" else user[index])
+        return pytree.tree_unflatten(user, self.joint.out_spec)
+
+
+def _attribute_ref(root: torch.nn.Module, qualified: str):
+    """(owning module, attribute name) of a parameter or buffer, resolved once."""
+    *path, name = qualified.split(".")
+    module = root
+    for part in path:
+        module = getattr(module, part)
+    return module, name
+
+
+def _example(node: fx.Node):
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "meta":
+        return val
+    device = node.meta.get("device", torch.device("cpu"))
+    return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device).zero_()
+
+
+def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
+                bw_compiler: Callable, decompositions: Mapping | None = None,
+                partition: Callable = min_cut_partition) -> Callable:
+    """Trace `gm` with its backward, functionalize, partition, compile both halves; see
+    `kiln.aot` for the contract."""
+    joint = functionalize(trace_joint(gm, example_inputs, decompositions=decompositions))
+    fw_gm, bw_gm, info = partition(joint)
+    examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
+    fw = fw_compiler(fw_gm, examples)
+    bw = None
+    if joint.input_indices("tangent") and joint.output_indices("grad"):
+        bw = bw_compiler(bw_gm, [_example(n) for n in bw_gm.graph.nodes if n.op == "placeholder"])
+    runtime = AotRuntime(gm, joint, fw, bw, info)
+    runtime.graphs = (fw_gm, bw_gm)
+    return runtime

@@ -1,0 +1,305 @@
+"""Joint tracing: a torch-level FX graph to one ATen-level graph holding forward and backward.
+
+[Note: joint tracing] The torch-level graph runs as ordinary Python on stand-in inputs while a
+`TorchDispatchMode` (`_Recorder`) sees every ATen op below autograd. Each op runs on whatever
+tensors it was given (real copies of the inputs, or kiln's fake tensors: the recorder does not
+care) and is appended to an FX graph, its inputs found by the identity of the tensors. Then
+`torch.autograd.grad` runs, still under the mode, with tangent placeholders: autograd's own
+derivative formulas dispatch ATen ops, which land in the same graph. no_grad/enable_grad regions,
+detach and autocast need no special handling: the program runs for real, so autograd and autocast
+do what they do in eager, and only the ops they dispatch are recorded.
+
+The recorded graph is *not* functional: in-place ops, views and writes through views appear as
+they ran. `functionalize.functionalize` removes them. Modules' parameters and buffers are lifted
+into inputs by swapping them for stand-ins while the graph runs.
+
+Hands on `JointGraph`: the graph, what each placeholder is (`InputSpec`) and what each output is
+(`OutputSpec`: user output, new value of a mutated input, or gradient of an input).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import operator
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kiln.aot import schema
+from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
+from kiln.errors import NotYetImplemented
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One placeholder of a joint graph. kind: user | param | buffer | rng_seed | tangent.
+    `name` is the parameter's or buffer's qualified name in the module, or the argument index."""
+
+    kind: str
+    name: str
+    requires_grad: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputSpec:
+    """One output of a joint graph. kind: user | mutation | grad. `index`: the user output's
+    position, or the input (position in `JointGraph.inputs`) that is mutated / differentiated.
+    `alias`: for user outputs that alias an input or an earlier output, how to rebuild them
+    (filled in by functionalization)."""
+
+    kind: str
+    index: int
+    requires_grad: bool = False
+    alias: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class JointGraph:
+    gm: fx.GraphModule
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    out_spec: Any                     # pytree spec of the user outputs
+    functional: bool = False
+
+    def input_indices(self, *kinds: str) -> list[int]:
+        return [i for i, s in enumerate(self.inputs) if s.kind in kinds]
+
+    def output_indices(self, *kinds: str) -> list[int]:
+        return [i for i, s in enumerate(self.outputs) if s.kind in kinds]
+
+
+def meta_of(t: torch.Tensor) -> torch.Tensor:
+    """The metadata kept on a node (`node.meta['val']`): the tensor itself when it holds no data
+    (fake or meta), else a meta tensor with its sizes, strides, offset and dtype."""
+    if type(t) is not torch.Tensor or t.device.type == "meta":
+        return t
+    extent = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
+    storage = torch.empty(max(extent, 0) if t.numel() else t.storage_offset(), dtype=t.dtype, device="meta")
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+class _Recorder(TorchDispatchMode):
+    """Appends each ATen op that reaches it to `graph`; see [Note: joint tracing]."""
+
+    def __init__(self, graph: fx.Graph, decompositions: Mapping, rng: RngStream):
+        super().__init__()
+        self.graph = graph
+        self.decompositions = decompositions
+        self.rng = rng
+        self.constants: dict[str, torch.Tensor] = {}
+        self._nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}  # id -> (tensor kept alive, node)
+        self._root: dict[int, fx.Node] = {}                          # id -> node of the storage's root
+        self.mutated_roots: set[fx.Node] = set()
+
+    def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
+        self._nodes[id(t)] = (t, node)
+        self._root[id(t)] = root if root is not None else node
+        node.meta["val"] = meta_of(t)
+        node.meta["device"] = t.device
+
+    def node_of(self, t: torch.Tensor) -> fx.Node:
+        entry = self._nodes.get(id(t))
+        if entry is not None and entry[0] is t:
+            return entry[1]
+        # A tensor the program holds that is no input: a constant of the graph.
+        if type(t) is not torch.Tensor or t.device.type == "meta":
+            raise NotYetImplemented(f"kiln.aot: a {type(t).__name__} of shape {tuple(t.shape)} reached the "
+                                    "tracer without being an input or a traced value")
+        name = f"_constant_{len(self.constants)}"
+        self.constants[name] = t.detach()
+        node = self.graph.get_attr(name)
+        self.bind(t, node)
+        return node
+
+    def _arg(self, a):
+        if isinstance(a, torch.Tensor):
+            return self.node_of(a)
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise NotYetImplemented("kiln.aot: symbolic sizes reach the tracer before kiln.symbolic is wired in")
+        return a
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.decompositions:
+            with self:
+                result = self.decompositions[func](*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        if func in RANDOM_REPLACEMENTS:
+            with self:
+                return RANDOM_REPLACEMENTS[func](self.rng, *args, **kwargs)
+        out = func(*args, **kwargs)
+        node_args, node_kwargs = pytree.tree_map(self._arg, (args, kwargs))
+        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        self._bind_outputs(func, node, args, kwargs, out)
+        return out
+
+    def _bind_outputs(self, func, node: fx.Node, args, kwargs, out) -> None:
+        effects = schema.effects(func)
+        root = None
+        if effects.view or effects.mutated:
+            first = args[0] if args else next(iter(kwargs.values()))
+            root = self._root.get(id(first))
+        if effects.mutated:
+            for i in effects.mutated:
+                arg = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
+                if isinstance(arg, torch.Tensor):
+                    self.mutated_roots.add(self._root.get(id(arg), None))
+        if isinstance(out, torch.Tensor):
+            self.bind(out, node, root if (effects.view or out is (args[0] if args else None)) else None)
+            node.meta["val"] = meta_of(out)
+        elif isinstance(out, (tuple, list)):
+            node.meta["val"] = tuple(meta_of(o) if isinstance(o, torch.Tensor) else o for o in out)
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    self.bind(o, item, root if effects.view else None)
+        else:
+            node.meta["val"] = out
+
+
+@contextlib.contextmanager
+def swapped_state(root: torch.nn.Module, stand_ins: dict[int, torch.Tensor]):
+    """Replace parameters and buffers (by identity, so tied weights stay tied) for the duration."""
+    saved = []
+    for module in root.modules():
+        for store in (module._parameters, module._buffers):
+            for name, value in store.items():
+                if value is not None and id(value) in stand_ins:
+                    saved.append((store, name, value))
+                    store[name] = stand_ins[id(value)]
+    try:
+        yield
+    finally:
+        for store, name, value in saved:
+            store[name] = value
+
+
+def lifted_state(gm: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """(kind, qualified name, tensor) of every distinct parameter and buffer of `gm`."""
+    state = [("param", n, p) for n, p in gm.named_parameters()]
+    state += [("buffer", n, b) for n, b in gm.named_buffers()]
+    return state
+
+
+def _stand_in(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    if type(x) is not torch.Tensor or x.device.type == "meta":  # already data-free (fake)
+        out = x.detach()
+    else:
+        with torch.no_grad():
+            out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+    return out.requires_grad_(requires_grad)
+
+
+def _differentiable(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+
+
+def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
+                decompositions: Mapping[Any, Callable] | None = None,
+                with_backward: bool | None = None,
+                make_stand_in: Callable[[torch.Tensor, bool], torch.Tensor] = _stand_in) -> JointGraph:
+    """Trace `gm(*example_inputs)` and, when grads are needed, its backward, into one ATen graph.
+
+    with_backward: None traces the backward when grad mode is on and some input or parameter
+    requires grad. make_stand_in(x, requires_grad) builds the tensor that runs in place of input x
+    (a real copy by default; kiln's fake tensors to trace without compute).
+    """
+    state = lifted_state(gm)
+    grad_on = torch.is_grad_enabled()
+    if with_backward is None:
+        with_backward = grad_on and (any(_differentiable(x) for x in example_inputs)
+                                     or any(t.requires_grad for _, _, t in state))
+    graph = fx.Graph()
+    specs: list[InputSpec] = []
+    primals: list[Any] = []    # what autograd differentiates with respect to (leaves)
+    visible: list[Any] = []    # what the program sees
+    recorder = _Recorder(graph, decompositions or {}, RngStream(lambda: _seed_input(recorder, graph, specs)))
+
+    def add_input(kind: str, name: str, x):
+        node = graph.placeholder(f"{kind}_{len(specs)}")
+        if not isinstance(x, torch.Tensor):
+            node.meta["val"] = x
+            specs.append(InputSpec(kind, name))
+            primals.append(x)
+            visible.append(x)
+            return
+        wants_grad = with_backward and grad_on and x.requires_grad and (x.is_floating_point() or x.is_complex())
+        leaf = make_stand_in(x, wants_grad)
+        # The program sees a non-leaf copy, so in-place writes to it are legal as in eager (where
+        # inputs are often non-leaves) and autograd still differentiates w.r.t. the leaf.
+        seen = leaf.clone() if wants_grad else leaf
+        recorder.bind(leaf, node)
+        recorder.bind(seen, node)
+        specs.append(InputSpec(kind, name, wants_grad))
+        primals.append(leaf)
+        visible.append(seen)
+
+    for i, x in enumerate(example_inputs):
+        add_input("user", str(i), x)
+    for kind, name, t in state:
+        add_input(kind, name, t)
+    user_args = visible[:len(example_inputs)]
+    stand_ins = {id(t): v for (_, _, t), v in zip(state, visible[len(example_inputs):])}
+
+    with swapped_state(gm, stand_ins), recorder:
+        out = gm(*user_args)
+    flat_out, out_spec = pytree.tree_flatten(out)
+    placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+    mutated = sorted(placeholders[r] for r in recorder.mutated_roots if r in placeholders)
+    # the rng seed placeholder is no program input: it is never mutated
+    outputs = [OutputSpec("user", i, _differentiable(o)) for i, o in enumerate(flat_out)]
+    outputs += [OutputSpec("mutation", i, _differentiable(visible[i])) for i in mutated]
+    values = list(flat_out) + [visible[i] for i in mutated]
+
+    grads: list = []
+    if with_backward:
+        diff_out = [v for v, s in zip(values, outputs) if s.requires_grad]
+        wrt = [(i, p) for i, p in enumerate(primals) if specs[i].requires_grad]
+        tangents = []
+        for o in diff_out:
+            t = make_stand_in(torch.zeros_like(o) if type(o) is torch.Tensor else o, False)
+            node = graph.placeholder(f"tangent_{len(specs)}")
+            recorder.bind(t, node)
+            specs.append(InputSpec("tangent", str(len(tangents))))
+            tangents.append(t)
+        if diff_out and wrt:
+            with recorder, _autocast_off():
+                got = torch.autograd.grad(diff_out, [p for _, p in wrt], tangents, allow_unused=True)
+            for (i, _), g in zip(wrt, got):
+                outputs.append(OutputSpec("grad", i))
+                grads.append(g)
+
+    with recorder:  # constants met only at the output (a module attribute returned as is)
+        out_args = [recorder._arg(v) for v in values + grads]
+    graph.output(tuple(out_args))
+    root = torch.nn.Module()
+    for name, value in recorder.constants.items():
+        setattr(root, name, value)
+    return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec)
+
+
+def _seed_input(recorder: _Recorder, graph: fx.Graph, specs: list[InputSpec]) -> torch.Tensor:
+    """Add the rng seed placeholder after the last program input (random ops asked for one)."""
+    last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    if specs and specs[-1].kind == "tangent":
+        raise NotYetImplemented("kiln.aot: a random op in the backward graph is not supported")
+    with graph.inserting_after(last):
+        node = graph.placeholder("rng_seed")
+    seed = torch.zeros((), dtype=torch.int64)
+    recorder.bind(seed, node)
+    specs.append(InputSpec("rng_seed", "seed"))
+    return seed
+
+
+@contextlib.contextmanager
+def _autocast_off():
+    """Backward runs outside autocast in eager (it is called after the autocast block)."""
+    with contextlib.ExitStack() as stack:
+        for device in ("cpu", "cuda"):
+            if torch.is_autocast_enabled(device):
+                stack.enter_context(torch.autocast(device, enabled=False))
+        yield

@@ -1,0 +1,119 @@
+"""View steps: how a view is replayed from its base, and how a write into it is scattered back.
+
+A view of a tensor is described by the chain of `ViewStep`s leading from its base (the tensor that
+owns the storage). Functionalization replays a chain to regenerate a view after its base changed,
+and walks it backwards with `SCATTERS` to turn a write into the view into a new value of the base.
+The runtime replays chains on real tensors to return outputs that alias inputs, as eager does.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from kiln.aot import schema
+from kiln.errors import NotYetImplemented
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewStep:
+    """`op(base, *args, **kwargs)`, then `[index]` when the op returns a list of views."""
+
+    op: Any
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    index: int | None = None
+
+    def apply(self, base):
+        """Run the step on a real (or fake) tensor."""
+        op = schema.INPLACE_VIEW_AS_VIEW.get(self.op, self.op)
+        out = op(base, *self.args, **dict(self.kwargs))
+        return out if self.index is None else out[self.index]
+
+    @property
+    def static(self) -> bool:
+        return not any(isinstance(a, fx.Node) for a in self.args + tuple(v for _, v in self.kwargs))
+
+
+def replay(chain: tuple[ViewStep, ...], base):
+    for step in chain:
+        base = step.apply(base)
+    return base
+
+
+def _arg(step: ViewStep, i: int, name: str, default=None):
+    if i < len(step.args):
+        return step.args[i]
+    return dict(step.kwargs).get(name, default)
+
+
+def _inverse_permutation(dims):
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[d % len(dims)] = i
+    return inverse
+
+
+def _split_bounds(step: ViewStep, base_val) -> tuple[int, int, int]:
+    """(dim, start, end) of the piece `step.index` of a split."""
+    dim = _arg(step, 1, "dim", 0)
+    if step.op is aten.split_with_sizes.default:
+        sizes = list(_arg(step, 0, "split_sizes"))
+    else:
+        size = _arg(step, 0, "split_size")
+        total = base_val.shape[dim]
+        sizes = [min(size, total - s) for s in range(0, total, size)] if size else [total]
+    start = sum(sizes[:step.index])
+    return dim, start, start + sizes[step.index]
+
+
+# Each entry: (emit, base node, base meta, new value of the view node, step) -> new base node.
+Emit = Callable[..., fx.Node]
+SCATTERS: dict[Any, Callable] = {
+    aten.select.int: lambda e, b, bv, v, s: e(aten.select_scatter.default, b, v, *s.args),
+    aten.slice.Tensor: lambda e, b, bv, v, s: e(aten.slice_scatter.default, b, v, *s.args),
+    aten.diagonal.default: lambda e, b, bv, v, s: e(aten.diagonal_scatter.default, b, v, *s.args),
+    aten.as_strided.default: lambda e, b, bv, v, s: e(aten.as_strided_scatter.default, b, v, *s.args),
+    aten.t.default: lambda e, b, bv, v, s: e(aten.t.default, v),
+    aten.transpose.int: lambda e, b, bv, v, s: e(aten.transpose.int, v, *s.args),
+    aten.permute.default: lambda e, b, bv, v, s: e(aten.permute.default, v, _inverse_permutation(s.args[0])),
+    aten.unsqueeze.default: lambda e, b, bv, v, s: e(aten.squeeze.dim, v, s.args[0]),
+    aten.unbind.int: lambda e, b, bv, v, s: e(aten.select_scatter.default, b, v, _arg(s, 0, "dim", 0), s.index),
+    aten.split.Tensor: lambda e, b, bv, v, s: e(aten.slice_scatter.default, b, v, *_split_bounds(s, bv)),
+    aten.split_with_sizes.default: lambda e, b, bv, v, s: e(aten.slice_scatter.default, b, v, *_split_bounds(s, bv)),
+    aten.view.dtype: lambda e, b, bv, v, s: e(aten.view.dtype, v, bv.dtype),
+}
+_RESHAPES = (aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, aten.squeeze.default,
+             aten.squeeze.dim, aten.squeeze.dims, aten.view_as_real.default, aten.view_as_complex.default)
+
+
+def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: ViewStep, view_val) -> fx.Node:
+    """The new value of `base` after its view `step(base)` took the value `value`."""
+    if schema.effects(step.op).identity:
+        return value
+    step = dataclasses.replace(step, op=schema.INPLACE_VIEW_AS_VIEW.get(step.op, step.op))
+    rule = SCATTERS.get(step.op)
+    if rule is not None:
+        return rule(emit, base, base_val, value, step)
+    if step.op in _RESHAPES and view_val.dtype == base_val.dtype:
+        return emit(aten._reshape_copy.default, value, list(base_val.shape))
+    if step.op is aten.expand.default:
+        raise NotYetImplemented("kiln.aot: a write into an expanded view (all copies share memory) is not "
+                                "functionalized; clone the tensor before writing into it")
+    # Any other view: write through its strides, relative to the base's storage.
+    offset = view_val.storage_offset() - base_val.storage_offset()
+    return emit(aten.as_strided_scatter.default, base, value, list(view_val.shape), list(view_val.stride()), offset)
+
+
+def emit_step(emit: Emit, base: fx.Node, step: ViewStep) -> fx.Node:
+    """Append the view `step(base)` to a functional graph (identity views vanish)."""
+    if schema.effects(step.op).identity:
+        return base
+    op = schema.INPLACE_VIEW_AS_VIEW.get(step.op, step.op)
+    out = emit(op, base, *step.args, **dict(step.kwargs))
+    return out if step.index is None else emit(operator.getitem, out, step.index)

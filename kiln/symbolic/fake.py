@@ -1,0 +1,294 @@
+"""Fake tensors: tensors with metadata (and possibly symbolic sizes) but no data.
+
+A `FakeTensor` is a wrapper subclass (`torch.Tensor._make_wrapper_subclass`) that reports the real
+device and holds a meta tensor (`fake._meta`) with the same sizes, strides, storage offset and
+dtype. Every ATen op on fakes runs the op's meta kernel on the held meta tensors and wraps the
+results again, so shapes (symbolic ones too) propagate while no memory is touched. Autograd sits
+above the Python dispatch key, so fakes that require grad work with `torch.autograd.grad`.
+
+`FakeTensorMode` is the `TorchDispatchMode` that owns a `ShapeEnv` and converts real tensors
+(`from_real`), keeping aliasing between inputs: two real tensors on one storage become fakes whose
+meta tensors share one meta storage. Under the mode, factory functions (torch.empty, torch.ones,
+...) make fakes too. Ops work on fakes also outside the mode (the fake knows its mode).
+
+Handed on: FakeTensor, FakeTensorMode, and the errors users see (MissingMetaKernel,
+DataDependentOp, RealTensorInput, UnsupportedFakeOp).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from kiln.errors import KilnError
+from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
+
+aten = torch.ops.aten
+
+
+class FakeTensorError(KilnError):
+    """An op on fake tensors could not be run."""
+
+
+class MissingMetaKernel(FakeTensorError, NotImplementedError):
+    """The op has no meta kernel, so its output metadata cannot be computed without data."""
+
+    def __init__(self, op, cause: BaseException):
+        self.op = op
+        super().__init__(
+            f"{op} has no meta kernel, so kiln cannot run it on fake tensors "
+            f"(cause: {str(cause).splitlines()[0] if str(cause) else type(cause).__name__}). "
+            f"Move the call out of the compiled region, or register a meta kernel with "
+            f"torch.library.register_fake.")
+
+
+class DataDependentOp(FakeTensorError):
+    """The op needs the tensor's values (item(), tolist(), bool(tensor), data-dependent shapes)."""
+
+    def __init__(self, op):
+        self.op = op
+        super().__init__(
+            f"{op} needs the values of a tensor, which a fake tensor does not have "
+            f"(e.g. .item(), .tolist(), `if tensor:`). Capture breaks the graph here; in your own "
+            f"code, compute the value outside the traced function.")
+
+
+class RealTensorInput(FakeTensorError):
+    """A real tensor reached an op under FakeTensorMode, which was not told to allow it."""
+
+    def __init__(self, op, tensor: torch.Tensor):
+        super().__init__(
+            f"{op} got a real tensor (shape {tuple(tensor.shape)}, {tensor.dtype}) among fake "
+            f"tensors. Convert it with fake_mode.from_real(t), or create the mode with "
+            f"FakeTensorMode(allow_non_fake_inputs=True).")
+
+
+class UnsupportedFakeOp(FakeTensorError, NotImplementedError):
+    """An op kiln's fake tensors do not support yet (said plainly)."""
+
+
+class FakeTensor(torch.Tensor):
+    """A tensor with metadata but no data: wraps a meta tensor, reports the real device."""
+
+    _meta: torch.Tensor
+    fake_mode: "FakeTensorMode"
+    constant: torch.Tensor | None
+
+    @staticmethod
+    def __new__(cls, meta: torch.Tensor, device: torch.device, mode: "FakeTensorMode",
+                requires_grad: bool = False, constant: torch.Tensor | None = None):
+        self = torch.Tensor._make_wrapper_subclass(
+            cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
+            dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=requires_grad)
+        self._meta = meta
+        self.fake_mode = mode
+        self.constant = constant
+        return self
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        mode = _mode_of(args, kwargs)
+        return mode.run(func, args, kwargs or {})
+
+    def __repr__(self) -> str:
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return (f"FakeTensor(size={tuple(self.shape)}, dtype={self.dtype}, "
+                f"device={self.device}{grad})")
+
+
+def _mode_of(args, kwargs) -> "FakeTensorMode":
+    flat, _ = tree_flatten((args, kwargs))
+    for x in flat:
+        if isinstance(x, FakeTensor):
+            return x.fake_mode
+    raise AssertionError("FakeTensor.__torch_dispatch__ without a FakeTensor argument")
+
+
+class FakeTensorMode(TorchDispatchMode):
+    """Makes and runs fake tensors; owns the ShapeEnv their symbolic sizes live in."""
+
+    def __init__(self, shape_env: ShapeEnv | None = None, allow_non_fake_inputs: bool = False):
+        super().__init__()
+        self.shape_env = shape_env if shape_env is not None else ShapeEnv()
+        self.allow_non_fake_inputs = allow_non_fake_inputs
+        # id(real tensor) -> (real, fake); the real tensor is kept alive so ids are not reused.
+        self._fakes: dict[int, tuple[torch.Tensor, FakeTensor]] = {}
+        # real storage -> the meta storage its fakes share (keeps aliasing between inputs).
+        self._storages: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}
+        self._unnamed = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.run(func, args, kwargs or {})
+
+    # --- real -> fake ---------------------------------------------------------------------
+    def from_real(self, t: torch.Tensor, source: str | None = None,
+                  dynamic_dims: Sequence[int] = (), constant: bool = False) -> FakeTensor:
+        """A fake of `t`: same dtype, device, sizes, strides, storage offset, requires_grad.
+
+        Dims in `dynamic_dims` get symbols (sources "<source>.size()[d]") unless their size is
+        0 or 1. Two tensors on one real storage give fakes on one meta storage. The same real
+        tensor always gives the same fake (the first call's source and dynamic dims win).
+        """
+        if isinstance(t, FakeTensor):
+            if t.fake_mode is not self:
+                raise FakeTensorError("from_real got a FakeTensor of another FakeTensorMode")
+            return t
+        if id(t) in self._fakes:
+            return self._fakes[id(t)][1]
+        if t.layout != torch.strided or t.is_quantized or t.is_nested:
+            raise UnsupportedFakeOp(
+                f"kiln's fake tensors support strided dense tensors, not {t.layout}"
+                f"{' quantized' if t.is_quantized else ''}")
+        if source is None:
+            source = f"input{self._unnamed}"
+            self._unnamed += 1
+        env = self.shape_env
+        dynamic = {d % t.dim() for d in dynamic_dims} if t.dim() else set()
+        sizes = [env.create_symbol(n, Source(source, "size", d)) if d in dynamic
+                 else sympy.Integer(n) for d, n in enumerate(t.shape)]
+        strides = _stride_exprs(env, source, t, sizes)
+        offset = sympy.Integer(t.storage_offset())
+        env.inputs[source] = TensorInput(tuple(sizes), tuple(strides), offset)
+
+        sym_sizes = [env.to_symint(e, n) for e, n in zip(sizes, t.shape)]
+        sym_strides = [env.to_symint(e, n) for e, n in zip(strides, t.stride())]
+        # Build the meta tensor with this (or any) dispatch mode out of the way.
+        with torch._C._DisableTorchDispatch(), torch.no_grad():
+            storage = self._meta_storage(t, sizes, strides, sym_sizes, sym_strides)
+            meta = torch.empty(0, dtype=t.dtype, device="meta")
+            meta.set_(storage, t.storage_offset(), sym_sizes, sym_strides)
+        fake = FakeTensor(meta, t.device, self, requires_grad=t.requires_grad,
+                          constant=t.detach() if constant else None)
+        self._fakes[id(t)] = (t, fake)
+        return fake
+
+    def _meta_storage(self, t, sizes, strides, sym_sizes, sym_strides) -> torch.UntypedStorage:
+        real = t.untyped_storage()
+        key = real._cdata
+        if key in self._storages:
+            return self._storages[key][1]
+        if all(e.is_Integer for e in (*sizes, *strides)):
+            nbytes: Any = real.nbytes()
+        else:
+            # A dynamic input's storage is exactly as large as it needs to be, symbolically.
+            extent = t.storage_offset() + 1
+            for size, stride in zip(sym_sizes, sym_strides):
+                extent = extent + (size - 1) * stride
+            nbytes = extent * t.element_size()
+        storage = torch.empty(nbytes, dtype=torch.uint8, device="meta").untyped_storage()
+        self._storages[key] = (real, storage)
+        return storage
+
+    # --- running ops ----------------------------------------------------------------------
+    def run(self, func, args: tuple, kwargs: dict) -> Any:
+        special = SPECIAL_OPS.get(func)
+        if special is not None:
+            return special(self, func, args, kwargs)
+        flat, spec = tree_flatten((args, kwargs))
+        fakes: dict[int, FakeTensor] = {}
+        devices: list[torch.device] = []
+        for i, x in enumerate(flat):
+            if isinstance(x, torch.Tensor):
+                if not isinstance(x, FakeTensor):
+                    if not self.allow_non_fake_inputs:
+                        raise RealTensorInput(func, x)
+                    x = self.from_real(x)
+                elif x.fake_mode is not self:
+                    raise FakeTensorError(f"{func} mixes fake tensors of two FakeTensorModes")
+                fakes[id(x._meta)] = x
+                devices.append((x.device, x.dim() == 0))
+                flat[i] = x._meta
+        meta_args, meta_kwargs = tree_unflatten(flat, spec)
+        device = _output_device(kwargs, devices)
+        if "device" in meta_kwargs and meta_kwargs["device"] is not None:
+            meta_kwargs["device"] = torch.device("meta")
+        try:
+            # The Python dispatcher lets torch's Python meta kernels run: many C++ composite
+            # kernels accept only concrete sizes, their Python registrations accept SymInts.
+            with torch._C._EnablePythonDispatcher():
+                out = func(*meta_args, **meta_kwargs)
+        except FakeTensorError:
+            raise
+        except NotImplementedError as e:
+            raise MissingMetaKernel(func, e) from e
+        except RuntimeError as e:
+            if "Meta" in str(e) and ("backend" in str(e) or "meta" in str(e).lower()):
+                raise MissingMetaKernel(func, e) from e
+            raise
+        if func in METADATA_MUTATING:
+            raise UnsupportedFakeOp(
+                f"{func} changes a tensor's sizes or strides in place; kiln's fake tensors do "
+                f"not support that yet. Use the out-of-place form.")
+        return _wrap_outputs(self, out, fakes, device)
+
+
+def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
+                  device: torch.device) -> Any:
+    flat, spec = tree_flatten(out)
+    for i, x in enumerate(flat):
+        if isinstance(x, torch.Tensor):
+            # An in-place or out= op returns its argument: give back the same FakeTensor.
+            same = fakes.get(id(x))
+            flat[i] = same if same is not None else FakeTensor(x, device, mode)
+    return tree_unflatten(flat, spec)
+
+
+def _output_device(kwargs: dict, devices: list[tuple[torch.device, bool]]) -> torch.device:
+    """The device of an op's outputs: `device=` if given, else the inputs' (0-dim CPU scalars
+    mix with any device, as in eager)."""
+    if kwargs.get("device") is not None:
+        return torch.device(kwargs["device"])
+    for device, is_scalar in devices:
+        if not (is_scalar and device.type == "cpu"):
+            return device
+    if devices:
+        return devices[0][0]
+    return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+
+
+def _stride_exprs(env: ShapeEnv, source: str, t: torch.Tensor, sizes: list) -> list:
+    """Strides as expressions of the sizes where the layout is dense (walking dims from the
+    smallest stride); other strides of a dynamic tensor get their own symbols."""
+    strides: list = [None] * t.dim()
+    expected_expr, expected = sympy.Integer(1), 1
+    for d in sorted(range(t.dim()), key=lambda d: (t.stride(d), t.shape[d])):
+        stride = t.stride(d)
+        if stride == expected:
+            strides[d] = expected_expr
+        elif expected_expr.is_Integer:
+            strides[d] = sympy.Integer(stride)
+        else:
+            strides[d] = env.create_symbol(stride, Source(source, "stride", d))
+        if stride != 0:
+            expected_expr, expected = strides[d] * sizes[d], stride * t.shape[d]
+    return strides
+
+
+def _data_dependent(mode, func, args, kwargs):
+    raise DataDependentOp(func)
+
+
+def _lift_fresh(mode, func, args, kwargs):
+    # torch.tensor(data) under the mode: the data was made for real; keep it as a constant fake.
+    (t,) = args
+    return t if isinstance(t, FakeTensor) else mode.from_real(t, constant=True)
+
+
+SPECIAL_OPS: dict[Any, Callable] = {
+    aten._local_scalar_dense.default: _data_dependent,
+    aten.lift_fresh.default: _lift_fresh,
+    aten.lift_fresh_copy.default: _lift_fresh,
+}
+
+# In-place ops that change the sizes/strides of their argument (the wrapper cannot follow).
+METADATA_MUTATING = {
+    aten.resize_.default, aten.t_.default, aten.transpose_.default, aten.squeeze_.default,
+    aten.squeeze_.dim, aten.unsqueeze_.default, aten.as_strided_.default,
+    aten.swapdims_.default, aten.swapaxes_.default, aten.set_.source_Tensor,
+    aten.set_.source_Storage, aten.set_.source_Storage_storage_offset,
+}

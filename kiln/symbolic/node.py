@@ -1,0 +1,330 @@
+"""kiln's SymNode: the object inside every `torch.SymInt`, `torch.SymFloat` and `torch.SymBool`.
+
+A SymNode is a sympy expression over the shape environment's symbols plus its concrete value (the
+hint) for the real inputs it was traced with. ATen's C++ meta kernels and torch's Python magic
+methods call back into it: arithmetic builds a new node, and any question whose answer the
+program branches on (`guard_bool`, `guard_int`, `int_`, `bool_`, ...) is answered from the hint
+and recorded as a guard by the `ShapeEnv` (see shape_env.py), unless the answer is already known
+from the facts. The method set is the protocol of torch's `PythonSymNodeImpl` (C++) and of the
+magic methods installed on `torch.SymInt` & co; they are defined from tables below, one row per
+operation, so an operation is added in one place.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import sympy
+
+from kiln.symbolic import sympy_ops as S
+
+_SAME = "same"  # result has the type of the left operand
+
+
+def _is_logical(e) -> bool:
+    # sympy's Symbol subclasses Boolean, but every kiln symbol is an integer.
+    return isinstance(e, sympy.logic.boolalg.Boolean) and not isinstance(e, sympy.Symbol)
+
+
+def _bool_eq(a, b):
+    return sympy.Equivalent(a, b) if _is_logical(a) or _is_logical(b) else sympy.Eq(a, b)
+
+
+def _bool_ne(a, b):
+    return sympy.Xor(a, b) if _is_logical(a) or _is_logical(b) else sympy.Ne(a, b)
+
+
+def _int_pow(a, b):
+    if b.is_Integer and b < 0:
+        raise ValueError(f"pow_by_natural with a negative exponent {b}")
+    return a ** b
+
+
+# name -> (sympy builder, Python op on hints, result type)
+BINARY: dict[str, tuple[Callable, Callable, Any]] = {
+    "add": (operator.add, operator.add, _SAME),
+    "sub": (operator.sub, operator.sub, _SAME),
+    "mul": (operator.mul, operator.mul, _SAME),
+    "mod": (sympy.Mod, operator.mod, _SAME),
+    "int_floordiv": (S.FloorDiv, operator.floordiv, int),
+    "float_truediv": (operator.truediv, operator.truediv, float),
+    "int_truediv": (operator.truediv, operator.truediv, float),
+    "pow_by_natural": (_int_pow, operator.pow, int),
+    "float_pow": (operator.pow, lambda a, b: float(a) ** b, float),
+    "and_": (sympy.And, lambda a, b: bool(a and b), bool),
+    "or_": (sympy.Or, lambda a, b: bool(a or b), bool),
+    "bitwise_and": (S.BitwiseAnd, operator.and_, int),
+    "bitwise_or": (S.BitwiseOr, operator.or_, int),
+    "bitwise_xor": (S.BitwiseXor, operator.xor, int),
+    "lshift": (S.LShift, operator.lshift, int),
+    "rshift": (S.RShift, operator.rshift, int),
+    "eq": (_bool_eq, operator.eq, bool),
+    "ne": (_bool_ne, operator.ne, bool),
+    "lt": (sympy.Lt, operator.lt, bool),
+    "le": (sympy.Le, operator.le, bool),
+    "gt": (sympy.Gt, operator.gt, bool),
+    "ge": (sympy.Ge, operator.ge, bool),
+    "sym_min": (sympy.Min, min, _SAME),
+    "sym_max": (sympy.Max, max, _SAME),
+}
+# C++ binds only these generic names for division and pow.
+BINARY_ALIASES = {"truediv": "float_truediv", "floordiv": "int_floordiv", "pow": "float_pow"}
+
+UNARY: dict[str, tuple[Callable, Callable, Any]] = {
+    "neg": (operator.neg, operator.neg, _SAME),
+    "pos": (lambda a: a, operator.pos, _SAME),
+    "abs": (sympy.Abs, abs, _SAME),
+    "floor": (sympy.floor, math.floor, int),
+    "ceil": (sympy.ceiling, math.ceil, int),
+    "trunc": (S.Trunc, math.trunc, int),
+    "sym_int": (S.Trunc, math.trunc, int),
+    "sym_float": (lambda a: a, float, float),
+    "sym_not": (sympy.Not, operator.not_, bool),
+    "is_integer": (lambda a: sympy.Eq(sympy.floor(a), a), lambda a: float(a).is_integer(), bool),
+}
+for _name, _fn in S.MATH_FUNCTIONS.items():
+    UNARY[f"sym_{_name}"] = (_fn, getattr(math, _name), float)
+
+
+def _contiguous_in_order(sizes, strides, order):
+    """sizes/strides are contiguous when walked in `order` (innermost first), or empty."""
+    result = sympy.true
+    expected = sympy.Integer(1)
+    for d in order:
+        result = result & (sympy.Eq(sizes[d], 1) | sympy.Eq(strides[d], expected))
+        expected = expected * sizes[d]
+    for size in sizes:
+        result = result | sympy.Eq(size, 0)
+    return result
+
+
+def _channels_last_strides(sizes, strides, order):
+    """c10's is_channels_last_strides_{2,3}d: strides increase along `order`, as a predicate."""
+    if len(sizes) != len(order):
+        return sympy.false
+    result = sympy.Ne(strides[1], 0)
+    minimum = sympy.Integer(0)
+    for d in order:
+        result = result & sympy.Ne(sizes[d], 0) & sympy.Ge(strides[d], minimum)
+        if d == 0:
+            result = result & sympy.Ne(minimum, strides[1])
+        minimum = strides[d] * sympy.Max(sizes[d], 1)
+    return result
+
+
+def _rank_order(n):
+    return list(range(n - 1, -1, -1))
+
+
+SIZES_STRIDES: dict[str, Callable] = {
+    "is_contiguous": lambda z, s: _contiguous_in_order(z, s, _rank_order(len(z))),
+    "is_channels_last_contiguous_2d":
+        lambda z, s: _contiguous_in_order(z, s, [1, 3, 2, 0]) if len(z) == 4 else sympy.false,
+    "is_channels_last_contiguous_3d":
+        lambda z, s: _contiguous_in_order(z, s, [1, 4, 3, 2, 0]) if len(z) == 5 else sympy.false,
+    "is_channels_last_strides_2d": lambda z, s: _channels_last_strides(z, s, [1, 3, 2, 0]),
+    "is_channels_last_strides_3d": lambda z, s: _channels_last_strides(z, s, [1, 4, 3, 2, 0]),
+}
+
+
+class SymNode:
+    """A sympy expression over shape symbols plus its value for the traced inputs."""
+
+    __slots__ = ("expr", "shape_env", "pytype", "hint")
+
+    def __init__(self, expr: sympy.Basic, shape_env, pytype: type, hint: Any):
+        self.expr = expr
+        self.shape_env = shape_env
+        self.pytype = pytype
+        self.hint = hint
+
+    # --- what the node is -------------------------------------------------------------------
+    def is_int(self) -> bool:
+        return self.pytype is int
+
+    def is_float(self) -> bool:
+        return self.pytype is float
+
+    def is_bool(self) -> bool:
+        return self.pytype is bool
+
+    def is_nested_int(self) -> bool:
+        return False
+
+    def nested_int(self):
+        return None
+
+    def is_symbolic(self) -> bool:
+        return True
+
+    def is_constant(self) -> bool:
+        return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
+
+    def has_hint(self) -> bool:
+        return True
+
+    def maybe_as_int(self) -> int | None:
+        return int(self.expr) if self.expr.is_Integer else None
+
+    def maybe_as_float(self) -> float | None:
+        return float(self.expr) if self.expr.is_Number else None
+
+    def maybe_as_bool(self) -> bool | None:
+        return {sympy.true: True, sympy.false: False}.get(self.expr)
+
+    def clone(self) -> "SymNode":
+        return self
+
+    def str(self) -> str:
+        return str(self.expr)
+
+    __str__ = str
+
+    def _graph_repr(self) -> str:
+        return str(self.expr)
+
+    def __repr__(self) -> str:
+        return f"SymNode({self.expr}, hint={self.hint})"
+
+    # torch's Python helpers read these private names of its own SymNode.
+    @property
+    def _hint(self) -> Any:
+        return self.hint
+
+    @property
+    def _expr(self) -> sympy.Basic:
+        return self.expr
+
+    # --- making nodes -----------------------------------------------------------------------
+    def _make(self, expr, pytype, hint) -> "SymNode":
+        if pytype is not None and hint is not None:
+            hint = pytype(hint)
+        return SymNode(self.shape_env.simplify(expr), self.shape_env, pytype, hint)
+
+    def wrap_int(self, num: int) -> "SymNode":
+        return SymNode(sympy.Integer(num), self.shape_env, int, num)
+
+    def wrap_float(self, num: float) -> "SymNode":
+        return SymNode(sympy.Float(num), self.shape_env, float, num)
+
+    def wrap_bool(self, num: bool) -> "SymNode":
+        return SymNode(sympy.true if num else sympy.false, self.shape_env, bool, num)
+
+    def sym_sum(self, args: list["SymNode"]) -> "SymNode":
+        return self._make(sympy.Add(*[a.expr for a in args]), int, sum(a.hint for a in args))
+
+    def sym_ite(self, then: "SymNode", other: "SymNode") -> "SymNode":
+        return self._make(S.sym_ite(self.expr, then.expr, other.expr), then.pytype,
+                          then.hint if self.hint else other.hint)
+
+    def round(self, ndigits: int | None = None) -> "SymNode":
+        if ndigits is None:
+            return self._make(S.Round(self.expr), int, round(self.hint))
+        return self._make(S.RoundDecimal(self.expr, sympy.Integer(ndigits)), float,
+                          round(self.hint, ndigits))
+
+    def is_non_overlapping_and_dense(self, sizes, strides) -> "SymNode":
+        """True when some order of the dims is contiguous.
+
+        The order is taken from the hints; when the hinted tensor is dense we return "contiguous
+        in that order", which implies density for every value. When it is not, we return a
+        predicate that is false exactly at these values, so a guard on it specializes them.
+        """
+        hints = [(st.hint, sz.hint, d) for d, (sz, st) in enumerate(zip(sizes, strides))]
+        order = [d for _, _, d in sorted(hints)]
+        size_exprs = [s.expr for s in sizes]
+        stride_exprs = [s.expr for s in strides]
+        dense = _contiguous_in_order(size_exprs, stride_exprs, order)
+        hint_dense = _dense_at_hint([s.hint for s in sizes], [s.hint for s in strides])
+        if hint_dense:
+            return self._make(dense, bool, True)
+        pinned = [sympy.Eq(n.expr, n.hint) for n in (*sizes, *strides) if not n.expr.is_number]
+        return self._make(sympy.Not(sympy.And(*pinned)), bool, False)
+
+    def is_non_overlapping_and_dense_indicator(self, sizes, strides) -> "SymNode":
+        dense = self.is_non_overlapping_and_dense(sizes, strides)
+        return self._make(S.sym_ite(dense.expr, sympy.Integer(1), sympy.Integer(0)), int,
+                          int(dense.hint))
+
+    # --- the guard protocol: answers the program branches on ---------------------------------
+    def guard_bool(self, file: str, line: int) -> bool:
+        return bool(self.shape_env.evaluate(self, file, line))
+
+    def guard_int(self, file: str, line: int) -> int:
+        return int(self.shape_env.evaluate(self, file, line))
+
+    def guard_float(self, file: str, line: int) -> float:
+        return float(self.shape_env.evaluate(self, file, line))
+
+    # Every kiln symbol has a hint (no data-dependent sizes), so these all guard on the hint.
+    expect_true = guard_bool
+    guard_size_oblivious = guard_bool
+    guard_or_false = guard_bool
+    guard_or_true = guard_bool
+
+    def statically_known_true(self, file: str, line: int) -> bool:
+        return self.shape_env.static_value(self.expr) is True
+
+    def int_(self) -> int:
+        return self.guard_int("", 0)
+
+    def bool_(self) -> bool:
+        return self.guard_bool("", 0)
+
+    def evaluate(self):
+        return self.shape_env.evaluate(self, "", 0)
+
+
+def _dense_at_hint(sizes: list[int], strides: list[int]) -> bool:
+    expected = 1
+    for stride, size in sorted(zip(strides, sizes)):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _binary(name: str, build: Callable, pyop: Callable, rtype: Any):
+    def method(self: SymNode, other: SymNode) -> SymNode:
+        pytype = self.pytype if rtype is _SAME else rtype
+        if rtype is _SAME and float in (self.pytype, other.pytype):
+            pytype = float
+        return self._make(build(self.expr, other.expr), pytype, pyop(self.hint, other.hint))
+
+    method.__name__ = name
+    return method
+
+
+def _unary(name: str, build: Callable, pyop: Callable, rtype: Any):
+    def method(self: SymNode) -> SymNode:
+        pytype = self.pytype if rtype is _SAME else rtype
+        return self._make(build(self.expr), pytype, pyop(self.hint))
+
+    method.__name__ = name
+    return method
+
+
+def _sizes_strides(name: str, build: Callable):
+    def method(self: SymNode, sizes: list[SymNode], strides: list[SymNode]) -> SymNode:
+        expr = build([s.expr for s in sizes], [s.expr for s in strides])
+        hint = build([sympy.Integer(s.hint) for s in sizes], [sympy.Integer(s.hint) for s in strides])
+        return self._make(expr, bool, bool(hint))
+
+    method.__name__ = name
+    return method
+
+
+for _name, _row in BINARY.items():
+    setattr(SymNode, _name, _binary(_name, *_row))
+for _alias, _target in BINARY_ALIASES.items():
+    setattr(SymNode, _alias, getattr(SymNode, _target))
+for _name, _row in UNARY.items():
+    setattr(SymNode, _name, _unary(_name, *_row))
+for _name, _build in SIZES_STRIDES.items():
+    setattr(SymNode, _name, _sizes_strides(_name, _build))
+# C++ names the logical operations on SymBool sym_and / sym_or; Python's magic methods use and_ / or_.
+SymNode.sym_and = SymNode.and_
+SymNode.sym_or = SymNode.or_

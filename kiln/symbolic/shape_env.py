@@ -1,0 +1,352 @@
+"""The shape environment: symbols for dynamic sizes, what is known about them, and the guards.
+
+A `ShapeEnv` owns
+  * one sympy symbol per dynamic size (`create_symint`, or `FakeTensorMode.from_real` with
+    `dynamic_dims`), each with its `Source` (which input, which dim) and its hint (the value seen
+    while tracing). Sizes 0 and 1 are never symbols: they are specialized to plain ints, because
+    so much code branches on them; every symbol is therefore known to be >= 2;
+  * the facts: lower/upper bounds and replacements (s1 -> s0 after a guard `s0 == s1`), learnt
+    from the guards and used to simplify expressions and to answer questions statically;
+  * the guards: every time traced code branched on a symbolic value whose answer was not already
+    known, a `Guard` records the assumption (a sympy boolean), the sources of its symbols and
+    where it was raised (the user's line, and the kernel's line when C++ or a Python meta kernel
+    asked).
+It hands on `guard_function(*input_names)`: one generated Python function over the real inputs
+that says whether a trace made under these guards may be reused for them.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import sys
+from typing import Any, Callable, Iterator, Sequence
+
+import sympy
+import torch
+
+from kiln.errors import KilnError
+from kiln.symbolic import sympy_ops as S
+from kiln.symbolic.node import SymNode
+from kiln.symbolic.torch_protocol import TorchHelperProtocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a symbol's value comes from: an int input, or a size/stride of a tensor input.
+
+    `name` is the input's name as the caller knows it (capture passes its own source text, e.g.
+    "L['x']"); `kind` is "int", "size" or "stride"; `dim` is the tensor dimension.
+    """
+
+    name: str
+    kind: str = "int"
+    dim: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "int":
+            return self.name
+        return f"{self.name}.{self.kind}()[{self.dim}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """An assumption the trace made: `expr` (a sympy boolean) held for the traced inputs."""
+
+    expr: sympy.Basic
+    sources: tuple[Source, ...]
+    user_location: str | None      # "file:line" in the user's program, when known
+    kernel_location: str | None    # "file:line" of the kernel (C++ or Python) that branched
+
+    def __str__(self) -> str:
+        where = " ".join(x for x in (
+            f"at {self.user_location}" if self.user_location else "",
+            f"(kernel {self.kernel_location})" if self.kernel_location else "") if x)
+        names = ", ".join(str(s) for s in self.sources)
+        return f"{self.expr}  [{names}] {where}".rstrip()
+
+
+class GuardSourceError(KilnError):
+    """guard_function was not given an input that one of the guards' symbols comes from."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInput:
+    """The symbolic metadata of one tensor input, as `from_real` made it."""
+
+    sizes: tuple[sympy.Basic, ...]
+    strides: tuple[sympy.Basic, ...]
+    storage_offset: sympy.Basic
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_SYMBOLIC_DIR = os.path.dirname(__file__)
+_KILN_DIR = os.path.dirname(_SYMBOLIC_DIR)
+
+
+def _locate() -> tuple[str | None, str | None]:
+    """(user's line, innermost Python kernel line in torch) from the current Python stack."""
+    frame = sys._getframe(2)
+    kernel = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_TORCH_DIR):
+            if kernel is None:
+                kernel = f"{filename[len(_TORCH_DIR) - 5:]}:{frame.f_lineno}"
+        elif not filename.startswith(_KILN_DIR) and "<frozen" not in filename:
+            return f"{filename}:{frame.f_lineno}", kernel
+        frame = frame.f_back
+    return None, kernel
+
+
+class ShapeEnv(TorchHelperProtocol):
+    """Symbols for dynamic sizes, the facts known about them and the guards recorded on them."""
+
+    def __init__(self) -> None:
+        self.sources: dict[sympy.Symbol, Source] = {}
+        self.hints: dict[sympy.Symbol, int] = {}
+        self.lower: dict[sympy.Symbol, int] = {}
+        self.upper: dict[sympy.Symbol, float] = {}
+        self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
+        self.guards: list[Guard] = []
+        self.inputs: dict[str, TensorInput | sympy.Basic] = {}
+        self._known: dict[sympy.Basic, bool] = {}
+        self._static_cache: dict[sympy.Basic, Any] = {}
+        self._user_location: list[str] = []
+
+    # --- symbols --------------------------------------------------------------------------
+    def create_symbol(self, hint: int, source: Source) -> sympy.Basic:
+        """A fresh symbol for a dynamic size seen as `hint`; 0 and 1 come back as constants."""
+        if not isinstance(hint, int) or isinstance(hint, bool):
+            raise TypeError(f"a symbolic size needs an int hint, got {hint!r} for {source}")
+        if hint in (0, 1) or hint < 0:
+            return sympy.Integer(hint)
+        symbol = sympy.Symbol(f"s{len(self.sources)}", integer=True, positive=True)
+        self.sources[symbol] = source
+        self.hints[symbol] = hint
+        self.lower[symbol] = 2
+        self.upper[symbol] = math.inf
+        return symbol
+
+    def create_symint(self, hint: int, source: str) -> torch.SymInt | int:
+        """A SymInt for an int input named `source` (0 and 1 give plain ints)."""
+        expr = self.create_symbol(hint, Source(source))
+        self.inputs[source] = expr
+        return self.to_symint(expr, hint)
+
+    def to_symint(self, expr: sympy.Basic, hint: int) -> torch.SymInt | int:
+        if expr.is_Integer:
+            return int(expr)
+        return torch.SymInt(SymNode(expr, self, int, hint))
+
+    def symbol_of(self, value: torch.SymInt | int) -> sympy.Basic:
+        """The expression of a SymInt made by this environment (an Integer for a plain int)."""
+        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return self.simplify(value.node.expr)
+        return sympy.Integer(value)
+
+    def hint_of(self, expr: sympy.Basic) -> Any:
+        """The value of `expr` for the traced inputs."""
+        value = sympy.sympify(expr).xreplace(self.hints)
+        if value is sympy.true or value is sympy.false:
+            return bool(value)
+        return int(value) if value.is_Integer else float(value)
+
+    # --- simplification and static answers -----------------------------------------------
+    def simplify(self, expr: sympy.Basic) -> sympy.Basic:
+        if self.replacements and not expr.is_number:
+            expr = expr.xreplace(self.replacements)
+        return expr
+
+    def static_value(self, expr: sympy.Basic) -> Any:
+        """The value of `expr` if the facts decide it for every accepted input, else None."""
+        expr = self.simplify(expr)
+        if expr is sympy.true or expr is sympy.false:
+            return bool(expr)
+        if expr.is_Number:
+            return int(expr) if expr.is_Integer else float(expr)
+        if expr in self._known:
+            return self._known[expr]
+        if expr not in self._static_cache:
+            self._static_cache[expr] = self._decide(expr)
+        return self._static_cache[expr]
+
+    def _shift(self, expr: sympy.Basic) -> sympy.Basic:
+        """Write each symbol s as lower(s) + t with t >= 0, so sympy's sign rules see the bound."""
+        mapping = {}
+        for symbol in expr.free_symbols:
+            if symbol in self.lower:
+                t = sympy.Symbol(f"t_{symbol}", integer=True, nonnegative=True)
+                mapping[symbol] = self.lower[symbol] + t
+        return expr.xreplace(mapping)
+
+    def _sign(self, difference: sympy.Basic) -> str | None:
+        d = sympy.expand(self._shift(difference))
+        if d.is_zero:
+            return "zero"
+        if d.is_positive:
+            return "pos"
+        if d.is_negative:
+            return "neg"
+        if d.is_nonnegative:
+            return "nonneg"
+        if d.is_nonpositive:
+            return "nonpos"
+        return None
+
+    def _decide(self, expr: sympy.Basic) -> Any:
+        rule = _DECIDERS.get(type(expr))
+        if rule is not None:
+            return rule(self, expr)
+        if isinstance(expr, sympy.Basic) and expr.free_symbols:
+            shifted = sympy.simplify(self._shift(expr))
+            if shifted is sympy.true or shifted is sympy.false:
+                return bool(shifted)
+        return None
+
+    # --- guards ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def user_location(self, where: str) -> Iterator[None]:
+        """Attribute guards raised inside this block to the user's `where` ("file:line").
+
+        Capture uses this: it interprets the user's bytecode, so the Python stack shows kiln.
+        """
+        self._user_location.append(where)
+        try:
+            yield
+        finally:
+            self._user_location.pop()
+
+    def evaluate(self, node: SymNode, file: str = "", line: int = 0) -> Any:
+        """The value of `node` for the traced inputs; records a guard unless already known."""
+        expr = self.simplify(node.expr)
+        value = self.static_value(expr)
+        if value is not None:
+            return value
+        if node.pytype is bool:
+            fact = expr if node.hint else sympy.Not(expr)
+        else:
+            fact = sympy.Eq(expr, node.hint)
+        self.add_guard(fact, f"{file}:{line}" if file else None)
+        return node.hint
+
+    def add_guard(self, fact: sympy.Basic, kernel_location: str | None = None) -> None:
+        """Record that `fact` must hold for the trace to be reused, and learn from it."""
+        user, python_kernel = _locate()
+        if self._user_location:
+            user = self._user_location[-1]
+        sources = tuple(self.sources[s] for s in sorted(fact.free_symbols, key=_index))
+        self.guards.append(Guard(fact, sources, user, kernel_location or python_kernel))
+        self._learn(fact)
+
+    def _learn(self, fact: sympy.Basic) -> None:
+        self._static_cache.clear()
+        self._known[fact] = True
+        negation = sympy.Not(fact)
+        self._known[negation] = False
+        if isinstance(fact, sympy.And):
+            for part in fact.args:
+                self._learn(part)
+            return
+        if isinstance(fact, sympy.Eq):
+            self._learn_equality(fact.lhs - fact.rhs)
+        elif isinstance(fact, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
+            self._learn_bound(fact)
+
+    def _learn_equality(self, difference: sympy.Basic) -> None:
+        """From `difference == 0`, replace the newest symbol it solves for (s1 -> s0, s0 -> 4)."""
+        difference = sympy.expand(difference)
+        for symbol in sorted(difference.free_symbols, key=_index, reverse=True):
+            coefficient = difference.coeff(symbol)
+            rest = difference - coefficient * symbol
+            if coefficient in (1, -1) and symbol not in rest.free_symbols:
+                value = sympy.expand(-rest / coefficient)
+                self.replacements = {k: v.xreplace({symbol: value})
+                                     for k, v in self.replacements.items()}
+                self.replacements[symbol] = value
+                return
+
+    def _learn_bound(self, fact: sympy.Basic) -> None:
+        d = sympy.expand(fact.lhs - fact.rhs)       # fact says d REL 0
+        if len(d.free_symbols) != 1:
+            return
+        (symbol,) = d.free_symbols
+        k, c = d.coeff(symbol), d.subs(symbol, 0)
+        if not (k.is_Integer and c.is_Integer) or d != k * symbol + c or k == 0:
+            return
+        strict = isinstance(fact, (sympy.Gt, sympy.Lt))
+        greater = isinstance(fact, (sympy.Ge, sympy.Gt))
+        if (k < 0):
+            greater = not greater
+        bound = -c / k                                 # symbol REL bound
+        if greater:
+            low = math.floor(bound) + 1 if strict else math.ceil(bound)
+            self.lower[symbol] = max(self.lower[symbol], int(low))
+        else:
+            high = math.ceil(bound) - 1 if strict else math.floor(bound)
+            self.upper[symbol] = min(self.upper[symbol], int(high))
+
+    def format_guards(self) -> str:
+        return "\n".join(str(g) for g in self.guards)
+
+    # --- the guard function ---------------------------------------------------------------
+    def guard_function(self, *names: str) -> Callable[..., bool]:
+        """One Python function `guard(*inputs) -> bool` over the real inputs named `names`.
+
+        Tensor inputs (made by `from_real` with that source) are passed as tensors, int inputs
+        (made by `create_symint`) as ints, in the order of `names`. It checks each tensor's rank,
+        static sizes, strides and storage offset, binds every symbol from its source, and checks
+        every recorded guard and every symbol's range. dtype, device and requires_grad are not
+        shape facts: capture guards them. The generated source is the function's `.source`.
+        """
+        from kiln.symbolic.guard_codegen import build_guard_function
+
+        return build_guard_function(self, names)
+
+
+def _index(symbol: sympy.Symbol) -> int:
+    return int(symbol.name[1:])
+
+
+def _relation(sign_ok: dict[str, bool]) -> Callable:
+    """Decide a relation lhs REL rhs from the sign of lhs - rhs."""
+
+    def decide(env: ShapeEnv, expr: sympy.Basic) -> bool | None:
+        sign = env._sign(expr.lhs - expr.rhs)
+        return sign_ok.get(sign) if sign is not None else None
+
+    return decide
+
+
+def _decide_and(env: ShapeEnv, expr) -> bool | None:
+    values = [env.static_value(a) for a in expr.args]
+    if False in values:
+        return False
+    return True if all(v is True for v in values) else None
+
+
+def _decide_or(env: ShapeEnv, expr) -> bool | None:
+    values = [env.static_value(a) for a in expr.args]
+    if True in values:
+        return True
+    return False if all(v is False for v in values) else None
+
+
+def _decide_not(env: ShapeEnv, expr) -> bool | None:
+    value = env.static_value(expr.args[0])
+    return None if value is None else not value
+
+
+# Each relation is decided by the sign of lhs - rhs; a sign missing from a row leaves it open.
+_DECIDERS: dict[type, Callable] = {
+    sympy.Eq: _relation({"zero": True, "pos": False, "neg": False}),
+    sympy.Ne: _relation({"zero": False, "pos": True, "neg": True}),
+    sympy.Gt: _relation({"pos": True, "zero": False, "neg": False, "nonpos": False}),
+    sympy.Ge: _relation({"pos": True, "zero": True, "nonneg": True, "neg": False}),
+    sympy.Lt: _relation({"neg": True, "zero": False, "pos": False, "nonneg": False}),
+    sympy.Le: _relation({"neg": True, "zero": True, "nonpos": True, "pos": False}),
+    sympy.And: _decide_and,
+    sympy.Or: _decide_or,
+    sympy.Not: _decide_not,
+}

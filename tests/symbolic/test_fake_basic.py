@@ -1,0 +1,92 @@
+"""Fake tensors against eager: metadata, aliasing, autograd, errors."""
+import pytest
+import torch
+
+from kiln.symbolic import (DataDependentOp, FakeTensor, FakeTensorMode, MissingMetaKernel,
+                           RealTensorInput)
+
+
+def _meta_matches(fake, real):
+    assert isinstance(fake, FakeTensor)
+    assert tuple(fake.shape) == tuple(real.shape)
+    assert tuple(fake.stride()) == tuple(real.stride())
+    assert fake.storage_offset() == real.storage_offset()
+    assert fake.dtype == real.dtype and fake.device == real.device
+    assert fake.requires_grad == real.requires_grad
+
+
+def test_from_real_keeps_metadata():
+    mode = FakeTensorMode()
+    base = torch.randn(6, 10, dtype=torch.float64)
+    for real in (base, base.t(), base[1:, 2::3], torch.ones(3, 1, requires_grad=True),
+                 torch.zeros((), dtype=torch.int64), base.expand(2, 6, 10)):
+        _meta_matches(mode.from_real(real), real)
+
+
+def test_aliasing_inputs_share_fake_storage():
+    mode = FakeTensorMode()
+    base = torch.randn(4, 8)
+    a, b, c = base[0], base[1:], torch.randn(3)
+    fa, fb, fc = mode.from_real(a), mode.from_real(b), mode.from_real(c)
+    storage = lambda f: f._meta.untyped_storage()._cdata
+    assert storage(fa) == storage(fb) != storage(fc)
+    assert mode.from_real(a) is fa
+
+
+def test_ops_match_eager_static():
+    mode = FakeTensorMode()
+    x, w = torch.randn(3, 5), torch.randn(5, 4)
+    expected = torch.nn.functional.gelu(x @ w).transpose(0, 1).contiguous().sum(0, keepdim=True)
+    with mode:
+        fx, fw = mode.from_real(x), mode.from_real(w)
+        out = torch.nn.functional.gelu(fx @ fw).transpose(0, 1).contiguous().sum(0, keepdim=True)
+    _meta_matches(out, expected)
+
+
+def test_inplace_returns_same_fake():
+    mode = FakeTensorMode()
+    fx = mode.from_real(torch.randn(3))
+    assert fx.add_(1) is fx
+
+
+def test_autograd_on_fakes():
+    mode = FakeTensorMode()
+    w = torch.randn(4, 8, requires_grad=True)
+    fw = mode.from_real(w, "w", dynamic_dims=[0, 1])
+    (grad,) = torch.autograd.grad((fw.sin() * fw).sum(), fw)
+    assert isinstance(grad, FakeTensor)
+    assert [str(s) for s in grad.shape] == ["s0", "s1"]
+    (real_grad,) = torch.autograd.grad((w.sin() * w).sum(), w)
+    assert grad.stride() == (fw.shape[1], 1) and real_grad.stride() == (8, 1)
+
+
+def test_item_is_a_clear_error():
+    mode = FakeTensorMode()
+    fx = mode.from_real(torch.randn(3))
+    with pytest.raises(DataDependentOp, match="_local_scalar_dense"):
+        fx.sum().item()
+
+
+def test_real_tensor_input_is_a_clear_error():
+    mode = FakeTensorMode()
+    fx = mode.from_real(torch.randn(3))
+    with pytest.raises(RealTensorInput, match="from_real"):
+        fx + torch.randn(3)
+    lenient = FakeTensorMode(allow_non_fake_inputs=True)
+    out = lenient.from_real(torch.randn(3)) + torch.randn(3)
+    assert isinstance(out, FakeTensor)
+
+
+def test_missing_meta_kernel_names_the_op():
+    mode = FakeTensorMode()
+    fx = mode.from_real(torch.randn(5))
+    with pytest.raises(MissingMetaKernel, match="nonzero"):
+        torch.nonzero(fx)
+
+
+def test_factories_under_mode():
+    with FakeTensorMode():
+        z = torch.zeros(2, 3, dtype=torch.float16)
+        c = torch.tensor([1.0, 2.0])
+    _meta_matches(z, torch.zeros(2, 3, dtype=torch.float16))
+    assert torch.equal(c.constant, torch.tensor([1.0, 2.0]))

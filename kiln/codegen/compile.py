@@ -1,0 +1,87 @@
+"""One prim graph to one callable: the named passes of the code generator, in order.
+
+    lower (lowering.py) -> schedule (scheduler.py) -> print + build kernels (cpp.py / triton)
+    -> host program (host.py) -> link
+
+`KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
+program; every pass logs its name and time under `KILN_LOG=perf`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Sequence
+
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.host import HostProgram, link, plan_host
+from kiln.codegen.lowering import lower_graph
+from kiln.codegen.scheduler import schedule
+
+
+def _log_enabled(topic: str) -> bool:
+    return topic in os.environ.get("KILN_LOG", "").split(",")
+
+
+def _log(topic: str, title: str, text: str) -> None:
+    if _log_enabled(topic):
+        print(f"[kiln {topic}] {title}\n{text}", file=sys.stderr)
+
+
+class _Timer:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        _log("perf", f"pass {self.name}", f"{(time.perf_counter() - self.start) * 1e3:.1f} ms")
+
+
+def printer_for(device: str):
+    """The printer module for a device: C++ for CPU, Triton for CUDA (see ir.py's interface)."""
+    if device == "cpu":
+        from kiln.codegen import cpp
+        return cpp
+    from kiln.codegen import triton as triton_printer  # written on the same IR by the Triton engineer
+    return triton_printer
+
+
+def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`."""
+    from kiln.runtime import cache
+
+    key = cache.graph_key(gm, example_inputs)
+    hit = cache.load(key, gm)
+    if hit is not None:
+        return hit
+    with _Timer("lower"):
+        graph, constants = lower_graph(gm, example_inputs)
+    _log("kernels", "loop IR", str(graph))
+    with _Timer("schedule"):
+        sched = schedule(graph)
+    _log("kernels", "schedule", str(sched))
+    device = next((b.device for b in graph.buffers), "cpu")
+    printer = printer_for(device)
+    kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
+    buffers = graph.buffer_map()
+    with _Timer("codegen"):
+        module_source = printer.print_module(kernels, buffers) if kernels else ""
+        program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False))
+    _log("kernels", "kernel source", module_source)
+    _log("kernels", "host program", program.source)
+    with _Timer("build"):
+        fns = printer.build(kernels, buffers) if kernels else {}
+    call = link(program, fns, constants, binds)
+    if program.cacheable and device == "cpu":
+        cache.store(key, program, module_source, gm, constants)
+    return _boxed(call)
+
+
+def _boxed(call):
+    """The compiler contract: the callable takes the graph's inputs positionally."""
+    call.kiln_compiled = True
+    return call

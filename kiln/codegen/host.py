@@ -1,0 +1,198 @@
+"""The host program: generated, printable Python that allocates buffers, calls kernels and externs.
+
+`plan_host(graph, schedule, ...)` writes the source of one function `call(arg0, arg1, ...)`; all
+decisions are made here, once, so a call does no Python work beyond the generated lines:
+allocation (with buffers reused by liveness), one ctypes call per kernel, one call per extern.
+
+[Note: buffer reuse] A buffer's storage returns to a pool after its last reader; a later buffer of
+the same dtype, device and storage size takes it. An extern may return a view of its inputs, so
+its inputs live as long as its outputs; graph outputs and inputs are never reused.
+
+The source is self-contained apart from the names in `HostProgram.globals_spec` (kernels by name,
+extern ops by qualified name, constants by graph attribute), which is what lets the warm-start
+cache (`kiln.runtime.cache`) store and re-link it in another process.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.scheduler import Schedule
+
+_LITERAL_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.layout, torch.memory_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostProgram:
+    source: str                        # Python source defining `call`
+    kernels: tuple[tuple[str, int, int], ...]   # (name, #buffer args, #size args)
+    externs: tuple[tuple[str, Any], ...]          # (global name, op)
+    constants: tuple[str, ...]         # buffer names bound to graph constants
+    cacheable: bool                    # every global can be rebuilt in another process
+
+    def __str__(self):
+        return self.source
+
+
+def _py_index(e) -> str:
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    return str(e).replace("floor", "_floor")
+
+
+def _literal(v, binds: dict, state: dict) -> str:
+    if isinstance(v, ir.BufferArg):
+        return v.name
+    if isinstance(v, ir.SizeArg):
+        return _py_index(v.expr)
+    if isinstance(v, (list, tuple)):
+        inner = ", ".join(_literal(x, binds, state) for x in v)
+        return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return f"float('{v}')"
+    if isinstance(v, _LITERAL_TYPES):
+        return repr(v)
+    if isinstance(v, torch.device):
+        return f"torch.device({str(v)!r})"
+    name = f"_obj{len(binds)}"
+    binds[name] = v
+    state["cacheable"] = False
+    return name
+
+
+def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> tuple[HostProgram, dict]:
+    """The host program for `graph` as scheduled; also returns the non-serializable globals."""
+    buffers = graph.buffer_map()
+    steps = list(sched.steps)
+    inputs = [b for b in graph.inputs if b is not None]
+    param_names = [b if b is not None else f"_unused{i}" for i, b in enumerate(graph.inputs)]
+    constants = tuple(b.name for b in graph.buffers if b.name.startswith("const"))
+    outputs = {o for o in graph.outputs if isinstance(o, str)}
+    never_reuse = set(inputs) | set(constants) | outputs
+
+    def reads(step) -> list[str]:
+        if isinstance(step, ir.Kernel):
+            stored = {s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)}
+            return [a for a in step.buffer_args if a not in stored]
+        return [a.name for a in torch.utils._pytree.tree_leaves((step.args, [v for _, v in step.kwargs]))
+                if isinstance(a, ir.BufferArg)]
+
+    def writes(step) -> list[str]:
+        if isinstance(step, ir.Kernel):
+            return [s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)]
+        return [o for o in step.outputs if o is not None]
+
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        for b in reads(step) + writes(step):
+            last_use[b] = i
+    for b in never_reuse:
+        last_use[b] = len(steps)
+    for i in reversed(range(len(steps))):  # extern outputs may alias their inputs
+        if isinstance(steps[i], ir.ExternKernel):
+            end = max((last_use.get(o, i) for o in writes(steps[i])), default=i)
+            for b in reads(steps[i]):
+                last_use[b] = max(last_use.get(b, i), end)
+    for b in never_reuse:
+        last_use[b] = len(steps)
+
+    binds: dict[str, Any] = {}
+    state = {"cacheable": True}
+    externs: list[tuple[str, Any]] = []
+    lines = [f"def call({', '.join(param_names)}):"]
+    size_syms = sorted({s for b in graph.buffers for e in b.sizes + b.strides
+                        for s in sympy.sympify(e).free_symbols}, key=lambda s: s.name)
+    for sym in size_syms:  # bind each symbolic size from the first input dim that has it
+        for name in inputs:
+            sizes = buffers[name].sizes
+            if sym in sizes:
+                lines.append(f"    {sym} = {name}.shape[{list(sizes).index(sym)}]")
+                break
+    for name in inputs:
+        buf = buffers[name]
+        if all(sympy.sympify(s).is_number for s in buf.strides):
+            strides = tuple(int(s) for s in buf.strides)
+            lines.append(f"    if {name}.stride() != {strides!r}: {name} = _restride({name}, {strides!r})")
+    pool: dict[tuple, list[str]] = {}
+    for i, step in enumerate(steps):
+        if isinstance(step, ir.Kernel):
+            for b in writes(step):
+                if b in sched.local_buffers:
+                    continue
+                lines.append(_alloc(buffers[b], pool))
+            args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
+            args += [_py_index(s) for s in step.size_args]
+            lines.append(f"    {step.name}({', '.join(args)})")
+        else:
+            gname = f"_extern{len(externs)}"
+            externs.append((gname, step.op))
+            args = [_literal(a, binds, state) for a in step.args]
+            args += [f"{k}={_literal(v, binds, state)}" for k, v in step.kwargs]
+            outs = [o if o is not None else "_" for o in step.outputs]
+            call = f"{gname}({', '.join(args)})"
+            if len(outs) == 1:
+                lines.append(f"    {outs[0]} = _one({call})")
+            else:
+                lines.append(f"    {', '.join(outs)} = {call}")
+            for o in step.outputs:
+                if o is None:
+                    continue
+                buf = buffers[o]
+                if all(sympy.sympify(s).is_number for s in buf.strides):
+                    strides = tuple(int(s) for s in buf.strides)
+                    lines.append(f"    if {o}.stride() != {strides!r}: {o} = _restride({o}, {strides!r})")
+        for b in set(reads(step) + writes(step)):
+            if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
+                key = _storage_key(buffers[b])
+                pool.setdefault(key, []).append(b)
+    outs = [o if isinstance(o, str) else _literal(o, binds, state) for o in graph.outputs]
+    lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
+    program = HostProgram("\n".join(lines) + "\n",
+                          tuple((k.name, len(k.buffer_args), len(k.size_args)) for k in steps
+                                if isinstance(k, ir.Kernel)),
+                          tuple(externs), constants, state["cacheable"])
+    return program, binds
+
+
+def _storage_key(buf: ir.Buffer) -> tuple:
+    extent = sympy.Integer(1) + sum(((s - 1) * st for s, st in zip(buf.sizes, buf.strides)), sympy.Integer(0))
+    return (buf.dtype, buf.device, sympy.expand(extent))
+
+
+def _alloc(buf: ir.Buffer, pool: dict) -> str:
+    sizes = "(" + "".join(f"{_py_index(s)}, " for s in buf.sizes) + ")"
+    strides = "(" + "".join(f"{_py_index(s)}, " for s in buf.strides) + ")"
+    free = pool.get(_storage_key(buf))
+    if free:
+        old = free.pop()
+        return f"    {buf.name} = {old}.as_strided({sizes}, {strides})  # reuses {old}'s storage"
+    return (f"    {buf.name} = _empty({sizes}, {strides}, dtype={buf.dtype!r}, "
+            f"device={str(buf.device)!r})")
+
+
+def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
+
+
+def _one(result):
+    return result[0] if isinstance(result, (tuple, list)) else result
+
+
+def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | None = None):
+    """Make the `call` function: the generated source with kernels, externs and constants bound."""
+    import math
+    env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one,
+           "_floor": math.floor, "Mod": lambda a, b: a % b}
+    env.update(kernels)
+    env.update(dict(program.externs))
+    env.update(constants)
+    env.update(binds or {})
+    exec(compile(program.source, "<kiln host program>", "exec"), env)
+    return env["call"]

@@ -1,0 +1,447 @@
+"""Lowering: a prim- (or ATen-) level FX graph to the loop IR (`kiln.codegen.ir.Graph`).
+
+Each FX node is lowered by one function from `LOWERINGS`, keyed by the op's short name (`add`,
+`sum`, `reshape`, ...), so one rule serves `kiln_prims.add` and `aten.add` alike (prims are the
+strict special case: no promotion, no broadcasting). A rule returns a `TensorValue`: sizes, dtype
+and a scalar expression over the loop variables `x0..x{n-1}` — nothing is materialized yet. Views
+are index substitutions on that expression, pointwise ops wrap it, so chains of views and
+pointwise ops inline into their consumer for free. A value becomes a buffer (`realize`) when a
+reduction/scan produces it, an extern call needs it whole, it is a graph output, or several
+consumers would each recompute an expensive expression.
+
+Ops without a rule, and dtypes no printer handles (half, bfloat16, complex on CPU), become
+`ExternKernel`s that call the op eagerly on whole tensors: always correct, never fused.
+The rules live in `lowering_rules.py`; this module holds the machinery they use.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+import torch.fx
+
+from kiln.codegen import ir
+from kiln.codegen.ir import Constant, Load, Op, ScalarExpr, loop_var
+
+# Dtypes the loop printers compute in; anything else goes extern.
+KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+                           torch.uint8, torch.bool})
+
+# A multi-use pointwise value is recomputed in each consumer unless it is bigger than this.
+REALIZE_OPCOUNT = 24
+# ...or unless this many consumers would recompute it.
+REALIZE_USERS = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorValue:
+    """A tensor during lowering: element `x` is `expr` at loop variables x0..x{n-1}."""
+
+    sizes: tuple[sympy.Expr, ...]
+    dtype: torch.dtype
+    device: str
+    expr: ScalarExpr
+
+    @property
+    def ndim(self) -> int:
+        return len(self.sizes)
+
+
+LOWERINGS: dict[str, Callable] = {}
+
+
+def register(*names: str):
+    def wrap(fn):
+        for n in names:
+            LOWERINGS[n] = fn
+        return fn
+    return wrap
+
+
+class LoweringError(Exception):
+    """A rule met arguments it does not handle; the node falls back to an extern call."""
+
+
+def to_sympy(v: Any) -> sympy.Expr:
+    if isinstance(v, sympy.Basic):
+        return v
+    if isinstance(v, (bool, int)):
+        return sympy.Integer(int(v))
+    if isinstance(v, torch.SymInt):
+        node = v.node
+        expr = getattr(node, "expr", None)
+        if isinstance(expr, sympy.Basic):
+            return expr
+        hint = getattr(node, "hint", None)
+        if hint is not None:
+            return sympy.Integer(int(hint))
+        return sympy.Integer(int(v))
+    raise LoweringError(f"cannot use {v!r} as a size")
+
+
+def bind_arguments(target, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The call's arguments by schema name, defaults filled in (OpOverloads), else positional a0.."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        out = {f"a{i}": a for i, a in enumerate(args)}
+        out.update(kwargs)
+        return out
+    out = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args) and not arg.kwarg_only:
+            out[arg.name] = args[i]
+        elif arg.name in kwargs:
+            out[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            out[arg.name] = arg.default_value
+        else:
+            out[arg.name] = None
+    return out
+
+
+def op_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::", 1)[1]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::", 1)[1]
+    return getattr(target, "__name__", str(target))
+
+
+class LoweringContext:
+    """The state of lowering one graph: buffers and nodes emitted so far. Passed to every rule."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.buffers: dict[str, ir.Buffer] = {}
+        self.nodes: list[ir.Node] = []
+        self._count = 0
+
+    def new_name(self, prefix: str = "buf") -> str:
+        self._count += 1
+        return f"{prefix}{self._count - 1}"
+
+    def add_buffer(self, buf: ir.Buffer) -> ir.Buffer:
+        self.buffers[buf.name] = buf
+        return buf
+
+    def load_buffer(self, buf: ir.Buffer) -> TensorValue:
+        idx = [loop_var(k) for k in range(len(buf.sizes))]
+        return TensorValue(tuple(buf.sizes), buf.dtype, buf.device, Load(buf.name, buf.index(idx), buf.dtype))
+
+    def buffer_of(self, tv: TensorValue) -> ir.Buffer | None:
+        """The buffer `tv` reads whole, at its natural index, if it is one."""
+        e = tv.expr
+        if isinstance(e, Load) and not e.indirect and e.buffer in self.buffers:
+            buf = self.buffers[e.buffer]
+            if tuple(buf.sizes) == tuple(tv.sizes) and buf.dtype == tv.dtype:
+                idx = [loop_var(k) for k in range(len(buf.sizes))]
+                if sympy.expand(buf.index(idx) - e.index) == 0:
+                    return buf
+        return None
+
+    def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None) -> ir.Buffer:
+        """Materialize `tv` into a buffer (unless it already is one of the requested layout)."""
+        buf = self.buffer_of(tv)
+        if buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
+            return buf
+        strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
+        buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
+        self.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
+        return buf
+
+    def emit_reduction(self, tv: TensorValue, reduce_dims: Sequence[int], op: str,
+                       dtype: torch.dtype) -> TensorValue:
+        """Reduce `tv` over `reduce_dims` (result has the kept dims, in order)."""
+        kept = [d for d in range(tv.ndim) if d not in reduce_dims]
+        mapping = {loop_var(d): loop_var(k) for k, d in enumerate(kept)}
+        mapping.update({loop_var(d): ir.reduction_var(k) for k, d in enumerate(reduce_dims)})
+        expr = ir.subs_index(tv.expr, mapping)
+        ranges = tuple(tv.sizes[d] for d in kept)
+        body = ir.Reduction(ranges, tuple(tv.sizes[d] for d in reduce_dims), op, expr)
+        buf = self.add_buffer(ir.Buffer(self.new_name(), ranges, ir.contiguous_strides(ranges), dtype, tv.device))
+        self.nodes.append(ir.ComputedBuffer(buf.name, body))
+        return self.load_buffer(buf)
+
+    def emit_scan(self, tv: TensorValue, dim: int, op: str) -> TensorValue:
+        """Scan `tv` along `dim`; the result has `tv`'s shape."""
+        others = [d for d in range(tv.ndim) if d != dim]
+        mapping = {loop_var(d): loop_var(k) for k, d in enumerate(others)}
+        mapping[loop_var(dim)] = ir.reduction_var(0)
+        expr = ir.subs_index(tv.expr, mapping)
+        ranges = tuple(tv.sizes[d] for d in others)
+        # The scan's buffer has dims `others + (dim,)`; a view puts them back in tv's order.
+        sizes = ranges + (tv.sizes[dim],)
+        buf = self.add_buffer(ir.Buffer(self.new_name(), sizes, ir.contiguous_strides(sizes), tv.dtype, tv.device))
+        self.nodes.append(ir.ComputedBuffer(buf.name, ir.Scan(ranges, tv.sizes[dim], op, expr)))
+        loaded = self.load_buffer(buf)
+        order = others + [dim]
+        idx = [loop_var(d) for d in order]
+        return dataclasses.replace(loaded, sizes=tuple(tv.sizes),
+                                   expr=ir.subs_index(loaded.expr, {loop_var(k): idx[k] for k in range(len(idx))}))
+
+
+# ---------------------------------------------------------------------------- expression helpers
+
+def cast(e: ScalarExpr, dtype: torch.dtype) -> ScalarExpr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Constant):
+        return Constant(_py_value(e.value, dtype), dtype)
+    return Op("to_dtype", (e,), dtype)
+
+
+def _py_value(v, dtype):
+    if dtype == torch.bool:
+        return bool(v)
+    if dtype.is_floating_point:
+        return float(v)
+    return int(v)
+
+
+def constant(value, dtype: torch.dtype) -> Constant:
+    return Constant(_py_value(value, dtype), dtype)
+
+
+def floordiv(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+    if b == 1:
+        return a
+    return sympy.floor(a / b)
+
+
+def modulo(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+    if b == 1:
+        return sympy.Integer(0)
+    return sympy.Mod(a, b)
+
+
+def reindex(tv: TensorValue, new_sizes: Sequence[Any], old_index: Sequence[sympy.Expr]) -> TensorValue:
+    """A view: element x of the result is element `old_index(x)` of `tv`."""
+    mapping = {loop_var(k): e for k, e in enumerate(old_index)}
+    return dataclasses.replace(tv, sizes=tuple(map(to_sympy, new_sizes)), expr=ir.subs_index(tv.expr, mapping))
+
+
+def broadcast_to(tv: TensorValue, sizes: Sequence[sympy.Expr]) -> TensorValue:
+    sizes = tuple(map(to_sympy, sizes))
+    if tuple(tv.sizes) == sizes:
+        return tv
+    lead = len(sizes) - tv.ndim
+    if lead < 0:
+        raise LoweringError(f"cannot broadcast {tv.sizes} to {sizes}")
+    idx = []
+    for d, s in enumerate(tv.sizes):
+        idx.append(sympy.Integer(0) if (s == 1 and sizes[lead + d] != 1) else loop_var(lead + d))
+    return reindex(tv, sizes, idx)
+
+
+def reshape_index(old_sizes: Sequence[sympy.Expr], new_sizes: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+    """Old per-dim indices of a contiguous reshape, in terms of the new loop variables.
+
+    Dims are matched in groups of equal products, so merges and splits need div/mod only where
+    a group merges dims; a fully general reshape falls back to the flat index."""
+    old, new = list(old_sizes), list(new_sizes)
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        gi, gj = [i] if i < len(old) else [], [j] if j < len(new) else []
+        po = old[i] if i < len(old) else sympy.Integer(1)
+        pn = new[j] if j < len(new) else sympy.Integer(1)
+        i, j = i + bool(gi), j + bool(gj)
+        while po != pn:
+            if (po.is_number and pn.is_number and po < pn) or (not (po.is_number and pn.is_number) and i < len(old)
+                                                               and (j >= len(new) or len(gi) <= len(gj))):
+                if i >= len(old):
+                    return _flat_reshape(old, new)
+                gi.append(i); po = po * old[i]; i += 1
+            else:
+                if j >= len(new):
+                    return _flat_reshape(old, new)
+                gj.append(j); pn = pn * new[j]; j += 1
+            if len(gi) + len(gj) > 64:
+                return _flat_reshape(old, new)
+        groups.append((gi, gj))
+    out: list[sympy.Expr] = [sympy.Integer(0)] * len(old)
+    for gi, gj in groups:
+        flat = sympy.Integer(0)
+        for k in gj:
+            flat = flat * new[k] + loop_var(k)
+        stride = sympy.Integer(1)
+        for k in reversed(gi):
+            out[k] = modulo(floordiv(flat, stride), old[k]) if k != gi[0] else floordiv(flat, stride)
+            stride = stride * old[k]
+    return out
+
+
+def _flat_reshape(old, new):
+    flat = sympy.Integer(0)
+    for k, s in enumerate(new):
+        flat = flat * s + loop_var(k)
+    out, stride = [], sympy.Integer(1)
+    for s in reversed(old):
+        out.append(modulo(floordiv(flat, stride), s))
+        stride = stride * s
+    return list(reversed(out))
+
+
+def is_cheap(tv: TensorValue) -> bool:
+    return ir.op_count(tv.expr) <= REALIZE_OPCOUNT and len(ir.loads_of(tv.expr)) <= 4
+
+
+def unwrap_getitem(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+# ---------------------------------------------------------------------------- the graph driver
+
+def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dict[torch.fx.Node, Any]:
+    """Each node's output value (meta tensors suffice): from `node.meta['val']` when every node has
+    one, else by running the graph on meta copies of the inputs, else on the real inputs."""
+    nodes = [n for n in gm.graph.nodes if n.op not in ("output",)]
+    if all("val" in n.meta for n in nodes):
+        return {n: n.meta["val"] for n in nodes}
+
+    def to_meta(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return x
+
+    class Recorder(torch.fx.Interpreter):
+        def __init__(self, module, values):
+            super().__init__(module)
+            self.values = values
+
+        def run_node(self, n):
+            out = super().run_node(n)
+            self.values[n] = out
+            return out
+
+    values: dict = {}
+    try:
+        Recorder(gm, values).run(*[to_meta(x) for x in example_inputs])
+        return values
+    except Exception:  # an op without a meta kernel: run for real, once, on copies
+        values = {}
+        with torch.no_grad():
+            Recorder(gm, values).run(*[x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs])
+        return values
+
+
+def _device_of(values) -> str:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            return v.device.type if v.device.type != "meta" else "cpu"
+    return "cpu"
+
+
+def _is_dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some permutation of dims has contiguous strides."""
+    dims = sorted(range(t.dim()), key=lambda d: (t.stride()[d], t.shape[d]))
+    expected = 1
+    for d in dims:
+        if t.shape[d] != 1 and t.stride()[d] != expected:
+            return False
+        expected *= t.shape[d]
+    return True
+
+
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
+    """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name."""
+    from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
+    from kiln.codegen.lowering_reduce import extern_fallback
+
+    values = _node_values(gm, example_inputs)
+    device = _device_of(example_inputs)
+    ctx = LoweringContext(device)
+    env: dict[torch.fx.Node, Any] = {}
+    inputs: list[str | None] = []
+    constants: dict[str, torch.Tensor] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, example_inputs):
+        if isinstance(example, torch.Tensor):
+            buf = ctx.add_buffer(ir.Buffer(f"arg{len(inputs)}", tuple(map(to_sympy, example.shape)),
+                                           tuple(map(to_sympy, example.stride())), example.dtype,
+                                           example.device.type))
+            env[node] = ctx.load_buffer(buf)
+            inputs.append(buf.name)
+        else:
+            env[node] = example
+            inputs.append(None)
+
+    def arg(a):
+        return torch.fx.node.map_arg(a, lambda n: env[n])
+
+    output_node = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            continue
+        if node.op == "output":
+            output_node = node
+            break
+        if node.op == "get_attr":
+            value = getattr(gm, node.target) if "." not in node.target else _get_attr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                buf = ctx.add_buffer(ir.Buffer(f"const{len(constants)}", tuple(map(to_sympy, value.shape)),
+                                               tuple(map(to_sympy, value.stride())), value.dtype,
+                                               value.device.type))
+                constants[buf.name] = value
+                env[node] = ctx.load_buffer(buf)
+            else:
+                env[node] = value
+            continue
+        if node.op != "call_function":
+            raise LoweringError(f"kiln codegen lowers call_function nodes, got {node.op} {node.target}")
+        args, kwargs = arg(node.args), arg(node.kwargs)
+        if node.target is operator.getitem:
+            env[node] = args[0][args[1]]
+            continue
+        meta = values.get(node)
+        rule = LOWERINGS.get(op_name(node.target))
+        result = None
+        if rule is not None and _kernel_dtypes_ok(args, kwargs, meta):
+            try:
+                result = rule(ctx, meta, **bind_arguments(node.target, args, kwargs))
+            except LoweringError:
+                result = None
+        if result is None:
+            result = extern_fallback(ctx, node.target, args, kwargs, meta)
+        if isinstance(result, TensorValue) and _should_realize(node, result):
+            result = ctx.load_buffer(ctx.realize(result))
+        env[node] = result
+
+    outputs = []
+    for out_node, value in zip(_flat_outputs(output_node.args[0]), arg(_flat_outputs(output_node.args[0]))):
+        if isinstance(value, TensorValue):
+            meta = values.get(out_node) if isinstance(out_node, torch.fx.Node) else None
+            strides = meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
+            outputs.append(ctx.realize(value, strides).name)
+        else:
+            outputs.append(value)
+    graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs))
+    return graph, constants
+
+
+def _get_attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _flat_outputs(out) -> list:
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def _kernel_dtypes_ok(args, kwargs, meta) -> bool:
+    tensors = [v for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, TensorValue)]
+    metas = [v for v in torch.utils._pytree.tree_leaves(meta) if isinstance(v, torch.Tensor)]
+    return all(t.dtype in KERNEL_DTYPES for t in tensors) and all(m.dtype in KERNEL_DTYPES for m in metas)
+
+
+def _should_realize(node: torch.fx.Node, tv: TensorValue) -> bool:
+    users = len(node.users)
+    if users <= 1 or isinstance(tv.expr, (Load, Constant)) and not getattr(tv.expr, "indirect", ()):
+        return False
+    return not is_cheap(tv) or (users >= REALIZE_USERS and ir.op_count(tv.expr) > 2)

@@ -1,0 +1,215 @@
+"""Lowering rules for reductions, scans and indexing, and the extern fallback.
+
+Reductions always realize (a `Reduction` node into a fresh buffer); `keepdim` and dtype are views
+and casts on top. Gathers (embedding, index_select, gather, index with tensors) become indirect
+loads, so they fuse into their consumers. Every op with no rule runs as an `ExternKernel`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.ir import Load, Op, indirect_var, loop_var
+from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
+                                   register, reindex, to_sympy)
+from kiln.codegen.lowering_rules import _dims, _out, _value
+
+# ---------------------------------------------------------------------------- reductions
+
+REDUCTIONS = {"sum": "sum", "amax": "max", "amin": "min", "prod": "prod", "any": "any", "all": "all",
+              "max": "max", "min": "min"}
+
+
+def _keepdim(ctx, tv: TensorValue, meta, ndim_in: int, dims: list[int]) -> TensorValue:
+    m = _out(meta)
+    out = tuple(map(to_sympy, m.shape))
+    if len(out) == tv.ndim:
+        return tv
+    idx = [loop_var(k) for k in range(len(out)) if k not in dims]  # kept dims, in order
+    return reindex(tv, out, idx)
+
+
+def _reduce(name: str):
+    op = REDUCTIONS[name]
+
+    def rule(ctx: LoweringContext, meta, **kw):
+        x = kw.get("a", kw.get("self"))
+        if isinstance(meta, (tuple, list)) or not isinstance(x, TensorValue) or kw.get("other") is not None:
+            raise LoweringError("multi-output or non-tensor reduction")
+        dims = kw.get("dims", kw.get("dim"))
+        if name in ("max", "min") and dims is None and "dim" in kw and kw["dim"] is None:
+            dims = None
+        dims = _dims(dims, x.ndim)
+        if x.ndim == 0:
+            return _value(meta, cast(x.expr, _out(meta).dtype))
+        m = _out(meta)
+        compute = m.dtype
+        if op in ("any", "all"):
+            expr = cast(x.expr, torch.bool)
+        else:
+            expr = cast(x.expr, compute)
+        red = ctx.emit_reduction(TensorValue(x.sizes, compute, x.device, expr), dims, op, compute)
+        return _keepdim(ctx, red, meta, x.ndim, dims)
+    return rule
+
+
+for _n in REDUCTIONS:
+    register(_n)(_reduce(_n))
+
+
+@register("mean")
+def mean(ctx, meta, self=None, dim=None, keepdim=False, dtype=None, **_):
+    m = _out(meta)
+    dims = _dims(dim, self.ndim)
+    if not dims or self.ndim == 0:
+        return _value(meta, cast(self.expr, m.dtype))
+    count = ir.product(self.sizes[d] for d in dims)
+    red = ctx.emit_reduction(TensorValue(self.sizes, m.dtype, self.device, cast(self.expr, m.dtype)), dims,
+                             "sum", m.dtype)
+    if not count.is_number:
+        raise LoweringError("mean over a symbolic count")
+    expr = Op("truediv", (red.expr, constant(int(count), m.dtype)), m.dtype)
+    return _keepdim(ctx, TensorValue(red.sizes, m.dtype, red.device, expr), meta, self.ndim, dims)
+
+
+@register("var")
+def var(ctx, meta, a=None, self=None, dims=None, dim=None, correction=None, unbiased=None, keepdim=False, **_):
+    x = a if a is not None else self
+    m = _out(meta)
+    if m.dtype not in (torch.float32, torch.float64):
+        raise LoweringError("var of a non-float")
+    dims = _dims(dims if dims is not None else dim, x.ndim)
+    if correction is None:
+        correction = 1 if unbiased in (None, True) else 0
+    count = ir.product(x.sizes[d] for d in dims)
+    if not count.is_number:
+        raise LoweringError("var over a symbolic count")
+    src = TensorValue(x.sizes, m.dtype, x.device, cast(x.expr, m.dtype))
+    m2 = ctx.emit_reduction(src, dims, "welford_m2", m.dtype)
+    denom = max(int(count) - correction, 0)
+    expr = Op("truediv", (m2.expr, constant(denom, m.dtype)), m.dtype)
+    return _keepdim(ctx, TensorValue(m2.sizes, m.dtype, m2.device, expr), meta, x.ndim, dims)
+
+
+def _arg_reduce(op):
+    def rule(ctx, meta, self=None, dim=None, keepdim=False, **_):
+        x = self
+        if dim is None:
+            flat = TensorValue((ir.product(x.sizes),), x.dtype, x.device, x.expr)
+            from kiln.codegen.lowering import reshape_index
+            flat = reindex(x, flat.sizes, reshape_index(x.sizes, flat.sizes)) if x.ndim != 1 else x
+            red = ctx.emit_reduction(flat, [0], op, torch.int64)
+            return _keepdim(ctx, red, meta, 1, [0]) if _out(meta).dim() == 0 else _value(meta, red.expr)
+        dims = _dims(dim, x.ndim)
+        if x.ndim == 0:
+            return _value(meta, constant(0, torch.int64))
+        red = ctx.emit_reduction(x, dims, op, torch.int64)
+        return _keepdim(ctx, red, meta, x.ndim, dims)
+    return rule
+
+
+register("argmax")(_arg_reduce("argmax"))
+register("argmin")(_arg_reduce("argmin"))
+
+
+# ---------------------------------------------------------------------------- scans
+
+SCANS = {"cumsum": "cumsum", "cumprod": "cumprod", "logcumsumexp": "logcumsumexp"}
+
+
+def _scan(name):
+    def rule(ctx, meta, a=None, self=None, dim=0, dtype=None, **_):
+        x = a if a is not None else self
+        m = _out(meta)
+        if x.ndim == 0:
+            return _value(meta, cast(x.expr, m.dtype))
+        tv = TensorValue(x.sizes, m.dtype, x.device, cast(x.expr, m.dtype))
+        return ctx.emit_scan(tv, dim % x.ndim, SCANS[name])
+    return rule
+
+
+for _n in SCANS:
+    register(_n)(_scan(_n))
+
+
+# ---------------------------------------------------------------------------- indexing
+
+def _wrap(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
+    """Negative indices count from the end (as eager)."""
+    e = cast(e, torch.int64)
+    neg = Op("lt", (e, constant(0, torch.int64)), torch.bool)
+    return Op("where", (neg, Op("add", (e, ir.IndexValue(size)), torch.int64), e), torch.int64)
+
+
+def _gather_load(table: TensorValue, dim: int, index_expr: ir.ScalarExpr, other_index: list) -> ir.ScalarExpr:
+    """Read `table` at `other_index` with dim `dim` replaced by the value of `index_expr`."""
+    t = indirect_var(0)
+    shifted = ir.subs_index(table.expr, {loop_var(k): (t if k == dim else other_index[k])
+                                         for k in range(table.ndim)})
+    if not isinstance(shifted, Load) or shifted.indirect or ir.loads_of(index_expr) and any(
+            ld.indirect for ld in ir.loads_of(index_expr)):
+        raise LoweringError("gather from a computed table or nested gather")
+    return Load(shifted.buffer, shifted.index, shifted.dtype, ((t, _wrap(index_expr, table.sizes[dim])),))
+
+
+@register("embedding")
+def embedding(ctx, meta, weight=None, indices=None, **_):
+    m = _out(meta)
+    table = ctx.load_buffer(ctx.realize(weight))
+    n = indices.ndim
+    index_expr = indices.expr  # over x0..x{n-1}
+    return _value(meta, _gather_load(table, 0, index_expr, [None, loop_var(n)]))
+
+
+@register("index_select")
+def index_select(ctx, meta, self=None, dim=0, index=None, **_):
+    table = ctx.load_buffer(ctx.realize(self))
+    dim = dim % max(self.ndim, 1)
+    index_expr = ir.subs_index(index.expr, {loop_var(0): loop_var(dim)})
+    return _value(meta, _gather_load(table, dim, index_expr, [loop_var(k) for k in range(self.ndim)]))
+
+
+@register("gather")
+def gather(ctx, meta, self=None, dim=0, index=None, **_):
+    table = ctx.load_buffer(ctx.realize(self))
+    dim = dim % max(self.ndim, 1)
+    if self.ndim == 0:
+        raise LoweringError("gather on a 0-dim tensor")
+    return _value(meta, _gather_load(table, dim, index.expr, [loop_var(k) for k in range(self.ndim)]))
+
+
+# ---------------------------------------------------------------------------- extern calls
+
+def _extern_arg(ctx: LoweringContext, a):
+    if isinstance(a, TensorValue):
+        return ir.BufferArg(ctx.realize(a).name)
+    if isinstance(a, torch.SymInt):
+        return ir.SizeArg(to_sympy(a))
+    if isinstance(a, (list, tuple)):
+        return type(a)(_extern_arg(ctx, x) for x in a)
+    return a
+
+
+def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
+    """Run `target` eagerly on whole tensors; its outputs become buffers of the meta's layout."""
+    call_args = tuple(_extern_arg(ctx, a) for a in args)
+    call_kwargs = tuple((k, _extern_arg(ctx, v)) for k, v in kwargs.items())
+    flat = list(meta) if isinstance(meta, (tuple, list)) else [meta]
+    names, values = [], []
+    for m in flat:
+        if isinstance(m, torch.Tensor):
+            dev = m.device.type if m.device.type != "meta" else ctx.device
+            buf = ctx.add_buffer(ir.Buffer(ctx.new_name(), tuple(map(to_sympy, m.shape)),
+                                           tuple(map(to_sympy, m.stride())), m.dtype, dev))
+            names.append(buf.name)
+            values.append(ctx.load_buffer(buf))
+        elif m is None:
+            names.append(None)
+            values.append(None)
+        else:
+            raise LoweringError(f"extern {target} returns {type(m).__name__}, which kiln cannot hold in a buffer")
+    ctx.nodes.append(ir.ExternKernel(tuple(names), target, call_args, call_kwargs))
+    return tuple(values) if isinstance(meta, (tuple, list)) else values[0]

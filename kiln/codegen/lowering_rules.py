@@ -1,0 +1,324 @@
+"""The lowering rules: one function per op name, registered in `lowering.LOWERINGS`.
+
+A rule gets the lowering context, the node's output value (a meta/fake tensor: sizes, dtype) and
+the op's arguments by schema name; it returns a `TensorValue` (or a tuple of them). Names cover
+kiln's prims and their ATen namesakes; prims are strict (same dtype and shape), ATen ops promote
+and broadcast, and the rules below do both by casting to the output's dtype and broadcasting to
+its shape. A rule raises `LoweringError` for arguments it does not handle; the node then runs as
+an extern call (`extern_fallback`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.ir import Constant, IndexValue, Load, Op, loop_var
+from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
+                                   register, reindex, reshape_index, to_sympy)
+
+# ---------------------------------------------------------------------------- elementwise
+
+UNARY = ("neg abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh "
+         "asinh acosh atanh erf erfc erfinv lgamma digamma sigmoid reciprocal floor ceil round trunc sign "
+         "bitwise_not relu frac").split()
+UNARY_TO_BOOL = "isnan isinf isfinite signbit logical_not".split()
+BINARY = {n: n for n in ("add sub mul pow atan2 maximum minimum hypot copysign nextafter fmod remainder "
+                         "bitwise_and bitwise_or bitwise_xor").split()}
+BINARY.update({"shift_left": "left_shift", "shift_right": "right_shift", "bitwise_left_shift": "left_shift",
+               "bitwise_right_shift": "right_shift", "floor_divide": "floordiv"})
+COMPARE = {n: n for n in "eq ne lt le gt ge logical_and logical_or logical_xor".split()}
+
+
+def _out(meta) -> torch.Tensor:
+    if not isinstance(meta, torch.Tensor):
+        raise LoweringError("expected a tensor result")
+    return meta
+
+
+def _operand(x, dtype: torch.dtype, sizes) -> Any:
+    """A tensor or Python number as a scalar expression of `dtype`, broadcast to `sizes`."""
+    if isinstance(x, TensorValue):
+        return cast(broadcast_to(x, sizes).expr, dtype)
+    if isinstance(x, (bool, int, float)):
+        return constant(x, dtype)
+    raise LoweringError(f"unsupported operand {type(x).__name__}")
+
+
+def _common_dtype(values) -> torch.dtype:
+    tensors = [v for v in values if isinstance(v, TensorValue)]
+    dims = [v for v in tensors if v.ndim > 0]
+    pool = dims or tensors
+    dtype = pool[0].dtype
+    for v in pool[1:]:
+        dtype = torch.promote_types(dtype, v.dtype)
+    scalars = [v for v in values if isinstance(v, (bool, int, float)) and not isinstance(v, TensorValue)]
+    for s in scalars:  # weak scalars move only across categories (int -> float)
+        if isinstance(s, float) and not dtype.is_floating_point:
+            dtype = torch.get_default_dtype()
+        elif isinstance(s, int) and not isinstance(s, bool) and dtype == torch.bool:
+            dtype = torch.int64
+    if len(dims) < len(tensors):  # 0-dim tensors act like weak scalars of their category
+        for v in tensors:
+            if v.ndim == 0 and v.dtype.is_floating_point and not dtype.is_floating_point:
+                dtype = v.dtype
+    return dtype
+
+
+def _value(meta, expr) -> TensorValue:
+    m = _out(meta)
+    return TensorValue(tuple(map(to_sympy, m.shape)), m.dtype, m.device.type, expr)
+
+
+def _unary(name):
+    def rule(ctx, meta, **kw):
+        m = _out(meta)
+        x = kw.get("a", kw.get("self"))
+        compute = m.dtype if m.dtype != torch.bool or name in ("bitwise_not",) else x.dtype
+        sizes = tuple(map(to_sympy, m.shape))
+        op_name = "logical_not" if name == "bitwise_not" and m.dtype == torch.bool else name
+        if name == "relu":
+            e = _operand(x, compute, sizes)
+            return _value(meta, Op("maximum", (e, constant(0, compute)), compute))
+        if name == "abs" and compute == torch.bool:
+            return _value(meta, _operand(x, compute, sizes))
+        return _value(meta, Op(op_name, (_operand(x, compute, sizes),), m.dtype))
+    return rule
+
+
+def _unary_to_bool(name):
+    def rule(ctx, meta, **kw):
+        x = kw.get("a", kw.get("self"))
+        sizes = tuple(map(to_sympy, _out(meta).shape))
+        arg = _operand(x, torch.bool if name == "logical_not" else x.dtype, sizes)
+        return _value(meta, Op(name, (arg,), torch.bool))
+    return rule
+
+
+def _binary(name, scalar_op):
+    def rule(ctx, meta, **kw):
+        m = _out(meta)
+        a, b = kw.get("a", kw.get("self")), kw.get("b", kw.get("other"))
+        if b is None:
+            b = kw.get("exponent")
+        if a is None and "self" in kw:
+            raise LoweringError("missing operand")
+        sizes = tuple(map(to_sympy, m.shape))
+        ea, eb = _operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)
+        alpha = kw.get("alpha")
+        if alpha not in (None, 1):
+            eb = Op("mul", (eb, constant(alpha, m.dtype)), m.dtype)
+        if m.dtype == torch.bool and scalar_op in ("add", "mul", "maximum", "minimum"):
+            scalar_op_b = {"add": "logical_or", "mul": "logical_and", "maximum": "logical_or",
+                           "minimum": "logical_and"}[scalar_op]
+            return _value(meta, Op(scalar_op_b, (ea, eb), m.dtype))
+        return _value(meta, Op(scalar_op, (ea, eb), m.dtype))
+    return rule
+
+
+def _compare(name):
+    def rule(ctx, meta, **kw):
+        a, b = kw.get("a", kw.get("self")), kw.get("b", kw.get("other"))
+        sizes = tuple(map(to_sympy, _out(meta).shape))
+        dtype = torch.bool if name.startswith("logical") else _common_dtype([a, b])
+        return _value(meta, Op(name, (_operand(a, dtype, sizes), _operand(b, dtype, sizes)), torch.bool))
+    return rule
+
+
+for _n in UNARY:
+    register(_n)(_unary(_n))
+for _n in UNARY_TO_BOOL:
+    register(_n)(_unary_to_bool(_n))
+for _n, _op in BINARY.items():
+    register(_n)(_binary(_n, _op))
+for _n, _op in COMPARE.items():
+    register(_n)(_compare(_n))
+
+
+@register("div")
+def div(ctx, meta, a=None, b=None, self=None, other=None, rounding_mode=None, **_):
+    m = _out(meta)
+    a, b = (a if a is not None else self), (b if b is not None else other)
+    sizes = tuple(map(to_sympy, m.shape))
+    if rounding_mode is None and not m.dtype.is_floating_point:
+        # a prim `div` on integers truncates (C division)
+        ea, eb = _operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)
+        return _value(meta, Op("truediv", (ea, eb), m.dtype))
+    if rounding_mode is None:
+        return _value(meta, Op("truediv", (_operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)), m.dtype))
+    if rounding_mode == "floor":
+        return _value(meta, Op("floordiv", (_operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)), m.dtype))
+    if not m.dtype.is_floating_point:
+        return _value(meta, Op("truediv", (_operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)), m.dtype))
+    q = Op("truediv", (_operand(a, m.dtype, sizes), _operand(b, m.dtype, sizes)), m.dtype)
+    return _value(meta, Op("trunc", (q,), m.dtype))
+
+
+@register("where")
+def where(ctx, meta, pred=None, a=None, b=None, condition=None, self=None, other=None, **_):
+    m = _out(meta)
+    cond = pred if pred is not None else condition
+    a, b = (a if a is not None else self), (b if b is not None else other)
+    sizes = tuple(map(to_sympy, m.shape))
+    return _value(meta, Op("where", (_operand(cond, torch.bool, sizes), _operand(a, m.dtype, sizes),
+                                     _operand(b, m.dtype, sizes)), m.dtype))
+
+
+@register("convert_element_type", "_to_copy", "clone", "contiguous", "alias", "lift_fresh_copy", "to")
+def convert(ctx, meta, **kw):
+    m = _out(meta)
+    x = kw.get("a", kw.get("self"))
+    if not isinstance(x, TensorValue):
+        raise LoweringError("convert of a non-tensor")
+    if m.device.type != x.device:
+        raise LoweringError("device copy")
+    return _value(meta, cast(broadcast_to(x, tuple(map(to_sympy, m.shape))).expr, m.dtype))
+
+
+@register("clamp")
+def clamp(ctx, meta, self=None, min=None, max=None, **_):
+    m = _out(meta)
+    sizes = tuple(map(to_sympy, m.shape))
+    e = _operand(self, m.dtype, sizes)
+    if min is not None:
+        e = Op("maximum", (e, _operand(min, m.dtype, sizes)), m.dtype)
+    if max is not None:
+        e = Op("minimum", (e, _operand(max, m.dtype, sizes)), m.dtype)
+    return _value(meta, e)
+
+
+# ---------------------------------------------------------------------------- views
+
+def _dims(d, ndim) -> list[int]:
+    if d is None:
+        return list(range(ndim))
+    if isinstance(d, int):
+        d = [d]
+    return sorted({(x + ndim) % ndim if ndim else 0 for x in d})
+
+
+@register("broadcast_in_dim")
+def broadcast_in_dim(ctx, meta, a=None, shape=None, broadcast_dimensions=None, **_):
+    shape = tuple(map(to_sympy, shape))
+    idx = []
+    for k, d in enumerate(broadcast_dimensions):
+        idx.append(sympy.Integer(0) if (a.sizes[k] == 1 and shape[d] != 1) else loop_var(d))
+    return reindex(a, shape, idx)
+
+
+@register("expand")
+def expand(ctx, meta, self=None, size=None, **_):
+    return broadcast_to(self, tuple(map(to_sympy, _out(meta).shape)))
+
+
+@register("permute", "transpose", "t", "numpy_T")
+def permute(ctx, meta, self=None, a=None, dims=None, dim0=None, dim1=None, permutation=None, **_):
+    x = self if self is not None else a
+    dims = dims if dims is not None else permutation
+    n = x.ndim
+    if dims is None:
+        dims = list(range(n))
+        if n >= 2:
+            d0, d1 = (dim0 % n, dim1 % n) if dim0 is not None else (0, 1)
+            dims[d0], dims[d1] = dims[d1], dims[d0]
+    dims = [d % n for d in dims]
+    idx = [None] * n
+    for k, d in enumerate(dims):
+        idx[d] = loop_var(k)
+    return reindex(x, [x.sizes[d] for d in dims], idx)
+
+
+@register("view", "reshape", "_unsafe_view", "_reshape_alias", "view_copy", "flatten", "unflatten")
+def reshape(ctx, meta, **kw):
+    x = kw.get("self", kw.get("a"))
+    new = tuple(map(to_sympy, _out(meta).shape))
+    if tuple(x.sizes) == new:
+        return x
+    return reindex(x, new, reshape_index(x.sizes, new))
+
+
+@register("unsqueeze", "squeeze")
+def squeeze_like(ctx, meta, **kw):
+    x = kw.get("self", kw.get("a"))
+    new = tuple(map(to_sympy, _out(meta).shape))
+    return reindex(x, new, reshape_index(x.sizes, new))
+
+
+@register("slice")
+def slice_(ctx, meta, self=None, a=None, dim=0, start=None, end=None, step=1, **_):
+    x = self if self is not None else a
+    if x is None:
+        raise LoweringError("slice without a tensor")
+    dim = dim % x.ndim
+    size = x.sizes[dim]
+    if not size.is_number:
+        raise LoweringError("slice of a symbolic dim")
+    start, _, step = slice(start, end, step).indices(int(size))
+    idx = [loop_var(k) for k in range(x.ndim)]
+    idx[dim] = start + step * loop_var(dim)
+    return reindex(x, tuple(map(to_sympy, _out(meta).shape)), idx)
+
+
+@register("select")
+def select(ctx, meta, self=None, dim=0, index=0, **_):
+    dim = dim % self.ndim
+    size = self.sizes[dim]
+    if not isinstance(index, int):
+        raise LoweringError("symbolic select index")
+    if index < 0:
+        index = index + size
+    idx = [loop_var(k if k < dim else k - 1) for k in range(self.ndim)]
+    idx[dim] = to_sympy(index)
+    return reindex(self, tuple(map(to_sympy, _out(meta).shape)), idx)
+
+
+@register("as_strided")
+def as_strided(ctx, meta, self=None, size=None, stride=None, storage_offset=None, **_):
+    buf = ctx.buffer_of(self)
+    if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
+        buf = ctx.realize(self)
+    offset = to_sympy(storage_offset or 0)
+    index = buf.offset + offset + sum((loop_var(k) * to_sympy(s) for k, s in enumerate(stride)), sympy.Integer(0))
+    return TensorValue(tuple(map(to_sympy, size)), self.dtype, self.device, Load(buf.name, index, buf.dtype))
+
+
+# ---------------------------------------------------------------------------- creation
+
+@register("full", "full_like", "scalar_tensor", "new_full", "fill")
+def full(ctx, meta, **kw):
+    m = _out(meta)
+    value = None
+    for key in ("fill_value", "value", "s"):
+        if key in kw:
+            value = kw[key]
+    if isinstance(value, TensorValue):
+        if value.ndim != 0:
+            raise LoweringError("fill with a non-scalar tensor")
+        return _value(meta, cast(broadcast_to(value, tuple(map(to_sympy, m.shape))).expr, m.dtype))
+    if not isinstance(value, (bool, int, float)):
+        raise LoweringError("fill value is not a number")
+    return _value(meta, constant(value, m.dtype))
+
+
+def _constant_rule(v):
+    def rule(ctx, meta, **kw):
+        return _value(meta, constant(v, _out(meta).dtype))
+    return rule
+
+
+for _n, _v in {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "ones": 1, "ones_like": 1, "new_ones": 1}.items():
+    register(_n)(_constant_rule(_v))
+
+
+@register("iota", "arange")
+def iota(ctx, meta, start=0, step=1, end=None, **kw):
+    m = _out(meta)
+    if m.dim() != 1 or not all(isinstance(v, (int, float)) for v in (start, step)):
+        raise LoweringError("iota arguments")
+    if m.dtype.is_floating_point:
+        scaled = Op("mul", (cast(IndexValue(loop_var(0)), m.dtype), constant(step, m.dtype)), m.dtype)
+        return _value(meta, Op("add", (constant(start, m.dtype), scaled), m.dtype))
+    return _value(meta, cast(IndexValue(start + step * loop_var(0)), m.dtype))

@@ -1,0 +1,321 @@
+"""The scheduler: fuse the lowered graph's nodes into kernels (`ir.Kernel`), in execution order.
+
+Walks `ir.Graph.nodes` in order and grows one fusion group at a time. A group is one loop nest:
+outer ranges `O` and, once a reduction joins, inner ranges `I`. A node joins the current group when
+its iteration space fits (a pointwise node covers `O` or `O x I` element for element; a reduction
+covers `O` over `I`) and every read of a buffer made inside the group is at exactly the index
+where that buffer was written (checked on the index expressions in the kernel's variables), and a
+read of a reduction comes in a later stage. That gives vertical fusion (producer into consumer),
+horizontal fusion (siblings over one space), and reductions fused with their producers and
+consumers: softmax is one kernel of three stages (max, sum of exp, normalize).
+
+Every refusal is recorded as a `WhyNoFuse(group, node, reason)`. Inside a group, buffers no one
+reads outside it stay kernel-local values (`Assign` / accumulators), never touching memory.
+Externs and scans end the current group (scans run as kernels of their own).
+
+[Note: the stage model] A kernel runs, per outer index, its stages in order. A node in the last
+stage of the same kind joins it unless it reads a reduction finished in that stage; else a new
+stage begins. Reduction results live at the outer scope, so any later stage reads them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.ir import Accumulate, Assign, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
+from kiln.codegen.lowering import reshape_index
+
+
+@dataclasses.dataclass(frozen=True)
+class WhyNoFuse:
+    group: tuple[str, ...]     # buffers of the group that refused
+    node: str                  # the buffer of the node that did not join
+    reason: str
+
+    def __str__(self):
+        return f"cannot fuse {self.node} into [{', '.join(self.group)}]: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The scheduler's output: kernels and externs in order, and every refused fusion."""
+
+    steps: tuple            # ir.Kernel | ir.ExternKernel
+    refused: tuple[WhyNoFuse, ...]
+    local_buffers: frozenset[str]   # buffers that never reach memory
+
+    def __str__(self):
+        lines = [str(s) for s in self.steps]
+        lines += [f"# {w}" for w in self.refused]
+        return "\n".join(lines)
+
+
+def _kernel_vars(outer: Sequence, inner: Sequence | None) -> list[sympy.Symbol]:
+    return [loop_var(k) for k in range(len(outer))] + [reduction_var(k) for k in range(len(inner or ()))]
+
+
+def _space_map(ranges: Sequence, target: Sequence, target_vars: Sequence[sympy.Symbol]) -> dict | None:
+    """Node loop vars -> expressions in `target_vars`, when the node's space is `target`'s, element
+    for element (same numel, row-major order)."""
+    if sympy.simplify(ir.product(ranges) - ir.product(target)) != 0:
+        return None
+    if list(ranges) == list(target):
+        return {loop_var(k): target_vars[k] for k in range(len(ranges))}
+    old = reshape_index(list(ranges), list(target))   # node dims in terms of target's x0..
+    rename = {loop_var(k): v for k, v in enumerate(target_vars)}
+    return {loop_var(k): sympy.sympify(e).xreplace(rename) for k, e in enumerate(old)}
+
+
+@dataclasses.dataclass
+class _Placed:
+    node: ir.ComputedBuffer
+    kind: str                 # "once" | "inner"
+    mapping: dict             # node's loop vars -> kernel vars
+    store_index: sympy.Expr   # where the node writes, in kernel vars
+    stage: int = 0
+
+
+class _Planner:
+    def __init__(self, graph: ir.Graph):
+        self.buffers = graph.buffer_map()
+        self.outputs = {o for o in graph.outputs if isinstance(o, str)}
+        self.readers: dict[str, set[int]] = {}
+        for i, node in enumerate(graph.nodes):
+            for name in _reads(node):
+                self.readers.setdefault(name, set()).add(i)
+        self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+
+    def place(self, nodes: list[ir.ComputedBuffer], outer, inner) -> list[_Placed] | str:
+        """Stage the group, or say why it cannot be one kernel."""
+        kvars = _kernel_vars(outer, inner)
+        outer_vars, inner_vars = kvars[:len(outer)], kvars[len(outer):]
+        placed: dict[str, _Placed] = {}
+        stages: list[tuple[str, set[str]]] = []   # (kind, reductions finished in that stage)
+        out = []
+        for node in nodes:
+            body, buf = node.body, self.buffers[node.buffer]
+            if isinstance(body, ir.Reduction):
+                if inner is None:
+                    return "a reduction needs an inner loop"
+                m1 = _space_map(body.ranges, outer, outer_vars)
+                m2 = _space_map(body.reduction_ranges, inner, inner_vars)
+                if m1 is None or m2 is None:
+                    return f"reduction space {list(body.ranges)} over {list(body.reduction_ranges)} differs"
+                m2 = {reduction_var(k): m2[loop_var(k)] for k in range(len(body.reduction_ranges))}
+                mapping, kind = {**m1, **m2}, "inner"
+                store = buf.index([m1[loop_var(k)] for k in range(len(body.ranges))])
+            elif isinstance(body, ir.Pointwise):
+                mapping = _space_map(body.ranges, outer, outer_vars)
+                kind = "once"
+                if mapping is None and inner is not None:
+                    mapping, kind = _space_map(body.ranges, list(outer) + list(inner), kvars), "inner"
+                if mapping is None:
+                    return f"iteration space {list(body.ranges)} differs from {list(outer) + list(inner or [])}"
+                store = buf.index([mapping[loop_var(k)] for k in range(len(body.ranges))])
+            else:
+                return "scans run as kernels of their own"
+            need_new_stage = not stages or stages[-1][0] != kind
+            for ld in ir.loads_of(body.expr):
+                producer = placed.get(ld.buffer)
+                if producer is None:
+                    continue
+                index = sympy.sympify(ld.index).xreplace(mapping)
+                if ld.indirect or sympy.expand(index - producer.store_index) != 0:
+                    return f"reads {ld.buffer} at {index}, which the group writes at {producer.store_index}"
+                if isinstance(producer.node.body, ir.Reduction) and stages and ld.buffer in stages[-1][1]:
+                    need_new_stage = True
+            if need_new_stage:
+                stages.append((kind, set()))
+            if isinstance(body, ir.Reduction):
+                stages[-1][1].add(node.buffer)
+            p = _Placed(node, kind, mapping, store, len(stages) - 1)
+            placed[node.buffer] = p
+            out.append(p)
+        return out
+
+    def is_local(self, p: _Placed, group: list[_Placed]) -> bool:
+        """Does `p`'s buffer stay inside the kernel?"""
+        name = p.node.buffer
+        if name in self.outputs:
+            return False
+        members = {self.position[id(q.node)]: q for q in group}
+        for reader in self.readers.get(name, ()):
+            q = members.get(reader)
+            if q is None:
+                return False
+            if isinstance(p.node.body, ir.Pointwise) and p.kind == "inner" and q.stage != p.stage:
+                return False
+        return True
+
+
+def _reads(node: ir.Node) -> set[str]:
+    if isinstance(node, ir.ComputedBuffer):
+        return {ld.buffer for ld in ir.loads_of(node.body.expr)}
+    names = set()
+    for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs])):
+        if isinstance(a, ir.BufferArg):
+            names.add(a.name)
+    return names
+
+
+def _space(node: ir.ComputedBuffer):
+    body = node.body
+    if isinstance(body, ir.Reduction):
+        return tuple(body.ranges), tuple(body.reduction_ranges)
+    if isinstance(body, ir.Scan):
+        return tuple(body.ranges), (body.scan_range,)
+    return tuple(body.ranges), None
+
+
+def schedule(graph: ir.Graph) -> Schedule:
+    """Fuse `graph` into kernels; see the module docstring for the rules."""
+    planner = _Planner(graph)
+    steps: list = []
+    refused: list[WhyNoFuse] = []
+    local: set[str] = set()
+    group: list[ir.ComputedBuffer] = []
+    space: tuple = ((), None)
+    plan: list[_Placed] = []
+
+    def flush():
+        nonlocal group, plan
+        if group:
+            kernel, locals_ = _emit_kernel(kernel_name(), plan, space, planner)
+            steps.append(kernel)
+            local.update(locals_)
+        group, plan = [], []
+
+    def kernel_name():
+        return f"kernel{sum(isinstance(s, ir.Kernel) for s in steps)}"
+
+    for node in graph.nodes:
+        # An extern or scan that reads nothing of the open group runs before it; the group stays open.
+        independent = not (_reads(node) & {n.buffer for n in group})
+        if isinstance(node, ir.ExternKernel):
+            if not independent:
+                flush()
+            steps.append(node)
+            continue
+        if isinstance(node.body, ir.Scan):
+            if not independent:
+                refused.append(WhyNoFuse(tuple(n.buffer for n in group), node.buffer,
+                                         "scans run as kernels of their own"))
+                flush()
+            steps.append(_scan_kernel(kernel_name(), node, planner))
+            continue
+        outer, inner = _space(node)
+        if group:
+            candidates = [space]
+            if space[1] is None and inner is not None:
+                candidates = [(outer, inner)]       # a reduction turns a pointwise group into its inner loop
+            result = None
+            for cand in candidates:
+                result = planner.place(group + [node], *cand)
+                if not isinstance(result, str):
+                    space = cand
+                    break
+            if not isinstance(result, str):
+                group.append(node)
+                plan = result
+                continue
+            refused.append(WhyNoFuse(tuple(n.buffer for n in group), node.buffer, result))
+            flush()
+        space = (outer, inner)
+        group = [node]
+        result = planner.place(group, outer, inner)
+        assert not isinstance(result, str), result
+        plan = result
+    flush()
+    return Schedule(tuple(steps), tuple(refused), frozenset(local))
+
+
+def _localize(expr, local_vars: dict[str, torch.dtype]):
+    def fn(e):
+        if isinstance(e, Load) and e.buffer in local_vars:
+            return Var(e.buffer, e.dtype)
+        return e
+    return ir.map_expr(expr, fn)
+
+
+def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
+    outer, inner = space
+    emitted: list[tuple[str, list]] = []
+    locals_: set[str] = set()
+    in_scope: dict[str, torch.dtype] = {}     # readable as Var in every later stage
+    stage_scope: dict[str, torch.dtype] = {}  # readable as Var in the current inner stage only
+    pending: list[Store] = []                 # reduction results to store once their stage ends
+    current = -1
+    for p in plan:
+        if p.stage != current:
+            if pending and p.kind != "once":
+                emitted.append(("once", pending))
+                emitted.append((p.kind, []))
+            else:
+                emitted.append((p.kind, list(pending)))
+            pending, stage_scope, current = [], {}, p.stage
+        body_list = emitted[-1][1]
+        buf = planner.buffers[p.node.buffer]
+        body = p.node.body
+        expr = _localize(ir.subs_index(body.expr, p.mapping), {**in_scope, **stage_scope})
+        is_local = planner.is_local(p, plan)
+        if is_local:
+            locals_.add(buf.name)
+        if isinstance(body, ir.Reduction):
+            body_list.append(Accumulate(buf.name, body.op, expr))
+            in_scope[buf.name] = buf.dtype
+            if not is_local:
+                pending.append(Store(buf.name, p.store_index, Var(buf.name, buf.dtype)))
+        else:
+            body_list.append(Assign(buf.name, expr))
+            (in_scope if p.kind == "once" else stage_scope)[buf.name] = buf.dtype
+            if not is_local:
+                body_list.append(Store(buf.name, p.store_index, Var(buf.name, buf.dtype)))
+    if pending:
+        emitted.append(("once", pending))
+    stages = tuple(Stage(tuple(inner) if kind == "inner" else (), tuple(body)) for kind, body in emitted)
+    return _finish(name, tuple(outer), stages, tuple(p.node.buffer for p in plan)), locals_
+
+
+def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Kernel:
+    """A scan's buffer has dims `ranges + (scan axis,)`, walked by x... and r0."""
+    body: ir.Scan = node.body
+    buf = planner.buffers[node.buffer]
+    index = buf.index([loop_var(k) for k in range(len(body.ranges))] + [reduction_var(0)])
+    stage = Stage((body.scan_range,), (ScanAccumulate(buf.name, body.op, body.expr),
+                                       Store(buf.name, index, Var(buf.name, buf.dtype))))
+    return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
+
+
+def _finish(name: str, ranges, stages, origins) -> ir.Kernel:
+    args: list[str] = []
+    sizes: set[sympy.Symbol] = set()
+
+    def note(index, buffer=None):
+        if buffer is not None and buffer not in args:
+            args.append(buffer)
+        sizes.update(s for s in sympy.sympify(index).free_symbols if not ir.is_loop_var(s))
+
+    for r in ranges:
+        note(r)
+    for st in stages:
+        for r in st.reduction_ranges:
+            note(r)
+        for s in st.body:
+            exprs = [s.expr]
+            if isinstance(s, Store):
+                note(s.index, s.buffer)
+            for e in exprs:
+                for sub in ir.walk(e):
+                    if isinstance(sub, Load):
+                        note(sub.index, sub.buffer)
+                    elif isinstance(sub, ir.IndexValue):
+                        note(sub.index)
+    # outputs last for readability: inputs (only loaded) first
+    stored = {s.buffer for st in stages for s in st.body if isinstance(s, Store)}
+    ordered = [a for a in args if a not in stored] + [a for a in args if a in stored]
+    return ir.Kernel(name, tuple(ranges), tuple(stages), tuple(ordered),
+                     tuple(sorted(sizes, key=lambda s: s.name)), tuple(origins))

@@ -1,0 +1,117 @@
+"""The warm start: compiled graphs on disk, so a second process skips lowering, codegen and g++.
+
+An entry is keyed by (graph code, input metadata, kiln/torch versions, device) and holds the host
+program's source, the kernel module's source (its library is cached by source hash in
+`cpp_build`), and how to re-link both: kernels by name and arity, extern ops by qualified name,
+constants by graph attribute. Only graphs whose host program is fully serializable are stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Sequence
+
+import torch
+
+from kiln.runtime.cpp_build import cache_dir
+
+FORMAT = 1
+
+
+def _versions() -> str:
+    import kiln
+    return f"kiln={getattr(kiln, '__version__', '0')} torch={torch.__version__} format={FORMAT}"
+
+
+def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    h = hashlib.sha256()
+    h.update(_versions().encode())
+    h.update(gm.code.encode())
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            h.update(repr((x.dtype, x.device.type, tuple(x.shape), x.stride())).encode())
+        else:
+            h.update(repr((type(x).__name__, x)).encode())
+    for name, value in sorted(gm.named_buffers()) + sorted(gm.named_parameters()):
+        h.update(repr((name, value.dtype, tuple(value.shape), value.stride())).encode())
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            v = _attr(gm, node.target)
+            if isinstance(v, torch.Tensor):
+                h.update(repr((node.target, v.dtype, tuple(v.shape), v.stride())).encode())
+    return h.hexdigest()[:32]
+
+
+def _attr(gm, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _path(key: str) -> str:
+    folder = os.path.join(cache_dir(), "graphs")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{key}.json")
+
+
+def _op_name(op) -> str | None:
+    if isinstance(op, torch._ops.OpOverload):
+        ns, rest = op._schema.name.split("::", 1)
+        return f"{ns}::{rest}.{op._overloadname}"
+    return None
+
+
+def _resolve_op(name: str):
+    ns, rest = name.split("::", 1)
+    packet, overload = rest.rsplit(".", 1)
+    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+
+def store(key: str, program, module_source: str, gm: torch.fx.GraphModule, constants: dict) -> None:
+    externs = [(g, _op_name(op)) for g, op in program.externs]
+    if any(n is None for _, n in externs):
+        return
+    targets = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            for cname, value in constants.items():
+                if _attr(gm, node.target) is value:
+                    targets[cname] = node.target
+    if set(targets) != set(constants):
+        return
+    entry = {"host": program.source, "module": module_source, "kernels": program.kernels,
+             "externs": externs, "constants": targets}
+    tmp = _path(key) + f".{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(entry, f)
+    os.replace(tmp, _path(key))
+
+
+def load(key: str, gm: torch.fx.GraphModule):
+    """The linked callable for `key`, or None when it is not cached (or cannot be re-linked)."""
+    if os.environ.get("KILN_DISABLE_CACHE"):
+        return None
+    path = _path(key)
+    if not os.path.exists(path):
+        return None
+    from kiln.codegen.host import HostProgram, link
+    from kiln.runtime.cpp_build import load_library
+    try:
+        with open(path) as f:
+            entry = json.load(f)
+        fns = {}
+        if entry["kernels"]:
+            lib = load_library(entry["module"])
+            fns = {name: lib.function(name, n_ptr, n_int) for name, n_ptr, n_int in entry["kernels"]}
+        externs = tuple((g, _resolve_op(n)) for g, n in entry["externs"])
+        constants = {c: _attr(gm, t) for c, t in entry["constants"].items()}
+        program = HostProgram(entry["host"], tuple(map(tuple, entry["kernels"])), externs,
+                              tuple(constants), True)
+        call = link(program, fns, constants)
+        call.kiln_compiled = True
+        call.kiln_warm = True
+        return call
+    except Exception:  # a stale or partial entry: compile afresh
+        return None

@@ -18,6 +18,16 @@ from kiln.prims.ops import ops as p
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+           torch.bfloat16, torch.float32, torch.float64, torch.complex32, torch.complex64, torch.complex128)
+# torch.promote_types is an ATen op (it would reach the evaluator's mode); tabulate it once here.
+_PROMOTE = {(a, b): torch.promote_types(a, b) for a in _DTYPES for b in _DTYPES}
+
+
+def promote_types(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    return _PROMOTE[(a, b)]
+
+
 class Promotion(enum.Enum):
     DEFAULT = "default"            # result dtype of the operands
     INT_TO_FLOAT = "int_to_float"  # integers and bool compute in the default float dtype
@@ -54,11 +64,11 @@ def _combine(higher, lower):
     if _category(higher) == 3:
         return higher
     if _category(lower) == 3:
-        return torch.promote_types(higher, lower) if higher.is_floating_point else lower
+        return promote_types(higher, lower) if higher.is_floating_point else lower
     if _category(higher) == 2:
         return higher
     if higher == torch.bool or _category(lower) == 2:
-        return torch.promote_types(higher, lower)
+        return promote_types(higher, lower)
     return higher
 
 
@@ -67,12 +77,12 @@ def result_dtype(*args) -> torch.dtype:
     for a in args:
         if isinstance(a, torch.Tensor):
             if a.ndim > 0:
-                dim_t = a.dtype if dim_t is None else torch.promote_types(dim_t, a.dtype)
+                dim_t = a.dtype if dim_t is None else promote_types(dim_t, a.dtype)
             else:
-                zero_t = a.dtype if zero_t is None else torch.promote_types(zero_t, a.dtype)
+                zero_t = a.dtype if zero_t is None else promote_types(zero_t, a.dtype)
         elif a is not None:
             d = scalar_dtype(a)
-            scalar_t = d if scalar_t is None else torch.promote_types(scalar_t, d)
+            scalar_t = d if scalar_t is None else promote_types(scalar_t, d)
     return _combine(dim_t, _combine(zero_t, scalar_t))
 
 

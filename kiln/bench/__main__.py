@@ -1,0 +1,134 @@
+"""`kiln bench` and `python -m kiln.bench`: the command line of the benchmark harness.
+
+Parses the flags, expands them into cases (suite x model x mode x precision x compiler), runs
+them through `kiln.bench.harness` and prints and writes the results through `kiln.bench.report`.
+The default is the demo: the built-in zoo at its bench size, CPU, infer, fp32, with eager,
+inductor and kiln.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kiln.bench.case import Case
+from kiln.bench.compilers import COMPILERS, get_compiler
+from kiln.bench.harness import run_all
+from kiln.bench.report import SUMMARY_COLUMNS, ResultFiles, summary, text_table
+from kiln.bench.suites import SUITES
+
+MODES, PRECISIONS = ("infer", "train"), ("fp32", "bf16")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kiln bench",
+        description="Benchmark compilers against eager PyTorch: each (model, mode, precision, compiler) "
+                    "runs in its own process; rows report status, median step time, speedup, cold/warm "
+                    "compile seconds, peak memory, graphs and breaks. Writes JSON lines and a markdown "
+                    "summary under --out.",
+        epilog="example (GPU): kiln bench --device cuda --suite hf,timm --precisions bf16 --modes infer,train")
+    p.add_argument("--suite", default="zoo", help=f"comma list of suites: {','.join(SUITES)} (default zoo)")
+    p.add_argument("--models", default=None, help="comma list of model names (default: every model of the suites)")
+    p.add_argument("--compilers", default="eager,inductor,kiln",
+                   help=f"comma list: {','.join(COMPILERS)}, or package.module:function (default eager,inductor,kiln)")
+    p.add_argument("--modes", default="infer", help="comma list of infer,train (default infer)")
+    p.add_argument("--precisions", default="fp32", help="comma list of fp32,bf16 (bf16 = autocast; default fp32)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps of each, eager and compiled (default 20)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per case process (default 600)")
+    p.add_argument("--size", default="bench", choices=("test", "bench"), help="zoo model size (default bench)")
+    p.add_argument("--batch", type=int, default=None, help="override every model's batch size")
+    p.add_argument("--no-warm", dest="warm", action="store_false",
+                   help="skip the second process that measures the warm (cached) compile time")
+    p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
+    p.add_argument("--list", action="store_true", help="list suites, models and compilers, then exit")
+    return p
+
+
+def split(value: str, allowed: tuple[str, ...] | None, flag: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if allowed is not None and v not in allowed]
+    if bad or not items:
+        raise SystemExit(f"kiln bench: {flag} {value!r}: choose from {','.join(allowed or ())}")
+    return items
+
+
+def build_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
+    """The cases the flags ask for, and notes on what was left out (missing packages, unknown names)."""
+    suites = split(args.suite, tuple(SUITES), "--suite")
+    compilers = split(args.compilers, None, "--compilers")
+    for name in compilers:
+        try:
+            get_compiler(name)
+        except ValueError as e:
+            raise SystemExit(f"kiln bench: {e}")
+    modes, precisions = split(args.modes, MODES, "--modes"), split(args.precisions, PRECISIONS, "--precisions")
+    wanted = set(split(args.models, None, "--models")) if args.models else None
+    if not args.device.startswith(("cpu", "cuda")):
+        raise SystemExit(f"kiln bench: --device {args.device!r}: choose cpu or cuda")
+    cases, notes, found = [], [], set()
+    for suite_name in suites:
+        suite = SUITES[suite_name]
+        missing = suite.missing()
+        if missing:
+            notes.append(f"skipped: {missing}")
+            continue
+        for name in suite.models():
+            if wanted is not None and name not in wanted:
+                continue
+            found.add(name)
+            for mode in modes:
+                for precision in precisions:
+                    for compiler in compilers:
+                        cases.append(Case(suite_name, name, mode, precision, compiler, args.device, args.steps,
+                                          args.warmup, args.batch, args.size))
+    for name in sorted((wanted or set()) - found):
+        notes.append(f"skipped: no model {name!r} in suites {','.join(suites)}")
+    return cases, notes
+
+
+def list_everything() -> None:
+    for name, suite in SUITES.items():
+        missing = suite.missing()
+        print(f"suite {name}" + (f"  ({missing})" if missing else ""))
+        if not missing:
+            for model in suite.models().values():
+                print(f"  {model.name:28s} {model.description}")
+    print("compilers")
+    for c in COMPILERS.values():
+        print(f"  {c.name:28s} {c.description}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    if args.list:
+        list_everything()
+        return 0
+    if args.steps < 1:
+        raise SystemExit("kiln bench: --steps must be at least 1 (20 or more for published figures)")
+    cases, notes = build_cases(args)
+    for note in notes:
+        print(f"kiln bench: {note}", file=sys.stderr)
+    if not cases:
+        print("kiln bench: nothing to run", file=sys.stderr)
+        return 1
+    files = ResultFiles(args.out, args.device, split(args.suite, tuple(SUITES), "--suite"), argv)
+    rows = run_all(cases, args.timeout, warm=args.warm, on_row=files.add_row)
+    files.write_markdown(rows, notes + [f"{args.steps} timed steps after {args.warmup} warm-up steps; "
+                                        f"zoo size {args.size}; per-case timeout {args.timeout:g} s"])
+    print()
+    print(text_table(rows))
+    print()
+    print(text_table(summary(rows), SUMMARY_COLUMNS))
+    for row in rows:
+        if row.get("error"):
+            print(f"  {row['model']} {row['mode']} {row['precision']} {row['compiler']}: {row['status']}: "
+                  f"{row['error']}")
+    print(f"\nwrote {files.jsonl}\n      {files.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The accuracy rule of PyTorch's benchmark harness (`same`), applied to kiln's benchmark rows.
+
+A compiled result passes against eager when every tensor is allclose at the suite tolerance;
+a floating tensor that is not passes still when its RMSE against a float64 eager run is at most
+`multiplier` times eager's own RMSE against that run (plus tol/10), with multiplier 2 for fp32
+and 3 for bf16/fp16 results. Integer and bool tensors must match exactly. Hands on a `Verdict`
+that says which leaf failed and by how much, so a fail_accuracy row is actionable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+# Tolerances per (suite, mode, precision), as PyTorch's harness sets them per suite: looser for
+# training (gradients sum many terms) and for bf16.
+TOLERANCE = {
+    ("zoo", "infer", "fp32"): 1e-4, ("zoo", "train", "fp32"): 1e-3,
+    ("hf", "infer", "fp32"): 1e-3, ("hf", "train", "fp32"): 1e-2,
+    ("timm", "infer", "fp32"): 1e-3, ("timm", "train", "fp32"): 1e-2,
+}
+BF16_TOLERANCE = {"infer": 1e-2, "train": 4e-2}
+
+
+def tolerance(suite: str, mode: str, precision: str) -> float:
+    if precision == "bf16":
+        return BF16_TOLERANCE[mode]
+    return TOLERANCE.get((suite, mode, precision), 1e-3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    detail: str = ""   # for a failure: which leaf, max abs difference, the RMSEs compared
+
+
+def flatten(value: Any) -> list[Any]:
+    """The leaves of a model output or a list of results: tensors and Python scalars, in order.
+    Dicts (transformers' ModelOutput among them) are walked in key order."""
+    if isinstance(value, dict):
+        return [leaf for key in value for leaf in flatten(value[key])]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in flatten(v)]
+    return [value]
+
+
+def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return math.sqrt(torch.mean(torch.square(a.double() - b.double())).item())
+
+
+def same(ref: Any, res: Any, fp64_ref: Any = None, *, tol: float = 1e-4) -> Verdict:
+    """Does `res` (compiled) match `ref` (eager), with `fp64_ref` (eager in float64) as arbiter?"""
+    ref_leaves, res_leaves = flatten(ref), flatten(res)
+    fp64_leaves = flatten(fp64_ref) if fp64_ref is not None else [None] * len(ref_leaves)
+    if len(ref_leaves) != len(res_leaves):
+        return Verdict(False, f"eager gave {len(ref_leaves)} results, compiled gave {len(res_leaves)}")
+    if len(fp64_leaves) != len(ref_leaves):
+        return Verdict(False, f"the float64 run gave {len(fp64_leaves)} results, eager {len(ref_leaves)}")
+    for i, (a, b, c) in enumerate(zip(ref_leaves, res_leaves, fp64_leaves)):
+        verdict = _same_leaf(a, b, c, tol)
+        if not verdict.ok:
+            return Verdict(False, f"result {i}: {verdict.detail}")
+    return Verdict(True)
+
+
+def _same_leaf(ref: Any, res: Any, fp64: Any, tol: float) -> Verdict:
+    if not isinstance(ref, torch.Tensor):
+        if isinstance(res, torch.Tensor):
+            return Verdict(False, f"eager gave {type(ref).__name__}, compiled a tensor")
+        if isinstance(ref, float) and isinstance(res, float):
+            return Verdict(math.isclose(ref, res, rel_tol=tol, abs_tol=tol), f"{ref!r} vs {res!r}")
+        return Verdict(ref == res, f"{ref!r} vs {res!r}")
+    if not isinstance(res, torch.Tensor):
+        return Verdict(False, f"eager gave a tensor, compiled {type(res).__name__}")
+    if ref.shape != res.shape:
+        return Verdict(False, f"shape {tuple(res.shape)}, eager's is {tuple(ref.shape)}")
+    if ref.dtype != res.dtype:
+        return Verdict(False, f"dtype {res.dtype}, eager's is {ref.dtype}")
+    if not (ref.is_floating_point() or ref.is_complex()):
+        return Verdict(torch.equal(ref, res), "integer results differ")
+    if torch.allclose(ref, res, atol=tol, rtol=tol, equal_nan=True):
+        return Verdict(True)
+    max_diff = (ref.double() - res.double()).abs().max().item()
+    if fp64 is None:
+        return Verdict(False, f"not allclose at tol {tol:g} (max abs diff {max_diff:.3g}) and no float64 run")
+    multiplier = 3.0 if res.dtype in (torch.float16, torch.bfloat16) else 2.0
+    ref_error, res_error = rmse(fp64, ref), rmse(fp64, res)
+    ok = res_error <= multiplier * ref_error + tol / 10.0
+    return Verdict(ok, f"max abs diff {max_diff:.3g}; RMSE vs float64: compiled {res_error:.3g}, "
+                       f"eager {ref_error:.3g} (limit {multiplier:g}x + {tol / 10:g})")

@@ -1,0 +1,154 @@
+"""Benchmark output: the terminal table, geomean speedups per compiler, JSON lines, markdown.
+
+Owns the formats; the rows come from `kiln.bench.harness`. The JSON lines file starts with one
+`{"type": "run", ...}` record (command line, date, versions, device) followed by one
+`{"type": "row", ...}` per case, written as each case finishes. The markdown summary repeats the
+command line so a committed result says how it was made.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+from typing import Iterable
+
+import torch
+
+COLUMNS = (  # (header, row key, format)
+    ("model", "model", "{}"), ("mode", "mode", "{}"), ("prec", "precision", "{}"),
+    ("compiler", "compiler", "{}"), ("status", "status", "{}"),
+    ("eager ms", "eager_ms", "{:.2f}"), ("ms", "ms", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+    ("cold s", "cold_compile_s", "{:.1f}"), ("warm s", "warm_compile_s", "{:.1f}"),
+    ("peak MB", "peak_mem_mb", "{:.0f}"), ("eager MB", "eager_peak_mem_mb", "{:.0f}"),
+    ("graphs", "graphs", "{}"), ("breaks", "graph_breaks", "{}"),
+)
+
+
+def cell(row: dict, key: str, fmt: str) -> str:
+    value = row.get(key)
+    return "-" if value is None else fmt.format(value)
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per (compiler, mode, precision): pass count, geomean speedup over passing rows, mean
+    cold and warm compile seconds over passing rows."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["compiler"], row["mode"], row["precision"]), []).append(row)
+    out = []
+    for (compiler, mode, precision), group in groups.items():
+        passing = [r for r in group if r["status"] == "pass"]
+        statuses = {}
+        for r in group:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        out.append({"compiler": compiler, "mode": mode, "precision": precision,
+                    "passed": f"{len(passing)}/{len(group)}",
+                    "statuses": ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+                    "geomean_speedup": geomean(r.get("speedup") for r in passing),
+                    "mean_cold_s": _mean(r.get("cold_compile_s") for r in passing),
+                    "mean_warm_s": _mean(r.get("warm_compile_s") for r in passing)})
+    return out
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+SUMMARY_COLUMNS = (("compiler", "compiler", "{}"), ("mode", "mode", "{}"), ("prec", "precision", "{}"),
+                   ("passed", "passed", "{}"), ("geomean speedup", "geomean_speedup", "{:.2f}x"),
+                   ("mean cold s", "mean_cold_s", "{:.1f}"), ("mean warm s", "mean_warm_s", "{:.1f}"),
+                   ("statuses", "statuses", "{}"))
+
+
+def text_table(rows: list[dict], columns=COLUMNS) -> str:
+    cells = [[header for header, _, _ in columns]] + [[cell(r, k, f) for _, k, f in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict], columns=COLUMNS) -> str:
+    lines = ["| " + " | ".join(h for h, _, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r, k, f) for _, k, f in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def errors_of(rows: list[dict]) -> list[str]:
+    return [f"- {r['model']} {r['mode']} {r['precision']} {r['compiler']}: **{r['status']}**: {r['error']}"
+            for r in rows if r.get("error")]
+
+
+def environment(device: str) -> dict:
+    env = {"python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
+           "cpu_count": os.cpu_count(), "device": device}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    else:
+        env["cpu"] = platform.processor() or platform.machine()
+    return env
+
+
+class ResultFiles:
+    """`<out>/<date>_<device>_<suites>.jsonl` and `.md`; rows are appended as they finish."""
+
+    def __init__(self, out_dir: str, device: str, suites: list[str], argv: list[str]):
+        os.makedirs(out_dir, exist_ok=True)
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        stem = f"{self.started:%Y%m%d-%H%M%S}_{device.replace(':', '')}_{'+'.join(suites)}"
+        self.jsonl = os.path.join(out_dir, stem + ".jsonl")
+        self.markdown = os.path.join(out_dir, stem + ".md")
+        self.command = "kiln bench " + " ".join(shlex.quote(a) for a in argv)
+        self.env = environment(device)
+        with open(self.jsonl, "w") as f:
+            f.write(json.dumps({"type": "run", "command": self.command, "argv": argv,
+                                "started": self.started.isoformat(), **self.env}) + "\n")
+
+    def add_row(self, row: dict) -> None:
+        with open(self.jsonl, "a") as f:
+            f.write(json.dumps({"type": "row", **row}) + "\n")
+
+    def write_markdown(self, rows: list[dict], notes: list[str]) -> None:
+        env = ", ".join(f"{k} {v}" for k, v in self.env.items())
+        text = [f"# kiln bench: {self.started:%Y-%m-%d %H:%M} UTC", "",
+                f"Command: `{self.command}`", "", f"Environment: {env}", "",
+                "## Summary (geomean speedup over eager, passing rows only)", "",
+                markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
+        errors = errors_of(rows)
+        if errors:
+            text += ["## Failures and not-yet rows", ""] + errors + [""]
+        text += ["## How these figures are made", ""] + [f"- {n}" for n in notes + METHOD] + [""]
+        with open(self.markdown, "w") as f:
+            f.write("\n".join(text))
+
+
+METHOD = [
+    "each case runs in its own process; ms is the median of the compiled steps, eager ms the median "
+    "of eager steps interleaved with them, after warm-up; speedup = eager ms / ms",
+    "cold s = first compiled call (compile included) minus a steady step, in a process with empty "
+    "on-disk caches; warm s = the same in a second process that finds the caches the first filled",
+    "peak MB: on CUDA, max allocated during one steady step (compiled; eager MB for eager); on CPU, "
+    "the growth of the process's peak RSS over the built model, up to the end of the timed steps "
+    "(it includes the compiler's own memory)",
+    "accuracy (PyTorch's `same`): allclose at the suite tolerance, else RMSE against a float64 eager "
+    "run at most 2x (fp32) / 3x (bf16) eager's RMSE; train compares the loss and every parameter's "
+    "gradient; train runs with dropout probabilities set to 0 so that runs are comparable",
+    "train = forward + loss + backward, no optimizer step; bf16 = autocast; infer runs under no_grad",
+    "graphs: graphs handed to the compiler's backend; breaks: torch.compile's counter for inductor, "
+    "graphs - 1 for kiln (1 when nothing was captured)",
+]

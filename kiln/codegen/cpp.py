@@ -155,6 +155,18 @@ class _IndexPrinter(C99CodePrinter):
         a, b = expr.args
         return f"(({self._print(a)}) % ({self._print(b)}))"
 
+    def _print_Max(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"std::max<int64_t>({out}, {self._print(a)})"
+        return out
+
+    def _print_Min(self, expr):
+        out = self._print(expr.args[0])
+        for a in expr.args[1:]:
+            out = f"std::min<int64_t>({out}, {self._print(a)})"
+        return out
+
     def _print_Integer(self, expr):
         return f"{int(expr)}L" if abs(int(expr)) > 2**31 - 1 else str(int(expr))
 

@@ -124,6 +124,8 @@ class LoweringContext:
         return f"{prefix}{self._count - 1}"
 
     def add_buffer(self, buf: ir.Buffer) -> ir.Buffer:
+        if buf.device == "meta":  # values traced on meta tensors run on the graph's device
+            buf = dataclasses.replace(buf, device=self.device)
         self.buffers[buf.name] = buf
         return buf
 

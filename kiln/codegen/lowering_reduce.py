@@ -95,8 +95,8 @@ def var(ctx, meta, a=None, self=None, dims=None, dim=None, correction=None, unbi
 
 
 def _arg_reduce(op):
-    def rule(ctx, meta, self=None, dim=None, keepdim=False, **_):
-        x = self
+    def rule(ctx, meta, self=None, a=None, dim=None, keepdim=False, **_):
+        x = self if self is not None else a
         if dim is None:
             flat = TensorValue((ir.product(x.sizes),), x.dtype, x.device, x.expr)
             from kiln.codegen.lowering import reshape_index
@@ -144,15 +144,35 @@ def _wrap(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
     return Op("where", (neg, Op("add", (e, ir.IndexValue(size)), torch.int64), e), torch.int64)
 
 
-def _gather_load(table: TensorValue, dim: int, index_expr: ir.ScalarExpr, other_index: list) -> ir.ScalarExpr:
-    """Read `table` at `other_index` with dim `dim` replaced by the value of `index_expr`."""
-    t = indirect_var(0)
-    shifted = ir.subs_index(table.expr, {loop_var(k): (t if k == dim else other_index[k])
-                                         for k in range(table.ndim)})
-    if not isinstance(shifted, Load) or shifted.indirect or ir.loads_of(index_expr) and any(
-            ld.indirect for ld in ir.loads_of(index_expr)):
+def _gather_load(table: TensorValue, dim, index_expr, other_index: list) -> ir.ScalarExpr:
+    """Read `table` at `other_index` with dim(s) `dim` replaced by the value(s) of `index_expr`."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    exprs = [index_expr] if isinstance(dim, int) else list(index_expr)
+    syms = {d: indirect_var(k) for k, d in enumerate(dims)}
+    shifted = ir.subs_index(table.expr, {loop_var(k): syms.get(k, other_index[k]) for k in range(table.ndim)})
+    if not isinstance(shifted, Load) or shifted.indirect or any(ld.indirect for e in exprs for ld in ir.loads_of(e)):
         raise LoweringError("gather from a computed table or nested gather")
-    return Load(shifted.buffer, shifted.index, shifted.dtype, ((t, _wrap(index_expr, table.sizes[dim])),))
+    binds = tuple((syms[d], _wrap(e, table.sizes[d])) for d, e in zip(dims, exprs))
+    return Load(shifted.buffer, shifted.index, shifted.dtype, binds)
+
+
+@register("index")
+def index(ctx, meta, a=None, self=None, indices=None, **_):
+    """Advanced indexing by tensors on leading consecutive dims (the common case)."""
+    x = a if a is not None else self
+    if not indices or any(i is None for i in indices) or not all(isinstance(i, TensorValue) for i in indices):
+        raise LoweringError("index with None or non-leading index tensors")
+    if any(i.dtype == torch.bool for i in indices):
+        raise LoweringError("boolean mask indexing")
+    m = _out(meta)
+    out = tuple(map(to_sympy, m.shape))
+    k = len(indices)
+    bnd = len(out) - (x.ndim - k)
+    bshape = out[:bnd]
+    exprs = [broadcast_to(i, bshape).expr for i in indices]
+    table = ctx.load_buffer(ctx.realize(x))
+    other = [None] * k + [loop_var(bnd + j) for j in range(x.ndim - k)]
+    return _value(meta, _gather_load(table, list(range(k)), exprs, other))
 
 
 @register("embedding")
@@ -173,7 +193,8 @@ def index_select(ctx, meta, self=None, dim=0, index=None, **_):
 
 
 @register("gather")
-def gather(ctx, meta, self=None, dim=0, index=None, **_):
+def gather(ctx, meta, self=None, a=None, dim=0, index=None, **_):
+    self = self if self is not None else a
     table = ctx.load_buffer(ctx.realize(self))
     dim = dim % max(self.ndim, 1)
     if self.ndim == 0:

@@ -276,7 +276,8 @@ def select(ctx, meta, self=None, dim=0, index=0, **_):
 
 
 @register("as_strided")
-def as_strided(ctx, meta, self=None, size=None, stride=None, storage_offset=None, **_):
+def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_offset=None, **_):
+    self = self if self is not None else a
     buf = ctx.buffer_of(self)
     if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
         buf = ctx.realize(self)
@@ -322,3 +323,71 @@ def iota(ctx, meta, start=0, step=1, end=None, **kw):
         scaled = Op("mul", (cast(IndexValue(loop_var(0)), m.dtype), constant(step, m.dtype)), m.dtype)
         return _value(meta, Op("add", (constant(start, m.dtype), scaled), m.dtype))
     return _value(meta, cast(IndexValue(start + step * loop_var(0)), m.dtype))
+
+
+@register("empty_strided", "empty", "empty_like", "new_empty", "new_empty_strided")
+def empty(ctx, meta, **kw):
+    return _value(meta, constant(0, _out(meta).dtype))
+
+
+@register("copy_strided")
+def copy_strided(ctx, meta, a=None, stride=None, **_):
+    """A copy into a given layout: the layout matters to whoever reads the buffer's memory."""
+    return ctx.load_buffer(ctx.realize(a, stride))
+
+
+@register("flip")
+def flip(ctx, meta, a=None, self=None, dims=None, **_):
+    x = a if a is not None else self
+    dims = _dims(dims, x.ndim)
+    idx = [(x.sizes[k] - 1 - loop_var(k)) if k in dims else loop_var(k) for k in range(x.ndim)]
+    return reindex(x, x.sizes, idx)
+
+
+@register("cat")
+def cat(ctx, meta, tensors=None, dim=0, **_):
+    m = _out(meta)
+    parts = [t for t in tensors if isinstance(t, TensorValue) and not (t.ndim == 1 and t.sizes[0] == 0)]
+    if not parts:
+        raise LoweringError("cat of nothing")
+    dim = dim % m.dim()
+    var = loop_var(dim)
+    expr, offset = None, sympy.Integer(0)
+    pieces = []
+    for t in parts:
+        idx = [loop_var(k) for k in range(t.ndim)]
+        idx[dim] = var - offset
+        shifted = ir.subs_index(cast(t.expr, m.dtype), {loop_var(k): idx[k] for k in range(t.ndim)})
+        pieces.append((offset + t.sizes[dim], shifted))
+        offset = offset + t.sizes[dim]
+    expr = pieces[-1][1]
+    for end, e in reversed(pieces[:-1]):
+        expr = Op("where", (Op("lt", (IndexValue(var), IndexValue(end)), torch.bool), e, expr), m.dtype)
+    return _value(meta, expr)
+
+
+@register("pad")
+def pad(ctx, meta, a=None, value=0, low=None, high=None, interior=None, **_):
+    if any(i != 0 for i in interior or ()):
+        raise LoweringError("interior padding")
+    m = _out(meta)
+    x = a
+    conds, idx = [], []
+    for k in range(x.ndim):
+        lo = to_sympy(low[k])
+        v = loop_var(k) - lo
+        idx.append(v)
+        if lo != 0 or to_sympy(high[k]) != 0:
+            conds.append(Op("ge", (IndexValue(v), IndexValue(sympy.Integer(0))), torch.bool))
+            conds.append(Op("lt", (IndexValue(v), IndexValue(x.sizes[k])), torch.bool))
+    inner = ir.subs_index(x.expr, {loop_var(k): idx[k] for k in range(x.ndim)})
+    if not conds:
+        return _value(meta, inner)
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = Op("logical_and", (cond, c), torch.bool)
+    # out-of-range reads are guarded by `where` in C++ (?:) only if the load is not evaluated:
+    # clamp the index instead so the read is always in bounds.
+    safe = ir.subs_index(x.expr, {loop_var(k): sympy.Max(0, sympy.Min(idx[k], x.sizes[k] - 1))
+                                  for k in range(x.ndim)})
+    return _value(meta, Op("where", (cond, safe, constant(value, m.dtype)), m.dtype))

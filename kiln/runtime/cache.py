@@ -19,9 +19,28 @@ from kiln.runtime.cpp_build import cache_dir
 FORMAT = 1
 
 
+_CODE_HASH: list[str] = []
+
+
+def _code_hash() -> str:
+    """A hash of the code generator's own source: a changed compiler never reuses stale entries."""
+    if not _CODE_HASH:
+        import kiln.codegen
+        h = hashlib.sha256()
+        for pkg in (os.path.dirname(kiln.codegen.__file__), os.path.dirname(__file__)):
+            for root, _, files in sorted(os.walk(pkg)):
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        with open(os.path.join(root, name), "rb") as f:
+                            h.update(f.read())
+        _CODE_HASH.append(h.hexdigest()[:16])
+    return _CODE_HASH[0]
+
+
 def _versions() -> str:
     import kiln
-    return f"kiln={getattr(kiln, '__version__', '0')} torch={torch.__version__} format={FORMAT}"
+    return (f"kiln={getattr(kiln, '__version__', '0')} code={_code_hash()} torch={torch.__version__} "
+            f"format={FORMAT}")
 
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:

@@ -1,0 +1,35 @@
+"""The `kiln` backend: aot autograd, the prim decompositions, and this code generator together.
+
+`compile_graph_module(gm, example_inputs, options)` is what `kiln.backends` calls for every
+captured graph. It traces forward and backward with `kiln.aot.aot_compile`, decomposing every ATen
+op into prims (`kiln.prims.decompositions_for(BACKEND_OPS)`), and compiles each resulting prim graph
+with `compile_prim_graph`: C++ kernels for CPU tensors, Triton kernels for CUDA tensors.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from kiln.codegen.compile import compile_prim_graph
+from kiln.config import Options
+
+# ATen ops this backend lowers itself rather than through their decomposition: none yet; every
+# ATen op reaches codegen as prims (or as an extern prim: mm, convolution, attention, sort, ...).
+BACKEND_OPS: frozenset = frozenset()
+
+
+def _compiler(options: Options):
+    def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        return compile_prim_graph(gm, example_inputs)
+    return compile_one
+
+
+def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
+    """Compile a captured torch-level graph; returns a callable with the graph's signature."""
+    from kiln.aot import aot_compile
+    from kiln.prims import decompositions_for
+
+    compiler = _compiler(options)
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                       decompositions=decompositions_for(set(BACKEND_OPS)))

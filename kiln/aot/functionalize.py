@@ -47,6 +47,11 @@ def _meta_eval(target, args, kwargs):
     return pytree.tree_map(lambda o: meta_of(o) if isinstance(o, torch.Tensor) else o, out)
 
 
+def _same_shape(a, b) -> bool:
+    va, vb = (x.meta.get("val") if isinstance(x, fx.Node) else None for x in (a, b))
+    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
+
+
 def _device_of(args) -> torch.device | None:
     for a in pytree.tree_leaves(args):
         if isinstance(a, fx.Node) and "device" in a.meta:
@@ -167,7 +172,12 @@ class _Functionalizer:
         kwargs = self.read_args(dict(node.kwargs))
         if torch.Tag.out in op.tags:
             kwargs = {k: v for k, v in kwargs.items() if k not in {names[i] for i in eff.mutated}}
-        new = self.emit(fop, *args, **kwargs)
+        if op is aten.copy_.default and _same_shape(node.args[0], node.args[1]):
+            # A full overwrite does not read the old value: keep no dependency on it (the old
+            # value is often an `empty_like`, which would pin its own input for the backward).
+            new = args[1]
+        else:
+            new = self.emit(fop, *args, **kwargs)
         if fop._schema.name.endswith("_functional"):   # returns: op's own outputs, then new args
             first = len(fop._schema.returns) - len(eff.mutated)
             for j, target in enumerate(targets):

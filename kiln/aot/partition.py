@@ -33,7 +33,9 @@ _RECOMPUTABLE = {
     aten.zeros_like.default, aten.ones_like.default, aten.full_like.default, aten.empty.memory_format,
     aten.scalar_tensor.default, aten.where.self, aten.copy.default, aten.expand.default,
     aten.select_scatter.default, aten.slice_scatter.default, aten.cat.default, aten.arange.default,
-    aten.arange.start, aten.arange.start_step,
+    aten.arange.start, aten.arange.start_step, aten.empty_like.default, aten.empty_strided.default,
+    aten.new_empty.default, aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+    aten.new_empty_strided.default,
 }
 
 

@@ -1,0 +1,14 @@
+"""kiln's Triton code generator: loop-IR kernels to Triton source, and source to launchable kernels.
+
+- `printer.print_kernel(kernel, buffers) -> str`: the source of one fused kernel (`ops` holds the
+  scalar-op table, `index` the sympy index printer, `reductions` the reduction/scan bodies);
+- `launcher.build(kernels, buffers) -> {name: TritonKernel}`: the printer interface the host
+  program calls (`kiln.codegen.ir`'s docstring);
+- `heuristics`: block sizes per launch, `autotune`: max-autotune's timed choice, cached on disk;
+- `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
+- `bandwidth`: `python -m kiln.codegen.triton.bandwidth`, GB/s of memory-bound kernels on a GPU.
+"""
+from kiln.codegen.triton.launcher import TritonKernel, build
+from kiln.codegen.triton.printer import print_kernel
+
+__all__ = ["TritonKernel", "build", "print_kernel"]

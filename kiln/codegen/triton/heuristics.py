@@ -1,0 +1,120 @@
+"""Block sizes and warp counts for kiln's Triton kernels, chosen per launch from the real sizes.
+
+A kernel's source is printed once for every size of a symbolic dim; only its `tl.constexpr`
+block sizes (and so the binary Triton compiles) depend on the sizes of a call. This module maps
+(kind, xnumel, rnumel) to a `LaunchConfig`, and lists the few alternatives max-autotune tries.
+
+[Note: persistent and looped reductions]
+A reduction row that fits in registers is loaded once and kept there (a *persistent* reduction):
+softmax and layer_norm then read their input once and write once, which is what reaching copy
+bandwidth needs. Past `PERSISTENT_MAX` elements a row would spill, so the kernel instead walks the
+row in `RBLOCK` chunks, once per reduction it computes (a *looped* reduction). The printer emits
+both bodies into one source; the launcher picks one per call with `persistent`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+# Elements of one row kept in registers at most (32 fp32 values per thread at 16 warps).
+PERSISTENT_MAX = 16384
+# Elements a pointwise program handles: 8 per thread at 4 warps, so fp32 loads are 128-bit wide.
+POINTWISE_BLOCK = 1024
+LOOPED_RBLOCK = 2048
+MAX_WARPS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchConfig:
+    """The compile-time parameters of one launch; `RBLOCK` is 1 for pointwise kernels."""
+
+    XBLOCK: int
+    RBLOCK: int = 1
+    num_warps: int = 4
+    num_stages: int = 1
+    persistent: bool = True
+
+    def constexprs(self) -> dict[str, int]:
+        return {"XBLOCK": self.XBLOCK, "RBLOCK": self.RBLOCK}
+
+    def describe(self) -> str:
+        body = "persistent" if self.persistent else "looped"
+        return f"XBLOCK={self.XBLOCK} RBLOCK={self.RBLOCK} warps={self.num_warps} {body}"
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def _warps_for(elements: int, per_thread: int) -> int:
+    return max(1, min(MAX_WARPS, next_power_of_2(elements // (32 * per_thread))))
+
+
+def pointwise(xnumel: int) -> LaunchConfig:
+    block = max(16, min(POINTWISE_BLOCK, next_power_of_2(xnumel)))
+    return LaunchConfig(XBLOCK=block, num_warps=_warps_for(block, 8))
+
+
+def reduction(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> LaunchConfig:
+    """`rows_contiguous`: neighbouring output elements are neighbours in memory and the reduced
+    dim is strided (a reduction over an outer dim), so programs should be wide in x."""
+    if rows_contiguous and rnumel > 1:
+        xblock = max(1, min(64, next_power_of_2(xnumel)))
+        rblock = max(1, min(next_power_of_2(rnumel), 4096 // xblock))
+        return LaunchConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=_warps_for(xblock * rblock, 8),
+                            persistent=rblock >= rnumel)
+    if rnumel <= PERSISTENT_MAX:
+        rblock = next_power_of_2(rnumel)
+        # Short rows: several rows per program, so a program still moves a few KB.
+        xblock = max(1, min(next_power_of_2(xnumel), 2048 // rblock))
+        per_thread = 16 if rblock >= 4096 else 8
+        return LaunchConfig(XBLOCK=xblock, RBLOCK=rblock,
+                            num_warps=_warps_for(xblock * rblock, per_thread), persistent=True)
+    return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+
+
+def scan(xnumel: int, rnumel: int) -> LaunchConfig:
+    # A scan carries its running value across chunks, so one row per program.
+    if rnumel <= PERSISTENT_MAX:
+        rblock = next_power_of_2(rnumel)
+        return LaunchConfig(XBLOCK=1, RBLOCK=rblock, num_warps=_warps_for(rblock, 8), persistent=True)
+    return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+
+
+HEURISTICS = {"pointwise": pointwise, "reduction": reduction, "scan": scan}
+
+
+def choose(kind: str, xnumel: int, rnumel: int = 1, rows_contiguous: bool = False) -> LaunchConfig:
+    if kind == "pointwise":
+        return pointwise(xnumel)
+    if kind == "reduction":
+        return reduction(xnumel, rnumel, rows_contiguous)
+    return HEURISTICS[kind](xnumel, rnumel)
+
+
+def autotune_candidates(kind: str, xnumel: int, rnumel: int = 1,
+                        rows_contiguous: bool = False) -> list[LaunchConfig]:
+    """The heuristic's choice first, then a few neighbours for max-autotune to time."""
+    base = choose(kind, xnumel, rnumel, rows_contiguous)
+    found = [base]
+
+    def add(config: LaunchConfig) -> None:
+        if config not in found:
+            found.append(config)
+
+    if kind == "pointwise":
+        for block, warps in ((512, 4), (1024, 8), (2048, 8), (4096, 16)):
+            add(LaunchConfig(XBLOCK=min(block, max(16, next_power_of_2(xnumel))), num_warps=warps))
+    elif kind == "reduction" and base.persistent:
+        for warps in (base.num_warps // 2, base.num_warps * 2):
+            if 1 <= warps <= 32:
+                add(dataclasses.replace(base, num_warps=warps))
+        if base.XBLOCK > 1:
+            add(dataclasses.replace(base, XBLOCK=base.XBLOCK // 2))
+        if rnumel > 1024:
+            add(LaunchConfig(XBLOCK=1, RBLOCK=1024, num_warps=8, persistent=False))
+    else:
+        # Looped bodies: other chunk lengths (a looped body is correct for any RBLOCK).
+        for rblock in (1024, 4096):
+            if rblock < rnumel:
+                add(dataclasses.replace(base, RBLOCK=rblock, persistent=False))
+    return found

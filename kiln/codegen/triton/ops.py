@@ -1,0 +1,448 @@
+"""Scalar ops of the loop IR as Triton text: one table entry per op in `kiln.codegen.ir.SCALAR_OPS`.
+
+An entry is a template over the printed arguments (`{0}`, `{1}`, ...) or a function
+`(args, arg_dtypes, out_dtype) -> text` where dtypes decide the text (integer vs float division).
+Some ops need a small `@triton.jit` helper; `HELPERS` holds their source, and a helper whose
+GPU version calls libdevice has a second version for Triton's interpreter (which runs kernels on
+CPU tensors in CI and has no libdevice): the interpreter version is a formula in `tl` ops.
+
+Printed text calls only Triton builtins (`tl.reduce`, `tl.full`, `tl.exp`, ...) and kiln's own
+helpers, never Triton's `@jit` library functions (`tl.sum`, `tl.zeros`, `tl.sigmoid`): those were
+decorated when triton was imported, and so run interpreted only if `TRITON_INTERPRET=1` was set
+before that import, which kiln cannot promise for kernels on CPU tensors.
+
+Values of dtype float16/bfloat16 are computed in float32 (`compute_dtype`): loads widen, stores
+narrow, and an explicit `to_dtype` to a half type rounds, so results match eager's roundings.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Sequence
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """A printed scalar expression: its text (a name or literal), the block dims it varies along
+    (a subset of {"x", "r"}) and its IR dtype (half types are held in float32)."""
+
+    text: str
+    deps: frozenset
+    dtype: torch.dtype
+
+TL_DTYPE = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
+    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def tl_dtype(dtype: torch.dtype) -> str:
+    try:
+        return TL_DTYPE[dtype]
+    except KeyError:
+        raise NotImplementedError(f"the Triton printer has no type for {dtype}; kiln's Triton kernels "
+                                  f"handle {sorted(str(d) for d in TL_DTYPE)}") from None
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in HALF_DTYPES else dtype
+
+
+def _is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point
+
+
+# ---------------------------------------------------------------------------- helpers
+
+# name -> (GPU source, interpreter source or None when the GPU source also runs interpreted)
+HELPERS: dict[str, tuple[str, str | None]] = {}
+
+
+def _helper(name: str, gpu: str, interp: str | None = None) -> None:
+    HELPERS[name] = (gpu.strip("\n"), interp.strip("\n") if interp else None)
+
+
+def _libdevice_1(name: str, op: str, fallback: str) -> None:
+    _helper(name, f"""
+@triton.jit
+def {name}(x):
+    return libdevice.{op}(x)
+""", f"""
+@triton.jit
+def {name}(x):
+    return {fallback}
+""")
+
+
+# NaN-propagating max/min, as torch's: `tl.maximum` leaves NaN handling to the hardware.
+_helper("_k_maximum", """
+@triton.jit
+def _k_maximum(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+""")
+_helper("_k_minimum", """
+@triton.jit
+def _k_minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+""")
+_helper("_k_prod", """
+@triton.jit
+def _k_prod(a, b):
+    return a * b
+""")
+_helper("_k_sum", """
+@triton.jit
+def _k_sum(a, b):
+    return a + b
+""")
+_helper("_k_logaddexp", """
+@triton.jit
+def _k_logaddexp(a, b):
+    hi = tl.maximum(a, b)
+    lo = tl.minimum(a, b)
+    safe = tl.where(hi == float("-inf"), 0.0, hi)
+    return tl.where(hi == float("-inf"), hi, safe + tl.log(1.0 + tl.exp(lo - safe)))
+""")
+# Reductions along axis 1 of a [XBLOCK, RBLOCK] block, to [XBLOCK]. They pass Triton's own
+# combine functions (`tl.standard._sum_combine`, `_elementwise_max/min`) to `tl.reduce`: on a GPU
+# those are ordinary adds and maxes, and Triton's interpreter recognizes them and reduces with one
+# numpy call instead of one Python call per element (30x faster CI). `_elementwise_max` does not
+# propagate NaN (numpy's nanmax, a GPU max), so float max/min add NaN back from a count of NaNs.
+_helper("_k_rmax", """
+@triton.jit
+def _k_rmax(x):
+    nans = tl.reduce((x != x).to(tl.int32), 1, tl.standard._sum_combine)
+    return tl.where(nans > 0, float("nan"), tl.reduce(x, 1, tl.standard._elementwise_max))
+""")
+_helper("_k_rmin", """
+@triton.jit
+def _k_rmin(x):
+    nans = tl.reduce((x != x).to(tl.int32), 1, tl.standard._sum_combine)
+    return tl.where(nans > 0, float("nan"), tl.reduce(x, 1, tl.standard._elementwise_min))
+""")
+# argmax/argmin of (value, index) blocks: the extreme value (NaN beats everything, as in eager),
+# then the smallest index holding it, so the first occurrence wins ties.
+_helper("_k_rargmax", """
+@triton.jit
+def _k_rargmax(v, i):
+    best = _k_rmax(v)[:, None]
+    hit = (v == best) | ((v != v) & (best != best))
+    return tl.reduce(tl.where(hit, i, 2147483647), 1, tl.standard._elementwise_min)
+""")
+_helper("_k_rargmin", """
+@triton.jit
+def _k_rargmin(v, i):
+    best = _k_rmin(v)[:, None]
+    hit = (v == best) | ((v != v) & (best != best))
+    return tl.reduce(tl.where(hit, i, 2147483647), 1, tl.standard._elementwise_min)
+""")
+# argmax/argmin: NaN counts as the largest/smallest value; ties keep the first index, as eager.
+_helper("_k_argmax", """
+@triton.jit
+def _k_argmax(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    take_a = (a > b) | (a_nan & ~b_nan) | (((a == b) | (a_nan & b_nan)) & (ai < bi))
+    return tl.where(take_a, a, b), tl.where(take_a, ai, bi)
+""")
+_helper("_k_argmin", """
+@triton.jit
+def _k_argmin(a, ai, b, bi):
+    a_nan = a != a
+    b_nan = b != b
+    take_a = (a < b) | (a_nan & ~b_nan) | (((a == b) | (a_nan & b_nan)) & (ai < bi))
+    return tl.where(take_a, a, b), tl.where(take_a, ai, bi)
+""")
+# Combines per-lane Welford partials (mean, m2, count) of a looped reduction across lanes with
+# the parallel-variance formula, through sums only (see `_k_rmax` on why sums).
+_helper("_k_rwelford", """
+@triton.jit
+def _k_rwelford(mean, m2, n):
+    total = tl.reduce(n, 1, tl.standard._sum_combine)[:, None]
+    safe = tl.where(total == 0.0, 1.0, total)
+    avg = tl.reduce(mean * n, 1, tl.standard._sum_combine)[:, None] / safe
+    dev = mean - avg
+    spread = tl.reduce(m2 + n * dev * dev, 1, tl.standard._sum_combine)[:, None]
+    return avg, spread
+""")
+_helper("_k_floordiv_int", """
+@triton.jit
+def _k_floordiv_int(a, b):
+    q = a // b
+    return q - (((a % b) != 0) & ((a < 0) != (b < 0))).to(q.dtype)
+""")
+_helper("_k_remainder_int", """
+@triton.jit
+def _k_remainder_int(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""")
+_helper("_k_remainder_float", """
+@triton.jit
+def _k_remainder_float(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""")
+_helper("_k_pow", """
+@triton.jit
+def _k_pow(a, b):
+    return libdevice.pow(a, b)
+""", """
+@triton.jit
+def _k_pow(a, b):
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    odd = b_int & ((tl.abs(b) % 2.0) == 1.0)
+    out = tl.where((a < 0) & odd, -mag, mag)
+    out = tl.where((a < 0) & ~b_int, float("nan"), out)
+    return tl.where(b == 0.0, 1.0, out)
+""")
+_helper("_k_atan2", """
+@triton.jit
+def _k_atan2(a, b):
+    return libdevice.atan2(a, b)
+""", """
+@triton.jit
+def _k_atan2(a, b):
+    return _k_atan(a / b) + tl.where(b < 0, tl.where(a < 0, -3.141592653589793, 3.141592653589793), 0.0)
+""")
+_helper("_k_round", """
+@triton.jit
+def _k_round(x):
+    return libdevice.nearbyint(x)
+""", """
+@triton.jit
+def _k_round(x):
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r % 2.0) != 0.0
+    return tl.where(tie & odd, r - 1.0, r)
+""")
+_libdevice_1("_k_trunc", "trunc", "tl.where(x < 0, tl.ceil(x), tl.floor(x))")
+_libdevice_1("_k_tanh", "tanh", "1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)")
+_libdevice_1("_k_expm1", "expm1",
+             "tl.where(tl.abs(x) < 1e-5, x + 0.5 * x * x, tl.exp(x) - 1.0)")
+_libdevice_1("_k_log1p", "log1p",
+             "tl.where(tl.abs(x) < 1e-4, x - 0.5 * x * x + x * x * x / 3.0, tl.log(1.0 + x))")
+_libdevice_1("_k_tan", "tan", "tl.sin(x) / tl.cos(x)")
+_libdevice_1("_k_sinh", "sinh", "0.5 * (tl.exp(x) - tl.exp(-x))")
+_libdevice_1("_k_cosh", "cosh", "0.5 * (tl.exp(x) + tl.exp(-x))")
+_libdevice_1("_k_asinh", "asinh", "tl.where(x < 0, -1.0, 1.0) * tl.log(tl.abs(x) + tl.sqrt(x * x + 1.0))")
+_libdevice_1("_k_acosh", "acosh", "tl.log(x + tl.sqrt(x * x - 1.0))")
+_libdevice_1("_k_atanh", "atanh", "0.5 * tl.log((1.0 + x) / (1.0 - x))")
+_libdevice_1("_k_erfc", "erfc", "1.0 - tl.math.erf(x)")
+_libdevice_1("_k_signbit", "signbit", "(x < 0) | ((x == 0) & ((1.0 / x) < 0))")
+_libdevice_1("_k_atan", "atan",
+             # Reduced to [0, 1] by atan(x) = pi/2 - atan(1/x), then an odd minimax polynomial.
+             "_k_atan_poly(x)")
+_helper("_k_atan_poly", """
+@triton.jit
+def _k_atan_poly(x):
+    ax = tl.abs(x)
+    inv = ax > 1.0
+    t = tl.where(inv, 1.0 / ax, ax)
+    t2 = t * t
+    p = t * (0.99997726 + t2 * (-0.33262347 + t2 * (0.19354346 + t2 * (-0.11643287
+        + t2 * (0.05265332 + t2 * -0.01172120)))))
+    p = tl.where(inv, 1.5707963267948966 - p, p)
+    return tl.where(x < 0, -p, p)
+""")
+_libdevice_1("_k_asin", "asin", "_k_atan(x / tl.sqrt(1.0 - x * x))")
+_libdevice_1("_k_acos", "acos", "1.5707963267948966 - _k_asin(x)")
+_helper("_k_hypot", """
+@triton.jit
+def _k_hypot(a, b):
+    return libdevice.hypot(a, b)
+""", """
+@triton.jit
+def _k_hypot(a, b):
+    return tl.sqrt(a * a + b * b)
+""")
+_helper("_k_copysign", """
+@triton.jit
+def _k_copysign(a, b):
+    return libdevice.copysign(a, b)
+""", """
+@triton.jit
+def _k_copysign(a, b):
+    neg = (b < 0) | ((b == 0) & ((1.0 / b) < 0))
+    return tl.where(neg, -tl.abs(a), tl.abs(a))
+""")
+
+# Helpers that call other helpers (printed before them).
+HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan": ("_k_atan_poly",), "_k_asin": ("_k_atan", "_k_atan_poly"),
+               "_k_acos": ("_k_asin", "_k_atan", "_k_atan_poly"), "_k_atan2": ("_k_atan", "_k_atan_poly")}
+# The GPU versions call libdevice directly and need no other helper.
+GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",)}
+# Ops only libdevice provides; under the interpreter they raise a clear error at print time.
+LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "digamma": "digamma", "nextafter": "nextafter"}
+
+
+# ---------------------------------------------------------------------------- the op table
+
+Printer = Callable[[Sequence[str], Sequence[torch.dtype], torch.dtype], str]
+
+
+def _template(text: str) -> Printer:
+    return lambda args, dtypes, out: text.format(*args)
+
+
+def _call(helper: str) -> Printer:
+    return lambda args, dtypes, out: f"{helper}({', '.join(args)})"
+
+
+def _by_kind(float_text: Printer, int_text: Printer) -> Printer:
+    return lambda args, dtypes, out: (float_text if _is_float(dtypes[0]) else int_text)(args, dtypes, out)
+
+
+def _float_only(text: str) -> Printer:
+    # floor/ceil/round/trunc of an integer is the integer itself.
+    return _by_kind(_template(text), _template("{0}"))
+
+
+def _to_dtype(args, dtypes, out):
+    src = dtypes[0]
+    if out == torch.bool:
+        return f"({args[0]} != 0)"
+    if out in HALF_DTYPES:
+        # Round as eager would, then keep computing in float32.
+        return f"{args[0]}.to({tl_dtype(out)}).to(tl.float32)"
+    if src == out or (src in HALF_DTYPES and out == torch.float32):
+        return args[0]
+    return f"{args[0]}.to({tl_dtype(out)})"
+
+
+def _bitcast(args, dtypes, out):
+    value = args[0]
+    if dtypes[0] in HALF_DTYPES:
+        value = f"{value}.to({tl_dtype(dtypes[0])})"
+    text = f"{value}.to({tl_dtype(out)}, bitcast=True)"
+    return f"{text}.to(tl.float32)" if out in HALF_DTYPES else text
+
+
+def _pow(args, dtypes, out):
+    if not _is_float(out):
+        raise NotImplementedError("integer pow is not printed for Triton; lowering should compute it in float")
+    return f"_k_pow({args[0]}, {args[1]})"
+
+
+def _sign(args, dtypes, out):
+    x = args[0]
+    if dtypes[0] == torch.bool:
+        return x
+    return f"(({x} > 0).to({tl_dtype(compute_dtype(out))}) - ({x} < 0).to({tl_dtype(compute_dtype(out))}))"
+
+
+def _logical(op: str) -> Printer:
+    return lambda args, dtypes, out: f"(({args[0]} != 0) {op} ({args[1]} != 0))"
+
+
+OPS: dict[str, Printer] = {
+    "neg": _template("(-{0})"),
+    "abs": _template("tl.abs({0})"),
+    "exp": _template("tl.exp({0})"),
+    "exp2": _template("tl.exp2({0})"),
+    "expm1": _call("_k_expm1"),
+    "log": _template("tl.log({0})"),
+    "log2": _template("tl.log2({0})"),
+    "log10": _template("(tl.log({0}) * 0.4342944819032518)"),
+    "log1p": _call("_k_log1p"),
+    "sqrt": _template("tl.sqrt({0})"),
+    "rsqrt": _template("tl.rsqrt({0})"),
+    "sin": _template("tl.sin({0})"),
+    "cos": _template("tl.cos({0})"),
+    "tan": _call("_k_tan"),
+    "asin": _call("_k_asin"),
+    "acos": _call("_k_acos"),
+    "atan": _call("_k_atan"),
+    "sinh": _call("_k_sinh"),
+    "cosh": _call("_k_cosh"),
+    "tanh": _call("_k_tanh"),
+    "asinh": _call("_k_asinh"),
+    "acosh": _call("_k_acosh"),
+    "atanh": _call("_k_atanh"),
+    "erf": _template("tl.math.erf({0})"),
+    "erfc": _call("_k_erfc"),
+    "erfinv": _template("libdevice.erfinv({0})"),
+    "lgamma": _template("libdevice.lgamma({0})"),
+    "digamma": _template("libdevice.digamma({0})"),
+    "sigmoid": _template("(1.0 / (1.0 + tl.exp(-{0})))"),
+    "reciprocal": _template("(1.0 / {0})"),
+    "floor": _float_only("tl.floor({0})"),
+    "ceil": _float_only("tl.ceil({0})"),
+    "round": _float_only("_k_round({0})"),
+    "trunc": _float_only("_k_trunc({0})"),
+    "sign": _sign,
+    "signbit": _by_kind(_call("_k_signbit"), _template("({0} < 0)")),
+    "isnan": _template("({0} != {0})"),
+    "isinf": _by_kind(_template("(tl.abs({0}) == float('inf'))"), _template("({0} != {0})")),
+    "isfinite": _by_kind(_template("(tl.abs({0}) < float('inf'))"), _template("({0} == {0})")),
+    "logical_not": _template("({0} == 0)"),
+    "bitwise_not": _by_kind(_template("(~{0})"), _template("(~{0})")),
+    "relu": _template("tl.where({0} < 0, 0, {0})"),
+    "frac": _template("({0} - _k_trunc({0}))"),
+    "to_dtype": _to_dtype,
+    "bitcast": _bitcast,
+    "add": _template("({0} + {1})"),
+    "sub": _template("({0} - {1})"),
+    "mul": _template("({0} * {1})"),
+    "truediv": _template("({0} / {1})"),
+    "floordiv": _by_kind(_template("tl.floor({0} / {1})"), _call("_k_floordiv_int")),
+    "remainder": _by_kind(_call("_k_remainder_float"), _call("_k_remainder_int")),
+    "fmod": _template("({0} % {1})"),
+    "pow": _pow,
+    "atan2": _call("_k_atan2"),
+    "maximum": _call("_k_maximum"),
+    "minimum": _call("_k_minimum"),
+    "hypot": _call("_k_hypot"),
+    "copysign": _call("_k_copysign"),
+    "nextafter": _template("libdevice.nextafter({0}, {1})"),
+    "bitwise_and": _template("({0} & {1})"),
+    "bitwise_or": _template("({0} | {1})"),
+    "bitwise_xor": _template("({0} ^ {1})"),
+    "left_shift": _template("({0} << {1})"),
+    "right_shift": _template("({0} >> {1})"),
+    "eq": _template("({0} == {1})"),
+    "ne": _template("({0} != {1})"),
+    "lt": _template("({0} < {1})"),
+    "le": _template("({0} <= {1})"),
+    "gt": _template("({0} > {1})"),
+    "ge": _template("({0} >= {1})"),
+    "logical_and": _logical("&"),
+    "logical_or": _logical("|"),
+    "logical_xor": _logical("^"),
+    "where": _template("tl.where({0}, {1}, {2})"),
+    "rand": _template("tl.rand({0}.to(tl.int32), {1}.to(tl.int32))"),
+    "randn": _template("tl.randn({0}.to(tl.int32), {1}.to(tl.int32))"),
+}
+
+
+def helpers_in(text: str) -> list[str]:
+    """The helper names a piece of printed text calls."""
+    used = set(re.findall(r"\b_k_\w+", text))
+    return [name for name in HELPERS if name in used]
+
+
+def helper_source(names: Sequence[str], interpret: bool) -> str:
+    """Source of the named helpers and what they call, each once, callees first."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        deps = HELPER_DEPS.get(name, ()) if interpret else GPU_HELPER_DEPS.get(name, ())
+        for dep in deps:
+            visit(dep)
+        order.append(name)
+
+    for name in names:
+        visit(name)
+    parts = []
+    for name in order:
+        gpu, interp = HELPERS[name]
+        parts.append(interp if (interpret and interp is not None) else gpu)
+    return "\n\n\n".join(parts)

@@ -1,0 +1,373 @@
+"""The Triton printer: one `kiln.codegen.ir.Kernel` (a fused loop nest) to Triton source text.
+
+A kernel whose stages all run once per outer index prints as a 1-D pointwise kernel over a flat
+`xindex`. A kernel with reduction or scan stages prints as a 2-D kernel: `xindex` is a column
+`[XBLOCK, 1]`, `rindex` a row `[1, RBLOCK]`, and it is printed twice into one source:
+
+- `<name>`: persistent (see [Note: persistent and looped reductions] in `heuristics`): every stage
+  sees its whole reduction row at once (`RBLOCK >= rnumel`), so a value loaded by one stage is
+  reused by the next (loads and ops are shared across stages by their text) and softmax or
+  layer_norm read their input once;
+- `<name>_looped`: each reduction stage walks its row in `RBLOCK` chunks, with accumulators as wide
+  as a chunk that are reduced across the chunk after the loop.
+
+Stage statements print through `_STMT` (keyed by statement type), reductions through
+`REDUCTIONS` (keyed by op), scalar ops through `ops.OPS`. Signatures: pointer per
+`kernel.buffer_args`, int per `kernel.size_args`, then `xnumel`, one `rnumel<g>` per distinct
+reduction-range group, then the constexprs `XBLOCK`, `RBLOCK`.
+
+Hands on: `print_kernel(kernel, buffers, interpret=None) -> str`, `KernelLayout` (what the launcher
+needs to call it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.triton import ops
+from kiln.codegen.triton.index import IndexPrinter, LoopSpace, dims_of
+from kiln.codegen.triton.ops import Value
+from kiln.codegen.triton.reductions import plan as _plan_stage
+
+RESERVED = {"xindex", "xoffset", "xmask", "rindex", "rbase", "roffset", "tl", "triton", "libdevice",
+            "XBLOCK", "RBLOCK", "xnumel"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLayout:
+    """How to call a printed kernel: which function, and how numels follow from the size args."""
+
+    name: str
+    kind: str                                  # "pointwise" | "reduction" | "scan"
+    xnumel: sympy.Expr
+    rnumels: tuple[sympy.Expr, ...]            # one per reduction-range group, in argument order
+    size_args: tuple[sympy.Symbol, ...]
+    rows_contiguous: bool = False              # reduced dim strided, x contiguous (heuristics hint)
+
+
+def layout_of(kernel: ir.Kernel) -> KernelLayout:
+    groups = _range_groups(kernel)
+    kind = "pointwise"
+    if groups:
+        kind = "scan" if any(s.is_scan for s in kernel.stages) else "reduction"
+    return KernelLayout(name=_ident(kernel.name), kind=kind, xnumel=ir.product(kernel.ranges),
+                        rnumels=tuple(ir.product(g) for g in groups), size_args=tuple(kernel.size_args),
+                        rows_contiguous=_rows_contiguous(kernel))
+
+
+def _range_groups(kernel: ir.Kernel) -> list[tuple]:
+    groups: list[tuple] = []
+    for stage in kernel.stages:
+        if stage.reduction_ranges and tuple(stage.reduction_ranges) not in groups:
+            groups.append(tuple(stage.reduction_ranges))
+    return groups
+
+
+def _rows_contiguous(kernel: ir.Kernel) -> bool:
+    """True when the first reduction's loads step through memory along x, not r."""
+    for stage in kernel.stages:
+        if not stage.reduction_ranges:
+            continue
+        for stmt in stage.body:
+            expr = getattr(stmt, "expr", None)
+            for load in ir.loads_of(expr) if expr is not None else []:
+                index = sympy.expand(sympy.sympify(load.index))
+                r_last = ir.reduction_var(len(stage.reduction_ranges) - 1)
+                x_last = ir.loop_var(len(kernel.ranges) - 1) if kernel.ranges else None
+                if index.coeff(r_last) == 1:
+                    return False
+                if x_last is not None and index.coeff(x_last) == 1:
+                    return True
+    return False
+
+
+def _ident(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in str(name))
+    if not out or out[0].isdigit():
+        out = "k_" + out
+    return out
+
+
+class _Emitter:
+    """Lines of one function body, with common subexpressions named once (`let`)."""
+
+    def __init__(self, two_d: bool):
+        self.two_d = two_d
+        self.lines: list[str] = []
+        self.indent = 1
+        self.cse: dict[str, str] = {}
+        self.counter = 0
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def fresh(self, prefix: str = "tmp") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def let(self, rhs: str, prefix: str = "tmp") -> str:
+        name = self.cse.get(rhs)
+        if name is None:
+            name = self.fresh(prefix)
+            self.line(f"{name} = {rhs}")
+            self.cse[rhs] = name
+        return name
+
+    def shape(self, deps) -> str:
+        if not self.two_d:
+            return "[XBLOCK]"
+        return {frozenset(): "[1, 1]", frozenset("x"): "[XBLOCK, 1]", frozenset("r"): "[1, RBLOCK]",
+                frozenset("xr"): "[XBLOCK, RBLOCK]"}[frozenset(deps)]
+
+
+class _KernelPrinter:
+    """Prints one function (persistent, looped or pointwise) of one kernel."""
+
+    def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool,
+                 persistent: bool):
+        self.kernel = kernel
+        self.buffers = buffers
+        self.interpret = interpret
+        self.persistent = persistent
+        self.groups = _range_groups(kernel)
+        self.two_d = bool(self.groups)
+        self.out = _Emitter(self.two_d)
+        names = {s.name: self.size_name(s) for s in kernel.size_args}
+        self.x_space = LoopSpace("x", tuple(kernel.ranges), "xindex")
+        self.index = IndexPrinter([self.x_space], names)
+        self.vars: dict[str, Value] = {}
+        self.group = 0                  # the reduction-range group of the stage being printed
+        self.stores_to: dict[str, int] = {}
+        self.groups_opened: set[int] = set()
+
+    def size_name(self, s: sympy.Symbol) -> str:
+        name = _ident(s.name)
+        return f"ks_{name}" if name in RESERVED or name.startswith(("p_", "tmp", "v_", "rnumel")) else name
+
+    def ptr(self, buffer: str) -> str:
+        return f"p_{_ident(buffer)}"
+
+    # -- masks
+    def mask(self, deps) -> str | None:
+        deps = frozenset(deps)
+        parts = (["xmask"] if "x" in deps else []) + ([f"rmask{self.group}"] if "r" in deps else [])
+        return " & ".join(parts) if parts else None
+
+    # -- scalar expressions
+    def value(self, e: ir.ScalarExpr) -> Value:
+        return _EXPR[type(e)](self, e)
+
+    def load(self, e: ir.Load) -> Value:
+        deps = set()
+        saved = dict(self.index.names)
+        for sym, sub in e.indirect:
+            v = self.value(sub)
+            deps |= v.deps
+            self.index.names[sym.name] = v.text
+        try:
+            offset = self.index.offset(e.index)
+        finally:
+            self.index.names = saved
+        deps |= dims_of(e.index) - {"t"}
+        buf = self.buffers.get(e.buffer)
+        dtype = buf.dtype if buf is not None else e.dtype
+        mask = self.mask(deps)
+        generation = self.stores_to.get(e.buffer, 0)
+        if mask is None:
+            text = f"tl.load({self.ptr(e.buffer)} + ({offset}))"
+        else:
+            text = f"tl.load({self.ptr(e.buffer)} + ({offset}), {mask}, other=0)"
+        if dtype in ops.HALF_DTYPES:
+            text += ".to(tl.float32)"
+        # A store to the buffer since an identical load was printed makes that load stale.
+        name = self.out.let(text + f"  # gen {generation}" if generation else text)
+        return Value(name, frozenset(deps), e.dtype)
+
+    def constant(self, e: ir.Constant) -> Value:
+        v = e.value
+        if isinstance(v, bool) or e.dtype == torch.bool:
+            return Value("True" if v else "False", frozenset(), torch.bool)
+        if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+            text = f'float("{v}")'
+        else:
+            text = repr(float(v)) if e.dtype.is_floating_point else repr(int(v))
+        dtype = ops.compute_dtype(e.dtype)
+        if dtype in (torch.float64, torch.int64):
+            # Python literals are 32-bit in Triton; a 64-bit constant is a typed block of one.
+            text = f"tl.full([1], {text}, {ops.tl_dtype(dtype)})"
+        return Value(text, frozenset(), e.dtype)
+
+    def index_value(self, e: ir.IndexValue) -> Value:
+        deps = dims_of(e.index) - {"t"}
+        text = self.index.offset(e.index)
+        dtype = ops.compute_dtype(e.dtype)
+        if not deps:
+            text = f"(tl.full([1], 0, {ops.tl_dtype(dtype)}) + ({text}))"
+        else:
+            text = f"({text}).to({ops.tl_dtype(dtype)})"
+        return Value(self.out.let(text), frozenset(deps), e.dtype)
+
+    def op(self, e: ir.Op) -> Value:
+        if self.interpret and e.name in ops.LIBDEVICE_ONLY:
+            raise NotImplementedError(f"scalar op {e.name!r} needs libdevice, which Triton's interpreter "
+                                      f"lacks; run it on a CUDA device or through the C++ backend")
+        args = [self.value(a) for a in e.args]
+        text = ops.OPS[e.name]([a.text for a in args], [a.dtype for a in args], e.dtype)
+        deps = frozenset().union(*(a.deps for a in args)) if args else frozenset()
+        return Value(self.out.let(text), deps, e.dtype)
+
+    def var(self, e: ir.Var) -> Value:
+        try:
+            return self.vars[e.name]
+        except KeyError:
+            raise NotImplementedError(f"kernel {self.kernel.name}: Var {e.name!r} is read before any "
+                                      f"statement of this kernel defines it") from None
+
+    # -- statements
+    def assign(self, s: ir.Assign) -> None:
+        v = self.value(s.expr)
+        self.vars[s.name] = v
+
+    def store(self, s: ir.Store) -> None:
+        v = self.value(s.expr)
+        buf = self.buffers[s.buffer]
+        offset = self.index.offset(s.index)
+        deps = (dims_of(s.index) - {"t"}) | v.deps | {"x"}
+        shape = self.out.shape(deps)
+        pointer = f"{self.ptr(s.buffer)} + ({offset})"
+        if (dims_of(s.index) - {"t"}) != deps:
+            pointer = f"tl.broadcast_to({pointer}, {shape})"
+        value = v.text
+        compute = ops.compute_dtype(v.dtype)
+        if v.deps != deps:
+            value = f"tl.full({shape}, 0, {ops.tl_dtype(compute)}) + {value}" \
+                if not v.deps else f"tl.broadcast_to({value}, {shape})"
+        if buf.dtype != compute:
+            value = f"({value}).to({ops.tl_dtype(buf.dtype)})"
+        self.out.line(f"tl.store({pointer}, {value}, {self.mask(deps)})")
+        self.stores_to[s.buffer] = self.stores_to.get(s.buffer, 0) + 1
+
+    # -- structure
+    def print_function(self, name: str) -> str:
+        k = self.kernel
+        params = [self.ptr(b) for b in k.buffer_args] + [self.size_name(s) for s in k.size_args]
+        # Under the interpreter a runtime int is a one-element numpy array, which numpy >= 2.3
+        # refuses as a `range` bound; there the loop bounds are constexprs (nothing compiles).
+        rnumel_type = ": tl.constexpr" if self.interpret else ""
+        params += ["xnumel"] + [f"rnumel{g}{rnumel_type}" for g in range(len(self.groups))]
+        params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        o = self.out
+        o.line("xoffset = tl.program_id(0) * XBLOCK")
+        o.line("xindex = xoffset + tl.arange(0, XBLOCK)" + ("[:, None]" if self.two_d else ""))
+        o.line("xmask = xindex < xnumel")
+        if self.two_d:
+            o.line("rbase = tl.arange(0, RBLOCK)[None, :]")
+        header_end = len(o.lines)
+        for stage in k.stages:
+            self.print_stage(stage)
+        x_defs = ["    " + f"{self.x_space.per_dim_name(d)} = {self.x_space.per_dim_text(d, self.index)}"
+                  for (p, d) in sorted(self.index.used_dims) if p == "x"]
+        o.lines[header_end:header_end] = x_defs
+        body = "\n".join(o.lines)
+        return f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
+
+    def print_stage(self, stage: ir.Stage) -> None:
+        if not stage.reduction_ranges:
+            for stmt in stage.body:
+                _STMT[type(stmt)](self, stmt)
+            return
+        self.group = self.groups.index(tuple(stage.reduction_ranges))
+        g = self.group
+        space = LoopSpace("r", tuple(stage.reduction_ranges), "rindex")
+        space.per_dim_name = lambda d, g=g: f"r{d}_{g}"
+        self.index.spaces["r"] = space
+        self.index.used_dims = {u for u in self.index.used_dims if u[0] != "r"}
+        o = self.out
+        stage_plan = _plan_stage(stage)
+        if self.persistent:
+            if g not in self.groups_opened:
+                # Every persistent stage sees the same whole row: one rindex, one mask per group.
+                self.groups_opened.add(g)
+                o.line("rindex = rbase")
+                o.line(f"rmask{g} = rindex < rnumel{g}")
+            start = len(o.lines)
+            self.print_stage_body(stage, stage_plan)
+            o.lines[start:start] = self._r_defs(space)
+            return
+        # Looped: accumulators before the loop, a fresh CSE scope inside it, finals after it.
+        for acc in stage_plan:
+            acc.init(self)
+        outer_cse = o.cse
+        o.cse = dict(outer_cse)
+        o.line(f"for roffset in range(0, rnumel{g}, RBLOCK):")
+        o.indent += 1
+        o.line("rindex = roffset + rbase")
+        o.line(f"rmask{g} = rindex < rnumel{g}")
+        start = len(o.lines)
+        self.print_stage_body(stage, stage_plan)
+        o.lines[start:start] = ["    " * o.indent + line.strip() for line in self._r_defs(space)]
+        o.indent -= 1
+        o.cse = outer_cse
+        for acc in stage_plan:
+            acc.finish(self)
+
+    def _r_defs(self, space: LoopSpace) -> list[str]:
+        return ["    " * self.out.indent + f"{space.per_dim_name(d)} = {space.per_dim_text(d, self.index)}"
+                for (p, d) in sorted(self.index.used_dims) if p == "r"]
+
+    def print_stage_body(self, stage: ir.Stage, plan: list["_Reducer"]) -> None:
+        by_stmt = {id(a.stmt): a for a in plan}
+        for stmt in stage.body:
+            reducer = by_stmt.get(id(stmt))
+            if reducer is not None:
+                reducer.update(self)
+            elif isinstance(stmt, ir.Accumulate):
+                continue        # the second half of a Welford pair, updated with its first half
+            else:
+                _STMT[type(stmt)](self, stmt)
+
+
+_EXPR = {ir.Load: _KernelPrinter.load, ir.Constant: _KernelPrinter.constant,
+         ir.IndexValue: _KernelPrinter.index_value, ir.Op: _KernelPrinter.op, ir.Var: _KernelPrinter.var}
+
+
+def _scan_stmt(p: _KernelPrinter, s) -> None:  # ScanAccumulates are printed by their reducer
+    raise AssertionError("ScanAccumulate outside a scan stage")
+
+
+_STMT = {ir.Assign: _KernelPrinter.assign, ir.Store: _KernelPrinter.store, ir.ScanAccumulate: _scan_stmt}
+
+
+def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool | None = None) -> str:
+    """Triton source for `kernel`. `interpret`: print for Triton's interpreter (CPU tensors); by
+    default, when none of the kernel's buffers lives on a CUDA device."""
+    if interpret is None:
+        interpret = not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args
+                            if b in buffers)
+    name = _ident(kernel.name)
+    functions = []
+    layout = layout_of(kernel)
+    if layout.kind == "pointwise":
+        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(name))
+    else:
+        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(name))
+        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)
+                         .print_function(f"{name}_looped"))
+    body = "\n\n".join(functions)
+    helpers = ops.helper_source(ops.helpers_in(body), interpret)
+    header = [f"# kiln Triton kernel {kernel.name}" + (f" (fuses {', '.join(kernel.origins)})" if kernel.origins else ""),
+              f"# printed for {'the Triton interpreter' if interpret else 'CUDA'}; loop IR:"]
+    header += ["# " + line for line in str(kernel).splitlines()]
+    header += ["import triton", "import triton.language as tl"]
+    if not interpret:
+        header.append("from triton.language.extra import libdevice")
+    parts = ["\n".join(header)]
+    if helpers:
+        parts.append(helpers)
+    parts.append(body)
+    return "\n\n\n".join(parts)

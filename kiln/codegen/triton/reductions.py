@@ -1,0 +1,282 @@
+"""How each reduction and scan of a stage prints, persistent or looped.
+
+A `_Reducer` owns one `Accumulate` (or a Welford pair, or one `ScanAccumulate`) of a stage and
+prints in three places: `init` before a looped stage's loop (chunk-wide accumulators), `update`
+where the statement sits in the body (persistent: the whole row is there, so it reduces at once;
+looped: fold the chunk into the accumulators), and `finish` after the loop (reduce the accumulators
+across the chunk). After a reduction, `Var(name)` is a `[XBLOCK, 1]` column; inside a scan stage
+it is the running value, `[XBLOCK, RBLOCK]`.
+
+`SIMPLE` maps sum/prod/max/min/any/all to (elementwise fold, row reduce, identity); `plan(stage)`
+picks a reducer per statement by op. Row reductions go through the `_k_r*` helpers of `ops`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.triton import ops
+from kiln.codegen.triton.ops import Value
+
+FULL = "[XBLOCK, RBLOCK]"
+
+
+def _lowest(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return 'float("-inf")'
+    return "0" if dtype == torch.bool else str(torch.iinfo(dtype).min)
+
+
+def _highest(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return 'float("inf")'
+    return "1" if dtype == torch.bool else str(torch.iinfo(dtype).max)
+
+
+def _rmax(x: str, dtype: torch.dtype) -> str:
+    return f"_k_rmax({x})" if dtype.is_floating_point else f"tl.reduce({x}, 1, tl.standard._elementwise_max)"
+
+
+def _rmin(x: str, dtype: torch.dtype) -> str:
+    return f"_k_rmin({x})" if dtype.is_floating_point else f"tl.reduce({x}, 1, tl.standard._elementwise_min)"
+
+
+class Simple:
+    def __init__(self, fold: str, reduce: Callable[[str, torch.dtype], str], identity: Callable):
+        self.fold, self.reduce, self.identity = fold, reduce, identity
+
+
+# op -> how to fold two values, reduce a row, and what a lane starts from
+SIMPLE = {
+    "sum": Simple("({0} + {1})", lambda x, d: f"tl.reduce({x}, 1, tl.standard._sum_combine)", lambda d: "0"),
+    "prod": Simple("({0} * {1})", lambda x, d: f"tl.reduce({x}, 1, _k_prod)", lambda d: "1"),
+    "max": Simple("_k_maximum({0}, {1})", _rmax, _lowest),
+    "min": Simple("_k_minimum({0}, {1})", _rmin, _highest),
+    "any": Simple("tl.maximum({0}, {1})", _rmax, lambda d: "0"),
+    "all": Simple("tl.minimum({0}, {1})", _rmin, lambda d: "1"),
+}
+
+
+def _acc_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
+    if op in ("any", "all"):
+        return torch.int8
+    if dtype == torch.bool:
+        return torch.int64 if op in ("sum", "prod") else torch.int8
+    return ops.compute_dtype(dtype)
+
+
+def _mask(p) -> str:
+    return f"xmask & rmask{p.group}"
+
+
+def _name(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+class _Reducer:
+    def __init__(self, stmt, stage: ir.Stage):
+        self.stmt = stmt
+        self.stage = stage
+        self.key = _name(stmt.name)
+
+    def init(self, p) -> None:
+        pass
+
+    def finish(self, p) -> None:
+        pass
+
+    @staticmethod
+    def block(value: Value, dtype: torch.dtype) -> str:
+        """`value` as a full `[XBLOCK, RBLOCK]` block of `dtype` (masks select from it)."""
+        text = value.text
+        if ops.compute_dtype(value.dtype) != dtype:
+            text = f"({text}).to({ops.tl_dtype(dtype)})"
+        if value.deps != frozenset("xr"):
+            text = f"(tl.full({FULL}, 0, {ops.tl_dtype(dtype)}) + {text})"
+        return text
+
+
+class SimpleReducer(_Reducer):
+    def dtype(self) -> torch.dtype:
+        return _acc_dtype(self.stmt.op, self.stmt.expr.dtype)
+
+    def input(self, p) -> str:
+        v = p.value(self.stmt.expr)
+        if self.stmt.op in ("any", "all"):
+            v = Value(f"({v.text} != 0)", v.deps, torch.bool)
+        return self.block(v, self.dtype())
+
+    def publish(self, p, reduced: str) -> None:
+        any_all = self.stmt.op in ("any", "all")
+        p.out.line(f"v_{self.key} = {reduced}[:, None]" + (" != 0" if any_all else ""))
+        p.vars[self.stmt.name] = Value(f"v_{self.key}", frozenset("x"),
+                                       torch.bool if any_all else self.stmt.expr.dtype)
+
+    def init(self, p) -> None:
+        rule = SIMPLE[self.stmt.op]
+        p.out.line(f"acc_{self.key} = tl.full({FULL}, {rule.identity(self.dtype())}, {ops.tl_dtype(self.dtype())})")
+
+    def update(self, p) -> None:
+        rule = SIMPLE[self.stmt.op]
+        value = self.input(p)
+        if p.persistent:
+            masked = p.out.let(f"tl.where({_mask(p)}, {value}, {rule.identity(self.dtype())})")
+            self.publish(p, rule.reduce(masked, self.dtype()))
+            return
+        acc = f"acc_{self.key}"
+        p.out.line(f"{acc} = tl.where({_mask(p)}, {rule.fold.format(acc, value)}, {acc})")
+
+    def finish(self, p) -> None:
+        self.publish(p, SIMPLE[self.stmt.op].reduce(f"acc_{self.key}", self.dtype()))
+
+
+class ArgReducer(_Reducer):
+    """argmax/argmin over the flat reduction index; the first index wins ties, NaN is extreme."""
+
+    def setup(self):
+        dtype = _acc_dtype("max", self.stmt.expr.dtype)
+        extreme = (_lowest if self.stmt.op == "argmax" else _highest)(dtype)
+        return dtype, extreme, "_k_maximum" if self.stmt.op == "argmax" else "_k_minimum"
+
+    def update(self, p) -> None:
+        dtype, extreme, better = self.setup()
+        v = self.block(p.value(self.stmt.expr), dtype)
+        idx = f"tl.broadcast_to(rindex, {FULL})"
+        k = self.key
+        if p.persistent:
+            vals = p.out.let(f"tl.where({_mask(p)}, {v}, {extreme})")
+            self.publish(p, vals, idx)
+            return
+        # Per lane: keep the earlier index unless the new value is strictly better (or a first NaN).
+        p.out.line(f"new_{k} = {v}")
+        p.out.line(f"take_{k} = {_mask(p)} & ({better}(av_{k}, new_{k}) != av_{k}) & (av_{k} == av_{k})")
+        p.out.line(f"ai_{k} = tl.where(take_{k}, {idx}, ai_{k})")
+        p.out.line(f"av_{k} = tl.where(take_{k}, new_{k}, av_{k})")
+
+    def init(self, p) -> None:
+        dtype, extreme, _ = self.setup()
+        p.out.line(f"av_{self.key} = tl.full({FULL}, {extreme}, {ops.tl_dtype(dtype)})")
+        p.out.line(f"ai_{self.key} = tl.full({FULL}, 2147483647, tl.int32)")
+
+    def finish(self, p) -> None:
+        self.publish(p, f"av_{self.key}", f"ai_{self.key}")
+
+    def publish(self, p, values: str, indices: str) -> None:
+        helper = "_k_rargmax" if self.stmt.op == "argmax" else "_k_rargmin"
+        p.out.line(f"v_{self.key} = {helper}({values}, {indices})[:, None].to(tl.int64)")
+        p.vars[self.stmt.name] = Value(f"v_{self.key}", frozenset("x"), torch.int64)
+
+
+class WelfordReducer(_Reducer):
+    """welford_mean and welford_m2 of one expression, computed together.
+
+    Persistent: the row is in registers, so an exact two-pass mean and sum of squared deviations.
+    Looped: per-lane Welford updates, combined across lanes after the loop (`_k_rwelford`)."""
+
+    def __init__(self, stmt, stage):
+        super().__init__(stmt, stage)
+        self.mean: ir.Accumulate | None = None
+        self.m2: ir.Accumulate | None = None
+
+    def publish(self, p, mean: str, m2: str) -> None:
+        for acc, text in ((self.mean, mean), (self.m2, m2)):
+            if acc is not None:
+                p.out.line(f"v_{_name(acc.name)} = {text}")
+                p.vars[acc.name] = Value(f"v_{_name(acc.name)}", frozenset("x"), self.stmt.expr.dtype)
+
+    def update(self, p) -> None:
+        dtype = ops.compute_dtype(self.stmt.expr.dtype)
+        x = self.block(p.value(self.stmt.expr), dtype)
+        k, mask, o = self.key, _mask(p), p.out
+        if p.persistent:
+            o.line(f"wmean_{k} = tl.reduce(tl.where({mask}, {x}, 0.0), 1, tl.standard._sum_combine)[:, None]"
+                   f" / rnumel{p.group}")
+            o.line(f"wdev_{k} = tl.where({mask}, {x} - wmean_{k}, 0.0)")
+            o.line(f"wm2_{k} = tl.reduce(wdev_{k} * wdev_{k}, 1, tl.standard._sum_combine)[:, None]")
+            self.publish(p, f"wmean_{k}", f"wm2_{k}")
+            return
+        o.line(f"wx_{k} = {x}")
+        o.line(f"wn_{k} = wn_{k} + tl.where({mask}, 1.0, 0.0)")
+        o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
+        o.line(f"wmean_{k} = tl.where({mask}, wmean_{k} + wdelta_{k} / tl.where({mask}, wn_{k}, 1.0), wmean_{k})")
+        o.line(f"wm2_{k} = tl.where({mask}, wm2_{k} + wdelta_{k} * (wx_{k} - wmean_{k}), wm2_{k})")
+
+    def init(self, p) -> None:
+        dtype = ops.tl_dtype(ops.compute_dtype(self.stmt.expr.dtype))
+        for part in ("wmean", "wm2", "wn"):
+            p.out.line(f"{part}_{self.key} = tl.full({FULL}, 0, {dtype})")
+
+    def finish(self, p) -> None:
+        k = self.key
+        p.out.line(f"mean_{k}, m2_{k} = _k_rwelford(wmean_{k}, wm2_{k}, wn_{k})")
+        self.publish(p, f"mean_{k}", f"m2_{k}")
+
+
+# scan op -> (combine function for tl.associative_scan / tl.reduce, identity); Triton's own
+# sum/prod combines are recognized (vectorized) by the interpreter.
+SCANS = {
+    "cumsum": ("tl.standard._sum_combine", lambda d: "0"),
+    "cumprod": ("tl.standard._prod_combine", lambda d: "1"),
+    "cummax": ("_k_maximum", _lowest),
+    "cummin": ("_k_minimum", _highest),
+    "logcumsumexp": ("_k_logaddexp", lambda d: 'float("-inf")'),
+}
+# How the carry (everything before a chunk) folds into a chunk's scan, elementwise.
+SCAN_FOLD = {"cumsum": "({0} + {1})", "cumprod": "({0} * {1})", "cummax": "_k_maximum({0}, {1})",
+             "cummin": "_k_minimum({0}, {1})", "logcumsumexp": "_k_logaddexp({0}, {1})"}
+
+
+class ScanReducer(_Reducer):
+    """An inclusive scan along the stage's (single) axis. Looped: each chunk is scanned, then
+    combined with the carry (everything before the chunk), and the carry takes the chunk's total
+    (the scan's last lane, read as a reduction of the masked chunk)."""
+
+    def dtype(self) -> torch.dtype:
+        return _acc_dtype("sum" if self.stmt.op in ("cumsum", "cumprod") else "max", self.stmt.expr.dtype)
+
+    def update(self, p) -> None:
+        combine, identity = SCANS[self.stmt.op]
+        fold = SCAN_FOLD[self.stmt.op]
+        ident = identity(self.dtype())
+        k = self.key
+        # Lanes past the row end hold the identity, so they never reach a real prefix.
+        v = p.out.let(f"tl.where({_mask(p)}, {self.block(p.value(self.stmt.expr), self.dtype())}, {ident})")
+        scan = f"tl.associative_scan({v}, 1, {combine})"
+        if p.persistent:
+            p.out.line(f"v_{k} = {scan}")
+        else:
+            p.out.line(f"v_{k} = {fold.format(f'carry_{k}', scan)}")
+            p.out.line(f"carry_{k} = {fold.format(f'carry_{k}', f'tl.reduce({v}, 1, {combine})[:, None]')}")
+        p.vars[self.stmt.name] = Value(f"v_{k}", frozenset("xr"), self.dtype())
+
+    def init(self, p) -> None:
+        _, identity = SCANS[self.stmt.op]
+        p.out.line(f"carry_{self.key} = tl.full([XBLOCK, 1], {identity(self.dtype())}, {ops.tl_dtype(self.dtype())})")
+
+
+def plan(stage: ir.Stage) -> list[_Reducer]:
+    """One reducer per reduction/scan statement of `stage`; Welford halves of one expr share one."""
+    out: list[_Reducer] = []
+    welford: dict = {}
+    for stmt in stage.body:
+        if isinstance(stmt, ir.ScanAccumulate):
+            if stmt.op not in SCANS:
+                raise NotImplementedError(f"the Triton printer has no scan {stmt.op!r}; it prints {sorted(SCANS)}")
+            out.append(ScanReducer(stmt, stage))
+        elif isinstance(stmt, ir.Accumulate):
+            if stmt.op in ("welford_mean", "welford_m2"):
+                pair = welford.get(stmt.expr)
+                if pair is None:
+                    pair = welford[stmt.expr] = WelfordReducer(stmt, stage)
+                    out.append(pair)
+                setattr(pair, "mean" if stmt.op == "welford_mean" else "m2", stmt)
+            elif stmt.op in ("argmax", "argmin"):
+                out.append(ArgReducer(stmt, stage))
+            elif stmt.op in SIMPLE:
+                out.append(SimpleReducer(stmt, stage))
+            else:
+                raise NotImplementedError(f"the Triton printer has no reduction {stmt.op!r}; it prints "
+                                          f"{sorted(SIMPLE) + ['argmax', 'argmin', 'welford_mean', 'welford_m2']}")
+    return out

@@ -1,0 +1,120 @@
+"""Triton source text to loaded `@triton.jit` functions, cached on disk by the text's hash.
+
+Triton needs a kernel's source in a real file (it reads it back with `inspect`), so each printed
+source is written once to `<cache>/triton/<hash>.py` and imported from there; a second process
+finds the file and Triton's own cache finds the compiled binary. The module is loaded in the
+target's mode: kernels for CPU tensors run under Triton's interpreter, whatever
+`TRITON_INTERPRET` said when triton was imported, because Triton decides interpreted-or-compiled
+when `@triton.jit` runs, i.e. when this module imports the file.
+
+Hands on: `load_module(source, interpret) -> module`, `cache_dir()`, `source_hash(source)`.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import getpass
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+import types
+
+import triton
+
+_LOADED: dict[tuple[str, bool], types.ModuleType] = {}
+_LOCK = threading.Lock()
+
+
+def cache_dir() -> str:
+    """`$KILN_CACHE_DIR`, else a per-user folder in the system temp dir (as torch's caches do)."""
+    root = os.environ.get("KILN_CACHE_DIR")
+    if not root:
+        try:
+            user = getpass.getuser()
+        except Exception:  # no login name in some containers; a shared folder still works
+            user = "anyone"
+        root = os.path.join(tempfile.gettempdir(), f"kiln_{user}")
+    return root
+
+
+def source_hash(source: str) -> str:
+    # Triton's version is part of the key: a file printed for one Triton may not parse in another.
+    return hashlib.sha256(f"triton {triton.__version__}\n{source}".encode()).hexdigest()[:32]
+
+
+def source_path(source: str) -> str:
+    return os.path.join(cache_dir(), "triton", f"k{source_hash(source)}.py")
+
+
+def _write_once(path: str, source: str) -> None:
+    if os.path.exists(path):
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # Write then rename: processes compiling the same kernel at once never see half a file.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _interpret_mode(interpret: bool):
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None and hasattr(knobs.runtime, "scope"):
+        with knobs.runtime.scope():
+            knobs.runtime.interpret = interpret
+            yield
+        return
+    # Older Triton reads the environment at decoration time.
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def _interpreter_like_gpu() -> None:
+    """Triton's interpreter checks every int32 add/mul for overflow with a device assert, which a
+    GPU build only does under `debug=True`; the check costs ~8 ms per op on CPU, most of CI's
+    time. Turn it off so interpreted kernels run as compiled ones do."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if options is not None and getattr(options, "sanitize_overflow", False) and dataclasses.is_dataclass(options):
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
+
+
+def load_module(source: str, interpret: bool) -> types.ModuleType:
+    """Import `source` (once per process and mode); its `@triton.jit` functions are attributes."""
+    key = (source_hash(source), interpret)
+    with _LOCK:
+        module = _LOADED.get(key)
+        if module is not None:
+            return module
+        path = source_path(source)
+        _write_once(path, source)
+        name = f"kiln_triton_{key[0]}_{'interp' if interpret else 'gpu'}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        # Registered in sys.modules so `inspect` and Triton's source lookups find the file.
+        sys.modules[name] = module
+        if interpret:
+            _interpreter_like_gpu()
+        try:
+            with _interpret_mode(interpret):
+                spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[name]
+            raise
+        _LOADED[key] = module
+        return module

@@ -48,8 +48,14 @@ class EvaluationLog:
     passthrough: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
+# In-place ops whose functional twin is not named by dropping the underscore.
+_FUNCTIONAL_TWIN = {aten.normal_.default: aten.normal_functional.default}
+
+
 def _functional_overload(func):
     """add_.Tensor -> add.Tensor; mul.out -> mul.Tensor/default; None when there is none."""
+    if func in _FUNCTIONAL_TWIN:
+        return _FUNCTIONAL_TWIN[func], "inplace"
     packet_name = func._schema.name.split("::")[1]
     overload = func._overloadname
     if packet_name.endswith("_") and not packet_name.endswith("__"):

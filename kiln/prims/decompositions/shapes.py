@@ -24,12 +24,23 @@ def _default(x, fallback):
     return fallback if x is None else x
 
 
+def fresh_view(fn):
+    """ATen view ops must return a new tensor object even when nothing changes (autograd's rule)."""
+    def decomposition(a, *args, **kwargs):
+        out = fn(a, *args, **kwargs)
+        return p.view(a, list(a.shape)) if out is a else out
+    decomposition.__name__ = fn.__name__
+    return decomposition
+
+
 @register(aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+@fresh_view
 def view(a, shape):
     return reshape(a, shape)
 
 
 @register(aten.expand.default)
+@fresh_view
 def expand(a, shape, *, implicit=False):
     shape = list(shape)
     offset = len(shape) - a.ndim

@@ -1,0 +1,338 @@
+"""Decompositions of loss functions (forward and backward) and random-sampling ops.
+
+Losses reduce with `reduction` 0 (none), 1 (mean), 2 (sum), ATen's enum. Random ops draw from the
+`uniform`/`normal` prims and transform the samples; their values differ from eager's draws, so
+the sweep compares them by shape and dtype.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kiln.prims.decompositions.refs import (Promotion, broadcast_to, computation_dtype, convert, full, map_float, reshape,
+                                            scalar_tensor)
+from kiln.prims.decompositions.table import register
+from kiln.prims.ops import ops as p
+
+aten = torch.ops.aten
+NONE, MEAN, SUM = 0, 1, 2
+
+
+def _s(x, value):
+    return scalar_tensor(value, x)
+
+
+def _reduce(loss, reduction):
+    if reduction == NONE:
+        return loss
+    total = p.sum(loss, list(range(loss.ndim)))
+    if reduction == SUM:
+        return total
+    return p.div(total, full([], max(loss.numel(), 0), loss.dtype, loss.device)) if loss.numel() else \
+        full([], math.nan, loss.dtype, loss.device)
+
+
+def _grad_scale(grad, like, reduction):
+    g = broadcast_to(convert(grad, like.dtype), like.shape)
+    if reduction == MEAN:
+        return p.div(g, full(like.shape, like.numel(), like.dtype, like.device))
+    return g
+
+
+def _pointwise_loss(fn, reduction, *args):
+    loss = map_float(fn, *args)
+    compute = computation_dtype(loss.dtype)
+    return convert(_reduce(convert(loss, compute), reduction), loss.dtype)
+
+
+@register(aten.mse_loss.default)
+def mse_loss(a, target, reduction=MEAN):
+    return _pointwise_loss(lambda x, y: p.mul(p.sub(x, y), p.sub(x, y)), reduction, a, target)
+
+
+@register(aten.mse_loss_backward.default)
+def mse_loss_backward(grad, a, target, reduction):
+    def fn(x, y):
+        return p.mul(_s(x, 2), p.sub(x, y))
+    d = map_float(fn, a, target)
+    return p.mul(_grad_scale(grad, d, reduction), d)
+
+
+@register(aten.l1_loss.default)
+def l1_loss(a, target, reduction=MEAN):
+    return _pointwise_loss(lambda x, y: p.abs(p.sub(x, y)), reduction, a, target)
+
+
+def _huber(x, y, delta):
+    d = p.abs(p.sub(x, y))
+    quad = p.mul(_s(x, 0.5), p.mul(d, d))
+    return p.where(p.lt(d, _s(x, delta)), quad, p.mul(_s(x, delta), p.sub(d, _s(x, 0.5 * delta))))
+
+
+@register(aten.huber_loss.default)
+def huber_loss(a, target, reduction=MEAN, delta=1.0):
+    return _pointwise_loss(lambda x, y: _huber(x, y, delta), reduction, a, target)
+
+
+@register(aten.huber_loss_backward.default)
+def huber_loss_backward(grad, a, target, reduction, delta):
+    def fn(x, y):
+        d = p.sub(x, y)
+        return p.where(p.lt(d, _s(x, -delta)), _s(x, -delta), p.where(p.gt(d, _s(x, delta)), _s(x, delta), d))
+    d = map_float(fn, a, target)
+    return p.mul(_grad_scale(grad, d, reduction), d)
+
+
+@register(aten.smooth_l1_loss.default)
+def smooth_l1_loss(a, target, reduction=MEAN, beta=1.0):
+    def fn(x, y):
+        d = p.abs(p.sub(x, y))
+        if beta == 0:
+            return d
+        return p.where(p.lt(d, _s(x, beta)), p.div(p.mul(_s(x, 0.5), p.mul(d, d)), _s(x, beta)),
+                       p.sub(d, _s(x, 0.5 * beta)))
+    return _pointwise_loss(fn, reduction, a, target)
+
+
+@register(aten.smooth_l1_loss_backward.default)
+def smooth_l1_loss_backward(grad, a, target, reduction, beta):
+    def fn(x, y):
+        d = p.sub(x, y)
+        sign = p.sub(p.convert_element_type(p.gt(d, _s(x, 0)), x.dtype), p.convert_element_type(p.lt(d, _s(x, 0)),
+                                                                                                   x.dtype))
+        if beta == 0:
+            return sign
+        return p.where(p.lt(p.abs(d), _s(x, beta)), p.div(d, _s(x, beta)), sign)
+    d = map_float(fn, a, target)
+    return p.mul(_grad_scale(grad, d, reduction), d)
+
+
+@register(aten.soft_margin_loss.default)
+def soft_margin_loss(a, target, reduction=MEAN):
+    return _pointwise_loss(lambda x, y: p.log1p(p.exp(p.neg(p.mul(x, y)))), reduction, a, target)
+
+
+@register(aten.soft_margin_loss_backward.default)
+def soft_margin_loss_backward(grad, a, target, reduction):
+    def fn(x, y):
+        z = p.exp(p.neg(p.mul(x, y)))
+        return p.div(p.neg(p.mul(y, z)), p.add(_s(x, 1), z))
+    d = map_float(fn, a, target)
+    return p.mul(_grad_scale(grad, d, reduction), d)
+
+
+@register(aten.binary_cross_entropy.default)
+def binary_cross_entropy(a, target, weight=None, reduction=MEAN):
+    def fn(x, y):
+        log_x = p.maximum(p.log(x), _s(x, -100))
+        log_1mx = p.maximum(p.log1p(p.neg(x)), _s(x, -100))
+        return p.neg(p.add(p.mul(y, log_x), p.mul(p.sub(_s(x, 1), y), log_1mx)))
+    loss = map_float(fn, a, target)
+    if weight is not None:
+        loss = p.mul(loss, broadcast_to(convert(weight, loss.dtype), loss.shape))
+    return _reduce(loss, reduction)
+
+
+@register(aten.binary_cross_entropy_backward.default)
+def binary_cross_entropy_backward(grad, a, target, weight=None, reduction=MEAN):
+    def fn(x, y):
+        eps = _s(x, 1e-12)
+        return p.div(p.sub(x, y), p.maximum(p.mul(p.sub(_s(x, 1), x), x), eps))
+    d = map_float(fn, a, target)
+    if weight is not None:
+        d = p.mul(d, broadcast_to(convert(weight, d.dtype), d.shape))
+    return p.mul(_grad_scale(grad, d, reduction), d)
+
+
+@register(aten.binary_cross_entropy_with_logits.default)
+def binary_cross_entropy_with_logits(a, target, weight=None, pos_weight=None, reduction=MEAN):
+    def fn(x, y):
+        log_sig = p.sub(p.minimum(x, _s(x, 0)), p.log1p(p.exp(p.neg(p.abs(x)))))      # log(sigmoid(x))
+        log_sig_neg = p.sub(log_sig, x)                                               # log(1 - sigmoid(x))
+        return p.neg(p.add(p.mul(y, log_sig), p.mul(p.sub(_s(x, 1), y), log_sig_neg)))
+    if pos_weight is not None:
+        def fn(x, y, pw):  # noqa: F811  (the weighted form)
+            log_sig = p.sub(p.minimum(x, _s(x, 0)), p.log1p(p.exp(p.neg(p.abs(x)))))
+            return p.neg(p.add(p.mul(p.mul(pw, y), log_sig), p.mul(p.sub(_s(x, 1), y), p.sub(log_sig, x))))
+        loss = map_float(fn, a, target, pos_weight)
+    else:
+        loss = map_float(fn, a, target)
+    if weight is not None:
+        loss = p.mul(loss, broadcast_to(convert(weight, loss.dtype), loss.shape))
+    return _reduce(loss, reduction)
+
+
+def _nll(a, target, weight, reduction, ignore_index):
+    """Shared by nll_loss_forward and nll_loss2d_forward: class dim is 1 (or 0 for 1-d input)."""
+    class_dim = 0 if a.ndim == 1 else 1
+    t = convert(target, torch.int64)
+    valid = p.ne(t, full(t.shape, ignore_index, torch.int64, t.device))
+    safe_t = p.where(valid, t, full(t.shape, 0, torch.int64, t.device))
+    if a.ndim > 1:
+        index = p.broadcast_in_dim(safe_t, _with_one(a.shape, class_dim), _others(a.ndim, class_dim))
+        picked = p.squeeze(p.gather(a, class_dim, index), [class_dim])
+    else:
+        picked = _pick_1d(a, safe_t)
+    w = p.index(convert(weight, a.dtype), [safe_t]) if weight is not None else full(t.shape, 1, a.dtype, a.device)
+    w = p.where(valid, w, full(t.shape, 0, a.dtype, a.device))
+    loss = p.neg(p.mul(picked, w))
+    total_weight = p.sum(w, list(range(w.ndim)))
+    if reduction == NONE:
+        return loss, full([], 0, a.dtype, a.device)
+    total = p.sum(loss, list(range(loss.ndim)))
+    if reduction == SUM:
+        return total, total_weight
+    return p.div(total, total_weight), total_weight
+
+
+def _with_one(shape, dim):
+    s = list(shape)
+    s[dim] = 1
+    return s
+
+
+def _others(ndim, dim):
+    return [i for i in range(ndim) if i != dim]
+
+
+def _pick_1d(a, t):
+    return p.view(p.index(a, [p.view(t, [1])]), [])
+
+
+@register(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def nll_loss_forward(a, target, weight, reduction, ignore_index):
+    return _nll(a, target, weight, reduction, ignore_index)
+
+
+@register(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def nll_loss_backward(grad, a, target, weight, reduction, ignore_index, total_weight):
+    class_dim = 0 if a.ndim == 1 else 1
+    t = convert(target, torch.int64)
+    valid = p.ne(t, full(t.shape, ignore_index, torch.int64, t.device))
+    safe_t = p.where(valid, t, full(t.shape, 0, torch.int64, t.device))
+    w = p.index(convert(weight, a.dtype), [safe_t]) if weight is not None else full(t.shape, 1, a.dtype, a.device)
+    w = p.where(valid, w, full(t.shape, 0, a.dtype, a.device))
+    g = convert(grad, a.dtype)
+    if reduction == NONE:
+        coef = p.neg(p.mul(broadcast_to(g, w.shape), w))
+    else:
+        g = broadcast_to(g, w.shape) if g.ndim == 0 else g
+        coef = p.neg(p.mul(g, w))
+        if reduction == MEAN:
+            coef = p.div(coef, broadcast_to(convert(total_weight, a.dtype), coef.shape))
+    zeros = full(a.shape, 0, a.dtype, a.device)
+    if a.ndim == 1:
+        return p.index_put(zeros, [p.view(safe_t, [1])], p.view(coef, [1]), False)
+    idx = p.broadcast_in_dim(safe_t, _with_one(a.shape, class_dim), _others(a.ndim, class_dim))
+    vals = p.broadcast_in_dim(coef, _with_one(a.shape, class_dim), _others(a.ndim, class_dim))
+    return p.scatter(zeros, class_dim, idx, vals)
+
+
+# ---- random ------------------------------------------------------------------------------------
+
+def _uniform_like(a, dtype=None):
+    return p.uniform(list(a.shape), dtype=dtype or computation_dtype(a.dtype), device=a.device)
+
+
+@register(aten.uniform.default)
+def uniform(a, low=0.0, high=1.0, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.add(p.mul(u, _s(u, high - low)), _s(u, low)), a.dtype)
+
+
+@register(aten.normal_functional.default)
+def normal_functional(a, mean=0.0, std=1.0, *, generator=None):
+    z = p.normal(list(a.shape), dtype=computation_dtype(a.dtype), device=a.device)
+    return convert(p.add(p.mul(z, _s(z, std)), _s(z, mean)), a.dtype)
+
+
+@register(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor)
+def normal_tensor(mean, std, *, generator=None):
+    return map_float(lambda m, s: p.add(p.mul(p.normal(list(m.shape), dtype=m.dtype, device=m.device), s), m),
+                     mean, std, promotion=Promotion.DEFAULT)
+
+
+@register(aten.normal.float_float)
+def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = dtype or torch.get_default_dtype()
+    z = p.normal(list(size), dtype=dtype, device=torch.device(device or "cpu"))
+    return p.add(p.mul(z, _s(z, std)), _s(z, mean))
+
+
+@register(aten.rand.default)
+def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    return p.uniform(list(size), dtype=dtype or torch.get_default_dtype(), device=torch.device(device or "cpu"))
+
+
+@register(aten.randn.default)
+def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    return p.normal(list(size), dtype=dtype or torch.get_default_dtype(), device=torch.device(device or "cpu"))
+
+
+@register(aten.rand_like.default)
+def rand_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
+    return p.uniform(list(a.shape), dtype=dtype or a.dtype, device=torch.device(device) if device else a.device)
+
+
+@register(aten.randn_like.default)
+def randn_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
+    return p.normal(list(a.shape), dtype=dtype or a.dtype, device=torch.device(device) if device else a.device)
+
+
+@register(aten.randint.low, aten.randint.default)
+def randint(*args, dtype=None, layout=None, device=None, pin_memory=None, generator=None):
+    low, high, size = (0, *args) if len(args) == 2 else args
+    u = p.uniform(list(size), dtype=torch.float64, device=torch.device(device or "cpu"))
+    v = p.floor(p.add(p.mul(u, _s(u, high - low)), _s(u, low)))
+    return p.convert_element_type(v, dtype or torch.int64)
+
+
+@register(aten.randint_like.default, aten.randint_like.low_dtype)
+def randint_like(a, *args, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, generator=None):
+    low, high = (0, args[0]) if len(args) == 1 else args
+    return randint(low, high, list(a.shape), dtype=dtype or a.dtype, device=device or a.device)
+
+
+@register(aten.bernoulli.default)
+def bernoulli(a, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.lt(u, convert(a, u.dtype)), a.dtype)
+
+
+@register(aten.bernoulli.p)
+def bernoulli_p(a, prob=0.5, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.lt(u, _s(u, prob)), a.dtype)
+
+
+@register(aten.bernoulli.Tensor)
+def bernoulli_tensor(a, prob, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.lt(u, broadcast_to(convert(prob, u.dtype), u.shape)), a.dtype)
+
+
+@register(aten.exponential.default)
+def exponential(a, lambd=1.0, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.div(p.neg(p.log1p(p.neg(u))), _s(u, lambd)), a.dtype)
+
+
+@register(aten.cauchy.default)
+def cauchy(a, median=0.0, sigma=1.0, *, generator=None):
+    u = _uniform_like(a)
+    return convert(p.add(_s(u, median), p.mul(_s(u, sigma), p.tan(p.mul(_s(u, math.pi), p.sub(u, _s(u, 0.5)))))),
+                   a.dtype)
+
+
+@register(aten.log_normal.default)
+def log_normal(a, mean=1.0, std=2.0, *, generator=None):
+    z = p.normal(list(a.shape), dtype=computation_dtype(a.dtype), device=a.device)
+    return convert(p.exp(p.add(p.mul(z, _s(z, std)), _s(z, mean))), a.dtype)
+
+
+@register(aten.geometric.default)
+def geometric(a, prob, *, generator=None):
+    u = _uniform_like(a, torch.float64)
+    v = p.ceil(p.div(p.log1p(p.neg(u)), _s(u, math.log1p(-prob))))
+    return convert(v, a.dtype)

@@ -1,0 +1,273 @@
+"""Decompositions of layer, batch and group normalization (forward and backward) and dropout.
+
+Statistics are computed in float32 for float16/bfloat16 inputs (eager's accumulation type).
+Batch norm's running statistics are updated with `copy_` into the running buffers, exactly as
+eager mutates them; aot/ functionalizes that copy into an epilogue.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.prims.decompositions.refs import (broadcast_to, computation_dtype, convert, full, numel, reshape)
+from kiln.prims.decompositions.table import register
+from kiln.prims.ops import ops as p
+
+aten = torch.ops.aten
+
+
+def _bcast(t, shape, dims):
+    return p.broadcast_in_dim(t, list(shape), dims)
+
+
+def _stats(x, dims):
+    """(mean, biased variance) over dims, without keepdim."""
+    n = numel([x.shape[d] for d in dims])
+    mean = p.div(p.sum(x, dims), full([s for i, s in enumerate(x.shape) if i not in dims], n, x.dtype, x.device))
+    kept = [i for i in range(x.ndim) if i not in dims]
+    d = p.sub(x, _bcast(mean, x.shape, kept))
+    var = p.div(p.sum(p.mul(d, d), dims), full(mean.shape, n, x.dtype, x.device))
+    return mean, var
+
+
+def _rsqrt_eps(var, eps):
+    return p.rsqrt(p.add(var, full(var.shape, eps, var.dtype, var.device)))
+
+
+@register(aten.native_layer_norm.default)
+def native_layer_norm(a, normalized_shape, weight, bias, eps):
+    axis = a.ndim - len(normalized_shape)
+    dims = list(range(axis, a.ndim))
+    kept = list(range(axis))
+    x = convert(a, computation_dtype(a.dtype))
+    mean, var = _stats(x, dims)
+    rstd = _rsqrt_eps(var, eps)
+    out = p.mul(p.sub(x, _bcast(mean, x.shape, kept)), _bcast(rstd, x.shape, kept))
+    if weight is not None:
+        out = p.mul(out, broadcast_to(convert(weight, x.dtype), x.shape))
+    if bias is not None:
+        out = p.add(out, broadcast_to(convert(bias, x.dtype), x.shape))
+    stat_shape = list(a.shape[:axis]) + [1] * len(normalized_shape)
+    return (convert(out, a.dtype), convert(p.view(mean, stat_shape), a.dtype),
+            convert(p.view(rstd, stat_shape), a.dtype))
+
+
+@register(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad, a, normalized_shape, mean, rstd, weight, bias, output_mask):
+    axis = a.ndim - len(normalized_shape)
+    inner = list(range(axis, a.ndim))
+    outer = list(range(axis))
+    compute = computation_dtype(a.dtype)
+    x, g = convert(a, compute), convert(grad, compute)
+    m = broadcast_to(convert(mean, compute), x.shape)
+    r = broadcast_to(convert(rstd, compute), x.shape)
+    x_hat = p.mul(p.sub(x, m), r)
+    gw = p.mul(g, broadcast_to(convert(weight, compute), x.shape)) if weight is not None else g
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        n = numel(normalized_shape)
+        sum_g = _bcast(p.sum(gw, inner), x.shape, outer)
+        sum_gx = _bcast(p.sum(p.mul(gw, x_hat), inner), x.shape, outer)
+        inner_term = p.sub(p.sub(p.mul(gw, full(x.shape, n, compute, x.device)), sum_g), p.mul(x_hat, sum_gx))
+        grad_input = convert(p.mul(p.div(r, full(x.shape, n, compute, x.device)), inner_term), a.dtype)
+    if output_mask[1] and weight is not None:
+        grad_weight = convert(p.sum(p.mul(g, x_hat), outer), weight.dtype)
+    if output_mask[2] and bias is not None:
+        grad_bias = convert(p.sum(g, outer), bias.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+def _channel_shape(a):
+    return [a.shape[1]]
+
+
+def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps, functional=False):
+    compute = computation_dtype(a.dtype)
+    x = convert(a, compute)
+    reduce_dims = [0] + list(range(2, a.ndim))
+    n = numel([a.shape[d] for d in reduce_dims])
+    if training:
+        mean, var = _stats(x, reduce_dims)
+        invstd = _rsqrt_eps(var, eps)
+        new_mean = new_var = None
+        if running_mean is not None:
+            unbiased = p.mul(var, full(var.shape, n / max(n - 1, 1), compute, a.device))
+            keep = full(mean.shape, 1 - momentum, compute, a.device)
+            mom = full(mean.shape, momentum, compute, a.device)
+            new_mean = convert(p.add(p.mul(keep, convert(running_mean, compute)), p.mul(mom, mean)),
+                               running_mean.dtype)
+            new_var = convert(p.add(p.mul(keep, convert(running_var, compute)), p.mul(mom, unbiased)),
+                              running_var.dtype)
+        save_mean, save_invstd = mean, invstd
+    else:
+        mean, invstd = convert(running_mean, compute), _rsqrt_eps(convert(running_var, compute), eps)
+        save_mean = save_invstd = None
+        new_mean, new_var = running_mean, running_var
+    out = p.mul(p.sub(x, _bcast(mean, x.shape, [1])), _bcast(invstd, x.shape, [1]))
+    if weight is not None:
+        out = p.mul(out, _bcast(convert(weight, compute), x.shape, [1]))
+    if bias is not None:
+        out = p.add(out, _bcast(convert(bias, compute), x.shape, [1]))
+    return convert(out, a.dtype), save_mean, save_invstd, new_mean, new_var
+
+
+def _empty_stat(a):
+    return full([0], 0, computation_dtype(a.dtype), a.device)
+
+
+@register(aten.native_batch_norm.default)
+def native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, save_mean, save_invstd, new_mean, new_var = _batch_norm(a, weight, bias, running_mean, running_var,
+                                                                 training, momentum, eps)
+    if training and running_mean is not None:
+        running_mean.copy_(new_mean)
+        running_var.copy_(new_var)
+    if not training:
+        return out, _empty_stat(a), _empty_stat(a)
+    return out, save_mean, save_invstd
+
+
+@register(aten._native_batch_norm_legit.default)
+def native_batch_norm_legit(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    return native_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def native_batch_norm_legit_no_stats(a, weight, bias, training, momentum, eps):
+    return native_batch_norm(a, weight, bias, None, None, training, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit_no_training.default)
+def native_batch_norm_legit_no_training(a, weight, bias, running_mean, running_var, momentum, eps):
+    return native_batch_norm(a, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+@register(aten._native_batch_norm_legit_functional.default)
+def native_batch_norm_legit_functional(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, save_mean, save_invstd, new_mean, new_var = _batch_norm(a, weight, bias, running_mean, running_var,
+                                                                 training, momentum, eps)
+    if not training:
+        save_mean = save_invstd = _empty_stat(a)
+    return out, save_mean, save_invstd, new_mean, new_var
+
+
+@register(aten._batch_norm_with_update.default)
+def batch_norm_with_update(a, weight, bias, running_mean, running_var, momentum, eps):
+    out, save_mean, save_invstd = native_batch_norm(a, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, save_mean, save_invstd, full([0], 0, torch.uint8, a.device)
+
+
+@register(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update_functional(a, weight, bias, running_mean, running_var, momentum, eps):
+    out, save_mean, save_invstd, new_mean, new_var = _batch_norm(a, weight, bias, running_mean, running_var,
+                                                                 True, momentum, eps)
+    return out, save_mean, save_invstd, full([0], 0, torch.uint8, a.device), new_mean, new_var
+
+
+@register(aten._batch_norm_no_update.default)
+def batch_norm_no_update(a, weight, bias, running_mean, running_var, momentum, eps):
+    out, save_mean, save_invstd = native_batch_norm(a, weight, bias, running_mean, running_var, False, momentum, eps)
+    return out, save_mean, save_invstd, full([0], 0, torch.uint8, a.device)
+
+
+@register(aten.native_batch_norm_backward.default)
+def native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                               output_mask):
+    compute = computation_dtype(a.dtype)
+    x, g = convert(a, compute), convert(grad, compute)
+    reduce_dims = [0] + list(range(2, a.ndim))
+    n = numel([a.shape[d] for d in reduce_dims])
+    if train:
+        mean, invstd = convert(save_mean, compute), convert(save_invstd, compute)
+    else:
+        mean = convert(running_mean, compute)
+        invstd = _rsqrt_eps(convert(running_var, compute), eps)
+    w = convert(weight, compute) if weight is not None else full([a.shape[1]], 1, compute, a.device)
+    x_mu = p.sub(x, _bcast(mean, x.shape, [1]))
+    sum_g = p.sum(g, reduce_dims)
+    dot = p.sum(p.mul(g, x_mu), reduce_dims)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        if train:
+            nn = full(mean.shape, n, compute, a.device)
+            proj = p.div(p.mul(dot, p.mul(invstd, invstd)), nn)
+            g_mean = p.div(sum_g, nn)
+            gi = p.sub(p.sub(g, p.mul(x_mu, _bcast(proj, x.shape, [1]))), _bcast(g_mean, x.shape, [1]))
+            grad_input = p.mul(gi, _bcast(p.mul(invstd, w), x.shape, [1]))
+        else:
+            grad_input = p.mul(g, _bcast(p.mul(invstd, w), x.shape, [1]))
+        grad_input = convert(grad_input, a.dtype)
+    if output_mask[1]:
+        grad_weight = convert(p.mul(dot, invstd), weight.dtype if weight is not None else a.dtype)
+    if output_mask[2]:
+        grad_bias = convert(sum_g, weight.dtype if weight is not None else a.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+@register(aten.batch_norm_backward.default)
+def batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask,
+                        reserve):
+    return native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, update, eps,
+                                      output_mask)
+
+
+@register(aten.native_group_norm.default)
+def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
+    compute = computation_dtype(a.dtype)
+    x = reshape(convert(a, compute), [N, group, -1])
+    mean, var = _stats(x, [2])
+    rstd = _rsqrt_eps(var, eps)
+    out = p.mul(p.sub(x, _bcast(mean, x.shape, [0, 1])), _bcast(rstd, x.shape, [0, 1]))
+    out = reshape(out, [N, C, -1])
+    if weight is not None:
+        out = p.mul(out, _bcast(convert(weight, compute), out.shape, [1]))
+    if bias is not None:
+        out = p.add(out, _bcast(convert(bias, compute), out.shape, [1]))
+    return convert(reshape(out, list(a.shape)), a.dtype), convert(mean, a.dtype), convert(rstd, a.dtype)
+
+
+@register(aten.native_group_norm_backward.default)
+def native_group_norm_backward(grad, a, mean, rstd, weight, N, C, HxW, group, output_mask):
+    compute = computation_dtype(a.dtype)
+    x = reshape(convert(a, compute), [N, group, C // group, HxW])
+    g = reshape(convert(grad, compute), [N, group, C // group, HxW])
+    m = _bcast(convert(mean, compute), x.shape, [0, 1])
+    r = _bcast(convert(rstd, compute), x.shape, [0, 1])
+    x_hat = p.mul(p.sub(x, m), r)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        w = _bcast(reshape(convert(weight, compute), [group, C // group]), x.shape, [1, 2]) if weight is not None \
+            else full(x.shape, 1, compute, a.device)
+        gw = p.mul(g, w)
+        n = (C // group) * HxW
+        sum_g = _bcast(p.sum(gw, [2, 3]), x.shape, [0, 1])
+        sum_gx = _bcast(p.sum(p.mul(gw, x_hat), [2, 3]), x.shape, [0, 1])
+        term = p.sub(p.sub(p.mul(gw, full(x.shape, n, compute, a.device)), sum_g), p.mul(x_hat, sum_gx))
+        grad_input = convert(reshape(p.mul(p.div(r, full(x.shape, n, compute, a.device)), term), list(a.shape)),
+                             a.dtype)
+    if output_mask[1] and weight is not None:
+        grad_weight = convert(reshape(p.sum(p.mul(g, x_hat), [0, 3]), [C]), weight.dtype)
+    if output_mask[2]:
+        grad_bias = convert(reshape(p.sum(g, [0, 3]), [C]), a.dtype)
+    return grad_input, grad_weight, grad_bias
+
+
+@register(aten.native_dropout.default)
+def native_dropout(a, prob, train):
+    if not train or prob == 0:
+        return p.copy_strided(a, list(a.stride())), full(a.shape, True, torch.bool, a.device)
+    if prob == 1:
+        return full(a.shape, 0, a.dtype, a.device), full(a.shape, False, torch.bool, a.device)
+    keep = p.ge(p.uniform(list(a.shape), dtype=torch.float32, device=a.device),
+                full(a.shape, prob, torch.float32, a.device))
+    scale = 1.0 / (1.0 - prob)
+    out = p.mul(p.mul(convert(a, computation_dtype(a.dtype)), p.convert_element_type(keep, computation_dtype(a.dtype))),
+                full(a.shape, scale, computation_dtype(a.dtype), a.device))
+    return convert(out, a.dtype), keep
+
+
+@register(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    compute = computation_dtype(grad.dtype)
+    out = p.mul(p.mul(convert(grad, compute), p.convert_element_type(mask, compute)),
+                full(grad.shape, scale, compute, grad.device))
+    return convert(out, grad.dtype)

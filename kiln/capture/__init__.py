@@ -2,13 +2,19 @@
 
 Contract with the rest of kiln:
     capture(fn, backend, config: CaptureConfig) -> callable   # same signature as fn
-    explain(fn, *args, **kwargs) -> report                     # graphs, breaks, guards, recompiles
+    explain(fn, *args, **kwargs) -> ExplainReport              # graphs, breaks, guards, recompiles
     reset()                                                    # forget every compiled entry
 `backend(gm, example_inputs) -> callable` receives each extracted torch-level graph. Parameters and
-buffers of modules may appear as `get_attr` nodes; later stages read them from `gm` at each call.
+buffers of modules appear as `get_attr` nodes; later stages read them from `gm` at each call.
 
-Until the bytecode interpreter lands this package re-exports the `stopgap` (torch.fx.symbolic_trace).
+How it works, in pipeline order: `frame.py` (the wrapper and its cache of entries) ->
+`interpreter.py` + `opcodes.py` (the symbolic bytecode interpreter) -> `semantics.py`,
+`attributes.py`, `calls.py`, `builtins.py`, `classes.py`, `torch_calls.py` (the Python data model
+over trackers from `variables.py`, built by `builder.py` with guards from `guards.py`) ->
+`output.py` (the FX graph) -> `convert.py` + `rebuild.py` (generated entry code) and `resume.py`
+(resume functions after graph breaks).
 """
-from kiln.capture.stopgap import capture, explain, reset
+from kiln.capture.explain import ExplainReport, explain
+from kiln.capture.frame import capture, reset
 
-__all__ = ["capture", "explain", "reset"]
+__all__ = ["capture", "explain", "reset", "ExplainReport"]

@@ -1,0 +1,318 @@
+"""Attribute reads and writes over trackers, following Python's lookup rules.
+
+`getattr_var` dispatches on the tracker class through `_GETATTR`. For real objects it looks in the
+instance (for nn.Modules: `_parameters`, `_buffers`, `_modules`, then `__dict__`) before the class,
+and binds what it finds in the class the way descriptors do: functions become methods, properties
+are inlined, classmethods bind the class. Values read get the source `obj.attr`, so specializing on
+them guards them. Writes to objects that outlive the frame are recorded as side effects and seen by
+later reads through an overlay.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.output import AttrWrite
+from kiln.capture.sources import AttrSource, DictEntrySource, ItemSource
+
+_MISSING = object()
+
+
+def _wrap(tx, value, source, **kw):
+    from kiln.capture.builder import wrap
+    return wrap(tx.out, value, source, **kw)
+
+
+def class_lookup(cls: type, name: str, start_after: type | None = None) -> Any:
+    """The raw entry for `name` in `cls`'s MRO (no descriptor binding), or _MISSING."""
+    mro = cls.__mro__
+    if start_after is not None:
+        mro = mro[mro.index(start_after) + 1:]
+    for klass in mro:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V.Variable:
+    """What `obj.name` is when `name` was found in the class dict as `entry`."""
+    if isinstance(entry, types.FunctionType):
+        return V.MethodVar(_function(entry), obj)
+    if isinstance(entry, staticmethod):
+        return _plain(tx, entry.__func__)
+    if isinstance(entry, classmethod):
+        return V.MethodVar(_plain(tx, entry.__func__), V.ObjectVar(cls))
+    if isinstance(entry, property):
+        if entry.fget is None:
+            tx.raise_(AttributeError, f"property {name!r} has no getter")
+        return tx.call(_plain(tx, entry.fget), [obj])
+    if isinstance(entry, types.FunctionType) is False and hasattr(entry, "__get__") and isinstance(obj, V.ObjectVar):
+        # C descriptors (slots, getset, method descriptors): ask the real object
+        return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
+    if hasattr(entry, "__get__") and not isinstance(entry, (type, types.BuiltinFunctionType)):
+        if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+            return V.MethodVar(V.ObjectVar(entry), obj)
+        raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
+    return _wrap(tx, entry, None)
+
+
+def _function(fn) -> V.FunctionVar:
+    return V.FunctionVar(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__ or (),
+                         dict(fn.__kwdefaults__ or {}), fn.__closure__ or (), fn=fn)
+
+
+def _plain(tx, fn):
+    if isinstance(fn, types.FunctionType):
+        return _function(fn)
+    return V.ObjectVar(fn)
+
+
+# -- per tracker class ------------------------------------------------------------------------------
+def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
+    obj, source = v.value, v.source
+    overlay = tx.out.__dict__.setdefault("attr_overlay", {})
+    if (id(obj), name) in overlay:
+        return overlay[(id(obj), name)]
+    if isinstance(obj, types.ModuleType):
+        if not hasattr(obj, name):
+            tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
+        return _wrap(tx, getattr(obj, name), None)  # module attributes are not guarded
+    if isinstance(obj, type):
+        return _getattr_class(tx, v, name)
+    if isinstance(obj, torch.nn.Module):
+        for table in ("_parameters", "_buffers", "_modules"):
+            d = obj.__dict__.get(table)
+            if d is not None and name in d:
+                value = d[name]
+                src = DictEntrySource(source, table, name) if source else None
+                if value is None:
+                    return V.Constant(None)
+                return _wrap(tx, value, src, module_state=table != "_modules")
+    inst_dict = getattr(obj, "__dict__", None)
+    entry = class_lookup(type(obj), name)
+    is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and not isinstance(entry, V.Variable)
+    if isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
+        return _wrap(tx, inst_dict[name], AttrSource(source, name) if source else None)
+    if entry is not _MISSING:
+        return bind_class_entry(tx, entry, v, type(obj), name)
+    getattr_hook = class_lookup(type(obj), "__getattr__")
+    if isinstance(getattr_hook, types.FunctionType) and not isinstance(obj, torch.nn.Module):
+        return tx.call(V.MethodVar(_function(getattr_hook), v), [V.Constant(name)])
+    if not hasattr(obj, name):
+        tx.raise_(AttributeError, f"{type(obj).__name__!r} object has no attribute {name!r}")
+    return _wrap(tx, getattr(obj, name), AttrSource(source, name) if source else None)
+
+
+def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
+    cls = v.value
+    if name in ("__name__", "__qualname__", "__module__"):
+        return V.Constant(getattr(cls, name))
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            entry = klass.__dict__[name]
+            if isinstance(entry, types.FunctionType):
+                return _function(entry)
+            if isinstance(entry, staticmethod):
+                return _plain(tx, entry.__func__)
+            if isinstance(entry, classmethod):
+                return V.MethodVar(_plain(tx, entry.__func__), v)
+            break
+    if not hasattr(cls, name):
+        tx.raise_(AttributeError, f"type object {cls.__name__!r} has no attribute {name!r}")
+    return _wrap(tx, getattr(cls, name), AttrSource(v.source, name) if v.source else None)
+
+
+def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
+    if name in v.attrs:
+        return v.attrs[name]
+    if name == "__class__":
+        return V.ObjectVar(v.cls)
+    entry = class_lookup(v.cls, name)
+    if entry is _MISSING:
+        hook = class_lookup(v.cls, "__getattr__")
+        if isinstance(hook, types.FunctionType):
+            return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
+        tx.raise_(AttributeError, f"{v.cls.__name__!r} object has no attribute {name!r}")
+    return bind_class_entry(tx, entry, v, v.cls, name)
+
+
+def _getattr_constant(tx, v: V.Constant, name: str) -> V.Variable:
+    try:
+        value = getattr(v.value, name)
+    except AttributeError as e:
+        tx.raise_(AttributeError, str(e))
+    if callable(value) and not isinstance(value, type):
+        return V.ObjectVar(value)  # a bound method of an immutable value: pure, folded when called
+    return V.Constant(value)
+
+
+def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
+    fields = getattr(v.cls, "_fields", None)
+    if fields and name in fields:
+        return v.items[fields.index(name)]
+    if v.cls is torch.Size or name in ("count", "index"):
+        from kiln.capture.semantics import python_value
+        return _getattr_constant(tx, V.Constant(python_value(v)), name)
+    entry = class_lookup(v.cls, name)
+    if entry is not _MISSING:
+        return bind_class_entry(tx, entry, v, v.cls, name)
+    tx.raise_(AttributeError, f"{v.cls.__name__!r} object has no attribute {name!r}")
+
+
+def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
+    method = getattr(v.python_type(), name, None)
+    if method is None:
+        tx.raise_(AttributeError, f"{v.python_type().__name__!r} object has no attribute {name!r}")
+    return V.MethodVar(V.ObjectVar(method), v)
+
+
+def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
+    obj_type = v.obj.python_type() if not isinstance(v.obj, V.ObjectVar) or not isinstance(v.obj.value, type) \
+        else v.obj.value
+    entry = class_lookup(obj_type, name, start_after=v.cls)
+    if entry is _MISSING:
+        tx.raise_(AttributeError, f"'super' object has no attribute {name!r}")
+    if entry is object.__init__ or entry is torch.nn.Module.__init__ and False:
+        return V.ObjectVar(lambda *a, **k: None)
+    if isinstance(entry, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+        return V.MethodVar(V.ObjectVar(entry), v.obj)
+    return bind_class_entry(tx, entry, v.obj, obj_type, name)
+
+
+def _getattr_function(tx, v: V.FunctionVar, name: str) -> V.Variable:
+    if name in ("__name__", "__qualname__"):
+        return V.Constant(v.name)
+    if name == "__code__":
+        return V.Constant(v.code)
+    if v.fn is not None and hasattr(v.fn, name):
+        return _wrap(tx, getattr(v.fn, name), AttrSource(v.source, name) if v.source else None)
+    tx.raise_(AttributeError, f"function has no attribute {name!r}")
+
+
+def _getattr_method(tx, v: V.MethodVar, name: str) -> V.Variable:
+    if name == "__self__":
+        return v.self_var
+    if name == "__func__":
+        return v.fn
+    return getattr_var(tx, v.fn, name)
+
+
+def _getattr_exception(tx, v: V.ExceptionVar, name: str) -> V.Variable:
+    if name == "args":
+        return V.TupleVar(list(v.args))
+    tx.raise_(AttributeError, f"exception has no attribute {name!r}")
+
+
+def _getattr_tensor(tx, v, name):
+    from kiln.capture.torch_calls import tensor_getattr
+    return tensor_getattr(tx, v, name)
+
+
+_GETATTR = {
+    V.TensorVar: _getattr_tensor,
+    V.ObjectVar: _getattr_object,
+    V.NewObjectVar: _getattr_new_object,
+    V.Constant: _getattr_constant,
+    V.TupleVar: _getattr_tuple,
+    V.ListVar: _getattr_container,
+    V.DictVar: _getattr_container,
+    V.SetVar: _getattr_container,
+    V.SuperVar: _getattr_super,
+    V.FunctionVar: _getattr_function,
+    V.MethodVar: _getattr_method,
+    V.ExceptionVar: _getattr_exception,
+}
+
+
+def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
+    fn = _GETATTR.get(type(v))
+    if fn is None:
+        raise tx.unsupported(f"reading attribute {name!r} of a {v.python_type().__name__}")
+    return fn(tx, v, name)
+
+
+def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
+    if isinstance(obj, V.NewObjectVar):
+        obj.attrs[name] = value
+        return
+    if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
+        tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
+        tx.out.side_effects.append(AttrWrite(obj, name, value))
+        return
+    raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
+
+
+# -- containers that are real objects (nn.ModuleList and friends) ------------------------------------
+def _module_children(tx, v: V.ObjectVar) -> list[tuple[str, V.Variable]]:
+    mod = v.value
+    return [(k, _wrap(tx, m, DictEntrySource(v.source, "_modules", k) if v.source else None))
+            for k, m in mod._modules.items() if m is not None]
+
+
+def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable]:
+    obj = v.value
+    if isinstance(obj, torch.nn.ModuleDict):
+        return [V.Constant(k) for k in obj._modules]
+    if isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
+        return [m for _, m in _module_children(tx, v)]
+    if isinstance(obj, (torch.nn.ParameterList,)):
+        return [_wrap(tx, p, DictEntrySource(v.source, "_parameters", k) if v.source else None, module_state=True)
+                for k, p in obj._parameters.items()]
+    if isinstance(obj, torch.nn.ParameterDict):
+        return [V.Constant(k) for k in obj.keys()]
+    it = class_lookup(type(obj), "__iter__")
+    if isinstance(it, types.FunctionType):
+        from kiln.capture.semantics import iterate
+        return iterate(tx, tx.call(V.MethodVar(_function(it), v), []))
+    if isinstance(obj, (dict, list, tuple, set, frozenset, range)):
+        return [_wrap(tx, x, None) for x in obj]
+    raise tx.unsupported(f"iterating over a {type(obj).__name__}")
+
+
+def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
+    from kiln.capture.semantics import python_value
+    obj = getattr(v, "value", None)
+    if isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
+        k = python_value(key)
+        children = _module_children(tx, v)
+        if isinstance(k, slice):
+            raise tx.unsupported("slicing an nn.ModuleList/Sequential inside captured code")
+        return children[k][1]
+    if isinstance(obj, torch.nn.ModuleDict):
+        k = python_value(key)
+        return _wrap(tx, obj._modules[k], DictEntrySource(v.source, "_modules", k) if v.source else None)
+    if isinstance(obj, torch.nn.ParameterList):
+        k = python_value(key)
+        name = list(obj._parameters)[k]
+        return _wrap(tx, obj._parameters[name], DictEntrySource(v.source, "_parameters", name) if v.source else None,
+                     module_state=True)
+    cls = v.python_type() if isinstance(v, V.NewObjectVar) else type(obj)
+    entry = class_lookup(cls, "__getitem__")
+    if isinstance(entry, types.FunctionType):
+        return tx.call(V.MethodVar(_function(entry), v), [key])
+    if isinstance(obj, (dict, list, tuple)):
+        k = python_value(key)
+        return _wrap(tx, obj[k], ItemSource(v.source, k) if v.source else None)
+    raise tx.unsupported(f"indexing a {cls.__name__}")
+
+
+def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:
+    obj = v.value
+    if isinstance(obj, torch.nn.ModuleDict):
+        return item in obj._modules
+    if isinstance(obj, (dict, list, tuple, set, frozenset, str)):
+        return item in obj
+    raise tx.unsupported(f"`in` on a {type(obj).__name__}")
+
+
+def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+    """Operators on user objects created in traced code: call their dunder methods."""
+    name = f"__{op.__name__.strip('_')}__"
+    if isinstance(a, V.NewObjectVar):
+        entry = class_lookup(a.cls, name)
+        if isinstance(entry, types.FunctionType):
+            return tx.call(V.MethodVar(_function(entry), a), [b])
+    raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")

@@ -1,0 +1,149 @@
+"""Wrapping real Python values read from a source into trackers, with the guards they imply.
+
+`wrap(out, value, source)` dispatches on the value's type through `_WRAPPERS` (exact type first,
+then the MRO), so a new kind of value is one entry. Tensors become graph inputs (or `get_attr`
+nodes for module parameters and buffers); constants are specialized with a guard on their value;
+containers are wrapped item by item with a length/keys guard; functions, classes and modules are
+guarded by identity.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import functools
+import types
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.guards import Guard, GuardKind
+from kiln.capture.output import OutputGraph
+from kiln.capture.sources import ItemSource, Source
+
+CONSTANT_TYPES = (int, float, bool, str, bytes, type(None), complex, torch.dtype, torch.device, range, slice,
+                  type(Ellipsis), type(NotImplemented), torch.memory_format, torch.layout, enum.Enum)
+
+
+def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: bool = False) -> V.Variable:
+    """A tracker for `value`. `module_state`: a parameter or buffer read from an nn.Module."""
+    if isinstance(value, torch.Tensor):
+        return _wrap_tensor(out, value, source, module_state)
+    for cls in type(value).__mro__:
+        fn = _WRAPPERS.get(cls)
+        if fn is not None:
+            return fn(out, value, source)
+    return _wrap_object(out, value, source)
+
+
+def _wrap_tensor(out, value, source, module_state):
+    known = out.tensor_by_id.get(id(value))
+    if known is not None:
+        return known
+    if source is None:
+        # a tensor the program made outside the graph (e.g. a global created at import): a constant
+        # attribute of the graph, shared by identity
+        from kiln.capture.sources import ConstSource
+        source = ConstSource(f"<tensor {id(value):x}>")
+        module_state = True
+    var = out.parameter(value, source) if module_state else out.tensor_input(value, source)
+    out.tensor_by_id[id(value)] = var
+    out.keepalive.append(value)
+    return var
+
+
+def _guard(out, kind, source, expected):
+    if source is not None:
+        out.guard(Guard(kind, source, expected))
+
+
+def _wrap_constant(out, value, source):
+    if isinstance(value, (int, float, str, bytes, bool, type(None), torch.dtype, torch.device, enum.Enum)):
+        _guard(out, GuardKind.CONST, source, value)
+    else:
+        _guard(out, GuardKind.CONST, source, value)
+    return V.Constant(value, source=source)
+
+
+def _wrap_sequence(out, value, source):
+    _guard(out, GuardKind.TYPE, source, type(value))
+    _guard(out, GuardKind.LEN, source, len(value))
+    items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+    if isinstance(value, list):
+        return V.ListVar(items, source=source)
+    return V.TupleVar(items, type(value), source=source)
+
+
+def _wrap_dict(out, value, source):
+    if not all(isinstance(k, (str, int, enum.Enum)) for k in value):
+        return _wrap_object(out, value, source)
+    _guard(out, GuardKind.TYPE, source, type(value))
+    _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
+    items = {k: wrap(out, v, ItemSource(source, k) if source else None) for k, v in value.items()}
+    return V.DictVar(items, type(value), source=source)
+
+
+def _wrap_function(out, value, source):
+    _guard(out, GuardKind.ID, source, value)
+    out.keepalive.append(value)
+    return V.FunctionVar(value.__code__, value.__globals__, value.__name__, value.__defaults__ or (),
+                         dict(value.__kwdefaults__ or {}), value.__closure__ or (), fn=value, source=source)
+
+
+def _wrap_identity(out, value, source):
+    """Classes, builtins, nn.Modules: specialized on identity."""
+    _guard(out, GuardKind.ID, source, value)
+    out.keepalive.append(value)
+    return V.ObjectVar(value, source=source)
+
+
+def _wrap_unguarded(out, value, source):
+    """Python modules: rebinding `torch` or `math` is not something kiln guards against."""
+    return V.ObjectVar(value, source=source)
+
+
+def _wrap_method(out, value, source):
+    from kiln.capture.sources import AttrSource
+    self_var = wrap(out, value.__self__, AttrSource(source, "__self__") if source else None)
+    fn_var = wrap(out, value.__func__, AttrSource(source, "__func__") if source else None)
+    return V.MethodVar(fn_var, self_var, source=source)
+
+
+def _wrap_partial(out, value, source):
+    from kiln.capture.sources import AttrSource
+    _guard(out, GuardKind.TYPE, source, type(value))
+    fn = wrap(out, value.func, AttrSource(source, "func") if source else None)
+    args = [wrap(out, a, ItemSource(AttrSource(source, "args"), i) if source else None)
+            for i, a in enumerate(value.args)]
+    kwargs = {k: wrap(out, a, ItemSource(AttrSource(source, "keywords"), k) if source else None)
+              for k, a in value.keywords.items()}
+    return V.PartialVar(fn, args, kwargs, source=source)
+
+
+def _wrap_object(out, value, source):
+    """Any other object: modelled through its real attributes; guarded on its type."""
+    if dataclasses.is_dataclass(value) or hasattr(value, "__dict__") or callable(value):
+        if isinstance(value, torch.nn.Module) or callable(value) and not hasattr(value, "__dict__"):
+            return _wrap_identity(out, value, source)
+        _guard(out, GuardKind.TYPE, source, type(value))
+        return V.ObjectVar(value, source=source)
+    _guard(out, GuardKind.TYPE, source, type(value))
+    return V.ObjectVar(value, source=source)
+
+
+_WRAPPERS: dict[type, Callable] = {
+    **{t: _wrap_constant for t in CONSTANT_TYPES},
+    torch.Size: _wrap_constant,
+    list: _wrap_sequence,
+    tuple: _wrap_sequence,
+    dict: _wrap_dict,
+    collections.OrderedDict: _wrap_dict,
+    types.FunctionType: _wrap_function,
+    types.MethodType: _wrap_method,
+    functools.partial: _wrap_partial,
+    type: _wrap_identity,
+    types.BuiltinFunctionType: _wrap_unguarded,
+    types.ModuleType: _wrap_unguarded,
+    torch.nn.Module: _wrap_identity,
+}

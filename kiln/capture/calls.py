@@ -1,0 +1,264 @@
+"""Calls: what happens when traced code calls something.
+
+`call_variable` dispatches on the tracker class (`_CALLS`); a real callable (`ObjectVar`) is then
+classified once (`classify`): a builtin kiln models (`builtins.BUILTINS`), a torch operation (a
+graph node), a torch query folded to a constant, an nn.Module (hooks and `forward` inlined), a
+class (a new object, a namedtuple, an exception, a context manager), or C code kiln does not model
+(a graph break). Python functions are inlined by a child tracer.
+"""
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
+
+# torch.nn.modules holds forward() methods to inline; the rest of torch's Python is taken as ops
+_INLINED_TORCH_MODULES = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.utils.checkpoint")
+
+
+def _is_torch_op(fn: Any) -> bool:
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, types.BuiltinFunctionType) and (module.startswith("torch") or module == ""):
+        self_obj = getattr(fn, "__self__", None)
+        return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
+    if isinstance(fn, types.FunctionType):
+        return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES)
+    return False
+
+
+def _is_tensor_method(fn: Any) -> bool:
+    return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) or \
+        isinstance(fn, types.FunctionType) and fn.__qualname__.startswith("Tensor.")
+
+
+def call_variable(tx, fn: V.Variable, args: list, kwargs: dict) -> V.Variable:
+    handler = _CALLS.get(type(fn))
+    if handler is None:
+        raise tx.unsupported(f"calling a {fn.python_type().__name__} is not supported")
+    return handler(tx, fn, args, kwargs)
+
+
+def _call_function(tx, fn: V.FunctionVar, args, kwargs):
+    if fn.fn is not None:
+        real = fn.fn
+        if real in FOLDED:
+            return _fold(tx, FOLDED[real], args, kwargs)
+        if _is_tensor_method(real):
+            return tensor_method(tx, real.__name__, args, kwargs)
+        if _is_torch_op(real):
+            return call_torch(tx, "call_function", real, args, kwargs)
+        special = _SPECIAL_FUNCTIONS.get(real)
+        if special is not None:
+            return special(tx, args, kwargs)
+    return tx.inline(fn, args, kwargs)
+
+
+def _call_method(tx, m: V.MethodVar, args, kwargs):
+    return call_variable(tx, m.fn, [m.self_var, *args], kwargs)
+
+
+def _call_partial(tx, p: V.PartialVar, args, kwargs):
+    return call_variable(tx, p.fn, [*p.args, *args], {**p.kwargs, **kwargs})
+
+
+def _fold(tx, fn, args, kwargs):
+    from kiln.capture.semantics import python_value
+    from kiln.capture.torch_calls import to_fx
+    ex = lambda v: v.example if isinstance(v, V.TensorVar) else python_value(v)
+    return V.Constant(fn(*[ex(a) for a in args], **{k: ex(v) for k, v in kwargs.items()}))
+
+
+def _call_object(tx, fn: V.ObjectVar, args, kwargs):
+    from kiln.capture.builtins import BUILTINS, CONTAINER_METHODS, PURE_CALLABLES
+    value = fn.value
+    try:
+        hash(value)
+        hashable = True
+    except TypeError:
+        hashable = False
+    if hashable:
+        if value in BUILTINS:
+            return BUILTINS[value](tx, args, kwargs)
+        if value in CONTAINER_METHODS:
+            return CONTAINER_METHODS[value](tx, args, kwargs)
+        if value in FOLDED:
+            return _fold(tx, FOLDED[value], args, kwargs)
+        if value in _SPECIAL_FUNCTIONS:
+            return _SPECIAL_FUNCTIONS[value](tx, args, kwargs)
+    if isinstance(value, torch.nn.Module):
+        return module_call(tx, fn, args, kwargs)
+    if isinstance(value, type):
+        from kiln.capture.classes import call_class
+        return call_class(tx, fn, args, kwargs)
+    if _is_tensor_method(value):
+        if args and isinstance(args[0], V.TensorVar):
+            return tensor_method(tx, value.__name__, args, kwargs)
+    if _is_torch_op(value):
+        return call_torch(tx, "call_function", value, args, kwargs)
+    if isinstance(value, types.BuiltinMethodType) and hashable and PURE_CALLABLES(value):
+        return _fold_or_graph(tx, value, args, kwargs)
+    if isinstance(value, types.FunctionType):
+        from kiln.capture.attributes import _function
+        return _call_function(tx, _function(value), args, kwargs)
+    call = getattr(type(value), "__call__", None)
+    if isinstance(call, types.FunctionType):  # a user object with a Python __call__
+        return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
+    raise tx.unsupported(f"a call into {name} ({type(value).__name__}), C code kiln does not model")
+
+
+def _fn_of(f):
+    from kiln.capture.attributes import _function
+    return _function(f)
+
+
+def _fold_or_graph(tx, value, args, kwargs):
+    """math.sqrt(2.0) is folded; operator.add(x, y) with a tensor goes to the graph."""
+    from kiln.capture.semantics import is_python_constant, python_value
+    if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
+        try:
+            result = value(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+        except Exception as e:
+            tx.raise_(type(e), str(e))
+        from kiln.capture.semantics import constant_of
+        return constant_of(tx, result)
+    if any(isinstance(a, (V.TensorVar, V.SymNumber)) for a in args):
+        return call_torch(tx, "call_function", value, args, kwargs)
+    raise tx.unsupported(f"{getattr(value, '__name__', value)} on non-constant arguments")
+
+
+def _call_new_object(tx, obj: V.NewObjectVar, args, kwargs):
+    from kiln.capture.attributes import getattr_var
+    return call_variable(tx, getattr_var(tx, obj, "__call__"), args, kwargs)
+
+
+def _call_context(tx, ctx: V.ContextVar, args, kwargs):
+    """Calling a modelled context manager's __exit__ (pushed by BEFORE_WITH)."""
+    exit_context(tx, ctx)
+    return V.Constant(None)
+
+
+_CALLS = {
+    V.FunctionVar: _call_function,
+    V.MethodVar: _call_method,
+    V.PartialVar: _call_partial,
+    V.ObjectVar: _call_object,
+    V.NewObjectVar: _call_new_object,
+    V.ContextVar: _call_context,
+}
+
+
+# -- nn.Module calls -------------------------------------------------------------------------------
+def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variable:
+    """`module(*args)`: forward pre-hooks, forward, forward hooks, as `nn.Module._call_impl` runs them."""
+    from kiln.capture.attributes import getattr_var
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import AttrSource
+    mod = mod_var.value
+    if type(mod).__call__ is not torch.nn.Module.__call__:
+        return tx.inline(_fn_of(type(mod).__call__), [mod_var, *args], kwargs)
+    m = torch.nn.modules.module
+    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks \
+            or getattr(m, "_global_backward_pre_hooks", None):
+        raise tx.unsupported("global nn.Module hooks are registered; kiln does not capture through them")
+    if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None) or \
+            getattr(mod, "_forward_hooks_with_kwargs", None) or getattr(mod, "_forward_pre_hooks_with_kwargs", None):
+        raise tx.unsupported(f"{type(mod).__name__} has backward hooks or hooks with kwargs, which kiln does not capture")
+    if mod_var.source is not None:
+        for table in ("_forward_pre_hooks", "_forward_hooks"):
+            if not getattr(mod, table):
+                tx.out.guard(Guard(GuardKind.EMPTY, AttrSource(mod_var.source, table)))
+    from kiln.capture.builder import wrap
+    for key, hook in list(mod._forward_pre_hooks.items()):
+        hook_var = wrap(tx.out, hook, None)
+        out = tx.call(hook_var, [mod_var, V.TupleVar(list(args))])
+        if not (isinstance(out, V.Constant) and out.value is None):
+            args = list(out.items) if isinstance(out, V.TupleVar) else [out]
+    result = tx.call(getattr_var(tx, mod_var, "forward"), args, kwargs)
+    for key, hook in list(mod._forward_hooks.items()):
+        hook_var = wrap(tx.out, hook, None)
+        out = tx.call(hook_var, [mod_var, V.TupleVar(list(args)), result])
+        if not (isinstance(out, V.Constant) and out.value is None):
+            result = out
+    return result
+
+
+# -- context managers ------------------------------------------------------------------------------
+def enter_context(tx, ctx: V.Variable):
+    """BEFORE_WITH: returns (the __exit__ callable, the value bound by `as`)."""
+    if isinstance(ctx, V.ContextVar):
+        if ctx.kind == "grad":
+            ctx.saved = tx.out.grad_enabled
+            set_grad_mode(tx, ctx.args[0])
+            return ctx, V.Constant(None)
+        if ctx.kind == "grad_set":  # set_grad_enabled already switched on the call
+            return ctx, V.Constant(None)
+        if ctx.kind == "autocast":
+            node = tx.out.graph.call_function(torch.amp.autocast_mode._enter_autocast, ctx.args)
+            ctx.saved = (node, torch.autocast(*ctx.args))
+            ctx.saved[1].__enter__()
+            return ctx, V.Constant(None)
+    from kiln.capture.attributes import getattr_var
+    if isinstance(ctx, (V.NewObjectVar, V.ObjectVar)):
+        enter = getattr_var(tx, ctx, "__enter__")
+        exit_fn = getattr_var(tx, ctx, "__exit__")
+        return exit_fn, tx.call(enter, [])
+    raise tx.unsupported(f"a `with` block over a {ctx.python_type().__name__}")
+
+
+def exit_context(tx, ctx: V.ContextVar):
+    if ctx.kind in ("grad", "grad_set"):
+        set_grad_mode(tx, ctx.saved)
+    elif ctx.kind == "autocast":
+        node, real = ctx.saved
+        tx.out.graph.call_function(torch.amp.autocast_mode._exit_autocast, (node,))
+        real.__exit__(None, None, None)
+
+
+def set_grad_mode(tx, enabled: bool):
+    if enabled != tx.out.grad_enabled:
+        tx.out.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+        torch._C._set_grad_enabled(enabled)  # example values follow the mode, as eager would
+        tx.out.grad_enabled = enabled
+
+
+def _set_grad_enabled(tx, args, kwargs):
+    from kiln.capture.semantics import python_value
+    enabled = python_value(args[0] if args else kwargs["mode"])
+    ctx = V.ContextVar("grad_set", (enabled,), saved=tx.out.grad_enabled)
+    set_grad_mode(tx, enabled)
+    return ctx
+
+
+def _is_grad_enabled(tx, args, kwargs):
+    return V.Constant(tx.out.grad_enabled)
+
+
+def _torch_assert(tx, args, kwargs):
+    from kiln.capture.semantics import is_python_constant, python_value
+    if is_python_constant(args[0]):
+        if not python_value(args[0]):
+            tx.raise_(AssertionError, python_value(args[1]) if len(args) > 1 else "")
+        return V.Constant(None)
+    return call_torch(tx, "call_function", torch._assert, args, kwargs)
+
+
+_SPECIAL_FUNCTIONS = {
+    torch.set_grad_enabled: _set_grad_enabled,
+    torch.is_grad_enabled: _is_grad_enabled,
+    torch._assert: _torch_assert,
+}
+
+
+def as_exception(tx, v: V.Variable) -> V.ExceptionVar:
+    if isinstance(v, V.ExceptionVar):
+        return v
+    if isinstance(v, V.ObjectVar) and isinstance(v.value, type) and issubclass(v.value, BaseException):
+        return V.ExceptionVar(v.value, [])
+    raise tx.unsupported(f"raising a {v.python_type().__name__}")

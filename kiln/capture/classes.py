@@ -1,0 +1,140 @@
+"""Calling a class inside traced code: what kind of object comes out.
+
+Dispatch is by the class's role, looked up in `_CLASS_CALLS` (exact class), then by predicates in
+`_CLASS_KINDS` (namedtuples, exceptions, nn.Modules, user classes). Instances of user classes made
+in traced code are `NewObjectVar`s whose `__init__` is inlined; they are rebuilt as real objects
+only if they leave the graph.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from kiln.capture import variables as V
+
+
+def _pv(v):
+    from kiln.capture.semantics import python_value
+    return python_value(v)
+
+
+def _context(kind, make_args):
+    def call(tx, cls, args, kwargs):
+        return V.ContextVar(kind, make_args(tx, args, kwargs))
+    return call
+
+
+def _autocast_args(tx, args, kwargs):
+    import inspect
+    sig = inspect.signature(torch.autocast.__init__)
+    bound = sig.bind(None, *[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()})
+    bound.apply_defaults()
+    a = bound.arguments
+    dtype = a["dtype"] if a["dtype"] is not None else torch.get_autocast_dtype(a["device_type"]) \
+        if hasattr(torch, "get_autocast_dtype") else None
+    return (a["device_type"], dtype, a["enabled"], a["cache_enabled"])
+
+
+def _cuda_autocast_args(tx, args, kwargs):
+    names = ("enabled", "dtype", "cache_enabled")
+    values = dict(zip(names, [_pv(a) for a in args]), **{k: _pv(v) for k, v in kwargs.items()})
+    return ("cuda", values.get("dtype", torch.float16), values.get("enabled", True), values.get("cache_enabled", None))
+
+
+def _fold_class(tx, cls, args, kwargs):
+    from kiln.capture.semantics import is_python_constant
+    if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
+        return V.Constant(cls(*[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()}))
+    raise tx.unsupported(f"{cls.__name__}(...) on values known only at run time")
+
+
+def _size(tx, cls, args, kwargs):
+    from kiln.capture.semantics import iterate
+    items = iterate(tx, args[0]) if args else []
+    return V.TupleVar(items, torch.Size)
+
+
+_CLASS_CALLS = {
+    torch.no_grad: _context("grad", lambda tx, a, k: (False,)),
+    torch.enable_grad: _context("grad", lambda tx, a, k: (True,)),
+    torch.autocast: _context("autocast", _autocast_args),
+    torch.amp.autocast: _context("autocast", _autocast_args),
+    torch.device: _fold_class,
+    torch.finfo: _fold_class,
+    torch.iinfo: _fold_class,
+    torch.Size: _size,
+}
+if hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast"):
+    _CLASS_CALLS[torch.cuda.amp.autocast] = _context("autocast", _cuda_autocast_args)
+if hasattr(torch, "cpu") and hasattr(torch.cpu, "amp") and hasattr(torch.cpu.amp, "autocast"):
+    _CLASS_CALLS[torch.cpu.amp.autocast] = _context(
+        "autocast", lambda tx, a, k: ("cpu", _pv(k.get("dtype", V.Constant(torch.bfloat16))),
+                                      _pv(k.get("enabled", V.Constant(True))), None))
+
+
+def _namedtuple(tx, cls, args, kwargs):
+    fields = cls._fields
+    values = dict(zip(fields, args))
+    values.update(kwargs)
+    defaults = getattr(cls, "_field_defaults", {})
+    items = []
+    for f in fields:
+        if f in values:
+            items.append(values[f])
+        elif f in defaults:
+            items.append(V.Constant(defaults[f]))
+        else:
+            tx.raise_(TypeError, f"{cls.__name__}() missing argument {f!r}")
+    return V.TupleVar(items, cls)
+
+
+def _exception(tx, cls, args, kwargs):
+    return V.ExceptionVar(cls, list(args))
+
+
+def _module_class(tx, cls, args, kwargs):
+    raise tx.unsupported(f"creating an nn.Module ({cls.__name__}) inside captured code")
+
+
+def _user_class(tx, cls, args, kwargs):
+    from kiln.capture.attributes import _MISSING, class_lookup, _function
+    new = class_lookup(cls, "__new__")
+    if new is not _MISSING and new is not object.__new__ and not isinstance(new, staticmethod) or \
+            isinstance(new, staticmethod) and new.__func__ is not object.__new__:
+        raise tx.unsupported(f"{cls.__name__} defines __new__, which kiln does not model")
+    obj = V.NewObjectVar(cls, {})
+    init = class_lookup(cls, "__init__")
+    if isinstance(init, types.FunctionType):
+        tx.inline(_function(init), [obj, *args], kwargs)
+    elif init is not object.__init__ and init is not _MISSING:
+        raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code kiln can follow")
+    elif args or kwargs:
+        tx.raise_(TypeError, f"{cls.__name__}() takes no arguments")
+    return obj
+
+
+_CLASS_KINDS = [
+    (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
+    (lambda c: issubclass(c, BaseException), _exception),
+    (lambda c: issubclass(c, torch.nn.Module), _module_class),
+    (lambda c: issubclass(c, torch.Tensor), None),
+    (lambda c: c.__module__ == "builtins" or c.__module__.startswith("torch"), None),
+    (lambda c: True, _user_class),
+]
+
+
+def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
+    cls = cls_var.value
+    fn = _CLASS_CALLS.get(cls)
+    if fn is not None:
+        return fn(tx, cls, args, kwargs)
+    for matches, fn in _CLASS_KINDS:
+        if matches(cls):
+            if fn is None:
+                break
+            return fn(tx, cls, args, kwargs)
+    if cls is torch.Tensor or cls is torch.tensor:
+        from kiln.capture.torch_calls import call_torch
+        return call_torch(tx, "call_function", torch.tensor, args, kwargs)
+    raise tx.unsupported(f"constructing a {cls.__qualname__} inside captured code is not supported")

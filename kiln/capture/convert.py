@@ -1,0 +1,311 @@
+"""From a traced frame to a cache entry: the generated Python that runs graphs and resumes.
+
+`trace_frame` interprets a function on the current call's arguments; `build_entry` prints the
+result as one Python function with the frame's own signature:
+
+    def __kiln_entry(<the function's parameters>):
+        __out = __graph(<graph inputs, read through their sources>)
+        <side effects, in program order>
+        return <the return value, rebuilt>                       # the frame captured whole
+        # or, at a graph break:
+        __r = <the unsupported instruction, run natively>        # e.g. a call, a branch
+        return __resume(<stack>, <live locals>)                  # the rest, compiled on first call
+
+and its guards as another (`guards.compile_guards`). `frame.py` owns the cache around them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import dis
+import inspect
+import operator
+import types
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.builder import wrap
+from kiln.capture.guards import Guard, compile_guards
+from kiln.capture.interpreter import PY312, GraphBreak, ObservedException, Tracer
+from kiln.capture.output import ContainerMutation, OutputGraph
+from kiln.capture.rebuild import CannotRebuild, Rebuilder
+from kiln.capture.sources import ConstSource, ItemSource, LocalSource
+
+
+@dataclasses.dataclass
+class TraceResult:
+    out: OutputGraph
+    tracer: Tracer
+    result: V.Variable | None        # the return value, when the frame ran to its end
+    stopped_at: dis.Instruction | None  # the instruction to run natively, at a graph break
+    break_reason: GraphBreak | None
+
+
+@dataclasses.dataclass
+class Entry:
+    """One compiled version of a frame: reuse it when `check(*args, **kwargs)`."""
+    check: Callable[..., bool]
+    run: Callable
+    guards: list[Guard]
+    graph: torch.fx.GraphModule | None
+    break_reason: GraphBreak | None
+    source: str
+
+
+def params_text(code: types.CodeType) -> tuple[str, list[str]]:
+    """The parameter list of `code` as source text (defaults are applied by the caller's
+    function, so every parameter is written plainly) and the parameter names."""
+    names = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    i = code.co_argcount + code.co_kwonlyargcount
+    parts = names[:code.co_argcount]
+    if code.co_posonlyargcount:
+        parts.insert(code.co_posonlyargcount, "/")
+    varargs = varkw = None
+    if code.co_flags & 0x04:
+        varargs = code.co_varnames[i]
+        i += 1
+    if code.co_flags & 0x08:
+        varkw = code.co_varnames[i]
+    if varargs:
+        parts.append("*" + varargs)
+    elif code.co_kwonlyargcount:
+        parts.append("*")
+    parts += names[code.co_argcount:]
+    if varkw:
+        parts.append("**" + varkw)
+    all_names = names + [n for n in (varargs, varkw) if n]
+    return ", ".join(parts), all_names
+
+
+def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, Any]:
+    sig = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
+                dynamic: bool | None) -> TraceResult:
+    """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`."""
+    out = OutputGraph(fn.__globals__, dynamic=dynamic)
+    locals_ = {}
+    for name, value in bind_frame(fn, args, kwargs).items():
+        locals_[name] = wrap(out, value, LocalSource(name))
+    tracer = Tracer(fn.__code__, fn.__globals__, out, locals_=locals_, closure=fn.__closure__ or ())
+    tracer.fn_source = ConstSource("__fn")
+    tracer.stop_at = stop_at
+    grad_mode = torch.is_grad_enabled()
+    autocast_state = (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu"))
+    try:
+        result = tracer.run()
+    finally:
+        torch._C._set_grad_enabled(grad_mode)
+        if (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu")) != autocast_state:
+            # a trace that stopped inside `with torch.autocast(...)` leaves it on: undo that
+            torch.clear_autocast_cache()
+            torch.set_autocast_enabled("cuda", autocast_state[0])
+            torch.set_autocast_enabled("cpu", autocast_state[1])
+    return TraceResult(out, tracer, result, tracer.stopped_at, None)
+
+
+# -- the native step at a graph break ------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """How one instruction runs natively in generated code: it pops `pops` stack values
+    (named s[0..]) and pushes the values of `pushes` (Python expressions over them)."""
+    pops: int
+    pushes: tuple[str, ...]
+
+
+def _call_step(tx, inst) -> tuple[int, str]:
+    argc = inst.arg
+    names = tuple(tx.kw_names)
+    return argc + 2, names
+
+
+def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[Step, list[str]] | None:
+    """The instruction `inst` as Python source over stack values `s[i]`; None if kiln has no
+    native form for it. Branches are handled by the caller."""
+    op = inst.opname
+    callee = "__wrap(s[{}])" if wrap_callee else "s[{}]"
+    if op == "CALL":
+        argc, names = inst.arg, tuple(tx.kw_names)
+        pos = argc - len(names)
+        # [NULL, callable, args...] or [method, self, args...]
+        below = tx.stack[-argc - 2]
+        if isinstance(below, V.Null):
+            fn, first = callee.format(1), 2
+        else:
+            fn, first = callee.format(0), 1
+        args = [f"s[{first + i}]" for i in range(pos + (first == 1))]
+        kw = [f"{n}=s[{2 + pos + j}]" for j, n in enumerate(names)]
+        if first == 1:  # method form: self is s[1], positional args follow
+            args = [f"s[{1 + i}]" for i in range(pos + 1)]
+        return Step(argc + 2, (f"{fn}({', '.join(args + kw)})",)), []
+    if op == "CALL_FUNCTION_EX":
+        has_kw = inst.arg & 1
+        below = tx.stack[-3 - has_kw]
+        kw = ", **s[3]" if has_kw else ""
+        if isinstance(below, V.Null):
+            return Step(3 + has_kw, (f"{callee.format(1)}(*s[2]{kw})",)), []
+        return Step(3 + has_kw, (f"{callee.format(0)}(s[1], *s[2]{kw})",)), []
+    if op == "BINARY_OP":
+        from kiln.capture.semantics import BINARY_OPS
+        return Step(2, (f"__ops[{inst.arg}](s[0], s[1])",)), []
+    if op == "COMPARE_OP":
+        return Step(2, (f"(s[0] {inst.argval} s[1])",)), []
+    if op == "CONTAINS_OP":
+        return Step(2, (f"(s[0] {'not in' if inst.arg else 'in'} s[1])",)), []
+    if op == "BINARY_SUBSCR":
+        return Step(2, ("s[0][s[1]]",)), []
+    if op == "STORE_SUBSCR":
+        return Step(3, ()), ["s[1][s[2]] = s[0]"]
+    if op in ("LOAD_METHOD",) or op == "LOAD_ATTR" and PY312 and inst.arg & 1:
+        return Step(1, ("__NULL__", f"s[0].{inst.argval}")), []
+    if op == "LOAD_ATTR":
+        return Step(1, (f"s[0].{inst.argval}",)), []
+    if op == "STORE_ATTR":
+        return Step(2, ()), [f"s[1].{inst.argval} = s[0]"]
+    if op == "UNARY_NOT":
+        return Step(1, ("(not s[0])",)), []
+    if op == "UNARY_NEGATIVE":
+        return Step(1, ("(-s[0])",)), []
+    if op == "GET_ITER":
+        return Step(1, ("iter(s[0])",)), []
+    if op == "FORMAT_VALUE":
+        flags = inst.arg
+        conv = {0: "", 1: "!s", 2: "!r", 3: "!a"}[flags & 3]
+        if flags & 4:
+            return Step(2, (f"format(f'{{s[0]{conv}}}' if {bool(conv)} else s[0], s[1])",)), []
+        return Step(1, (f"f'{{s[0]{conv}}}'",)), []
+    return None
+
+
+BRANCHES = {
+    "POP_JUMP_IF_TRUE": "bool(s[0])", "POP_JUMP_FORWARD_IF_TRUE": "bool(s[0])",
+    "POP_JUMP_BACKWARD_IF_TRUE": "bool(s[0])",
+    "POP_JUMP_IF_FALSE": "not s[0]", "POP_JUMP_FORWARD_IF_FALSE": "not s[0]",
+    "POP_JUMP_BACKWARD_IF_FALSE": "not s[0]",
+}
+KEEP_ON_JUMP = {"JUMP_IF_TRUE_OR_POP": "bool(s[0])", "JUMP_IF_FALSE_OR_POP": "not s[0]"}
+
+
+# -- printing an entry -----------------------------------------------------------------------------
+def _effect_order(effects: list) -> list:
+    """Container writes once (their final contents), attribute and global writes in order."""
+    seen, ordered = set(), []
+    for e in effects:
+        if isinstance(e, ContainerMutation):
+            if id(e.target) in seen:
+                continue
+            seen.add(id(e.target))
+        ordered.append(e)
+    return ordered
+
+
+def compile_source(name: str, params: str, body: list[str], bindings: dict[str, Any], filename: str):
+    """exec one generated function; `bindings` are the names it closes over."""
+    text = "\n".join("        " + line for line in body)
+    src = (f"def __make({', '.join(bindings)}):\n"
+           f"    def {name}({params}):\n{text}\n"
+           f"    return {name}\n")
+    namespace: dict = {}
+    exec(compile(src, filename, "exec"), namespace)
+    fn = namespace["__make"](*bindings.values())
+    fn.__kiln_source__ = src
+    return fn
+
+
+def _has_ops(out: OutputGraph) -> bool:
+    return any(n.op in ("call_function", "call_method", "call_module") for n in out.graph.nodes)
+
+
+def _live_locals(tx: Tracer) -> list[tuple[str, V.Variable]]:
+    code = tx.code
+    live = [(n, tx.locals[n]) for n in code.co_varnames if n in tx.locals]
+    live += [(n, c.contents) for n, c in tx.cells.items()
+             if n in code.co_cellvars and c.contents is not None]
+    return live
+
+
+def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume, wrap_callee: bool) -> list[str]:
+    """Lines that run the instruction a graph broke at and hand over to resume functions."""
+    tx, inst = trace.tracer, trace.stopped_at
+    stack = list(tx.stack)
+    local_items = _live_locals(tx)
+    local_names = tuple(n for n, _ in local_items)
+    local_exprs = [r.expr(v) for _, v in local_items]
+    next_offset = tx.insts[tx.index[inst.offset] + 1].offset
+
+    def resume_call(offset, layout: list, pushed_exprs: list[str]) -> str:
+        nulls = tuple(isinstance(v, V.Null) or v == "__NULL__" for v in layout)
+        fn = make_resume(offset, nulls, local_names)
+        name = f"__resume{len([k for k in bindings if k.startswith('__resume')])}"
+        bindings[name] = fn
+        args = [e for e, null in zip(pushed_exprs, nulls) if not null] + local_exprs
+        return f"return {name}({', '.join(args)})"
+
+    def exprs(values):
+        return [("None" if isinstance(v, V.Null) else r.expr(v)) for v in values]
+
+    op = inst.opname
+    if op in BRANCHES or op in KEEP_ON_JUMP:
+        cond = BRANCHES.get(op) or KEEP_ON_JUMP[op]
+        rest = stack[:-1]
+        rest_exprs = exprs(rest)
+        lines = [f"s = ({r.expr(stack[-1])},)"]
+        jump_layout = rest + ([stack[-1]] if op in KEEP_ON_JUMP else [])
+        jump_exprs = rest_exprs + (["s[0]"] if op in KEEP_ON_JUMP else [])
+        lines.append(f"if {cond}:")
+        lines.append("    " + resume_call(inst.argval, jump_layout, jump_exprs))
+        lines.append(resume_call(next_offset, rest, rest_exprs))
+        return lines
+    step = native_step(tx, inst, wrap_callee)
+    if step is None:
+        raise CannotRebuild(f"kiln cannot run the instruction {op} natively at a graph break")
+    step, statements = step
+    operands, rest = stack[len(stack) - step.pops:], stack[:len(stack) - step.pops]
+    lines = [f"s = ({''.join(e + ', ' for e in exprs(operands))})"] + statements
+    pushed = []
+    for i, p in enumerate(step.pushes):
+        if p == "__NULL__":
+            pushed.append("__NULL__")
+        else:
+            lines.append(f"__r{i} = {p}")
+            pushed.append(f"__r{i}")
+    layout = rest + list(pushed)
+    lines.append(resume_call(next_offset, layout, exprs(rest) + pushed))
+    return lines
+
+
+def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, args: tuple, kwargs: dict,
+                make_resume: Callable, wrap_fn: Callable, wrap_callee: bool) -> Entry:
+    """Print the trace as an entry: the graph compiled by `backend`, guards, generated code."""
+    from kiln.capture.semantics import BINARY_OPS
+    out = trace.out
+    params, _ = params_text(fn.__code__)
+    r = Rebuilder()
+    bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn}
+    effects = [line for e in _effect_order(out.side_effects) for line in r.side_effect(e)]
+    if trace.stopped_at is None:
+        tail = [f"return {r.expr(trace.result)}"]
+    else:
+        tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
+    body, gm = [], None
+    if r.outputs or _has_ops(out):
+        out.graph.output(tuple(r.outputs))
+        gm = out.graph_module()
+        input_exprs = [src.expr() for src, _ in out.inputs]
+        read_inputs = compile_source("__kiln_inputs", params, [f"return [{', '.join(input_exprs)}]"],
+                                     {**bindings}, "<kiln inputs>")
+        example_inputs = read_inputs(*args, **kwargs)
+        bindings["__graph"] = backend(gm, example_inputs)
+        body.append(f"__out = __graph({', '.join(input_exprs)})")
+    body += effects + tail
+    bindings.update({n: v for n, v in r.consts.values()})
+    run = compile_source("__kiln_entry", params, body, bindings,
+                         f"<kiln entry of {fn.__code__.co_name}>")
+    guard_bindings = {**out.globals_dicts, "__fn": fn}
+    check = compile_guards(out.guards, params, guard_bindings)
+    return Entry(check, run, list(out.guards), gm, trace.break_reason, run.__kiln_source__)

@@ -1,0 +1,71 @@
+"""`kiln.explain`: run a function under capture and report what happened.
+
+The report lists each graph (printed), each graph break with its reason and the user's
+`file:line`, each recompile with the guard that failed, and the guards of every entry.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture import frame
+from kiln.config import CaptureConfig
+
+
+@dataclasses.dataclass
+class ExplainReport:
+    graphs: list[torch.fx.GraphModule]
+    breaks: list[frame.Event]
+    recompiles: list[frame.Event]
+    guards: list[str]
+    output: Any
+
+    @property
+    def graph_count(self) -> int:
+        return len(self.graphs)
+
+    @property
+    def break_count(self) -> int:
+        return len(self.breaks)
+
+    def __str__(self) -> str:
+        lines = [f"graphs: {self.graph_count}, graph breaks: {self.break_count}, recompiles: {len(self.recompiles)}"]
+        for i, b in enumerate(self.breaks):
+            lines.append(f"  break {i}: {b.detail}" + (f"  (at {b.where})" if b.where else ""))
+        for r in self.recompiles:
+            lines.append(f"  recompile of {r.function}: guard failed: {r.detail}")
+        for i, gm in enumerate(self.graphs):
+            lines.append(f"graph {i}:")
+            lines.append(gm.code.strip())
+        lines.append("guards:")
+        lines += [f"  {g}" for g in self.guards]
+        return "\n".join(lines)
+
+    # dict-style access, as the stopgap offered
+    def __getitem__(self, key):
+        return {"graphs": self.graphs, "graph_count": self.graph_count, "graph_breaks": self.break_count,
+                "breaks": self.breaks, "recompiles": self.recompiles, "guards": self.guards,
+                "output": self.output}[key]
+
+
+def explain(fn: Callable, *args, **kwargs) -> ExplainReport:
+    events: list[frame.Event] = []
+    frame._EVENT_SINKS.append(events)
+    try:
+        compiled = frame.capture(fn, _recording_backend, CaptureConfig())
+        output = compiled(*args, **kwargs)
+    finally:
+        frame._EVENT_SINKS.remove(events)
+    wrappers = [w for w in list(frame._ALL_WRAPPERS) if w.backend is _recording_backend]
+    guards = sorted({g.describe() for w in wrappers for e in w.entries for g in e.guards})
+    return ExplainReport(
+        graphs=[e.detail for e in events if e.kind == "graph"],
+        breaks=[e for e in events if e.kind in ("break", "eager")],
+        recompiles=[e for e in events if e.kind == "recompile"],
+        guards=guards, output=output)
+
+
+def _recording_backend(gm, example_inputs):
+    return gm.forward

@@ -1,0 +1,248 @@
+"""The compiled-function wrapper: a cache of entries per function, recompiles, graph breaks.
+
+There is no PEP 523 hook: `capture(fn)` returns a wrapper. A call checks the cached entries'
+guards in order and runs the first that passes; a miss traces the function on this call's
+arguments and adds an entry (up to `cache_size_limit`, then the function runs eagerly with a
+warning naming the guard that failed). A graph break retraces the frame up to the breaking
+instruction; the generated entry runs it natively and continues in a resume function, itself a
+wrapper compiled on its first call. Calls that broke inside an inlined function run through
+`wrap_callable`, so that function's own frame is captured too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
+from kiln.capture.guards import first_failure
+from kiln.capture.interpreter import GraphBreak, ObservedException
+from kiln.capture.rebuild import CannotRebuild
+from kiln.capture.resume import resume_code
+from kiln.config import CaptureConfig
+from kiln.errors import Unsupported
+
+MAX_BREAK_RETRIES = 32
+
+
+@dataclasses.dataclass
+class Event:
+    """What `kiln.explain` reports: one thing that happened while compiling."""
+    kind: str  # "graph" | "break" | "recompile" | "eager"
+    function: str
+    detail: Any
+    where: str | None = None
+
+
+_EVENT_SINKS: list[list[Event]] = []
+_ALL_WRAPPERS: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
+
+
+def _emit(event: Event):
+    for sink in _EVENT_SINKS:
+        sink.append(event)
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class CompiledFunction:
+    """Wraps one Python function; `__call__` has its signature's behaviour."""
+
+    def __init__(self, fn: types.FunctionType, backend: Callable, config: CaptureConfig):
+        self.fn = fn
+        self.backend = backend
+        self.config = config
+        self.entries: list[Entry] = []
+        self.warned_limit = False
+        self.params, _ = params_text(fn.__code__)
+        self.bindings = {"__G": fn.__globals__, "__fn": fn}
+        self.__kiln_original__ = fn
+        functools.update_wrapper(self, fn)
+        _ALL_WRAPPERS.add(self)
+
+    def __call__(self, *args, **kwargs):
+        for entry in self.entries:
+            if entry.check(*args, **kwargs):
+                return entry.run(*args, **kwargs)
+        return self._miss(args, kwargs)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else types.MethodType(self, obj)
+
+    # -- compiling ----------------------------------------------------------------------------
+    def _miss(self, args, kwargs):
+        if self.entries:
+            failed = None
+            for entry in self.entries[-1:]:
+                failed = first_failure(entry.guards, self.params, entry.check.__kiln_bindings__, args, kwargs)
+            reason = failed.describe() if failed is not None else "a guard failed"
+            if len(self.entries) >= self.config.cache_size_limit:
+                if not self.warned_limit:
+                    warnings.warn(f"kiln: {_name(self.fn)} was recompiled {self.config.cache_size_limit} times "
+                                  f"(cache_size_limit); running it eagerly from now on. Last failed guard: {reason}")
+                    self.warned_limit = True
+                    _emit(Event("eager", _name(self.fn), f"cache_size_limit reached; failed guard: {reason}"))
+                return self.fn(*args, **kwargs)
+            _emit(Event("recompile", _name(self.fn), reason))
+        entry = self._compile(args, kwargs)
+        self.entries.append(entry)
+        return entry.run(*args, **kwargs)
+
+    def _compile(self, args, kwargs) -> Entry:
+        stop_at, nested, reason = None, False, None
+        for _ in range(MAX_BREAK_RETRIES):
+            try:
+                trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic)
+            except GraphBreak as e:
+                if self.config.fullgraph:
+                    raise Unsupported(e.reason, e.where) from None
+                if e.root_offset is None or e.root_offset == stop_at:
+                    return self._eager_entry(args, kwargs, e.reason, e.where)
+                stop_at, reason = e.root_offset, e
+                nested = _is_nested_break(self.fn.__code__, e.root_offset, e.where)
+                continue
+            except ObservedException as e:
+                # the function raises on these inputs: let Python raise it, for real
+                return self._eager_entry(args, kwargs, f"the code raises {e.exc.cls.__name__}", None)
+            trace.break_reason = reason
+            try:
+                entry = build_entry(self.fn, trace, self.backend, args, kwargs, self._make_resume,
+                                    functools.partial(wrap_callable, backend=self.backend, config=self.config),
+                                    wrap_callee=nested)
+            except CannotRebuild as e:
+                return self._eager_entry(args, kwargs, str(e), reason.where if reason else None)
+            if entry.graph is not None:
+                _emit(Event("graph", _name(self.fn), entry.graph))
+            if reason is not None:
+                _emit(Event("break", _name(self.fn), reason.reason, reason.where))
+                _warn_break(self.fn, reason.reason, reason.where)
+            entry.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
+                                             **{k: v for k, v in trace.out.globals_dicts.items()}}
+            return entry
+        return self._eager_entry(args, kwargs, "too many graph breaks", None)
+
+    def _eager_entry(self, args, kwargs, reason: str, where: str | None) -> Entry:
+        """Run the whole function eagerly; guarded on nothing, so it is always reused."""
+        _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
+        _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
+        check = lambda *a, **k: True  # noqa: E731
+        check.__kiln_bindings__ = {}
+        return Entry(check, self.fn, [], None, None, "<eager>")
+
+    def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
+        code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
+        return compiled_resume(code, self.fn, self.backend, self.config)
+
+
+_WARNED_BREAKS: set = set()
+
+
+def _warn_break(fn, reason: str, where: str | None):
+    """Once per break site: a user should know which line costs them a graph."""
+    key = (where, reason)
+    if key not in _WARNED_BREAKS:
+        _WARNED_BREAKS.add(key)
+        warnings.warn(f"kiln: graph break in {_name(fn)}" + (f" at {where}" if where else "") + f": {reason}",
+                      stacklevel=3)
+
+
+def _is_nested_break(code, offset, where) -> bool:
+    """Did the break happen inside a function called at `offset` (not at that instruction itself)?"""
+    import dis
+    inst = next(i for i in dis.get_instructions(code) if i.offset == offset)
+    if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
+        return False
+    line = inst.positions.lineno if inst.positions else None
+    return not (where or "").startswith(f"{code.co_filename}:{line} in {code.co_name}")
+
+
+_RESUMES: dict[tuple, CompiledFunction] = {}
+
+
+def compiled_resume(code: types.CodeType, fn: types.FunctionType, backend, config) -> CompiledFunction:
+    key = (code, id(fn.__globals__), fn.__closure__, id(backend), config)
+    wrapper = _RESUMES.get(key)
+    if wrapper is None:
+        resume_fn = types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)
+        wrapper = _RESUMES[key] = CompiledFunction(resume_fn, backend, config)
+    return wrapper
+
+
+_WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def wrap_callable(target: Any, *, backend, config) -> Any:
+    """A callable that behaves as `target` with its Python frames captured by kiln."""
+    if isinstance(target, CompiledFunction) or hasattr(target, "__kiln_original__"):
+        return target
+    if isinstance(target, types.MethodType):
+        inner = wrap_callable(target.__func__, backend=backend, config=config)
+        return types.MethodType(inner, target.__self__) if inner is not target.__func__ else target
+    if isinstance(target, torch.nn.Module):
+        if type(target).__call__ is not torch.nn.Module.__call__:
+            return target
+        return _cached(target, backend, config, lambda: ModuleCall(target, backend, config))
+    if isinstance(target, types.FunctionType) and not (target.__module__ or "").startswith(("torch", "kiln")):
+        if target.__code__.co_flags & 0x20:  # generators run as Python
+            return target
+        return _cached(target, backend, config, lambda: CompiledFunction(target, backend, config))
+    return target
+
+
+def _cached(target, backend, config, make):
+    per = _WRAPPED.setdefault(target, {})
+    key = (id(backend), config)
+    if key not in per:
+        per[key] = make()
+    return per[key]
+
+
+def _call_module(self, *args, **kwargs):
+    return self(*args, **kwargs)
+
+
+class ModuleCall:
+    """`module(*args)` with capture: the module is an argument of a tiny function that calls it,
+    so hooks and forward are inlined and the module is guarded like any argument."""
+
+    def __init__(self, module: torch.nn.Module, backend, config):
+        self.module_ref = weakref.ref(module)
+        self.compiled = CompiledFunction(_call_module_copy(), backend, config)
+        self.__kiln_original__ = module
+
+    def __call__(self, *args, **kwargs):
+        return self.compiled(self.module_ref(), *args, **kwargs)
+
+
+def _call_module_copy():
+    # a fresh function object per module, so each module has its own cache of entries
+    return types.FunctionType(_call_module.__code__, _call_module.__globals__, "__call__")
+
+
+def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
+    if isinstance(fn, torch.nn.Module):
+        wrapper = ModuleCall(fn, backend, config)
+        # strong reference for modules compiled by the user (kiln.compile keeps the module too)
+        wrapper.module = fn
+        return wrapper
+    if isinstance(fn, types.MethodType):
+        inner = CompiledFunction(fn.__func__, backend, config)
+        return types.MethodType(inner, fn.__self__)
+    if isinstance(fn, types.FunctionType):
+        return CompiledFunction(fn, backend, config)
+    raise Unsupported(f"kiln captures Python functions and nn.Modules, not {type(fn).__name__}")
+
+
+def reset() -> None:
+    for wrapper in list(_ALL_WRAPPERS):
+        wrapper.entries.clear()
+        wrapper.warned_limit = False
+    _RESUMES.clear()
+    _WRAPPED.clear()

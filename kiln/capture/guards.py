@@ -1,0 +1,150 @@
+"""Guards: the conditions under which a captured graph may be reused, derived from sources.
+
+Capture records a `Guard` whenever it specializes on a value it read (its type, its identity, a
+constant, a tensor's metadata, a container's length, the grad mode). `compile_guards` prints all of
+an entry's guards into ONE Python function with the frame's own signature, so a cache hit costs one
+call and a chain of `and`s. `first_failure` re-checks guards one by one, slowly, only to say which
+guard missed (for recompile messages and `kiln.explain`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Callable
+
+import torch
+
+from kiln.capture.sources import Source
+
+
+class GuardKind(enum.Enum):
+    TYPE = "type"            # type(value) is T
+    ID = "id"                # value is obj (modules, functions, classes)
+    CONST = "const"          # value == constant (ints, strings, ...), type included
+    TENSOR = "tensor"        # dtype, device, sizes, strides, requires_grad
+    LEN = "len"              # len(value) == n
+    DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
+    EMPTY = "empty"          # not value (hook dicts)
+    GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
+
+
+# Guards that read less of the value come first, so a type check protects the attribute reads after it.
+_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
+          GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    dtype: torch.dtype
+    device: torch.device
+    sizes: tuple  # an int per dim, or None for a dynamic dim
+    strides: tuple  # an int per dim, or None where the stride depends on a dynamic dim
+    requires_grad: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    kind: GuardKind
+    source: Source | None
+    expected: Any = None
+
+    def describe(self) -> str:
+        where = self.source.describe() if self.source is not None else ""
+        if self.kind is GuardKind.TENSOR:
+            s = self.expected
+            return (f"{where} is a tensor of dtype={s.dtype}, device={s.device}, sizes={list(s.sizes)}, "
+                    f"strides={list(s.strides)}, requires_grad={s.requires_grad}")
+        if self.kind is GuardKind.GRAD_MODE:
+            return f"torch.is_grad_enabled() is {self.expected}"
+        text = {GuardKind.TYPE: "type is {}", GuardKind.ID: "is the same object ({})",
+                GuardKind.CONST: "== {!r}", GuardKind.LEN: "has length {}", GuardKind.DICT_KEYS: "has keys {}",
+                GuardKind.EMPTY: "is empty{}"}[self.kind]
+        value = self.expected.__qualname__ if isinstance(self.expected, type) else self.expected
+        if self.kind is GuardKind.ID:
+            value = type(self.expected).__name__
+        return f"{where} {text.format('' if self.kind is GuardKind.EMPTY else value)}"
+
+
+def _tensor_check(e: str, spec: TensorSpec, const: Callable[[Any], str]) -> list[str]:
+    parts = [f"{e}.dtype is {const(spec.dtype)}", f"{e}.device == {const(spec.device)}",
+             f"{e}.requires_grad is {spec.requires_grad}"]
+    if None not in spec.sizes:
+        # one tuple compare is cheaper than a compare per dim
+        parts.append(f"{e}.size() == {tuple(spec.sizes)!r}")
+    else:
+        parts.append(f"{e}.dim() == {len(spec.sizes)}")
+        parts += [f"{e}.size({d}) == {n}" for d, n in enumerate(spec.sizes) if n is not None]
+        parts += [f"{e}.size({d}) >= 2" for d, n in enumerate(spec.sizes) if n is None]
+    if None not in spec.strides:
+        parts.append(f"{e}.stride() == {tuple(spec.strides)!r}")
+    else:
+        parts += [f"{e}.stride({d}) == {s}" for d, s in enumerate(spec.strides) if s is not None]
+    return parts
+
+
+def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
+    """The Python conditions (joined by `and`) that check `guard`; `const(v)` names an object."""
+    e = guard.source.expr() if guard.source is not None else ""
+    kind, x = guard.kind, guard.expected
+    if kind is GuardKind.TYPE:
+        return [f"type({e}) is {const(x)}"]
+    if kind is GuardKind.ID:
+        return [f"{e} is {const(x)}"]
+    if kind is GuardKind.CONST:
+        if x is None or isinstance(x, bool):
+            return [f"{e} is {x!r}"]
+        if type(x) in (int, float, str, bytes):
+            return [f"type({e}) is {type(x).__name__}", f"{e} == {x!r}"]
+        return [f"type({e}) is {const(type(x))}", f"{e} == {const(x)}"]
+    if kind is GuardKind.TENSOR:
+        return _tensor_check(e, x, const)
+    if kind is GuardKind.LEN:
+        return [f"len({e}) == {x}"]
+    if kind is GuardKind.DICT_KEYS:
+        return [f"list({e}) == {const(list(x))}"]
+    if kind is GuardKind.EMPTY:
+        return [f"not {e}"]
+    if kind is GuardKind.GRAD_MODE:
+        return [f"__grad_enabled() is {x}"]
+    raise AssertionError(kind)
+
+
+def sort_guards(guards) -> list[Guard]:
+    unique = list(dict.fromkeys(guards))
+    return sorted(unique, key=lambda g: (len(g.source.expr()) if g.source else 0, _ORDER[g.kind]))
+
+
+def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
+                   name: str = "__kiln_guard") -> Callable[..., bool]:
+    """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss."""
+    consts: dict[int, tuple[str, Any]] = {}
+
+    def const(value):
+        if id(value) not in consts:
+            consts[id(value)] = (f"__c{len(consts)}", value)
+        return consts[id(value)][0]
+
+    conditions = [c for g in sort_guards(guards) for c in guard_code(g, const)] or ["True"]
+    body = " and\n            ".join(conditions)
+    names = ["__grad_enabled", *bindings, *(n for n, _ in consts.values())]
+    src = (f"def __make({', '.join(names)}):\n"
+           f"    def {name}({params}):\n"
+           f"        try:\n"
+           f"            return ({body})\n"
+           f"        except Exception:\n"
+           f"            return False\n"
+           f"    return {name}\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
+    fn = namespace["__make"](torch.is_grad_enabled, *bindings.values(), *[v for _, v in consts.values()])
+    fn.__kiln_source__ = src
+    return fn
+
+
+def first_failure(guards: list[Guard], params: str, bindings: dict, args, kwargs) -> Guard | None:
+    """The first guard that fails for this call (slow; for messages only)."""
+    for guard in sort_guards(guards):
+        check = compile_guards([guard], params, bindings)
+        if not check(*args, **kwargs):
+            return guard
+    return None

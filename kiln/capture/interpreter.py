@@ -1,0 +1,196 @@
+"""The symbolic interpreter of one Python frame: a stack machine over variable trackers.
+
+A `Tracer` walks a code object's instructions, dispatching each through `opcodes.HANDLERS` (one
+handler per opcode name; version differences live inside handlers). Calls to Python functions are
+inlined by a child `Tracer` sharing the parent's `OutputGraph`. Exceptions raised by traced code
+are `ObservedException`s routed through the code's exception table. Code kiln cannot capture
+raises `GraphBreak`, which the root frame turns into a graph break at its own instruction (see
+`convert.py`); `Unsupported` is the user-facing form under `fullgraph=True`.
+"""
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from typing import Any
+
+from kiln.capture import variables as V
+from kiln.capture.output import OutputGraph
+from kiln.errors import Unsupported
+
+PY312 = sys.version_info >= (3, 12)
+MAX_INLINE_DEPTH = 64
+
+
+class GraphBreak(Exception):
+    """Capture cannot continue here. `frames` lists (code, instruction offset) from the root down."""
+
+    def __init__(self, reason: str, where: str | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.where = where
+        self.root_offset: int | None = None  # the root frame's instruction that was running
+
+
+class ObservedException(Exception):
+    """A Python exception raised by the traced program itself (not by kiln)."""
+
+    def __init__(self, exc: V.ExceptionVar):
+        super().__init__(exc.cls.__name__)
+        self.exc = exc
+
+
+class FrameReturn(Exception):
+    pass
+
+
+def _code_info(code: types.CodeType):
+    """Instructions, offset->index and the exception table of a code object (cached per code)."""
+    info = _CODE_INFO.get(code)
+    if info is None:
+        insts = list(dis.get_instructions(code))
+        index = {inst.offset: i for i, inst in enumerate(insts)}
+        table = dis._parse_exception_table(code)  # stable in 3.11-3.13
+        info = _CODE_INFO[code] = (insts, index, table)
+    return info
+
+
+_CODE_INFO: dict[types.CodeType, tuple] = {}
+
+
+class Tracer:
+    """Interprets one frame. `locals` and `cells` map names to trackers."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict, out: OutputGraph, *, parent: "Tracer | None" = None,
+                 locals_: dict | None = None, closure: tuple = (), fn_name: str = ""):
+        self.code = code
+        self.f_globals = f_globals
+        self.out = out
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        if self.depth > MAX_INLINE_DEPTH:
+            raise GraphBreak("inlining went deeper than 64 calls (recursion?)")
+        self.insts, self.index, self.exc_table = _code_info(code)
+        self.locals: dict[str, V.Variable] = dict(locals_ or {})
+        self.cells: dict[str, V.Cell] = {}
+        self.closure = closure
+        self.stack: list[V.Variable] = []
+        self.ip = 0
+        self.inst: dis.Instruction | None = None
+        self.kw_names: tuple = ()
+        self.exc_info: list[V.Variable] = []  # the exceptions being handled (PUSH_EXC_INFO)
+        self.return_value: V.Variable | None = None
+        self.yielded: list[V.Variable] | None = [] if code.co_flags & 0x20 else None  # generators
+        self.fn_name = fn_name or code.co_name
+        # the root frame stops at `stop_at` (an instruction offset) to break the graph there
+        self.stop_at: int | None = None
+        self.stopped_at: dis.Instruction | None = None
+        self.active_contexts: list[V.ContextVar] = []
+
+    # -- the stack ---------------------------------------------------------------------------
+    def push(self, v: V.Variable):
+        self.stack.append(v)
+
+    def pop(self) -> V.Variable:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list[V.Variable]:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump(self, offset: int):
+        self.ip = self.index[offset]
+
+    # -- where we are, for users ---------------------------------------------------------------
+    def where(self) -> str:
+        line = None
+        if self.inst is not None and self.inst.positions is not None:
+            line = self.inst.positions.lineno
+        return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {self.code.co_name}"
+
+    def user_stack(self) -> list[str]:
+        frames, tx = [], self
+        while tx is not None:
+            frames.append(tx.where())
+            tx = tx.parent
+        return frames[::-1]
+
+    def unsupported(self, reason: str) -> GraphBreak:
+        return GraphBreak(reason, self.where())
+
+    # -- the main loop -------------------------------------------------------------------------
+    def run(self) -> V.Variable:
+        from kiln.capture.opcodes import HANDLERS
+        while True:
+            if self.ip >= len(self.insts):
+                raise self.unsupported("ran past the end of the code object")
+            inst = self.inst = self.insts[self.ip]
+            if self.stop_at is not None and inst.offset == self.stop_at:
+                self.stopped_at = inst
+                return None
+            self.ip += 1
+            handler = HANDLERS.get(inst.opname)
+            if handler is None:
+                raise self.unsupported(f"the bytecode instruction {inst.opname} is not supported by kiln")
+            try:
+                handler(self, inst)
+            except FrameReturn:
+                return self.return_value
+            except ObservedException as e:
+                self.handle_exception(e)
+            except GraphBreak as e:
+                if e.where is None:
+                    e.where = self.where()
+                if self.parent is None and e.root_offset is None:
+                    e.root_offset = inst.offset
+                raise
+
+    def handle_exception(self, e: ObservedException):
+        """Route an exception raised by traced code to its handler in this frame, or re-raise."""
+        offset = self.inst.offset
+        for entry in self.exc_table:
+            if entry.start <= offset < entry.end:
+                del self.stack[entry.depth:]
+                if entry.lasti:
+                    self.push(V.Constant(offset))
+                self.push(e.exc)
+                self.jump(entry.target)
+                return
+        raise e
+
+    def raise_(self, cls: type, *args):
+        raise ObservedException(V.ExceptionVar(cls, [V.Constant(a) for a in args]))
+
+    # -- calls ---------------------------------------------------------------------------------
+    def call(self, fn: V.Variable, args: list, kwargs: dict | None = None) -> V.Variable:
+        from kiln.capture.semantics import call_variable
+        return call_variable(self, fn, list(args), dict(kwargs or {}))
+
+    def inline(self, fn: V.FunctionVar, args: list, kwargs: dict, self_var: V.Variable | None = None) -> V.Variable:
+        from kiln.capture.binding import bind_arguments
+        code = fn.code
+        locals_ = bind_arguments(self, fn, args, kwargs)
+        child = Tracer(code, fn.globals, self.out, parent=self, locals_=locals_, closure=fn.closure,
+                       fn_name=fn.name)
+        child.fn_source = fn.source
+        result = child.run()
+        if child.yielded is not None:
+            return V.IteratorVar(child.yielded)
+        return result
+
+    def root(self) -> "Tracer":
+        tx = self
+        while tx.parent is not None:
+            tx = tx.parent
+        return tx
+
+
+def constant(value: Any) -> V.Constant:
+    return V.Constant(value)
+
+
+def raise_unsupported_for_user(e: GraphBreak) -> Unsupported:
+    return Unsupported(e.reason, e.where)

@@ -1,0 +1,610 @@
+"""One handler per CPython opcode: `HANDLERS[opname](tx, inst)`.
+
+Handlers are written against CPython 3.11's bytecode; where 3.12 changed an opcode's meaning
+(LOAD_ATTR's method bit, LOAD_SUPER_ATTR, CALL_INTRINSIC_1, RETURN_CONST, END_FOR, LOAD_FAST_*,
+BINARY_SLICE, POP_JUMP_IF_*), the difference lives inside the handler or in an entry that only
+3.12 emits. Semantics of the operations themselves (attribute reads, calls, operators) are in
+`semantics.py`; these handlers only move trackers between the stack, locals and cells.
+"""
+from __future__ import annotations
+
+import dis
+import operator
+
+from kiln.capture import semantics as S
+from kiln.capture import variables as V
+from kiln.capture.interpreter import PY312, FrameReturn, GraphBreak, ObservedException, Tracer
+from kiln.capture.sources import ClosureSource, GlobalSource
+
+HANDLERS: dict = {}
+
+
+def handler(*names):
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+    return register
+
+
+# -- no-ops and stack shuffles ---------------------------------------------------------------------
+@handler("NOP", "RESUME", "PRECALL", "CACHE", "EXTENDED_ARG", "MAKE_CELL_NOP")
+def nop(tx, inst):
+    pass
+
+
+@handler("POP_TOP")
+def pop_top(tx, inst):
+    tx.pop()
+
+
+@handler("PUSH_NULL")
+def push_null(tx, inst):
+    tx.push(V.Null())
+
+
+@handler("COPY")
+def copy(tx, inst):
+    tx.push(tx.stack[-inst.arg])
+
+
+@handler("SWAP")
+def swap(tx, inst):
+    tx.stack[-1], tx.stack[-inst.arg] = tx.stack[-inst.arg], tx.stack[-1]
+
+
+@handler("END_FOR")  # 3.12: reached only when a loop body jumps here; pops iterator and value
+def end_for(tx, inst):
+    tx.popn(2)
+
+
+# -- locals, cells, globals, constants ---------------------------------------------------------------
+@handler("LOAD_FAST", "LOAD_FAST_CHECK")
+def load_fast(tx, inst):
+    name = inst.argval
+    if name in tx.cells:  # 3.11 reads cell variables through LOAD_DEREF, but be lenient
+        tx.push(tx.cells[name].contents)
+        return
+    if name not in tx.locals:
+        tx.raise_(UnboundLocalError, f"local variable '{name}' referenced before assignment")
+    tx.push(tx.locals[name])
+
+
+@handler("LOAD_FAST_AND_CLEAR")  # 3.12 inlined comprehensions save the outer variable
+def load_fast_and_clear(tx, inst):
+    tx.push(tx.locals.pop(inst.argval, V.Null()))
+
+
+@handler("STORE_FAST")
+def store_fast(tx, inst):
+    value = tx.pop()
+    if isinstance(value, V.Null):  # 3.12: restoring a variable that was unbound
+        tx.locals.pop(inst.argval, None)
+    else:
+        tx.locals[inst.argval] = value
+
+
+@handler("DELETE_FAST")
+def delete_fast(tx, inst):
+    tx.locals.pop(inst.argval, None)
+
+
+@handler("LOAD_CONST")
+def load_const(tx, inst):
+    tx.push(S.constant_of(tx, inst.argval))
+
+
+@handler("RETURN_CONST")  # 3.12
+def return_const(tx, inst):
+    tx.return_value = S.constant_of(tx, inst.argval)
+    raise FrameReturn
+
+
+@handler("RETURN_VALUE")
+def return_value(tx, inst):
+    tx.return_value = tx.pop()
+    raise FrameReturn
+
+
+@handler("LOAD_GLOBAL")
+def load_global(tx, inst):
+    name = inst.argval
+    if inst.arg & 1:
+        tx.push(V.Null())
+    tx.push(S.load_global(tx, name))
+
+
+@handler("STORE_GLOBAL")
+def store_global(tx, inst):
+    S.store_global(tx, inst.argval, tx.pop())
+
+
+@handler("MAKE_CELL")
+def make_cell(tx, inst):
+    name = inst.argval
+    tx.cells[name] = V.Cell(tx.locals.pop(name, None))
+
+
+@handler("COPY_FREE_VARS")
+def copy_free_vars(tx, inst):
+    from kiln.capture.builder import wrap
+    for i, name in enumerate(tx.code.co_freevars):
+        cell = tx.closure[i]
+        if not isinstance(cell, V.Cell):  # a real cell of an existing function
+            fn_source = getattr(tx, "fn_source", None)
+            contents = wrap(tx.out, cell.cell_contents, ClosureSource(fn_source, i) if fn_source else None)
+            cell = V.Cell(contents)
+        tx.cells[name] = cell
+
+
+@handler("LOAD_CLOSURE")
+def load_closure(tx, inst):
+    tx.push(tx.cells[inst.argval])
+
+
+@handler("LOAD_DEREF")
+def load_deref(tx, inst):
+    cell = tx.cells.get(inst.argval)
+    if cell is None or cell.contents is None:
+        tx.raise_(NameError, f"free variable '{inst.argval}' referenced before assignment")
+    tx.push(cell.contents)
+
+
+@handler("STORE_DEREF")
+def store_deref(tx, inst):
+    tx.cells.setdefault(inst.argval, V.Cell()).contents = tx.pop()
+
+
+@handler("IMPORT_NAME")
+def import_name(tx, inst):
+    fromlist, level = tx.pop(), tx.pop()
+    module = __import__(inst.argval, tx.f_globals, None, fromlist.value, level.value)
+    tx.push(V.ObjectVar(module))
+
+
+@handler("IMPORT_FROM")
+def import_from(tx, inst):
+    tx.push(S.getattr_var(tx, tx.stack[-1], inst.argval))
+
+
+# -- attributes ------------------------------------------------------------------------------------
+@handler("LOAD_ATTR")
+def load_attr(tx, inst):
+    obj = tx.pop()
+    if PY312 and inst.arg & 1:  # 3.12 folds LOAD_METHOD into LOAD_ATTR's low bit
+        tx.push(V.Null())
+    tx.push(S.getattr_var(tx, obj, inst.argval))
+
+
+@handler("LOAD_METHOD")  # 3.11
+def load_method(tx, inst):
+    obj = tx.pop()
+    tx.push(V.Null())
+    tx.push(S.getattr_var(tx, obj, inst.argval))
+
+
+@handler("LOAD_SUPER_ATTR")  # 3.12: super().name with the two-argument form in bit 1
+def load_super_attr(tx, inst):
+    self_var, cls, _super = tx.pop(), tx.pop(), tx.pop()
+    sup = V.SuperVar(S.python_value(cls), self_var)
+    if inst.arg & 1:
+        tx.push(V.Null())
+    tx.push(S.getattr_var(tx, sup, inst.argval))
+
+
+@handler("STORE_ATTR")
+def store_attr(tx, inst):
+    obj, value = tx.pop(), tx.pop()
+    S.setattr_var(tx, obj, inst.argval, value)
+
+
+@handler("DELETE_ATTR")
+def delete_attr(tx, inst):
+    raise tx.unsupported("`del obj.attr` is not supported inside captured code")
+
+
+# -- building containers ---------------------------------------------------------------------------
+@handler("BUILD_TUPLE")
+def build_tuple(tx, inst):
+    tx.push(V.TupleVar(tx.popn(inst.arg)))
+
+
+@handler("BUILD_LIST")
+def build_list(tx, inst):
+    tx.push(V.ListVar(tx.popn(inst.arg)))
+
+
+@handler("BUILD_SET")
+def build_set(tx, inst):
+    s = V.SetVar([])
+    for item in tx.popn(inst.arg):
+        S.set_add(tx, s, item)
+    tx.push(s)
+
+
+@handler("BUILD_MAP")
+def build_map(tx, inst):
+    flat = tx.popn(2 * inst.arg)
+    tx.push(V.DictVar({S.key_of(tx, k): v for k, v in zip(flat[::2], flat[1::2])}))
+
+
+@handler("BUILD_CONST_KEY_MAP")
+def build_const_key_map(tx, inst):
+    keys = tx.pop()
+    values = tx.popn(inst.arg)
+    tx.push(V.DictVar(dict(zip(S.python_value(keys), values))))
+
+
+@handler("BUILD_STRING")
+def build_string(tx, inst):
+    parts = tx.popn(inst.arg)
+    tx.push(V.Constant("".join(S.python_value(p) for p in parts)))
+
+
+@handler("BUILD_SLICE")
+def build_slice(tx, inst):
+    parts = tx.popn(inst.arg)
+    tx.push(S.make_slice(tx, parts))
+
+
+@handler("LIST_APPEND")
+def list_append(tx, inst):
+    value = tx.pop()
+    S.mutate_list(tx, tx.stack[-inst.arg], lambda items: items.append(value))
+
+
+@handler("SET_ADD")
+def set_add(tx, inst):
+    value = tx.pop()
+    S.set_add(tx, tx.stack[-inst.arg], value)
+
+
+@handler("MAP_ADD")
+def map_add(tx, inst):
+    value, key = tx.pop(), tx.pop()
+    S.dict_set(tx, tx.stack[-inst.arg], key, value)
+
+
+@handler("LIST_EXTEND")
+def list_extend(tx, inst):
+    items = S.iterate(tx, tx.pop())
+    S.mutate_list(tx, tx.stack[-inst.arg], lambda lst: lst.extend(items))
+
+
+@handler("SET_UPDATE")
+def set_update(tx, inst):
+    for item in S.iterate(tx, tx.pop()):
+        S.set_add(tx, tx.stack[-inst.arg], item)
+
+
+@handler("DICT_UPDATE", "DICT_MERGE")
+def dict_update(tx, inst):
+    other = tx.pop()
+    target = tx.stack[-inst.arg]
+    for k, v in S.dict_items(tx, other):
+        S.dict_set(tx, target, V.Constant(k), v)
+
+
+@handler("LIST_TO_TUPLE")  # 3.11
+def list_to_tuple(tx, inst):
+    tx.push(V.TupleVar(list(tx.pop().items)))
+
+
+@handler("CALL_INTRINSIC_1")  # 3.12
+def call_intrinsic_1(tx, inst):
+    kind = dis._intrinsic1_descs[inst.arg]
+    value = tx.pop()
+    if kind == "INTRINSIC_LIST_TO_TUPLE":
+        tx.push(V.TupleVar(list(value.items)))
+    elif kind == "INTRINSIC_UNARY_POSITIVE":
+        tx.push(S.unary_op(tx, operator.pos, value))
+    elif kind == "INTRINSIC_STOPITERATION_ERROR":
+        tx.push(value)
+    else:
+        raise tx.unsupported(f"the intrinsic {kind} is not supported by kiln")
+
+
+@handler("UNPACK_SEQUENCE")
+def unpack_sequence(tx, inst):
+    items = S.iterate(tx, tx.pop())
+    if len(items) != inst.arg:
+        tx.raise_(ValueError, f"expected {inst.arg} values to unpack, got {len(items)}")
+    for item in reversed(items):
+        tx.push(item)
+
+
+@handler("UNPACK_EX")
+def unpack_ex(tx, inst):
+    before, after = inst.arg & 0xFF, inst.arg >> 8
+    items = S.iterate(tx, tx.pop())
+    if len(items) < before + after:
+        tx.raise_(ValueError, "not enough values to unpack")
+    rest = V.ListVar(items[before:len(items) - after])
+    for item in reversed(items[len(items) - after:]):
+        tx.push(item)
+    tx.push(rest)
+    for item in reversed(items[:before]):
+        tx.push(item)
+
+
+# -- operators -------------------------------------------------------------------------------------
+@handler("BINARY_OP")
+def binary_op(tx, inst):
+    b, a = tx.pop(), tx.pop()
+    tx.push(S.binary_op(tx, S.BINARY_OPS[inst.arg], a, b))
+
+
+@handler("BINARY_SUBSCR")
+def binary_subscr(tx, inst):
+    key, obj = tx.pop(), tx.pop()
+    tx.push(S.getitem(tx, obj, key))
+
+
+@handler("BINARY_SLICE")  # 3.12
+def binary_slice(tx, inst):
+    end, start, obj = tx.pop(), tx.pop(), tx.pop()
+    tx.push(S.getitem(tx, obj, S.make_slice(tx, [start, end])))
+
+
+@handler("STORE_SUBSCR")
+def store_subscr(tx, inst):
+    key, obj, value = tx.pop(), tx.pop(), tx.pop()
+    S.setitem(tx, obj, key, value)
+
+
+@handler("STORE_SLICE")  # 3.12
+def store_slice(tx, inst):
+    end, start, obj, value = tx.pop(), tx.pop(), tx.pop(), tx.pop()
+    S.setitem(tx, obj, S.make_slice(tx, [start, end]), value)
+
+
+@handler("DELETE_SUBSCR")
+def delete_subscr(tx, inst):
+    key, obj = tx.pop(), tx.pop()
+    S.delitem(tx, obj, key)
+
+
+@handler("COMPARE_OP")
+def compare_op(tx, inst):
+    b, a = tx.pop(), tx.pop()
+    tx.push(S.binary_op(tx, S.COMPARE_OPS[inst.argval], a, b))
+
+
+@handler("IS_OP")
+def is_op(tx, inst):
+    b, a = tx.pop(), tx.pop()
+    result = S.is_same(tx, a, b)
+    tx.push(V.Constant(result != bool(inst.arg)))
+
+
+@handler("CONTAINS_OP")
+def contains_op(tx, inst):
+    container, item = tx.pop(), tx.pop()
+    result = S.contains(tx, container, item)
+    tx.push(V.Constant(result != bool(inst.arg)))
+
+
+@handler("UNARY_NEGATIVE")
+def unary_negative(tx, inst):
+    tx.push(S.unary_op(tx, operator.neg, tx.pop()))
+
+
+@handler("UNARY_POSITIVE")
+def unary_positive(tx, inst):
+    tx.push(S.unary_op(tx, operator.pos, tx.pop()))
+
+
+@handler("UNARY_INVERT")
+def unary_invert(tx, inst):
+    tx.push(S.unary_op(tx, operator.invert, tx.pop()))
+
+
+@handler("UNARY_NOT")
+def unary_not(tx, inst):
+    tx.push(V.Constant(not S.truth(tx, tx.pop())))
+
+
+@handler("FORMAT_VALUE")
+def format_value(tx, inst):
+    flags = inst.arg
+    spec = S.python_value(tx.pop()) if flags & 0x04 else ""
+    value = tx.pop()
+    conv = {0: None, 1: str, 2: repr, 3: ascii}[flags & 0x03]
+    tx.push(V.Constant(S.format_value(tx, value, conv, spec)))
+
+
+# -- jumps -----------------------------------------------------------------------------------------
+def _pop_jump(when):
+    def jump_if(tx, inst):
+        value = tx.pop()
+        if when(tx, value):
+            tx.jump(inst.argval)
+    return jump_if
+
+
+_is_true = lambda tx, v: S.truth(tx, v)
+_is_false = lambda tx, v: not S.truth(tx, v)
+_is_none = lambda tx, v: S.is_none(tx, v)
+_not_none = lambda tx, v: not S.is_none(tx, v)
+for _prefix in ("POP_JUMP_IF_", "POP_JUMP_FORWARD_IF_", "POP_JUMP_BACKWARD_IF_"):
+    HANDLERS[_prefix + "TRUE"] = _pop_jump(_is_true)
+    HANDLERS[_prefix + "FALSE"] = _pop_jump(_is_false)
+    HANDLERS[_prefix + "NONE"] = _pop_jump(_is_none)
+    HANDLERS[_prefix + "NOT_NONE"] = _pop_jump(_not_none)
+
+
+@handler("JUMP_IF_TRUE_OR_POP")  # 3.11
+def jump_if_true_or_pop(tx, inst):
+    if S.truth(tx, tx.stack[-1]):
+        tx.jump(inst.argval)
+    else:
+        tx.pop()
+
+
+@handler("JUMP_IF_FALSE_OR_POP")  # 3.11
+def jump_if_false_or_pop(tx, inst):
+    if not S.truth(tx, tx.stack[-1]):
+        tx.jump(inst.argval)
+    else:
+        tx.pop()
+
+
+@handler("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT")
+def jump(tx, inst):
+    tx.jump(inst.argval)
+
+
+@handler("GET_ITER", "GET_YIELD_FROM_ITER")
+def get_iter(tx, inst):
+    tx.push(S.get_iter(tx, tx.pop()))
+
+
+@handler("FOR_ITER")
+def for_iter(tx, inst):
+    it = tx.stack[-1]
+    if not isinstance(it, V.IteratorVar):
+        raise tx.unsupported(f"iterating over {it.python_type().__name__} is not supported")
+    if it.index < len(it.items):
+        tx.push(it.items[it.index])
+        it.index += 1
+        return
+    tx.pop()
+    tx.jump(inst.argval)
+    # 3.12: the exhausted loop continues after END_FOR (which the target names)
+    if PY312 and tx.insts[tx.ip].opname == "END_FOR":
+        tx.ip += 1
+
+
+# -- calls and functions ---------------------------------------------------------------------------
+@handler("KW_NAMES")  # 3.11 and 3.12: names of the keyword arguments of the next CALL
+def kw_names(tx, inst):
+    tx.kw_names = inst.argval if isinstance(inst.argval, tuple) else tx.code.co_consts[inst.arg]
+
+
+@handler("CALL")
+def call(tx, inst):
+    argc = inst.arg
+    args = tx.popn(argc)
+    callable_, below = tx.pop(), tx.pop()
+    if not isinstance(below, V.Null):  # [method, self, args] form
+        callable_, args = below, [callable_, *args]
+    names = tx.kw_names
+    tx.kw_names = ()
+    kwargs = {}
+    if names:
+        kwargs = dict(zip(names, args[len(args) - len(names):]))
+        args = args[:len(args) - len(names)]
+    tx.push(tx.call(callable_, args, kwargs))
+
+
+@handler("CALL_FUNCTION_EX")
+def call_function_ex(tx, inst):
+    kwargs = S.dict_items(tx, tx.pop()) if inst.arg & 1 else []
+    args = S.iterate(tx, tx.pop())
+    fn = tx.pop()
+    null = tx.pop()
+    if not isinstance(null, V.Null):
+        fn, args = null, [fn, *args]
+    tx.push(tx.call(fn, args, dict(kwargs)))
+
+
+@handler("MAKE_FUNCTION")
+def make_function(tx, inst):
+    code = tx.pop().value
+    flags = inst.arg
+    closure = tuple(tx.pop().items) if flags & 0x08 else ()
+    if flags & 0x04:
+        tx.pop()  # annotations
+    kwdefaults = dict(S.dict_items(tx, tx.pop())) if flags & 0x02 else {}
+    defaults = tuple(tx.pop().items) if flags & 0x01 else ()
+    tx.push(V.FunctionVar(code, tx.f_globals, code.co_name, defaults, kwdefaults, closure))
+
+
+@handler("RETURN_GENERATOR")
+def return_generator(tx, inst):
+    tx.push(V.Constant(None))  # popped by the POP_TOP that follows
+
+
+@handler("YIELD_VALUE")
+def yield_value(tx, inst):
+    if tx.yielded is None:
+        raise tx.unsupported("yield outside a generator kiln inlines")
+    tx.yielded.append(tx.pop())
+    tx.push(V.Constant(None))  # the value sent in: generators kiln inlines are only iterated
+
+
+@handler("SEND")
+def send(tx, inst):
+    raise tx.unsupported("`yield from` / `await` is not supported inside captured code")
+
+
+# -- exceptions and with-blocks --------------------------------------------------------------------
+@handler("RAISE_VARARGS")
+def raise_varargs(tx, inst):
+    if inst.arg == 0:
+        if not tx.exc_info:
+            raise tx.unsupported("bare `raise` outside an except block")
+        raise ObservedException(tx.exc_info[-1])
+    if inst.arg == 2:
+        tx.pop()  # `from cause`: the cause is not modelled
+    exc = tx.pop()
+    raise ObservedException(S.as_exception(tx, exc))
+
+
+@handler("LOAD_ASSERTION_ERROR")
+def load_assertion_error(tx, inst):
+    tx.push(V.ObjectVar(AssertionError))
+
+
+@handler("PUSH_EXC_INFO")
+def push_exc_info(tx, inst):
+    exc = tx.pop()
+    tx.push(tx.exc_info[-1] if tx.exc_info else V.Constant(None))
+    tx.exc_info.append(exc)
+    tx.push(exc)
+
+
+@handler("POP_EXCEPT")
+def pop_except(tx, inst):
+    tx.pop()
+    if tx.exc_info:
+        tx.exc_info.pop()
+
+
+@handler("CHECK_EXC_MATCH")
+def check_exc_match(tx, inst):
+    cls = S.python_value(tx.pop())
+    exc = tx.stack[-1]
+    tx.push(V.Constant(issubclass(exc.cls, cls)))
+
+
+@handler("RERAISE")
+def reraise(tx, inst):
+    exc = tx.pop()
+    if inst.arg:
+        tx.pop()  # lasti
+    raise ObservedException(exc)
+
+
+@handler("BEFORE_WITH")
+def before_with(tx, inst):
+    ctx = tx.pop()
+    exit_fn, entered = S.enter_context(tx, ctx)
+    tx.push(exit_fn)
+    tx.push(entered)
+
+
+@handler("WITH_EXCEPT_START")
+def with_except_start(tx, inst):
+    exit_fn = tx.stack[-4]
+    tx.call(exit_fn, [V.Constant(None)] * 3)
+    tx.push(V.Constant(False))  # modelled context managers never swallow exceptions
+
+
+@handler("CLEANUP_THROW", "END_SEND", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
+         "DELETE_GLOBAL", "DELETE_DEREF", "GET_AWAITABLE", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT")
+def refuse(tx, inst):
+    raise tx.unsupported(f"the bytecode instruction {inst.opname} is not supported by kiln")
+
+
+__all__ = ["HANDLERS", "GraphBreak", "Tracer", "GlobalSource"]

@@ -1,0 +1,149 @@
+"""The output of one capture: the FX graph being built, its inputs, guards and side effects.
+
+`OutputGraph` is shared by a root `Tracer` and every frame it inlines. It owns:
+- the torch-level `torch.fx.Graph` (placeholders are tensors read from sources, parameters and
+  buffers of modules are `get_attr` nodes on the graph's root module);
+- the guards recorded while specializing;
+- side effects on objects that outlive the frame, replayed in program order after the graph runs;
+- the globals dicts that generated code reads (`__G` is the captured frame's).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+import re
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from kiln.capture import examples
+from kiln.capture import variables as V
+from kiln.capture.guards import Guard, GuardKind, TensorSpec
+from kiln.capture.sources import Source
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrWrite:
+    target: V.Variable
+    name: str
+    value: V.Variable
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalWrite:
+    globals_name: str
+    name: str
+    value: V.Variable
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerMutation:
+    """A list/dict/set with a source changed: its final contents are written back."""
+    target: V.Variable
+
+
+class OutputGraph:
+    def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset()):
+        self.graph = torch.fx.Graph()
+        self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
+        self._attr_names: dict[int, str] = {}
+        self.inputs: list[tuple[Source, V.TensorVar]] = []
+        self.tensor_by_id: dict[int, V.Variable] = {}  # one tracker per real object (aliasing)
+        self.guards: list[Guard] = []
+        self.side_effects: list[Any] = []
+        self.globals_dicts: dict[str, dict] = {"__G": frame_globals}
+        self._globals_ids = {id(frame_globals): "__G"}
+        self.dynamic = dynamic
+        self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
+        self.grad_enabled = torch.is_grad_enabled()
+        self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
+        self.keepalive: list[Any] = []  # real objects whose identity guards rely on
+
+    def globals_name(self, g: dict) -> str:
+        name = self._globals_ids.get(id(g))
+        if name is None:
+            name = self._globals_ids[id(g)] = f"__G{len(self.globals_dicts)}"
+            self.globals_dicts[name] = g
+        return name
+
+    def guard(self, guard: Guard):
+        self.guards.append(guard)
+
+    # -- graph inputs ---------------------------------------------------------------------------
+    def tensor_input(self, value: torch.Tensor, source: Source) -> V.TensorVar:
+        name = _identifier(source.expr())
+        node = self.graph.placeholder(name)
+        # placeholders go first: move it before any non-placeholder node
+        first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first_op is not None:
+            first_op.prepend(node)
+        example = examples.from_real(value)
+        node.meta["example_value"] = example
+        node.meta["python_type"] = type(value)
+        node.meta["source"] = source
+        var = V.TensorVar(node, example, source=source)
+        self.inputs.append((source, var))
+        self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(
+            value.dtype, value.device, tuple(value.size()), tuple(value.stride()), value.requires_grad)))
+        return var
+
+    def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
+        """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""
+        name = self._attr_names.get(id(value))
+        if name is None:
+            name = _identifier(source.expr().replace("._parameters[", ".").replace("._buffers[", ".")
+                               .replace("._modules[", "."))
+            while name in self.attrs:
+                name += "_"
+            self.attrs[name] = value
+            self._attr_names[id(value)] = name
+        node = self.graph.get_attr(name)
+        example = examples.from_real(value)
+        node.meta["example_value"] = example
+        node.meta["python_type"] = type(value)
+        return V.TensorVar(node, example, source=source)
+
+    # -- ops ------------------------------------------------------------------------------------
+    def call(self, kind: str, target: Any, args: tuple, kwargs: dict, example_fn=None) -> Any:
+        """Add a node; returns (node, example result). `args` hold nodes and constants."""
+        node = self.graph.create_node(kind, target, args, kwargs)
+        ex_args, ex_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["example_value"], (args, kwargs))
+        if kind == "call_method":
+            self_ex = ex_args[0]
+            fn = getattr(self_ex, target)
+            result = examples.run(fn, ex_args[1:], ex_kwargs, method_name=target)
+        else:
+            result = examples.run(target, ex_args, ex_kwargs)
+        node.meta["example_value"] = result
+        return node, result
+
+    def getitem(self, node: torch.fx.Node, index: int, example: Any) -> torch.fx.Node:
+        item = self.graph.call_function(operator.getitem, (node, index))
+        item.meta["example_value"] = example
+        return item
+
+    def graph_module(self) -> torch.fx.GraphModule:
+        root = torch.nn.Module()
+        for name, value in self.attrs.items():
+            # get_attr targets must resolve on the root; nest through dotted names
+            *path, leaf = name.split(".")
+            mod = root
+            for p in path:
+                if not hasattr(mod, p):
+                    mod.add_module(p, torch.nn.Module())
+                mod = getattr(mod, p)
+            if isinstance(value, torch.nn.Parameter):
+                mod.register_parameter(leaf, value)
+            else:
+                mod.register_buffer(leaf, value)
+        gm = torch.fx.GraphModule(root, self.graph)
+        return gm
+
+
+def _identifier(text: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", text).strip("_") or "x"
+    if name[0].isdigit():
+        name = "_" + name
+    return name.replace("__", "_")

@@ -1,0 +1,198 @@
+"""Printing trackers back into Python: how generated code rebuilds real values after a graph runs.
+
+When a captured region ends (a return or a graph break), every value that leaves it (the return
+value, the stack and locals handed to a resume function, values written by side effects) is printed
+as a Python expression over: the frame's arguments (through sources), the graph's outputs
+(`__out[i]`), and objects kiln holds (`__cN`). `Rebuilder` collects which graph nodes must become
+outputs and which objects the generated code closes over; the dispatch is a table by tracker class.
+"""
+from __future__ import annotations
+
+import functools
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.output import AttrWrite, ContainerMutation, GlobalWrite
+
+
+class CannotRebuild(Exception):
+    """A value that generated code cannot recreate (a closure made in traced code, ...)."""
+
+
+class GradModeExit:
+    """What a `with torch.no_grad():` leaves on the stack when a graph breaks inside it: its __exit__."""
+
+    def __init__(self, prev: bool):
+        self.prev = prev
+
+    def __call__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+        return False
+
+
+def _new_object(cls, attrs):
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+_SIMPLE = (int, float, str, bool, type(None), bytes)
+
+
+class Rebuilder:
+    def __init__(self):
+        self.outputs: list[torch.fx.Node] = []
+        self._output_index: dict[torch.fx.Node, int] = {}
+        self.consts: dict[int, tuple[str, Any]] = {}
+
+    def const(self, value: Any) -> str:
+        if type(value) in _SIMPLE and (not isinstance(value, float) or value == value and abs(value) != float("inf")):
+            return repr(value)
+        if id(value) not in self.consts:
+            self.consts[id(value)] = (f"__c{len(self.consts)}", value)
+        return self.consts[id(value)][0]
+
+    def output(self, node: torch.fx.Node) -> str:
+        if node not in self._output_index:
+            self._output_index[node] = len(self.outputs)
+            self.outputs.append(node)
+        return f"__out[{self._output_index[node]}]"
+
+    def expr(self, v: V.Variable) -> str:
+        fn = _PRINTERS.get(type(v))
+        if fn is None:
+            raise CannotRebuild(f"a {type(v).__name__} cannot be rebuilt outside the graph")
+        return fn(self, v)
+
+    def side_effect(self, effect) -> list[str]:
+        if isinstance(effect, AttrWrite):
+            return [f"setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+        if isinstance(effect, GlobalWrite):
+            return [f"{effect.globals_name}[{effect.name!r}] = {self.expr(effect.value)}"]
+        if isinstance(effect, ContainerMutation):
+            t = effect.target
+            target = t.source.expr()
+            if isinstance(t, V.ListVar):
+                return [f"{target}[:] = [{', '.join(self.expr(i) for i in t.items)}]"]
+            if isinstance(t, V.DictVar):
+                items = ", ".join(f"{self.const(k)}: {self.expr(v)}" for k, v in t.items.items())
+                return [f"{target}.clear()", f"{target}.update({{{items}}})"]
+            if isinstance(t, V.SetVar):
+                return [f"{target}.clear()", f"{target}.update([{', '.join(self.expr(i) for i in t.items)}])"]
+        raise CannotRebuild(f"side effect {type(effect).__name__}")
+
+
+def _tensor(r: Rebuilder, v: V.TensorVar) -> str:
+    if v.node.op == "placeholder" and v.source is not None:
+        return v.source.expr()
+    if v.node.op == "get_attr" and v.source is not None:
+        return v.source.expr()
+    return r.output(v.node)
+
+
+def _constant(r, v):
+    return r.const(v.value)
+
+
+def _object(r, v):
+    return v.source.expr() if v.source is not None else r.const(v.value)
+
+
+def _tuple(r, v):
+    if v.source is not None and not _has_graph_values(v):
+        return v.source.expr()
+    inner = ", ".join(r.expr(i) for i in v.items)
+    if v.cls is tuple:
+        return f"({inner},)" if v.items else "()"
+    if v.cls is torch.Size:
+        return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
+    return f"{r.const(v.cls)}({inner})"
+
+
+def _has_graph_values(v) -> bool:
+    items = v.items.values() if isinstance(v, V.DictVar) else v.items
+    return any(isinstance(i, (V.TensorVar, V.SymNumber)) and i.node.op not in ("placeholder", "get_attr")
+               or isinstance(i, (V.TupleVar, V.ListVar, V.DictVar)) and _has_graph_values(i) for i in items)
+
+
+def _list(r, v):
+    if v.source is not None:
+        return v.source.expr()  # identity matters; its contents were written back as a side effect
+    return f"[{', '.join(r.expr(i) for i in v.items)}]"
+
+
+def _dict(r, v):
+    if v.source is not None:
+        return v.source.expr()
+    inner = ", ".join(f"{r.const(k)}: {r.expr(i)}" for k, i in v.items.items())
+    return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
+
+
+def _set(r, v):
+    if v.source is not None:
+        return v.source.expr()
+    return f"set([{', '.join(r.expr(i) for i in v.items)}])"
+
+
+def _function(r, v):
+    if v.fn is not None:
+        return v.source.expr() if v.source is not None else r.const(v.fn)
+    if v.closure:
+        raise CannotRebuild("a closure defined inside captured code")
+    defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
+    return f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults})"
+
+
+def _method(r, v):
+    return f"{r.const(types.MethodType)}({r.expr(v.fn)}, {r.expr(v.self_var)})"
+
+
+def _partial(r, v):
+    args = "".join(f", {r.expr(a)}" for a in v.args)
+    kwargs = "".join(f", {k}={r.expr(a)}" for k, a in v.kwargs.items())
+    return f"{r.const(functools.partial)}({r.expr(v.fn)}{args}{kwargs})"
+
+
+def _new_object(r, v):
+    attrs = ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items())
+    return f"{r.const(_new_object)}({r.const(v.cls)}, {{{attrs}}})"
+
+
+def _iterator(r, v):
+    return f"iter(({''.join(r.expr(i) + ', ' for i in v.items[v.index:])}))"
+
+
+def _exception(r, v):
+    return f"{r.const(v.cls)}({', '.join(r.expr(a) for a in v.args)})"
+
+
+def _context(r, v):
+    if v.kind in ("grad", "grad_set"):
+        return f"{r.const(GradModeExit)}({v.saved!r})"
+    raise CannotRebuild("an autocast region open across a graph break")
+
+
+def _sym(r, v):
+    return r.output(v.node)
+
+
+_PRINTERS = {
+    V.TensorVar: _tensor,
+    V.Constant: _constant,
+    V.ObjectVar: _object,
+    V.TupleVar: _tuple,
+    V.ListVar: _list,
+    V.DictVar: _dict,
+    V.SetVar: _set,
+    V.FunctionVar: _function,
+    V.MethodVar: _method,
+    V.PartialVar: _partial,
+    V.NewObjectVar: _new_object,
+    V.IteratorVar: _iterator,
+    V.ExceptionVar: _exception,
+    V.ContextVar: _context,
+    V.SymNumber: _sym,
+}

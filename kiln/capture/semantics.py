@@ -1,0 +1,405 @@
+"""The Python data model over trackers: operators, truth, iteration, items, containers.
+
+Each operation dispatches on tracker classes through small tables; values that are all constants
+are computed by Python itself (constant folding), tensors go to the graph (`torch_calls.py`).
+Attribute reads and calls are in `attributes.py` and `calls.py`; they are re-exported here so
+opcode handlers have one module to call.
+"""
+from __future__ import annotations
+
+import operator
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-exported)
+from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
+from kiln.capture.output import ContainerMutation, GlobalWrite
+from kiln.capture.sources import GlobalSource
+from kiln.capture.torch_calls import call_torch, tensor_method
+
+BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
+              operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub, operator.truediv,
+              operator.xor,
+              operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul, operator.imul,
+              operator.imod, operator.ior, operator.ipow, operator.irshift, operator.isub, operator.itruediv,
+              operator.ixor]
+COMPARE_OPS = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
+               ">=": operator.ge}
+_INPLACE_TO_PLAIN = {BINARY_OPS[13 + i]: BINARY_OPS[i] for i in range(13)}
+_REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: "__rsub__"}
+
+
+# -- constants ----------------------------------------------------------------------------------
+def constant_of(tx, value: Any) -> V.Variable:
+    if isinstance(value, tuple):
+        return V.TupleVar([constant_of(tx, v) for v in value])
+    if isinstance(value, frozenset):
+        return V.SetVar([V.Constant(v) for v in value])
+    return V.Constant(value)
+
+
+def python_value(v: V.Variable) -> Any:
+    """The real Python value of a tracker that stands for a constant (raises if it does not)."""
+    if isinstance(v, V.Constant):
+        return v.value
+    if isinstance(v, V.ObjectVar):
+        return v.value
+    if isinstance(v, V.TupleVar):
+        items = [python_value(i) for i in v.items]
+        if v.cls is tuple or v.cls is torch.Size:
+            return v.cls(items)
+        return v.cls(*items)
+    if isinstance(v, V.ListVar):
+        return [python_value(i) for i in v.items]
+    if isinstance(v, V.DictVar):
+        return {k: python_value(i) for k, i in v.items.items()}
+    if isinstance(v, V.SetVar):
+        return {python_value(i) for i in v.items}
+    if isinstance(v, V.FunctionVar) and v.fn is not None:
+        return v.fn
+    raise NotConstant(v)
+
+
+class NotConstant(Exception):
+    pass
+
+
+def is_python_constant(v: V.Variable) -> bool:
+    try:
+        python_value(v)
+        return not _has_tensor(v)
+    except NotConstant:
+        return False
+
+
+def _has_tensor(v) -> bool:
+    if isinstance(v, (V.TensorVar, V.SymNumber)):
+        return True
+    if isinstance(v, (V.TupleVar, V.ListVar)):
+        return any(_has_tensor(i) for i in v.items)
+    if isinstance(v, V.DictVar):
+        return any(_has_tensor(i) for i in v.items.values())
+    return False
+
+
+def key_of(tx, v: V.Variable) -> Any:
+    """A dict key or set element as a Python value (trackers of objects hash by identity)."""
+    try:
+        return python_value(v)
+    except NotConstant:
+        raise tx.unsupported(f"a {v.python_type().__name__} used as a dict key or set element") from None
+
+
+# -- globals ------------------------------------------------------------------------------------
+def load_global(tx, name: str) -> V.Variable:
+    from kiln.capture.builder import wrap
+    gname = tx.out.globals_name(tx.f_globals)
+    cache = tx.out.__dict__.setdefault("global_vars", {})
+    key = (gname, name)
+    if key in cache:
+        return cache[key]
+    if name in tx.f_globals:
+        var = wrap(tx.out, tx.f_globals[name], GlobalSource(name, gname))
+    else:
+        builtins = tx.f_globals.get("__builtins__", __builtins__)
+        builtins = builtins if isinstance(builtins, dict) else builtins.__dict__
+        if name not in builtins:
+            tx.raise_(NameError, f"name '{name}' is not defined")
+        var = V.ObjectVar(builtins[name])
+    cache[key] = var
+    return var
+
+
+def store_global(tx, name: str, value: V.Variable):
+    gname = tx.out.globals_name(tx.f_globals)
+    tx.out.__dict__.setdefault("global_vars", {})[(gname, name)] = value
+    tx.out.side_effects.append(GlobalWrite(gname, name, value))
+
+
+# -- containers ---------------------------------------------------------------------------------
+def _record_mutation(tx, container: V.Variable):
+    if container.source is not None:
+        tx.out.side_effects.append(ContainerMutation(container))
+
+
+def mutate_list(tx, lst: V.Variable, fn):
+    if not isinstance(lst, V.ListVar):
+        raise tx.unsupported(f"mutating a {lst.python_type().__name__} as a list")
+    fn(lst.items)
+    _record_mutation(tx, lst)
+
+
+def set_add(tx, s: V.SetVar, item: V.Variable):
+    key = key_of(tx, item)
+    if all(key_of(tx, i) != key for i in s.items):
+        s.items.append(item)
+        _record_mutation(tx, s)
+
+
+def dict_set(tx, d: V.Variable, key: V.Variable, value: V.Variable):
+    if not isinstance(d, V.DictVar):
+        raise tx.unsupported(f"item assignment on a {d.python_type().__name__}")
+    d.items[key_of(tx, key)] = value
+    _record_mutation(tx, d)
+
+
+def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
+    if isinstance(d, V.DictVar):
+        return list(d.items.items())
+    if isinstance(d, V.ObjectVar) and isinstance(d.value, dict):
+        from kiln.capture.builder import wrap
+        return list(wrap(tx.out, d.value, d.source).items.items())
+    raise tx.unsupported(f"** of a {d.python_type().__name__}")
+
+
+def make_slice(tx, parts: list) -> V.Variable:
+    if all(is_python_constant(p) for p in parts):
+        return V.Constant(slice(*[python_value(p) for p in parts]))
+    raise tx.unsupported("a slice with tensor bounds")
+
+
+# -- iteration ----------------------------------------------------------------------------------
+def iterate(tx, v: V.Variable) -> list[V.Variable]:
+    """All items of an iterable tracker, as trackers (kiln unrolls every loop)."""
+    if isinstance(v, (V.ListVar, V.TupleVar)):
+        return list(v.items)
+    if isinstance(v, V.IteratorVar):
+        items = v.items[v.index:]
+        v.index = len(v.items)
+        return items
+    if isinstance(v, V.DictVar):
+        return [V.Constant(k) if not isinstance(k, V.Variable) else k for k in v.items]
+    if isinstance(v, V.SetVar):
+        return list(v.items)
+    if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
+        return [V.Constant(x) for x in v.value]
+    if isinstance(v, V.TensorVar):
+        n = v.example.size(0) if v.example.dim() else None
+        if n is None:
+            tx.raise_(TypeError, "iteration over a 0-d tensor")
+        return list(call_torch(tx, "call_method", "unbind", [v, V.Constant(0)], {}).items)
+    if isinstance(v, V.ObjectVar):
+        from kiln.capture.attributes import iterate_object
+        return iterate_object(tx, v)
+    if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
+        from kiln.capture.attributes import getattr_var as ga
+        it = tx.call(ga(tx, v, "__iter__"), [])
+        return iterate(tx, it)
+    raise tx.unsupported(f"iterating over a {v.python_type().__name__} is not supported")
+
+
+def get_iter(tx, v: V.Variable) -> V.Variable:
+    if isinstance(v, V.IteratorVar):
+        return v
+    return V.IteratorVar(iterate(tx, v))
+
+
+# -- truth, identity, membership ----------------------------------------------------------------
+def truth(tx, v: V.Variable) -> bool:
+    if isinstance(v, V.Constant):
+        return bool(v.value)
+    if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar)):
+        return bool(v.items)
+    if isinstance(v, V.DictVar):
+        return bool(v.items)
+    if isinstance(v, (V.TensorVar, V.SymNumber)):
+        raise tx.unsupported("Python control flow on a tensor value (if/while/and/or/not on a tensor) "
+                             "needs its data; use torch.where or move the branch out of the compiled code")
+    if isinstance(v, (V.FunctionVar, V.MethodVar, V.PartialVar, V.ContextVar, V.ExceptionVar, V.SuperVar)):
+        return True
+    if isinstance(v, V.ObjectVar):
+        value = v.value
+        if isinstance(value, torch.nn.Module):
+            cls_bool = type(value).__dict__.get("__len__") or type(value).__dict__.get("__bool__")
+            return bool(len(value)) if cls_bool else True
+        if type(value).__bool__ is object.__bool__ if hasattr(type(value), "__bool__") else True:
+            if not hasattr(type(value), "__len__"):
+                return True
+        return bool(value)
+    if isinstance(v, V.NewObjectVar):
+        for name in ("__bool__", "__len__"):
+            if hasattr(v.cls, name):
+                from kiln.capture.attributes import getattr_var as ga
+                return truth(tx, tx.call(ga(tx, v, name), []))
+        return True
+    raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
+
+
+def is_none(tx, v: V.Variable) -> bool:
+    return isinstance(v, V.Constant) and v.value is None or isinstance(v, V.ObjectVar) and v.value is None
+
+
+def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, V.TensorVar) and isinstance(b, V.TensorVar):
+        return a.example is b.example
+    if is_python_constant(a) and is_python_constant(b):
+        va, vb = python_value(a), python_value(b)
+        if isinstance(va, (int, float, str)) and type(va) is type(vb):
+            return va == vb  # small ints and interned strings: what CPython answers in practice
+        return va is vb
+    if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
+        return False
+    if isinstance(a, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)) or \
+            isinstance(b, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)):
+        return False
+    raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
+
+
+def contains(tx, container: V.Variable, item: V.Variable) -> bool:
+    if isinstance(container, V.DictVar):
+        return key_of(tx, item) in container.items
+    if isinstance(container, (V.ListVar, V.TupleVar, V.SetVar)):
+        return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
+    if is_python_constant(container) and is_python_constant(item):
+        return python_value(item) in python_value(container)
+    if isinstance(container, V.ObjectVar) and is_python_constant(item):
+        from kiln.capture.attributes import object_contains
+        return object_contains(tx, container, python_value(item))
+    raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
+
+
+# -- operators ----------------------------------------------------------------------------------
+def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+    if isinstance(a, (V.TensorVar, V.SymNumber)) or isinstance(b, (V.TensorVar, V.SymNumber)):
+        if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
+            return call_torch(tx, "call_function", op, [a, b], {})
+        return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
+    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, (V.ListVar, V.DictVar)) \
+            and not isinstance(b, (V.ListVar, V.DictVar)):
+        try:
+            return constant_of(tx, op(python_value(a), python_value(b)))
+        except Exception as e:
+            tx.raise_(type(e), str(e))
+    seq = _SEQUENCE_OPS.get((type(a), op))
+    if seq is not None:
+        return seq(tx, a, b)
+    if op in (operator.eq, operator.ne):
+        same = is_same(tx, a, b) if not _is_sequence(a) else _seq_eq(tx, a, b)
+        return V.Constant(same if op is operator.eq else not same)
+    if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
+        from kiln.capture.attributes import dunder_binary
+        return dunder_binary(tx, op, a, b)
+    raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
+
+
+def _is_sequence(v):
+    return isinstance(v, (V.ListVar, V.TupleVar))
+
+
+def _seq_eq(tx, a, b):
+    if not _is_sequence(b) or len(a.items) != len(b.items):
+        return False
+    return all(truth(tx, binary_op(tx, operator.eq, x, y)) for x, y in zip(a.items, b.items))
+
+
+def _concat(tx, a, b):
+    if type(a) is not type(b) and not (isinstance(b, V.TupleVar) and isinstance(a, V.TupleVar)):
+        if isinstance(b, V.Constant) and isinstance(b.value, tuple):
+            b = constant_of(tx, b.value)
+        else:
+            tx.raise_(TypeError, f"can only concatenate {a.python_type().__name__} to the same type")
+    if isinstance(a, V.ListVar):
+        return V.ListVar(a.items + b.items)
+    return V.TupleVar(a.items + b.items)
+
+
+def _repeat(tx, a, b):
+    n = python_value(b)
+    return type(a)(a.items * n) if isinstance(a, V.ListVar) else V.TupleVar(a.items * n)
+
+
+def _list_iadd(tx, a, b):
+    items = iterate(tx, b)
+    mutate_list(tx, a, lambda lst: lst.extend(items))
+    return a
+
+
+def _dict_or(tx, a, b):
+    return V.DictVar({**a.items, **dict(dict_items(tx, b))})
+
+
+_SEQUENCE_OPS = {
+    (V.ListVar, operator.add): _concat, (V.TupleVar, operator.add): _concat,
+    (V.TupleVar, operator.iadd): _concat, (V.ListVar, operator.iadd): _list_iadd,
+    (V.ListVar, operator.mul): _repeat, (V.TupleVar, operator.mul): _repeat,
+    (V.DictVar, operator.or_): _dict_or,
+}
+
+
+def unary_op(tx, op, v: V.Variable) -> V.Variable:
+    if isinstance(v, (V.TensorVar, V.SymNumber)):
+        return call_torch(tx, "call_function", op, [v], {})
+    if is_python_constant(v):
+        return V.Constant(op(python_value(v)))
+    raise tx.unsupported(f"operator {op.__name__} on a {v.python_type().__name__}")
+
+
+def format_value(tx, v: V.Variable, conv, spec: str) -> str:
+    if not is_python_constant(v) or isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType)):
+        raise tx.unsupported(f"formatting a {v.python_type().__name__} into a string needs its runtime value")
+    value = python_value(v)
+    if conv is not None:
+        value = conv(value)
+    return format(value, spec)
+
+
+# -- items --------------------------------------------------------------------------------------
+def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
+    if isinstance(obj, V.TensorVar):
+        return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
+    if isinstance(obj, (V.ListVar, V.TupleVar)):
+        k = python_value(key) if is_python_constant(key) else None
+        if isinstance(k, slice):
+            items = obj.items[k]
+            return V.ListVar(items) if isinstance(obj, V.ListVar) else V.TupleVar(
+                items, obj.cls if obj.cls is torch.Size else tuple)
+        if isinstance(k, int):
+            if not -len(obj.items) <= k < len(obj.items):
+                tx.raise_(IndexError, f"{obj.python_type().__name__} index out of range")
+            return obj.items[k]
+        raise tx.unsupported(f"indexing a {obj.python_type().__name__} with a {key.python_type().__name__}")
+    if isinstance(obj, V.DictVar):
+        k = key_of(tx, key)
+        if k not in obj.items:
+            tx.raise_(KeyError, k)
+        return obj.items[k]
+    if isinstance(obj, V.Constant):
+        try:
+            return constant_of(tx, obj.value[python_value(key)])
+        except (IndexError, KeyError, TypeError) as e:
+            tx.raise_(type(e), str(e))
+    if isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
+        from kiln.capture.attributes import object_getitem
+        return object_getitem(tx, obj, key)
+    raise tx.unsupported(f"indexing a {obj.python_type().__name__}")
+
+
+def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
+    if isinstance(obj, V.TensorVar):
+        tensor_method(tx, "__setitem__", [obj, key, value], {})
+    elif isinstance(obj, V.ListVar):
+        k = python_value(key)
+
+        def assign(items):
+            items[k] = value if not isinstance(k, slice) else iterate(tx, value)
+        mutate_list(tx, obj, assign)
+    elif isinstance(obj, V.DictVar):
+        dict_set(tx, obj, key, value)
+    else:
+        raise tx.unsupported(f"item assignment on a {obj.python_type().__name__}")
+
+
+def delitem(tx, obj: V.Variable, key: V.Variable):
+    k = python_value(key)
+    if isinstance(obj, V.ListVar):
+        mutate_list(tx, obj, lambda items: items.__delitem__(k))
+    elif isinstance(obj, V.DictVar):
+        obj.items.pop(k)
+        _record_mutation(tx, obj)
+    else:
+        raise tx.unsupported(f"`del` of an item of a {obj.python_type().__name__}")

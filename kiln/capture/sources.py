@@ -1,0 +1,113 @@
+"""Sources: where a value that capture read came from, as a path from the frame's arguments or globals.
+
+A `Source` is what turns a specialization into a guard (`guards.py` prints `source.expr()` into the
+guard function) and what lets generated code re-read a value at run time (graph inputs, values
+rebuilt after a graph break). Sources are plain frozen dataclasses; `expr()` is their one printer.
+In printed code the frame's arguments are locals of the same name and globals are reached through
+`__G` (the function's globals dict), so names never collide with kiln's helpers.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    def expr(self) -> str:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.expr().replace("__G[", "globals()[")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSource(Source):
+    """An argument of the captured frame."""
+    name: str
+
+    def expr(self) -> str:
+        return self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalSource(Source):
+    name: str
+    globals_name: str = "__G"  # "__G" is the captured frame's globals; "__G1".. those of inlined modules
+
+    def expr(self) -> str:
+        return f"{self.globals_name}[{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.attr}"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictEntrySource(Source):
+    """`base.__dict__`-like storage read directly (e.g. `module._modules['fc']`): skips slow
+    `nn.Module.__getattr__` in guards, where every nanosecond is paid on each call."""
+    base: Source
+    table: str
+    key: str
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.table}[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemSource(Source):
+    base: Source
+    key: Any
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureSource(Source):
+    """The contents of cell `index` of a function's closure."""
+    fn: Source
+    index: int
+
+    def expr(self) -> str:
+        return f"{self.fn.expr()}.__closure__[{self.index}].cell_contents"
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultSource(Source):
+    fn: Source
+    index: int | str  # positional default index, or keyword-only default name
+
+    def expr(self) -> str:
+        if isinstance(self.index, str):
+            return f"{self.fn.expr()}.__kwdefaults__[{self.index!r}]"
+        return f"{self.fn.expr()}.__defaults__[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeSource(Source):
+    base: Source
+
+    def expr(self) -> str:
+        return f"type({self.base.expr()})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstSource(Source):
+    """A value kiln holds itself (a module kiln imported, a resume function): no guard needed."""
+    name: str
+
+    def expr(self) -> str:
+        return self.name
+
+
+def root_of(source: Source) -> Source:
+    while hasattr(source, "base") or hasattr(source, "fn"):
+        source = getattr(source, "base", None) or getattr(source, "fn")
+    return source

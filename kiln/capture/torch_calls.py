@@ -1,0 +1,165 @@
+"""Torch operations become graph nodes: functions, tensor methods, tensor attributes, operators.
+
+`call_torch` turns trackers into FX arguments, adds the node, runs it on example values and wraps
+the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
+answered from the example value, guarded by the tensor's metadata guard; those that read data
+(`item`, `tolist`, `__bool__`) cannot be captured and break the graph.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+
+from kiln.capture import variables as V
+
+# torch functions answered at capture time (no node): their value never depends on tensor data
+FOLDED = {
+    torch.is_tensor: lambda *a: isinstance(a[0], torch.Tensor),
+    torch.is_floating_point: lambda x: x.is_floating_point(),
+    torch.is_complex: lambda x: x.is_complex(),
+    torch.numel: lambda x: x.numel(),
+    torch.get_default_dtype: torch.get_default_dtype,
+    torch.jit.is_scripting: lambda: False,
+    torch.jit.is_tracing: lambda: False,
+    torch._C._get_tracing_state: lambda: None,
+    torch.is_autocast_enabled: torch.is_autocast_enabled,
+    torch.overrides.has_torch_function: lambda *a: False,
+    torch.overrides.has_torch_function_unary: lambda *a: False,
+    torch.overrides.has_torch_function_variadic: lambda *a: False,
+    torch._C._has_torch_function: lambda *a: False,
+    torch._C._has_torch_function_unary: lambda *a: False,
+    torch._C._has_torch_function_variadic: lambda *a: False,
+    torch.cuda.is_available: torch.cuda.is_available,
+    torch.is_inference_mode_enabled: torch.is_inference_mode_enabled,
+}
+for _name in ("is_compiling", "is_dynamo_compiling"):
+    if hasattr(torch.compiler, _name):
+        FOLDED[getattr(torch.compiler, _name)] = lambda: True
+
+# tensor attributes read from the example's metadata
+TENSOR_META_ATTRS = {"shape", "dtype", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized", "layout",
+                     "is_leaf", "is_mps", "is_meta", "is_nested", "itemsize", "names", "is_mkldnn", "is_xpu"}
+# tensor attributes that are tensors
+TENSOR_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "grad"}
+# tensor methods answered from metadata
+TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride", "is_floating_point",
+                       "is_complex", "element_size", "is_contiguous", "get_device", "is_signed", "__len__",
+                       "storage_offset", "has_names", "is_inference"}
+# tensor methods whose value depends on data: a graph break
+TENSOR_DATA_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
+                       "nonzero_static", "__array__", "__iter__"}
+
+
+def to_fx(tx, v: V.Variable) -> Any:
+    """A tracker as an FX argument: nodes for tensors, Python values for constants and containers."""
+    fn = _TO_FX.get(type(v))
+    if fn is None:
+        raise tx.unsupported(f"a {v.python_type().__name__} cannot be passed to a torch operation in a graph")
+    return fn(tx, v)
+
+
+def _object_to_fx(tx, v):
+    if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
+            or callable(v.value):
+        return v.value
+    raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
+
+
+_TO_FX = {
+    V.TensorVar: lambda tx, v: v.node,
+    V.SymNumber: lambda tx, v: v.node,
+    V.Constant: lambda tx, v: v.value,
+    V.TupleVar: lambda tx, v: (v.cls if v.cls is torch.Size else tuple)(to_fx(tx, i) for i in v.items)
+    if v.cls in (tuple, torch.Size) else tuple(to_fx(tx, i) for i in v.items),
+    V.ListVar: lambda tx, v: [to_fx(tx, i) for i in v.items],
+    V.DictVar: lambda tx, v: {k: to_fx(tx, i) for k, i in v.items.items()},
+    V.ObjectVar: _object_to_fx,
+    V.FunctionVar: lambda tx, v: v.fn if v.fn is not None else _no_fn(tx),
+}
+
+
+def _no_fn(tx):
+    raise tx.unsupported("a function defined inside captured code cannot be passed to a torch operation")
+
+
+def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variable:
+    fx_args = tuple(to_fx(tx, a) for a in args)
+    fx_kwargs = {k: to_fx(tx, v) for k, v in kwargs.items()}
+    try:
+        node, example = tx.out.call(kind, target, fx_args, fx_kwargs)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as e:
+        name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        text = str(e).split("\n")[0]
+        raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
+                             "it probably depends on tensor data") from e
+    return wrap_result(tx, node, example, args)
+
+
+def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
+    if isinstance(example, torch.Tensor):
+        # in-place ops return their input: keep one tracker so identity (`y is x`) holds
+        for a in args:
+            if isinstance(a, V.TensorVar) and a.example is example:
+                return a
+        node.meta["python_type"] = type(example) if type(example) is not torch.nn.Parameter else torch.Tensor
+        return V.TensorVar(node, example)
+    if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
+        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if isinstance(e, torch.Tensor) else V.Constant(e)
+                 for i, e in enumerate(example)]
+        if isinstance(example, list):
+            return V.ListVar(items)
+        return V.TupleVar(items, type(example) if type(example) is not tuple else tuple)
+    # a Python value computed from metadata alone: no node needed
+    if not node.users:
+        tx.out.graph.erase_node(node)
+    if isinstance(example, (tuple, list)):
+        return (V.ListVar if isinstance(example, list) else V.TupleVar)([V.Constant(e) for e in example])
+    return V.Constant(example)
+
+
+def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
+    if name in TENSOR_META_ATTRS:
+        return V.Constant(getattr(t.example, name))
+    if name == "device":
+        from kiln.capture.examples import device_of
+        return V.Constant(device_of(t.example))
+    if name == "is_cuda":
+        from kiln.capture.examples import device_of
+        return V.Constant(device_of(t.example).type == "cuda")
+    if name in TENSOR_TENSOR_ATTRS:
+        return call_torch(tx, "call_function", getattr, [t, V.Constant(name)], {})
+    if name == "data":
+        return call_torch(tx, "call_method", "detach", [t], {})
+    if name == "__class__":
+        return V.ObjectVar(t.python_type())
+    attr = getattr(torch.Tensor, name, None)
+    if attr is None:
+        tx.raise_(AttributeError, f"'Tensor' object has no attribute '{name}'")
+    if callable(attr):
+        return V.MethodVar(V.ObjectVar(attr), t)
+    raise tx.unsupported(f"reading tensor attribute {name!r} is not supported")
+
+
+def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
+    """`args[0]` is the tensor."""
+    self_var = args[0]
+    if name in TENSOR_META_METHODS:
+        from kiln.capture.semantics import python_value
+        from kiln.capture.examples import device_of
+        if name == "get_device":
+            d = device_of(self_var.example)
+            return V.Constant(d.index if d.type == "cuda" else -1)
+        values = [python_value(a) for a in args[1:]]
+        kw = {k: python_value(v) for k, v in kwargs.items()}
+        result = getattr(self_var.example, name)(*values, **kw)
+        return V.Constant(result)
+    if name in TENSOR_DATA_METHODS:
+        raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
+    if name == "__setitem__":
+        call_torch(tx, "call_function", operator.setitem, args, kwargs)
+        return V.Constant(None)
+    if name == "type" and len(args) == 1 and not kwargs:
+        raise tx.unsupported("Tensor.type() without arguments returns a string kiln does not model")
+    return call_torch(tx, "call_method", name, args, kwargs)

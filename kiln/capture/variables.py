@@ -1,0 +1,212 @@
+"""Variable trackers: the symbolic values on the interpreter's stack and in its locals.
+
+Each tracker is plain data: what kind of Python value it stands for, its parts (as trackers), and
+its `source` when it was read from the frame's inputs (so specializing on it yields a guard and
+generated code can re-read it). Behaviour (attribute reads, calls, operators) lives in tables keyed
+by tracker class in `semantics.py`, `builtins.py` and `torch_calls.py`, not in methods here.
+Containers are mutable trackers; mutating one that has a source records a side effect to replay.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+import torch
+
+from kiln.capture.sources import Source
+
+
+@dataclasses.dataclass(eq=False)
+class Variable:
+    source: Source | None = dataclasses.field(default=None, kw_only=True)
+
+    def python_type(self) -> type:
+        raise NotImplementedError(type(self).__name__)
+
+    def is_constant(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass(eq=False)
+class Constant(Variable):
+    """Numbers, strings, None, dtypes, devices, ranges, slices, Ellipsis: values folded into the graph."""
+    value: Any
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_constant(self):
+        return True
+
+
+@dataclasses.dataclass(eq=False)
+class TensorVar(Variable):
+    node: torch.fx.Node
+    example: torch.Tensor
+
+    def python_type(self):
+        return self.node.meta.get("python_type", torch.Tensor)
+
+
+@dataclasses.dataclass(eq=False)
+class SymNumber(Variable):
+    """A Python number that lives in the graph (e.g. `tensor.item()` captured): a node, not a value."""
+    node: torch.fx.Node
+    example: Any
+
+    def python_type(self):
+        return type(self.example)
+
+
+@dataclasses.dataclass(eq=False)
+class Null(Variable):
+    """The NULL CPython pushes below a callable for CALL."""
+
+    def python_type(self):
+        return type(None)
+
+
+@dataclasses.dataclass(eq=False)
+class ListVar(Variable):
+    items: list
+
+    def python_type(self):
+        return list
+
+
+@dataclasses.dataclass(eq=False)
+class TupleVar(Variable):
+    items: list
+    cls: type = tuple  # tuple, torch.Size, or a namedtuple class
+
+    def python_type(self):
+        return self.cls
+
+    def is_constant(self):
+        return all(i.is_constant() for i in self.items)
+
+
+@dataclasses.dataclass(eq=False)
+class DictVar(Variable):
+    """Keys are Python values (constants or objects hashed by identity); values are trackers."""
+    items: dict
+    cls: type = dict
+
+    def python_type(self):
+        return self.cls
+
+
+@dataclasses.dataclass(eq=False)
+class SetVar(Variable):
+    items: list  # of Constant keys, insertion-ordered
+
+    def python_type(self):
+        return set
+
+
+@dataclasses.dataclass(eq=False)
+class IteratorVar(Variable):
+    """Iterators over a known sequence of trackers (list/tuple/range/zip/enumerate/map/generators)."""
+    items: list
+    index: int = 0
+
+    def python_type(self):
+        return types.GeneratorType
+
+
+@dataclasses.dataclass(eq=False)
+class Cell(Variable):
+    """A closure cell created inside traced code."""
+    contents: Variable | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class FunctionVar(Variable):
+    """A Python function: an existing one (`fn`), or one made by MAKE_FUNCTION in traced code."""
+    code: types.CodeType
+    globals: dict
+    name: str
+    defaults: tuple = ()
+    kwdefaults: dict = dataclasses.field(default_factory=dict)
+    closure: tuple = ()  # of Cell trackers, or real cells for existing functions
+    fn: Any = None  # the real function when it exists
+
+    def python_type(self):
+        return types.FunctionType
+
+
+@dataclasses.dataclass(eq=False)
+class MethodVar(Variable):
+    fn: Variable
+    self_var: Variable
+
+    def python_type(self):
+        return types.MethodType
+
+
+@dataclasses.dataclass(eq=False)
+class PartialVar(Variable):
+    fn: Variable
+    args: list
+    kwargs: dict
+
+    def python_type(self):
+        import functools
+        return functools.partial
+
+
+@dataclasses.dataclass(eq=False)
+class ObjectVar(Variable):
+    """An existing Python object kiln does not model in detail: modules of Python, classes,
+    builtins, torch functions, user objects, nn.Modules. Attributes are read from the real object."""
+    value: Any
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_constant(self):
+        return isinstance(self.value, (types.ModuleType, type, types.BuiltinFunctionType))
+
+
+@dataclasses.dataclass(eq=False)
+class NewObjectVar(Variable):
+    """An instance of a user class created inside traced code (dataclasses, plain classes)."""
+    cls: type
+    attrs: dict
+
+    def python_type(self):
+        return self.cls
+
+
+@dataclasses.dataclass(eq=False)
+class SuperVar(Variable):
+    cls: type
+    obj: Variable
+
+    def python_type(self):
+        return super
+
+
+@dataclasses.dataclass(eq=False)
+class ContextVar(Variable):
+    """A context manager kiln models: grad mode and autocast."""
+    kind: str  # "grad" | "autocast"
+    args: tuple
+    saved: Any = None
+
+    def python_type(self):
+        return object
+
+
+@dataclasses.dataclass(eq=False)
+class ExceptionVar(Variable):
+    cls: type
+    args: list
+
+    def python_type(self):
+        return self.cls
+
+
+def is_tensor(v: Variable) -> bool:
+    return isinstance(v, TensorVar)

@@ -371,3 +371,8 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
         parts.append(helpers)
     parts.append(body)
     return "\n\n\n".join(parts)
+
+
+def print_module(kernels, buffers: Mapping[str, ir.Buffer]) -> str:
+    """Every kernel's source, one after another (for logs and reports; `build` loads each alone)."""
+    return "\n\n\n".join(print_kernel(k, buffers) for k in kernels)

@@ -1,0 +1,261 @@
+"""Kernels printed by kiln's Triton printer, run by Triton's interpreter on CPU tensors, vs eager.
+
+Kernels here are hand-built loop IR (what the scheduler hands the printer), so every printer path
+is exercised on its own: pointwise ops, masks, index expressions, symbolic sizes, reductions and
+scans in both bodies (persistent and looped), half-precision dtypes.
+"""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (kiln also forces it per kernel)
+
+import math
+
+import pytest
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.triton import build, print_kernel
+from kiln.codegen.triton.heuristics import LaunchConfig
+
+F32, F64, I64 = torch.float32, torch.float64, torch.int64
+s0, s1 = ir.size_var("s0"), ir.size_var("s1")
+x0, x1 = ir.loop_var(0), ir.loop_var(1)
+r0 = ir.reduction_var(0)
+LOOPED = LaunchConfig(XBLOCK=4, RBLOCK=16, num_warps=1, persistent=False)
+
+
+def contiguous(name, sizes, dtype=F32):
+    return ir.Buffer(name, tuple(sizes), ir.contiguous_strides(sizes), dtype)
+
+
+def run(kernel, buffers, tensors, sizes, config=None):
+    fn = build([kernel], buffers)[kernel.name]
+    if config is not None:
+        fn.configs[tuple(fn.numels(*sizes))] = config
+    fn(*tensors, *sizes)
+    return fn
+
+
+def pointwise_kernel(name, stores, buffer_args, ranges=(s0, s1), sizes=(s0, s1)):
+    return ir.Kernel(name, tuple(ranges), (ir.Stage((), tuple(stores)),), tuple(buffer_args), tuple(sizes))
+
+
+# ---------------------------------------------------------------------------- pointwise
+
+def test_one_kernel_serves_every_size_of_symbolic_dims():
+    bufs = {"a": contiguous("a", (s0, s1)), "b": contiguous("b", (s1,)), "out": contiguous("out", (s0, s1))}
+    a = ir.Load("a", x0 * s1 + x1, F32)
+    b = ir.Load("b", x1, F32)
+    expr = ir.Op("mul", (ir.Op("sigmoid", (a,), F32), ir.Op("add", (a, b), F32)), F32)
+    kernel = pointwise_kernel("silu_bias", [ir.Store("out", x0 * s1 + x1, expr)], ["a", "b", "out"])
+    fn = build([kernel], bufs)["silu_bias"]
+    for shape in [(3, 5), (16, 64), (7, 129), (1, 3)]:
+        ta, tb, out = torch.randn(shape), torch.randn(shape[1]), torch.full(shape, float("nan"))
+        fn(ta, tb, out, *shape)
+        torch.testing.assert_close(out, torch.sigmoid(ta) * (ta + tb))
+    # The source is printed with the sizes as arguments: nothing size-specific in it.
+    assert "129" not in fn.source and "def silu_bias(p_a, p_b, p_out, s0, s1, xnumel" in fn.source
+
+
+UNARY_DOMAIN = {  # op -> (input transform into the op's domain, torch reference)
+    "neg": (None, torch.neg), "abs": (None, torch.abs), "exp": (None, torch.exp), "exp2": (None, torch.exp2),
+    "expm1": (None, torch.expm1), "log": (torch.abs, torch.log), "log2": (torch.abs, torch.log2),
+    "log10": (torch.abs, torch.log10), "log1p": (torch.abs, torch.log1p), "sqrt": (torch.abs, torch.sqrt),
+    "rsqrt": (torch.abs, torch.rsqrt), "sin": (None, torch.sin), "cos": (None, torch.cos),
+    "tan": (None, torch.tan), "asin": (torch.tanh, torch.asin), "acos": (torch.tanh, torch.acos),
+    "atan": (None, torch.atan), "sinh": (None, torch.sinh), "cosh": (None, torch.cosh),
+    "tanh": (None, torch.tanh), "asinh": (None, torch.asinh), "acosh": (lambda t: t.abs() + 1, torch.acosh),
+    "atanh": (lambda t: torch.tanh(t) * 0.9, torch.atanh), "erf": (None, torch.erf), "erfc": (None, torch.erfc),
+    "sigmoid": (None, torch.sigmoid), "reciprocal": (None, torch.reciprocal), "floor": (None, torch.floor),
+    "ceil": (None, torch.ceil), "round": (lambda t: t * 4, torch.round), "trunc": (None, torch.trunc),
+    "sign": (None, torch.sign), "relu": (None, torch.relu), "frac": (None, torch.frac),
+}
+
+
+def test_unary_ops_match_eager():
+    # One kernel, one launch: each op reads its own input, moved into the op's domain.
+    n = 300
+    names = sorted(UNARY_DOMAIN)
+    source = torch.randn(n) * 3
+    source[:4] = torch.tensor([0.5, -0.5, 2.5, -1.5]) / 4     # round-half-even ties after `t * 4`
+    bufs, stores, tensors, outs = {}, [], [], {}
+    for name in names:
+        transform, _ = UNARY_DOMAIN[name]
+        bufs[f"i_{name}"], bufs[f"o_{name}"] = contiguous(f"i_{name}", (n,)), contiguous(f"o_{name}", (n,))
+        stores.append(ir.Store(f"o_{name}", x0, ir.Op(name, (ir.Load(f"i_{name}", x0, F32),), F32)))
+        outs[name] = torch.empty(n)
+        tensors += [transform(source) if transform else source, outs[name]]
+    run(pointwise_kernel("unary", stores, list(bufs), ranges=(n,), sizes=()), bufs, tensors, ())
+    bad = {}
+    for k, name in enumerate(names):
+        want = UNARY_DOMAIN[name][1](tensors[2 * k].double()).float()
+        if not torch.allclose(outs[name], want, rtol=2e-5, atol=2e-5, equal_nan=True):
+            bad[name] = (outs[name] - want).abs().max().item()
+    assert not bad, f"ops differing from eager (max abs error): {bad}"
+
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum, "atan2": torch.atan2, "hypot": torch.hypot,
+    "copysign": torch.copysign, "pow": None, "floordiv": torch.floor_divide, "remainder": torch.remainder,
+    "fmod": torch.fmod,
+}
+
+
+@pytest.mark.parametrize("dtype", [F32, I64])
+def test_binary_ops_match_eager_including_negative_operands(dtype):
+    n = 64
+    g = torch.Generator().manual_seed(0)
+    if dtype == I64:
+        a = torch.randint(-20, 20, (n,), generator=g)
+        b = torch.randint(1, 7, (n,), generator=g) * torch.where(torch.rand(n, generator=g) < 0.5, -1, 1)
+        names = ["add", "sub", "mul", "maximum", "minimum", "floordiv", "remainder", "fmod"]
+    else:
+        a, b = torch.randn(n, generator=g) * 3, torch.randn(n, generator=g) * 2
+        a[0], b[1] = float("nan"), float("nan")                     # maximum/minimum propagate NaN
+        names = [k for k in BINARY]
+    for name in names:
+        bufs = {"a": contiguous("a", (n,), dtype), "b": contiguous("b", (n,), dtype), "o": contiguous("o", (n,), dtype)}
+        lhs = ir.Load("a", x0, dtype)
+        if name == "pow":
+            lhs, ref = ir.Op("abs", (lhs,), dtype), lambda p, q: torch.pow(p.abs(), q)
+        else:
+            ref = BINARY[name]
+        expr = ir.Op(name, (lhs, ir.Load("b", x0, dtype)), dtype)
+        out = torch.empty(n, dtype=dtype)
+        run(pointwise_kernel(f"b_{name}", [ir.Store("o", x0, expr)], ["a", "b", "o"], ranges=(n,), sizes=()),
+            bufs, [a, b, out], ())
+        want = ref(a.double(), b.double()).to(dtype) if dtype == F32 else ref(a, b)
+        torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5, equal_nan=True, msg=f"op {name}")
+
+
+def test_strided_broadcast_and_offset_indexing():
+    # out[i, j] = a.T[i, j] + b[j] + c[2 + i] where a is (s1, s0) contiguous and c has an offset.
+    bufs = {"a": ir.Buffer("a", (s0, s1), (1, s0), F32), "b": contiguous("b", (s1,)),
+            "c": ir.Buffer("c", (s0,), (1,), F32, offset=sympy.Integer(2)), "out": contiguous("out", (s0, s1))}
+    expr = ir.Op("add", (ir.Op("add", (ir.Load("a", x0 + x1 * s0, F32), ir.Load("b", x1, F32)), F32),
+                         ir.Load("c", x0 + 2, F32)), F32)
+    kernel = pointwise_kernel("strided", [ir.Store("out", x0 * s1 + x1, expr)], ["a", "b", "c", "out"])
+    for shape in [(5, 7), (33, 4)]:
+        a, b, c, out = torch.randn(shape[1], shape[0]), torch.randn(shape[1]), torch.randn(shape[0] + 2), torch.empty(shape)
+        run(kernel, bufs, [a, b, c, out], shape)
+        torch.testing.assert_close(out, a.T + b + c[2:, None])
+
+
+def test_half_precision_loads_compute_in_float32_and_store_rounded():
+    for dtype in (torch.bfloat16, torch.float16):
+        bufs = {"a": contiguous("a", (s0, s1), dtype), "out": contiguous("out", (s0, s1), dtype)}
+        a = ir.Load("a", x0 * s1 + x1, dtype)
+        # gelu(a) * 3 computed in float32 from the half-precision load, stored back as half.
+        inner = ir.Op("mul", (a, ir.Constant(0.7071067811865476, dtype)), dtype)
+        gelu = ir.Op("mul", (ir.Op("mul", (a, ir.Constant(0.5, dtype)), dtype),
+                             ir.Op("add", (ir.Op("erf", (inner,), dtype), ir.Constant(1.0, dtype)), dtype)), dtype)
+        expr = ir.Op("mul", (gelu, ir.Constant(3.0, dtype)), dtype)
+        kernel = pointwise_kernel(f"gelu_{str(dtype)[6:]}", [ir.Store("out", x0 * s1 + x1, expr)], ["a", "out"])
+        ta, out = torch.randn(9, 31).to(dtype), torch.empty(9, 31, dtype=dtype)
+        run(kernel, bufs, [ta, out], (9, 31))
+        want = (torch.nn.functional.gelu(ta.double()) * 3).to(dtype)
+        torch.testing.assert_close(out, want, rtol=1e-2, atol=1e-2)
+        assert ".to(tl.float32)" in print_kernel(kernel, bufs)
+
+
+# ---------------------------------------------------------------------------- reductions
+
+def reduction_kernel(ops_and_outs, buffers, expr_for):
+    """One kernel: per op, Accumulate over r of expr_for(op), then store the result per row."""
+    accs, stores = [], []
+    for op, out in ops_and_outs:
+        accs.append(ir.Accumulate(f"v_{op}", op, expr_for(op)))
+        dtype = buffers[out].dtype
+        stores.append(ir.Store(out, x0, ir.Var(f"v_{op}", dtype)))
+    return ir.Kernel("reduce_all", (s0,), (ir.Stage((s1,), tuple(accs)), ir.Stage((), tuple(stores))),
+                     tuple(b for b in buffers), (s0, s1))
+
+
+@pytest.mark.parametrize("config", [None, LOOPED], ids=["persistent", "looped"])
+def test_reductions_match_eager(config):
+    ops = ["sum", "max", "min", "prod", "any", "all", "argmax", "argmin", "welford_mean", "welford_m2"]
+    out_dtype = {"any": torch.bool, "all": torch.bool, "argmax": I64, "argmin": I64}
+    bufs = {"a": contiguous("a", (s0, s1))}
+    for op in ops:
+        bufs[f"o_{op}"] = contiguous(f"o_{op}", (s0,), out_dtype.get(op, F32))
+    load = ir.Load("a", x0 * s1 + r0, F32)
+
+    def expr_for(op):
+        if op in ("any", "all"):
+            return ir.Op("gt", (load, ir.Constant(0.0, F32)), torch.bool)
+        if op == "prod":
+            return ir.Op("add", (ir.Op("mul", (load, ir.Constant(0.1, F32)), F32), ir.Constant(1.0, F32)), F32)
+        return load
+
+    kernel = reduction_kernel([(op, f"o_{op}") for op in ops], bufs, expr_for)
+    rows, cols = 7, 37
+    a = torch.randn(rows, cols)
+    a[1, 5] = float("nan")                      # max/min propagate NaN; argmax/argmin point at it
+    a[2, :] = 1.0                               # ties: the first index wins
+    a[3, 10], a[3, 30] = 9.0, 9.0
+    a[4, :] = -1.0                              # any() false, all() false
+    a[5, :] = 2.0                               # all() true
+    outs = {op: torch.empty(rows, dtype=out_dtype.get(op, F32)) for op in ops}
+    run(kernel, bufs, [a] + [outs[op] for op in ops], (rows, cols), config)
+    want = {"sum": a.sum(1), "max": a.amax(1), "min": a.amin(1), "prod": (a * 0.1 + 1).double().prod(1).float(),
+            "any": (a > 0).any(1), "all": (a > 0).all(1), "argmax": a.argmax(1), "argmin": a.argmin(1),
+            "welford_mean": a.double().mean(1).float(),
+            "welford_m2": (a.double().var(1, correction=0) * cols).float()}
+    for op in ops:
+        torch.testing.assert_close(outs[op], want[op], rtol=1e-4, atol=1e-4, equal_nan=True, msg=f"reduction {op}")
+
+
+@pytest.mark.parametrize("config", [None, LOOPED], ids=["persistent", "looped"])
+def test_softmax_one_kernel_reads_input_once_when_persistent(config):
+    bufs = {"a": contiguous("a", (s0, s1)), "out": contiguous("out", (s0, s1))}
+    load = ir.Load("a", x0 * s1 + r0, F32)
+    m, s = ir.Var("m", F32), ir.Var("s", F32)
+    e = ir.Op("exp", (ir.Op("sub", (load, m), F32),), F32)
+    kernel = ir.Kernel("softmax", (s0,), (
+        ir.Stage((s1,), (ir.Accumulate("m", "max", load),)),
+        ir.Stage((s1,), (ir.Accumulate("s", "sum", e),)),
+        ir.Stage((s1,), (ir.Store("out", x0 * s1 + r0, ir.Op("truediv", (e, s), F32)),)),
+    ), ("a", "out"), (s0, s1))
+    for shape in [(6, 50), (3, 7)]:
+        a, out = torch.randn(shape) * 4, torch.empty(shape)
+        fn = run(kernel, bufs, [a, out], shape, config)
+        torch.testing.assert_close(out, torch.softmax(a.double(), 1).float())
+    persistent = fn.source.split("def softmax_looped")[0]
+    assert persistent.count("tl.load(") == 1, "the persistent body must load the row once"
+
+
+@pytest.mark.parametrize("config", [None, LOOPED], ids=["persistent", "looped"])
+def test_scans_match_eager(config):
+    ops = {"cumsum": torch.cumsum, "cumprod": torch.cumprod, "cummax": lambda t, d: torch.cummax(t, d).values,
+           "cummin": lambda t, d: torch.cummin(t, d).values, "logcumsumexp": torch.logcumsumexp}
+    rows, cols = 5, 35
+    a = torch.randn(rows, cols) * 0.5 + 1
+    for op, ref in ops.items():
+        bufs = {"a": contiguous("a", (s0, s1)), "out": contiguous("out", (s0, s1))}
+        load = ir.Load("a", x0 * s1 + r0, F32)
+        kernel = ir.Kernel(f"scan_{op}", (s0,), (ir.Stage((s1,), (
+            ir.ScanAccumulate("c", op, load), ir.Store("out", x0 * s1 + r0, ir.Var("c", F32)))),),
+            ("a", "out"), (s0, s1))
+        out = torch.empty(rows, cols)
+        run(kernel, bufs, [a, out], (rows, cols), config)
+        torch.testing.assert_close(out, ref(a.double(), 1).float(), rtol=1e-4, atol=1e-4, msg=f"scan {op}")
+
+
+def test_reduction_over_outer_dim_and_full_reduction():
+    # column sums of a (s0, s1) tensor: the reduced dim is strided, the output dim contiguous
+    bufs = {"a": contiguous("a", (s0, s1)), "cols": contiguous("cols", (s1,)), "total": contiguous("total", ())}
+    load = ir.Load("a", r0 * s1 + x0, F32)
+    cols = ir.Kernel("colsum", (s1,), (ir.Stage((s0,), (ir.Accumulate("t", "sum", load),)),
+                                        ir.Stage((), (ir.Store("cols", x0, ir.Var("t", F32)),))), ("a", "cols"), (s0, s1))
+    full = ir.Kernel("total", (), (ir.Stage((s0, s1), (ir.Accumulate("t", "max", ir.Load("a", r0 * s1 + ir.reduction_var(1), F32)),)),
+                                   ir.Stage((), (ir.Store("total", sympy.Integer(0), ir.Var("t", F32)),))), ("a", "total"), (s0, s1))
+    for shape in [(40, 9), (3, 70)]:
+        a, out, total = torch.randn(shape), torch.empty(shape[1]), torch.empty(())
+        fns = build([cols, full], bufs)
+        assert fns["colsum"].layout.rows_contiguous
+        fns["colsum"](a, out, *shape)
+        fns["total"](a, total, *shape)
+        torch.testing.assert_close(out, a.double().sum(0).float())
+        torch.testing.assert_close(total, a.max())

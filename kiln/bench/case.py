@@ -142,7 +142,8 @@ def run(case: Case) -> dict:
     clock.time(compiled_step)
     first_call_s = time.perf_counter() - start
     counter.finish(case.compiler)
-    row.update(graphs=counter.graphs, graph_breaks=counter.breaks)
+    if compiler.compiles:
+        row.update(graphs=counter.graphs, graph_breaks=counter.breaks)
     for _ in range(case.warmup):
         clock.time(compiled_step)
 
@@ -214,7 +215,8 @@ def status_of_error(error: BaseException) -> dict:
 
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".strip()
+    line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}".strip()
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,70 @@
+"""The benchmark's accuracy rule (PyTorch's `same`) on synthetic tensors: each branch of the rule
+is made to pass and to fail."""
+import torch
+
+from kiln.bench.accuracy import flatten, rmse, same, tolerance
+
+
+def test_allclose_passes_and_a_large_error_fails():
+    ref = torch.randn(64, 64, dtype=torch.float64).float()
+    assert same(ref, ref + 1e-6, tol=1e-4).ok
+    verdict = same(ref, ref + 1e-2, tol=1e-4)
+    assert not verdict.ok and "no float64 run" in verdict.detail
+
+
+def test_rmse_fallback_accepts_an_error_no_worse_than_eagers():
+    torch.manual_seed(0)
+    exact = torch.randn(1000, dtype=torch.float64)
+    eager = (exact + 1e-3 * torch.randn(1000, dtype=torch.float64)).float()
+    compiled = (exact + 1.5e-3 * torch.randn(1000, dtype=torch.float64)).float()   # worse, but < 2x
+    assert not torch.allclose(eager, compiled, atol=1e-4, rtol=1e-4)
+    assert same(eager, compiled, exact, tol=1e-4).ok
+
+
+def test_rmse_fallback_rejects_more_than_twice_eagers_error_in_fp32():
+    torch.manual_seed(0)
+    exact = torch.randn(1000, dtype=torch.float64)
+    noise = torch.randn(1000, dtype=torch.float64)
+    eager = (exact + 1e-3 * noise).float()
+    compiled = (exact + 3e-3 * torch.randn(1000, dtype=torch.float64)).float()
+    verdict = same(eager, compiled, exact, tol=1e-4)
+    assert not verdict.ok and "RMSE" in verdict.detail
+    assert rmse(exact, compiled) > 2 * rmse(exact, eager)
+
+
+def test_bf16_results_get_a_3x_multiplier():
+    torch.manual_seed(0)
+    exact = torch.randn(4000, dtype=torch.float64)
+    eager = (exact + 1e-2 * torch.randn(4000, dtype=torch.float64)).bfloat16()
+    compiled = (exact + 2.5e-2 * torch.randn(4000, dtype=torch.float64)).bfloat16()
+    ratio = rmse(exact, compiled) / rmse(exact, eager)
+    assert 2.0 < ratio < 3.0
+    assert same(eager, compiled, exact, tol=1e-4).ok                               # within 3x for bf16
+    assert not same(eager.float(), compiled.float(), exact, tol=1e-4).ok           # but not 2x for fp32
+
+
+def test_integers_must_match_exactly_and_structure_must_agree():
+    a = torch.arange(10)
+    assert same(a, a.clone()).ok
+    assert not same(a, a + 1).ok
+    assert not same([a, a], [a]).ok
+    assert not same(torch.zeros(3), torch.zeros(4)).ok
+    assert not same(torch.zeros(3), torch.zeros(3, dtype=torch.float64)).ok
+
+
+def test_nan_in_compiled_result_fails():
+    exact = torch.randn(100, dtype=torch.float64)
+    eager = exact.float()
+    compiled = eager.clone()
+    compiled[3] = float("nan")
+    assert not same(eager, compiled, exact, tol=1e-4).ok
+
+
+def test_outputs_are_walked_as_trees():
+    out = {"logits": torch.ones(2), "hidden": (torch.zeros(1), 3)}
+    assert [type(x) for x in flatten(out)] == [torch.Tensor, torch.Tensor, int]
+    assert not same(out, {"logits": torch.ones(2), "hidden": (torch.zeros(1), 4)}).ok
+
+
+def test_tolerances_are_looser_for_training_and_bf16():
+    assert tolerance("zoo", "infer", "fp32") < tolerance("zoo", "train", "fp32") < tolerance("zoo", "train", "bf16")

@@ -1,0 +1,128 @@
+"""The benchmark harness: a wrong compiler is fail_accuracy, a crashing, dying or hanging one is
+fail_to_run, kiln's missing parts are not_yet, and a tiny `kiln bench` run writes its files."""
+import json
+import textwrap
+
+import pytest
+import torch
+
+from kiln.bench import case as bench_case
+from kiln.bench.__main__ import build_cases, main, parser
+from kiln.bench.case import Case, run, status_of_error
+from kiln.bench.harness import run_case
+from kiln.errors import CompileStageError, NotYetImplemented
+
+COMPILERS = textwrap.dedent("""
+    import os, time
+    import kiln
+
+    def wrong(model):                      # off by 1% and a bit: far outside any tolerance
+        return lambda *args, **kwargs: model(*args, **kwargs) * 1.01 + 1e-3
+
+    def fx_eager(model):                   # a correct compiler: kiln's capture, graphs run as FX
+        return kiln.compile(model, backend="eager")
+
+    def crash(model):
+        def compiled(*args, **kwargs):
+            raise RuntimeError("deliberate crash in the compiled model\\nsecond line")
+        return compiled
+
+    def die(model):
+        os._exit(3)
+
+    def hang(model):
+        time.sleep(3600)
+""")
+
+
+@pytest.fixture
+def custom_compilers(tmp_path, monkeypatch):
+    (tmp_path / "bench_test_compilers.py").write_text(COMPILERS)
+    monkeypatch.syspath_prepend(str(tmp_path))                  # this process
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))             # the case processes
+    return "bench_test_compilers"
+
+
+def tiny(compiler, mode="infer", model="mlp", **kw):
+    return Case("zoo", model, mode, "fp32", compiler, steps=3, warmup=1, size="test", **kw)
+
+
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_wrong_compiler_is_fail_accuracy_and_a_correct_one_passes(custom_compilers, mode):
+    wrong = run(tiny(f"{custom_compilers}:wrong", mode))
+    assert wrong["status"] == "fail_accuracy"
+    assert "RMSE" in wrong["error"]
+    good = run(tiny(f"{custom_compilers}:fx_eager", mode, model="gpt2"))
+    assert good["status"] == "pass", good.get("error")
+    assert good["ms"] > 0 and good["eager_ms"] > 0 and good["speedup"] > 0
+
+
+def test_errors_map_to_statuses():
+    assert status_of_error(NotYetImplemented("no codegen yet"))["status"] == "not_yet"
+    wrapped = RuntimeError("backend failed")
+    wrapped.__cause__ = NotYetImplemented("deep inside")
+    assert status_of_error(wrapped) == {"status": "not_yet", "error": "NotYetImplemented: deep inside"}
+    bug = status_of_error(CompileStageError("aot", "boom"))
+    assert bug["status"] == "fail_to_run" and bug["error"].startswith("CompileStageError: kiln aot stage failed")
+
+
+def test_crashing_compiler_is_fail_to_run_with_the_errors_first_line(custom_compilers):
+    row = run_case(tiny(f"{custom_compilers}:crash"), timeout=120)
+    assert row["status"] == "fail_to_run"
+    assert row["error"] == "RuntimeError: deliberate crash in the compiled model"
+
+
+def test_a_dying_process_is_fail_to_run(custom_compilers):
+    row = run_case(tiny(f"{custom_compilers}:die"), timeout=120)
+    assert row["status"] == "fail_to_run" and "exit code 3" in row["error"]
+
+
+def test_a_hanging_case_is_killed_at_the_timeout(custom_compilers):
+    row = run_case(tiny(f"{custom_compilers}:hang"), timeout=8)
+    assert row["status"] == "fail_to_run" and "timed out after 8 s" in row["error"]
+
+
+def test_tiny_end_to_end_kiln_bench(custom_compilers, tmp_path, capsys):
+    out = tmp_path / "results"
+    argv = ["--size", "test", "--models", "mlp", "--compilers", f"eager,kiln-aot_eager,{custom_compilers}:wrong",
+            "--steps", "3", "--warmup", "1", "--out", str(out)]
+    assert main(argv) == 0
+    (jsonl,) = out.glob("*_cpu_zoo.jsonl")
+    (markdown,) = out.glob("*_cpu_zoo.md")
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert records[0]["type"] == "run" and "--compilers" in records[0]["command"]
+    rows = {r["compiler"]: r for r in records[1:]}
+    assert set(rows) == {"eager", "kiln-aot_eager", f"{custom_compilers}:wrong"}
+    assert rows["eager"]["status"] == "pass" and rows["eager"]["speedup"] == 1.0
+    assert rows[f"{custom_compilers}:wrong"]["status"] == "fail_accuracy"
+    assert rows[f"{custom_compilers}:wrong"]["warm_compile_s"] >= 0
+    aot = rows["kiln-aot_eager"]
+    assert aot["status"] in ("pass", "not_yet", "fail_to_run", "fail_accuracy")
+    if aot["status"] == "pass":
+        assert aot["graphs"] >= 1 and aot["ms"] > 0 and "warm_compile_s" in aot
+    else:
+        assert aot["error"]
+    text = markdown.read_text()
+    assert records[0]["command"] in text and "geomean speedup" in text and "| mlp | infer | fp32 | eager |" in text
+    printed = capsys.readouterr().out
+    assert "geomean speedup" in printed and "fail_accuracy" in printed
+
+
+def test_cli_checks_its_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse_args(["--help"])
+    assert exit_info.value.code == 0
+    assert "--compilers" in capsys.readouterr().out
+    for bad in (["--modes", "fly"], ["--precisions", "fp8"], ["--suite", "nope"], ["--compilers", "nope"],
+                ["--device", "tpu"]):
+        with pytest.raises(SystemExit, match="kiln bench"):
+            build_cases(parser().parse_args(bad))
+
+
+def test_cases_expand_over_flags_and_missing_models_are_noted():
+    cases, notes = build_cases(parser().parse_args(
+        ["--models", "mlp,gpt2,nosuch", "--modes", "infer,train", "--precisions", "fp32,bf16",
+         "--compilers", "eager,kiln"]))
+    assert len(cases) == 2 * 2 * 2 * 2
+    assert any("nosuch" in n for n in notes)
+    assert {c.model for c in cases} == {"mlp", "gpt2"}

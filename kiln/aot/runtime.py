@@ -31,13 +31,21 @@ class _CompiledFunction(torch.autograd.Function):
         result = runtime.fw(*primals)
         n = runtime.info.num_fw_outputs
         outs, saved = tuple(result[:n]), list(result[n:])
+        # The epilogue writes new values into mutated inputs; a saved input must keep the value
+        # the backward expects (and autograd would refuse a saved tensor written after saving).
+        mutated = [primals[i] for i in runtime.mutated_inputs]
+        saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
         ctx.runtime = runtime
         ctx.tensor_slots = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
         ctx.others = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.save_for_backward(*[saved[i] for i in ctx.tensor_slots])
-        for spec, o in zip(runtime.fw_specs, outs):
-            if isinstance(o, torch.Tensor) and not spec.requires_grad:
-                ctx.mark_non_differentiable(o)
+        # Outputs the epilogue rebuilds as views leave the Function detached: their gradient flows
+        # through the rebuilt view, and one tensor must not leave a Function twice.
+        outs = tuple(o.detach() if spec.alias is not None and isinstance(o, torch.Tensor) else o
+                     for spec, o in zip(runtime.fw_specs, outs))
+        ctx.mark_non_differentiable(*[  # one call: each call replaces the previous set
+            o for spec, o in zip(runtime.fw_specs, outs)
+            if isinstance(o, torch.Tensor) and (not spec.requires_grad or spec.alias is not None)])
         return outs
 
     @staticmethod
@@ -70,6 +78,7 @@ class AotRuntime:
         self.seed_at = next(iter(joint.input_indices("rng_seed")), None)
         self.fw_specs = [joint.outputs[i] for i in joint.output_indices("user", "mutation")]
         self.grad_inputs = [joint.outputs[i].index for i in joint.output_indices("grad")]
+        self.mutated_inputs = [joint.outputs[i].index for i in joint.output_indices("mutation")]
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
 
     def __call__(self, *args):

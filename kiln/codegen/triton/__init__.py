@@ -2,6 +2,7 @@
 
 - `printer.print_kernel(kernel, buffers) -> str`: the source of one fused kernel (`ops` holds the
   scalar-op table, `index` the sympy index printer, `reductions` the reduction/scan bodies);
+- `print_module(kernels, buffers) -> str`: every kernel's source, for logs;
 - `launcher.build(kernels, buffers) -> {name: TritonKernel}`: the printer interface the host
   program calls (`kiln.codegen.ir`'s docstring);
 - `heuristics`: block sizes per launch, `autotune`: max-autotune's timed choice, cached on disk;
@@ -9,6 +10,9 @@
 - `bandwidth`: `python -m kiln.codegen.triton.bandwidth`, GB/s of memory-bound kernels on a GPU.
 """
 from kiln.codegen.triton.launcher import TritonKernel, build
-from kiln.codegen.triton.printer import print_kernel
+from kiln.codegen.triton.printer import print_kernel, print_module
 
-__all__ = ["TritonKernel", "build", "print_kernel"]
+# The host program passes tensors (Triton takes them as pointers itself), not data_ptr() ints.
+TAKES_POINTERS = False
+
+__all__ = ["TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]

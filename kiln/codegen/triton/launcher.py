@@ -13,7 +13,7 @@ workers=N)` prints and loads sources in parallel threads.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
+import weakref
 from typing import Callable, Mapping, Sequence
 
 import sympy
@@ -44,6 +44,10 @@ def _py(e) -> str:
     return str(int(e))
 
 
+# Every kernel built in this process, for diagnostics (`bandwidth` lists their launch configs).
+BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
+
+
 class TritonKernel:
     """One printed kernel, callable as `kernel(*tensors, *size_ints)`."""
 
@@ -60,6 +64,7 @@ class TritonKernel:
         self.n_buffers = len(kernel.buffer_args)
         self.autotune = autotune
         self.configs: dict[tuple, LaunchConfig] = {}
+        BUILT.add(self)
 
     def __repr__(self):
         return f"TritonKernel({self.layout.name}, {self.layout.kind}, source={self.path})"

@@ -25,17 +25,31 @@ def _accepts(kind: str, dtype: torch.dtype) -> bool:
     return True
 
 
+def _check_operands(name: str, kind: str, tensors) -> None:
+    first = tensors[0]
+    for t in tensors:
+        check(isinstance(t, torch.Tensor), name, f"expects tensors, got {type(t).__name__}")
+        check(t.shape == first.shape, name, f"operand shapes differ: {[tuple(x.shape) for x in tensors]}")
+        check(t.dtype == first.dtype, name, f"operand dtypes differ: {[x.dtype for x in tensors]}")
+        check(t.device == first.device, name, f"operand devices differ: {[x.device for x in tensors]}")
+    check(_accepts(kind, first.dtype), name, f"does not accept dtype {first.dtype} (accepts {kind})")
+
+
 def _make_meta(name: str, kind: str, arity: int, bool_out: bool):
     def meta(*tensors):
-        first = tensors[0]
-        for t in tensors:
-            check(isinstance(t, torch.Tensor), name, f"expects tensors, got {type(t).__name__}")
-            check(t.shape == first.shape, name, f"operand shapes differ: {[tuple(x.shape) for x in tensors]}")
-            check(t.dtype == first.dtype, name, f"operand dtypes differ: {[x.dtype for x in tensors]}")
-            check(t.device == first.device, name, f"operand devices differ: {[x.device for x in tensors]}")
-        check(_accepts(kind, first.dtype), name, f"does not accept dtype {first.dtype} (accepts {kind})")
-        return torch.empty_like(first, dtype=torch.bool if bool_out else first.dtype)
+        _check_operands(name, kind, tensors)
+        return torch.empty_like(tensors[0], dtype=torch.bool if bool_out else tensors[0].dtype)
     return meta
+
+
+def _make_reference(name: str, kind: str, reference):
+    # The reference checks the contract too, so the evaluator catches a sloppy decomposition even
+    # when it does not run meta rules.
+    def checked(*tensors):
+        _check_operands(name, kind, tensors)
+        return reference(*tensors)
+    checked.__name__ = name
+    return checked
 
 
 def _div(a, b):
@@ -172,19 +186,19 @@ for _table, _arity, _bool_out in ((UNARY, 1, False), (UNARY_TO_BOOL, 1, True),
     for _name, (_doc, _ref, _kind) in _table.items():
         _args = "Tensor a" if _arity == 1 else "Tensor a, Tensor b"
         define(f"{_name}({_args}) -> Tensor", Category.ELEMENTWISE, _doc,
-               _make_meta(_name, _kind, _arity, _bool_out), _ref, _POINTWISE)
+               _make_meta(_name, _kind, _arity, _bool_out), _make_reference(_name, _kind, _ref), _POINTWISE)
 
 
-def _where_meta(pred, a, b):
+def _where_check(pred, a, b):
     check(pred.dtype == torch.bool, "where", f"predicate must be bool, got {pred.dtype}")
     check(pred.shape == a.shape == b.shape, "where",
           f"operand shapes differ: {tuple(pred.shape)}, {tuple(a.shape)}, {tuple(b.shape)}")
     check(a.dtype == b.dtype, "where", f"value dtypes differ: {a.dtype}, {b.dtype}")
-    return torch.empty_like(a)
 
 
 define("where(Tensor pred, Tensor a, Tensor b) -> Tensor", Category.ELEMENTWISE,
-       "a where pred is true, else b", _where_meta, torch.where, _POINTWISE)
+       "a where pred is true, else b", lambda pred, a, b: (_where_check(pred, a, b), torch.empty_like(a))[1],
+       lambda pred, a, b: (_where_check(pred, a, b), torch.where(pred, a, b))[1], _POINTWISE)
 
 
 def _convert_meta(a, dtype):

@@ -49,7 +49,8 @@ class EvaluationLog:
 
 
 # In-place ops whose functional twin is not named by dropping the underscore.
-_FUNCTIONAL_TWIN = {aten.normal_.default: aten.normal_functional.default}
+_FUNCTIONAL_TWIN = {aten.normal_.default: aten.normal_functional.default, aten.bernoulli_.float: aten.bernoulli.p,
+                    aten.bernoulli_.Tensor: aten.bernoulli.Tensor}
 
 
 def _functional_overload(func):

@@ -53,9 +53,16 @@ REDUCTIONS = {
     "amin": ("minimum over dims, NaN-propagating", _amin),
 }
 
+def _checked_reduction(name, reference):
+    def checked(a, dims):
+        _reduced_shape(name, a, dims)
+        return reference(a, dims)
+    return checked
+
+
 for _name, (_doc, _ref) in REDUCTIONS.items():
-    define(f"{_name}(Tensor a, int[] dims) -> Tensor", Category.REDUCTION, _doc, _reduction_meta(_name), _ref,
-           (torch.Tag.reduction,))
+    define(f"{_name}(Tensor a, int[] dims) -> Tensor", Category.REDUCTION, _doc, _reduction_meta(_name),
+           _checked_reduction(_name, _ref), (torch.Tag.reduction,))
 
 
 def _arg_meta(name: str):

@@ -150,7 +150,7 @@ def _getattr_constant(tx, v: V.Constant, name: str) -> V.Variable:
 
 
 def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
-    fields = getattr(v.cls, "_fields", None)
+    fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None)  # namedtuple, structseq
     if fields and name in fields:
         return v.items[fields.index(name)]
     if v.cls is torch.Size or name in ("count", "index"):

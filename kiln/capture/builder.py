@@ -20,6 +20,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.output import OutputGraph
+from kiln.capture.rebuild import ResumeIterator
 from kiln.capture.sources import ItemSource, Source
 
 CONSTANT_TYPES = (int, float, bool, str, bytes, type(None), complex, torch.dtype, torch.device, range, slice,
@@ -121,6 +122,14 @@ def _wrap_partial(out, value, source):
     return V.PartialVar(fn, args, kwargs, source=source)
 
 
+def _wrap_resume_iterator(out, value, source):
+    from kiln.capture.sources import AttrSource
+    _guard(out, GuardKind.TYPE, source, type(value))
+    _guard(out, GuardKind.CONST, AttrSource(source, "index"), value.index)
+    items = wrap(out, value.items, AttrSource(source, "items"))
+    return V.IteratorVar(list(items.items[value.index:]))
+
+
 def _wrap_object(out, value, source):
     """Any other object: modelled through its real attributes; guarded on its type."""
     if dataclasses.is_dataclass(value) or hasattr(value, "__dict__") or callable(value):
@@ -146,4 +155,5 @@ _WRAPPERS: dict[type, Callable] = {
     types.BuiltinFunctionType: _wrap_unguarded,
     types.ModuleType: _wrap_unguarded,
     torch.nn.Module: _wrap_identity,
+    ResumeIterator: _wrap_resume_iterator,
 }

@@ -576,7 +576,7 @@ def _object_setattr(tx, args, kwargs):
     return V.Constant(None)
 
 
-_PURE_MODULES = (math, operator)
+_PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dtype, torch.device, frozenset,
               type(None))
 
@@ -584,4 +584,4 @@ _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dt
 def PURE_CALLABLES(fn) -> bool:
     """C callables safe to run at capture time on constant arguments."""
     owner = getattr(fn, "__self__", None)
-    return owner in _PURE_MODULES or isinstance(owner, _IMMUTABLE)
+    return getattr(owner, "__name__", None) in _PURE_MODULES or isinstance(owner, _IMMUTABLE)

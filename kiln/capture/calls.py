@@ -249,7 +249,14 @@ def _torch_assert(tx, args, kwargs):
     return call_torch(tx, "call_function", torch._assert, args, kwargs)
 
 
+def _set_grad_enabled_now(tx, args, kwargs):
+    from kiln.capture.semantics import python_value
+    set_grad_mode(tx, python_value(args[0]))
+    return V.Constant(None)
+
+
 _SPECIAL_FUNCTIONS = {
+    torch._C._set_grad_enabled: _set_grad_enabled_now,
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
     torch._assert: _torch_assert,

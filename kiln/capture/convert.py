@@ -204,8 +204,10 @@ def _effect_order(effects: list) -> list:
     return ordered
 
 
-def compile_source(name: str, params: str, body: list[str], bindings: dict[str, Any], filename: str):
-    """exec one generated function; `bindings` are the names it closes over."""
+def compile_source(name: str, params: str, body: list[str], bindings: dict[str, Any], filename: str,
+                   like: types.FunctionType | None = None):
+    """exec one generated function; `bindings` are the names it closes over; `like` gives it
+    the defaults of the function it stands for."""
     text = "\n".join("        " + line for line in body)
     src = (f"def __make({', '.join(bindings)}):\n"
            f"    def {name}({params}):\n{text}\n"
@@ -214,6 +216,8 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
     exec(compile(src, filename, "exec"), namespace)
     fn = namespace["__make"](*bindings.values())
     fn.__kiln_source__ = src
+    if like is not None:
+        fn.__defaults__, fn.__kwdefaults__ = like.__defaults__, like.__kwdefaults__
     return fn
 
 
@@ -223,7 +227,8 @@ def _has_ops(out: OutputGraph) -> bool:
 
 def _live_locals(tx: Tracer) -> list[tuple[str, V.Variable]]:
     code = tx.code
-    live = [(n, tx.locals[n]) for n in code.co_varnames if n in tx.locals]
+    # __kiln_s<i> are a resume prologue's stack values: dead once pushed
+    live = [(n, tx.locals[n]) for n in code.co_varnames if n in tx.locals and not n.startswith("__kiln_s")]
     live += [(n, c.contents) for n, c in tx.cells.items()
              if n in code.co_cellvars and c.contents is not None]
     return live
@@ -298,14 +303,15 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         gm = out.graph_module()
         input_exprs = [src.expr() for src, _ in out.inputs]
         read_inputs = compile_source("__kiln_inputs", params, [f"return [{', '.join(input_exprs)}]"],
-                                     {**bindings}, "<kiln inputs>")
+                                     {**bindings}, "<kiln inputs>", fn)
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
     body += effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,
-                         f"<kiln entry of {fn.__code__.co_name}>")
+                         f"<kiln entry of {fn.__code__.co_name}>", fn)
     guard_bindings = {**out.globals_dicts, "__fn": fn}
     check = compile_guards(out.guards, params, guard_bindings)
+    check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
     return Entry(check, run, list(out.guards), gm, trace.break_reason, run.__kiln_source__)

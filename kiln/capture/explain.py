@@ -52,13 +52,17 @@ class ExplainReport:
 
 def explain(fn: Callable, *args, **kwargs) -> ExplainReport:
     events: list[frame.Event] = []
+
+    def recording_backend(gm, example_inputs):  # one per report: its wrappers are this report's
+        return gm.forward
+
     frame._EVENT_SINKS.append(events)
     try:
-        compiled = frame.capture(fn, _recording_backend, CaptureConfig())
+        compiled = frame.capture(fn, recording_backend, CaptureConfig())
         output = compiled(*args, **kwargs)
     finally:
         frame._EVENT_SINKS.remove(events)
-    wrappers = [w for w in list(frame._ALL_WRAPPERS) if w.backend is _recording_backend]
+    wrappers = [w for w in list(frame._ALL_WRAPPERS) if w.backend is recording_backend]
     guards = sorted({g.describe() for w in wrappers for e in w.entries for g in e.guards})
     return ExplainReport(
         graphs=[e.detail for e in events if e.kind == "graph"],
@@ -66,6 +70,3 @@ def explain(fn: Callable, *args, **kwargs) -> ExplainReport:
         recompiles=[e for e in events if e.kind == "recompile"],
         guards=guards, output=output)
 
-
-def _recording_backend(gm, example_inputs):
-    return gm.forward

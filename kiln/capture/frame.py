@@ -81,7 +81,8 @@ class CompiledFunction:
         if self.entries:
             failed = None
             for entry in self.entries[-1:]:
-                failed = first_failure(entry.guards, self.params, entry.check.__kiln_bindings__, args, kwargs)
+                failed = first_failure(entry.guards, self.params, entry.check.__kiln_bindings__,
+                                       *_bind_defaults(self.fn, args, kwargs))
             reason = failed.describe() if failed is not None else "a guard failed"
             if len(self.entries) >= self.config.cache_size_limit:
                 if not self.warned_limit:
@@ -161,6 +162,13 @@ def _is_nested_break(code, offset, where) -> bool:
         return False
     line = inst.positions.lineno if inst.positions else None
     return not (where or "").startswith(f"{code.co_filename}:{line} in {code.co_name}")
+
+
+def _bind_defaults(fn, args, kwargs):
+    import inspect
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.args, bound.kwargs
 
 
 _RESUMES: dict[tuple, CompiledFunction] = {}

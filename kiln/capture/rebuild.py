@@ -33,6 +33,24 @@ class GradModeExit:
         return False
 
 
+class ResumeIterator:
+    """The iterator of a loop a graph broke in, handed to the resume function. Unlike a builtin
+    iterator, capture can read its remaining items without consuming it (`builder.py`)."""
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self.index = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.index >= len(self.items):
+            raise StopIteration
+        self.index += 1
+        return self.items[self.index - 1]
+
+
 def _new_object(cls, attrs):
     obj = object.__new__(cls)
     obj.__dict__.update(attrs)
@@ -109,6 +127,8 @@ def _tuple(r, v):
         return f"({inner},)" if v.items else "()"
     if v.cls is torch.Size:
         return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
+    if not hasattr(v.cls, "_fields"):  # a structseq (torch.return_types.max): built from one sequence
+        return f"{r.const(v.cls)}(({inner},))"
     return f"{r.const(v.cls)}({inner})"
 
 
@@ -162,7 +182,7 @@ def _new_object(r, v):
 
 
 def _iterator(r, v):
-    return f"iter(({''.join(r.expr(i) + ', ' for i in v.items[v.index:])}))"
+    return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.items[v.index:])}))"
 
 
 def _exception(r, v):

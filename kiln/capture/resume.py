@@ -10,10 +10,9 @@ exception table is keyed by position, a resume target inside a `try` block keeps
 from __future__ import annotations
 
 import dis
-import sys
+import re
 import types
 
-import bytecode
 from bytecode import Bytecode, Instr, Label
 
 _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
@@ -55,7 +54,8 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
     for attr in ("name", "filename", "first_lineno", "cellvars", "freevars", "docstring"):
         if hasattr(bc, attr):
             setattr(new, attr, getattr(bc, attr))
-    new.name = f"__kiln_resume_{code.co_name}_at_{offset}"
+    base = re.sub(r"^__kiln_resume_(.*)_at_\d+$", r"\1", code.co_name)
+    new.name = f"__kiln_resume_{base}_at_{offset}"
     if hasattr(bc, "qualname"):
         new.qualname = new.name
     new.flags = bc.flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)
@@ -71,5 +71,3 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
 def resume_function(fn_globals: dict, code: types.CodeType, closure: tuple | None) -> types.FunctionType:
     return types.FunctionType(code, fn_globals, code.co_name, None, closure)
 
-
-__all__ = ["resume_code", "resume_function", "bytecode", "sys"]

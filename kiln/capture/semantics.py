@@ -49,7 +49,7 @@ def python_value(v: V.Variable) -> Any:
         return v.value
     if isinstance(v, V.TupleVar):
         items = [python_value(i) for i in v.items]
-        if v.cls is tuple or v.cls is torch.Size:
+        if v.cls is tuple or v.cls is torch.Size or not hasattr(v.cls, "_fields"):
             return v.cls(items)
         return v.cls(*items)
     if isinstance(v, V.ListVar):

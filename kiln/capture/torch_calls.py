@@ -111,8 +111,9 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
         if isinstance(example, list):
             return V.ListVar(items)
         return V.TupleVar(items, type(example) if type(example) is not tuple else tuple)
-    # a Python value computed from metadata alone: no node needed
-    if not node.users:
+    # a Python value computed from metadata alone: no node needed (None means the call was
+    # made for its effect, e.g. torch.manual_seed: keep it)
+    if example is not None and not node.users:
         tx.out.graph.erase_node(node)
     if isinstance(example, (tuple, list)):
         return (V.ListVar if isinstance(example, list) else V.TupleVar)([V.Constant(e) for e in example])

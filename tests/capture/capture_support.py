@@ -1,0 +1,60 @@
+"""Shared helpers for capture tests: a graph-recording backend and comparison with eager."""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+
+import kiln.capture
+from kiln.config import CaptureConfig
+
+
+class Recorder:
+    """A backend that records each graph it is handed and runs it as FX Python."""
+
+    def __init__(self):
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def assert_same(actual, expected, path="output"):
+    """Equal structure and values; tensors by allclose (dtype and shape included)."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual).__name__}"
+        torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{path}: {m}")
+    elif isinstance(expected, (list, tuple)):
+        assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} vs {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same(a, e, f"{path}[{i}]")
+    elif isinstance(expected, dict):
+        assert type(actual) is type(expected) and list(actual) == list(expected), f"{path}: keys differ"
+        for k in expected:
+            assert_same(actual[k], expected[k], f"{path}[{k!r}]")
+    elif hasattr(expected, "__dict__") and not isinstance(expected, type) and type(expected).__module__ != "builtins":
+        assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
+        assert_same(vars(actual), vars(expected), path)
+    else:
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def run_compiled(fn, make_inputs, *, config=CaptureConfig(), seeds=(0, 1), calls=2):
+    """Compile `fn`, call it `calls` times per input set, compare each call with eager. Returns the
+    recorder (its graphs)."""
+    kiln.capture.reset()
+    recorder = Recorder()
+    compiled = kiln.capture.capture(fn, recorder, config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in seeds:
+            inputs = make_inputs(seed)
+            expected = fn(*copy.deepcopy(inputs))
+            for _ in range(calls):
+                actual = compiled(*copy.deepcopy(inputs))
+                assert_same(actual, expected)
+    return recorder
+

@@ -1,0 +1,23 @@
+"""The corpus (`corpus.py`, `corpus_python.py`): each program equals eager on two input sets, each
+called twice, and compiles to the expected number of graphs (one, where no break is intended)."""
+from __future__ import annotations
+
+import pytest
+
+import corpus
+import corpus_python  # noqa: F401 (registers programs)
+from capture_support import run_compiled
+from kiln.config import CaptureConfig
+
+PROGRAMS = corpus.PROGRAMS
+
+
+@pytest.mark.parametrize("prog", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_program(prog):
+    fullgraph = prog.breaks == 0
+    recorder = run_compiled(prog.fn, prog.inputs, config=CaptureConfig(fullgraph=fullgraph))
+    assert len(recorder.graphs) == prog.graphs, f"{len(recorder.graphs)} graphs, expected {prog.graphs}"
+
+
+def test_corpus_size():
+    assert len(PROGRAMS) >= 400

@@ -135,26 +135,28 @@ class IndexPrinter:
         return " + ".join(pieces) if pieces else "0"
 
     def _runs(self, space: LoopSpace, linear: Mapping[sympy.Symbol, sympy.Expr]) -> list[str]:
-        n = len(space.ranges)
-        coeffs = [sympy.sympify(linear.get(space.var(d), 0)) for d in range(n)]
         strides = space.strides()
-        out, d = [], 0
-        while d < n:
-            if coeffs[d] == 0:
-                d += 1
+        # Size-1 dims are always 0: they neither contribute nor break a run.
+        dims = [d for d, r in enumerate(space.ranges) if r != 1]
+        coeffs = {d: sympy.sympify(linear.get(space.var(d), 0)) for d in dims}
+        out, i = [], 0
+        while i < len(dims):
+            if coeffs[dims[i]] == 0:
+                i += 1
                 continue
-            a = d
-            while d + 1 < n and coeffs[d + 1] != 0 and _same(coeffs[d], coeffs[d + 1] * space.ranges[d + 1]):
-                d += 1
-            b = d
+            start = i
+            while (i + 1 < len(dims) and coeffs[dims[i + 1]] != 0
+                   and _same(coeffs[dims[i]], coeffs[dims[i + 1]] * space.ranges[dims[i + 1]])):
+                i += 1
+            a, b = dims[start], dims[i]
             text = space.flat if strides[b] == 1 else f"({space.flat} // {self.expr(strides[b])})"
-            if a > 0:
+            if start > 0 or any(r != 1 for r in space.ranges[:a]):
                 extent = sympy.Integer(1)
                 for k in range(a, b + 1):
                     extent = extent * space.ranges[k]
                 text = f"({text} % {self.expr(extent)})"
             out.append(text if coeffs[b] == 1 else f"{self.expr(coeffs[b])} * {text}")
-            d += 1
+            i += 1
         return out
 
 

@@ -1,0 +1,104 @@
+"""The parts of kiln's Triton path around the kernels: index text that keeps accesses contiguous,
+block-size heuristics, the on-disk source cache, and the max-autotune choice and its disk cache."""
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import json
+
+import pytest
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.triton import autotune, build, heuristics, source_cache
+from kiln.codegen.triton.heuristics import LaunchConfig
+from kiln.codegen.triton.index import IndexPrinter, LoopSpace
+
+s0, s1, s2 = ir.size_var("s0"), ir.size_var("s1"), ir.size_var("s2")
+x0, x1, x2 = ir.loop_var(0), ir.loop_var(1), ir.loop_var(2)
+
+
+def offset(expr, ranges):
+    return IndexPrinter([LoopSpace("x", tuple(ranges), "xindex")], {}).offset(expr)
+
+
+@pytest.mark.parametrize("expr, ranges, text", [
+    (x0 * s1 + x1, (s0, s1), "xindex"),                             # contiguous: the flat index
+    (x0 * s1 * s2 + x1 * s2 + x2, (s0, s1, s2), "xindex"),
+    (x1, (s0, s1), "(xindex % s1)"),                                # a row broadcast over rows
+    (x0, (s0, s1), "(xindex // s1)"),                               # one value per row
+    (x0 * s2 + x2, (s0, 1, s2), "xindex"),                          # size-1 dims do not break runs
+    (x1 * s2 + x2 + 7, (s0, s1, s2), "(xindex % (s1 * s2)) + 7"),   # the two inner dims, shifted
+    (x0 * 3 * s2 + x2, (s0, 1, s2), "(3 * s2) * (xindex // s2) + (xindex % s2)"),  # a gap: two runs
+])
+def test_offsets_collapse_contiguous_runs(expr, ranges, text):
+    assert offset(expr, ranges) == text
+
+
+def test_offsets_of_a_transpose_use_per_dim_indices():
+    printer = IndexPrinter([LoopSpace("x", (s0, s1), "xindex")], {})
+    text = printer.offset(x0 + x1 * s0)
+    assert text == "(xindex // s1) + s0 * (xindex % s1)"
+
+
+def test_heuristics_persistent_rows_fit_registers_and_long_rows_loop():
+    softmax_row = heuristics.reduction(8192, 8192)
+    assert softmax_row.persistent and softmax_row.RBLOCK == 8192 and softmax_row.XBLOCK == 1
+    assert softmax_row.num_warps == 16
+    short = heuristics.reduction(10000, 100)
+    assert short.persistent and short.RBLOCK == 128 and short.XBLOCK * short.RBLOCK <= 4096
+    long = heuristics.reduction(4, 1 << 20)
+    assert not long.persistent and long.RBLOCK < (1 << 20)
+    pointwise = heuristics.pointwise(8192 * 8192)
+    assert pointwise.XBLOCK == 1024 and pointwise.num_warps == 4
+    assert heuristics.pointwise(5).XBLOCK == 16
+    # the heuristic's choice leads the autotune candidates, which are all distinct
+    candidates = heuristics.autotune_candidates("reduction", 8192, 8192)
+    assert candidates[0] == softmax_row and len(set(candidates)) == len(candidates) > 1
+
+
+def test_source_cache_writes_once_and_loads_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    source = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(p, XBLOCK: tl.constexpr):\n    pass\n"
+    first = source_cache.load_module(source, interpret=True)
+    again = source_cache.load_module(source, interpret=True)
+    assert first is again
+    files = list((tmp_path / "triton").glob("*.py"))
+    assert [f.read_text() for f in files] == [source]
+
+
+def _double_kernel(n):
+    bufs = {"a": ir.Buffer("a", (n,), (1,), torch.float32), "o": ir.Buffer("o", (n,), (1,), torch.float32)}
+    expr = ir.Op("mul", (ir.Load("a", x0, torch.float32), ir.Constant(2.0, torch.float32)), torch.float32)
+    kernel = ir.Kernel("double", (n,), (ir.Stage((), (ir.Store("o", x0, expr),)),), ("a", "o"), ())
+    return build([kernel], bufs)["double"]
+
+
+def test_autotune_picks_the_fastest_config_and_remembers_it_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    n = 3000
+    fn = _double_kernel(n)
+    a, out = torch.randn(n), torch.zeros(n)
+    candidates = heuristics.autotune_candidates("pointwise", n)
+    fastest = candidates[2]
+    timed = []
+
+    def fake_timer(launch):
+        launch()  # each candidate really runs (on clones of the written buffers)
+        config = candidates[len(timed)]
+        timed.append(config)
+        return 1.0 if config == fastest else 5.0
+
+    assert autotune.tune(fn, (n,), [a, out], timer=fake_timer) == fastest
+    assert timed == candidates
+    assert torch.equal(out, torch.zeros(n)), "timing launches must not write the real output"
+    table = json.loads(open(autotune.cache_file(fn)).read())
+    assert LaunchConfig(**table[str(n)]) == fastest
+
+    def no_timing(launch):
+        raise AssertionError("a cached choice must not be timed again")
+    fresh = _double_kernel(n)
+    assert autotune.tune(fresh, (n,), [a, out], timer=no_timing) == fastest
+    fresh.launch(fastest, [a, out], (n,))
+    torch.testing.assert_close(out, a * 2)

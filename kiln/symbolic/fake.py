@@ -220,11 +220,10 @@ class FakeTensorMode(TorchDispatchMode):
             if "Meta" in str(e) and ("backend" in str(e) or "meta" in str(e).lower()):
                 raise MissingMetaKernel(func, e) from e
             raise
+        out = _wrap_outputs(self, out, fakes, device)
         if func in METADATA_MUTATING:
-            raise UnsupportedFakeOp(
-                f"{func} changes a tensor's sizes or strides in place; kiln's fake tensors do "
-                f"not support that yet. Use the out-of-place form.")
-        return _wrap_outputs(self, out, fakes, device)
+            _follow_metadata(func, out)
+        return out
 
 
 def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
@@ -236,6 +235,22 @@ def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
             same = fakes.get(id(x))
             flat[i] = same if same is not None else FakeTensor(x, device, mode)
     return tree_unflatten(flat, spec)
+
+
+def _follow_metadata(func, fake: FakeTensor) -> None:
+    """After an in-place op changed the meta tensor's sizes/strides, make the wrapper match.
+
+    as_strided_ on the wrapper itself (Python dispatch off) updates its metadata; it cannot grow
+    past the wrapper's storage, so a growing resize_ is refused plainly.
+    """
+    meta = fake._meta
+    try:
+        with torch._C._DisableTorchDispatch():
+            aten.as_strided_.default(fake, meta.shape, meta.stride(), meta.storage_offset())
+    except RuntimeError as e:
+        raise UnsupportedFakeOp(
+            f"{func} grows a tensor in place (sizes {tuple(meta.shape)}); kiln's fake tensors "
+            f"cannot follow that yet. Use the out-of-place form.") from e
 
 
 def _output_device(kwargs: dict, devices: list[tuple[torch.device, bool]]) -> torch.device:
@@ -273,6 +288,12 @@ def _data_dependent(mode, func, args, kwargs):
     raise DataDependentOp(func)
 
 
+def _metadata(read: Callable) -> Callable:
+    # size/stride/numel/dim: answered from the meta tensor (same metadata as the wrapper), as
+    # SymInts where symbolic, without dispatching again.
+    return lambda mode, func, args, kwargs: read(args[0]._meta, *args[1:])
+
+
 def _lift_fresh(mode, func, args, kwargs):
     # torch.tensor(data) under the mode: the data was made for real; keep it as a constant fake.
     (t,) = args
@@ -283,9 +304,22 @@ SPECIAL_OPS: dict[Any, Callable] = {
     aten._local_scalar_dense.default: _data_dependent,
     aten.lift_fresh.default: _lift_fresh,
     aten.lift_fresh_copy.default: _lift_fresh,
+    aten.size.default: _metadata(lambda t: list(t.shape)),
+    aten.sym_size.default: _metadata(lambda t: list(t.shape)),
+    aten.size.int: _metadata(lambda t, d: t.shape[d]),
+    aten.sym_size.int: _metadata(lambda t, d: t.shape[d]),
+    aten.stride.default: _metadata(lambda t: list(t.stride())),
+    aten.sym_stride.default: _metadata(lambda t: list(t.stride())),
+    aten.stride.int: _metadata(lambda t, d: t.stride(d)),
+    aten.sym_stride.int: _metadata(lambda t, d: t.stride(d)),
+    aten.numel.default: _metadata(lambda t: t.numel()),
+    aten.sym_numel.default: _metadata(lambda t: t.numel()),
+    aten.dim.default: _metadata(lambda t: t.dim()),
+    aten.storage_offset.default: _metadata(lambda t: t.storage_offset()),
+    aten.sym_storage_offset.default: _metadata(lambda t: t.storage_offset()),
 }
 
-# In-place ops that change the sizes/strides of their argument (the wrapper cannot follow).
+# In-place ops that change the sizes/strides of their argument: the wrapper must follow.
 METADATA_MUTATING = {
     aten.resize_.default, aten.t_.default, aten.transpose_.default, aten.squeeze_.default,
     aten.squeeze_.dim, aten.unsqueeze_.default, aten.as_strided_.default,

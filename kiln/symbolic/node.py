@@ -159,7 +159,11 @@ class SymNode:
         return True
 
     def is_constant(self) -> bool:
-        return bool(self.expr.is_number) or self.expr in (sympy.true, sympy.false)
+        # torch's magic methods turn constant SymInt/SymBool results into plain ints and bools
+        # (they cannot do so for SymFloat).
+        if self.pytype is int:
+            return bool(self.expr.is_Integer)
+        return self.pytype is bool and self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
         return True

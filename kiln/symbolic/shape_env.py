@@ -148,7 +148,7 @@ class ShapeEnv(TorchHelperProtocol):
 
     def hint_of(self, expr: sympy.Basic) -> Any:
         """The value of `expr` for the traced inputs."""
-        value = sympy.sympify(expr).xreplace(self.hints)
+        value = sympy.sympify(sympy.sympify(expr).xreplace(self.hints))
         if value is sympy.true or value is sympy.false:
             return bool(value)
         return int(value) if value.is_Integer else float(value)

@@ -90,3 +90,15 @@ def test_factories_under_mode():
         c = torch.tensor([1.0, 2.0])
     _meta_matches(z, torch.zeros(2, 3, dtype=torch.float16))
     assert torch.equal(c.constant, torch.tensor([1.0, 2.0]))
+
+
+def test_inplace_metadata_change_is_followed():
+    mode = FakeTensorMode()
+    real = torch.randn(4, 1, 3)
+    fake = mode.from_real(real, "x", dynamic_dims=[0])
+    assert fake.squeeze_(1) is fake
+    real.squeeze_(1)
+    assert [str(s) for s in fake.shape] == ["s0", "3"] and fake._meta.shape == fake.shape
+    fake.t_()
+    real.t_()
+    assert fake.stride() == real.stride() and fake.shape[1] == fake._meta.shape[1]

@@ -8,6 +8,7 @@ operator, methods of immutable values) may be folded when their arguments are co
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
 import itertools
 import math
@@ -140,9 +141,9 @@ def _callable(tx, args, kwargs):
     v = args[0]
     if isinstance(v, (V.FunctionVar, V.MethodVar, V.PartialVar)):
         return V.Constant(True)
-    if isinstance(v, V.ObjectVar):
-        return V.Constant(callable(v.value))
-    return V.Constant(hasattr(_type_of(v), "__call__"))
+    if isinstance(v, (V.ObjectVar, V.Constant)):
+        return V.Constant(callable(python_value(v)))
+    return V.Constant(any("__call__" in k.__dict__ for k in _type_of(v).__mro__))
 
 
 @builtin(id)
@@ -243,9 +244,9 @@ def _set(tx, args, kwargs):
 
 
 @builtin(dict)
-def _dict(tx, args, kwargs):
+def _dict(tx, args, kwargs, cls=dict):
     from kiln.capture.semantics import dict_items
-    d = V.DictVar({})
+    d = V.DictVar({}, cls)
     if args:
         if isinstance(args[0], (V.DictVar, V.ObjectVar)):
             d.items.update(dict(dict_items(tx, args[0])))
@@ -255,6 +256,9 @@ def _dict(tx, args, kwargs):
                 d.items[key_of(tx, k)] = v
     d.items.update(kwargs)
     return d
+
+
+BUILTINS[collections.OrderedDict] = functools.partial(_dict, cls=collections.OrderedDict)
 
 
 @builtin(sum)
@@ -395,6 +399,32 @@ def _repeat(tx, args, kwargs):
 def _pairwise(tx, args, kwargs):
     items = iterate(tx, args[0])
     return V.IteratorVar([V.TupleVar([a, b]) for a, b in zip(items, items[1:])])
+
+
+# -- the operator module: the same semantics as the bytecode operators ----------------------------------
+def _operator_binary(op):
+    return lambda tx, args, kwargs: binary_op(tx, op, args[0], args[1])
+
+
+def _operator_unary(op):
+    from kiln.capture.semantics import unary_op
+    return lambda tx, args, kwargs: unary_op(tx, op, args[0])
+
+
+def _install_operator_module():
+    from kiln.capture.semantics import BINARY_OPS, COMPARE_OPS, getitem, setitem
+    for op in [*BINARY_OPS, *COMPARE_OPS.values()]:
+        BUILTINS[op] = _operator_binary(op)
+    for op in (operator.neg, operator.pos, operator.invert, operator.abs):
+        BUILTINS[op] = _operator_unary(op)
+    BUILTINS[operator.getitem] = lambda tx, args, kwargs: getitem(tx, args[0], args[1])
+    BUILTINS[operator.setitem] = lambda tx, args, kwargs: setitem(tx, *args) or V.Constant(None)
+    BUILTINS[operator.not_] = lambda tx, args, kwargs: V.Constant(not truth(tx, args[0]))
+    BUILTINS[operator.truth] = lambda tx, args, kwargs: V.Constant(truth(tx, args[0]))
+    BUILTINS[operator.contains] = lambda tx, args, kwargs: V.Constant(contains(tx, args[0], args[1]))
+
+
+_install_operator_module()
 
 
 # -- container methods ------------------------------------------------------------------------------

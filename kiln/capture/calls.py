@@ -68,9 +68,15 @@ def _call_partial(tx, p: V.PartialVar, args, kwargs):
 
 
 def _fold(tx, fn, args, kwargs):
+    """Run a metadata query on example values (tensors inside containers included)."""
     from kiln.capture.semantics import python_value
-    from kiln.capture.torch_calls import to_fx
-    ex = lambda v: v.example if isinstance(v, V.TensorVar) else python_value(v)
+
+    def ex(v):
+        if isinstance(v, V.TensorVar):
+            return v.example
+        if isinstance(v, (V.TupleVar, V.ListVar)):
+            return type(v.items)(ex(i) for i in v.items) if isinstance(v, V.ListVar) else tuple(ex(i) for i in v.items)
+        return python_value(v)
     return V.Constant(fn(*[ex(a) for a in args], **{k: ex(v) for k, v in kwargs.items()}))
 
 

@@ -194,14 +194,25 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
         inner = wrap_callable(target.__func__, backend=backend, config=config)
         return types.MethodType(inner, target.__self__) if inner is not target.__func__ else target
     if isinstance(target, torch.nn.Module):
-        if type(target).__call__ is not torch.nn.Module.__call__:
+        # the module's forward broke: capture forward's own frame, per instance (hooks run eagerly)
+        if type(target).__call__ is not torch.nn.Module.__call__ or _has_hooks(target):
             return target
-        return _cached(target, backend, config, lambda: ModuleCall(target, backend, config))
+        forward = type(target).forward
+        if not isinstance(forward, types.FunctionType):
+            return target
+        return _cached(target, backend, config,
+                       lambda: types.MethodType(CompiledFunction(forward, backend, config), target))
     if isinstance(target, types.FunctionType) and not (target.__module__ or "").startswith(("torch", "kiln")):
         if target.__code__.co_flags & 0x20:  # generators run as Python
             return target
         return _cached(target, backend, config, lambda: CompiledFunction(target, backend, config))
     return target
+
+
+def _has_hooks(module: torch.nn.Module) -> bool:
+    m = torch.nn.modules.module
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or m._global_forward_hooks or m._global_forward_pre_hooks)
 
 
 def _cached(target, backend, config, make):

@@ -44,6 +44,11 @@ class FrameReturn(Exception):
     pass
 
 
+class NotConstant(Exception):
+    """A tracker that stands for a value known only at run time was used where Python needs
+    the value itself (a dict key, an argument of a folded builtin, ...)."""
+
+
 def _code_info(code: types.CodeType):
     """Instructions, offset->index and the exception table of a code object (cached per code)."""
     info = _CODE_INFO.get(code)
@@ -141,6 +146,9 @@ class Tracer:
                 return self.return_value
             except ObservedException as e:
                 self.handle_exception(e)
+            except NotConstant as e:
+                kind = e.args[0].python_type().__name__ if e.args else "value"
+                raise self.unsupported(f"{inst.opname} needs a value known at capture time, got a {kind}") from None
             except GraphBreak as e:
                 if e.where is None:
                     e.where = self.where()

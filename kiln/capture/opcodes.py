@@ -535,7 +535,26 @@ def yield_value(tx, inst):
 
 @handler("SEND")
 def send(tx, inst):
-    raise tx.unsupported("`yield from` / `await` is not supported inside captured code")
+    """`yield from it`: generators kiln inlines are only iterated, so the value sent is ignored."""
+    it = tx.stack[-2]
+    if not isinstance(it, V.IteratorVar):
+        raise tx.unsupported("`yield from` / `await` on something other than an iterable")
+    tx.pop()
+    if it.index < len(it.items):
+        tx.push(it.items[it.index])
+        it.index += 1
+        return
+    if not PY312:
+        tx.pop()  # 3.11 pops the iterator too; 3.12 leaves it for END_SEND
+    tx.push(V.Constant(None))
+    tx.jump(inst.argval)
+
+
+@handler("END_SEND")  # 3.12
+def end_send(tx, inst):
+    value = tx.pop()
+    tx.pop()
+    tx.push(value)
 
 
 # -- exceptions and with-blocks --------------------------------------------------------------------
@@ -601,7 +620,7 @@ def with_except_start(tx, inst):
     tx.push(V.Constant(False))  # modelled context managers never swallow exceptions
 
 
-@handler("CLEANUP_THROW", "END_SEND", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
+@handler("CLEANUP_THROW", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
          "DELETE_GLOBAL", "DELETE_DEREF", "GET_AWAITABLE", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT")
 def refuse(tx, inst):
     raise tx.unsupported(f"the bytecode instruction {inst.opname} is not supported by kiln")

@@ -51,7 +51,7 @@ class ResumeIterator:
         return self.items[self.index - 1]
 
 
-def _new_object(cls, attrs):
+def new_object_from(cls, attrs):
     obj = object.__new__(cls)
     obj.__dict__.update(attrs)
     return obj
@@ -72,6 +72,10 @@ class Rebuilder:
         if id(value) not in self.consts:
             self.consts[id(value)] = (f"__c{len(self.consts)}", value)
         return self.consts[id(value)][0]
+
+    def key(self, k: Any) -> str:
+        """A dict key: a Python value, or a tracker (tensors and objects are keyed by identity)."""
+        return self.expr(k) if isinstance(k, V.Variable) else self.const(k)
 
     def output(self, node: torch.fx.Node) -> str:
         if node not in self._output_index:
@@ -96,7 +100,7 @@ class Rebuilder:
             if isinstance(t, V.ListVar):
                 return [f"{target}[:] = [{', '.join(self.expr(i) for i in t.items)}]"]
             if isinstance(t, V.DictVar):
-                items = ", ".join(f"{self.const(k)}: {self.expr(v)}" for k, v in t.items.items())
+                items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
                 return [f"{target}.clear()", f"{target}.update({{{items}}})"]
             if isinstance(t, V.SetVar):
                 return [f"{target}.clear()", f"{target}.update([{', '.join(self.expr(i) for i in t.items)}])"]
@@ -147,7 +151,7 @@ def _list(r, v):
 def _dict(r, v):
     if v.source is not None:
         return v.source.expr()
-    inner = ", ".join(f"{r.const(k)}: {r.expr(i)}" for k, i in v.items.items())
+    inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
     return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
 
 
@@ -178,7 +182,7 @@ def _partial(r, v):
 
 def _new_object(r, v):
     attrs = ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items())
-    return f"{r.const(_new_object)}({r.const(v.cls)}, {{{attrs}}})"
+    return f"{r.const(new_object_from)}({r.const(v.cls)}, {{{attrs}}})"
 
 
 def _iterator(r, v):

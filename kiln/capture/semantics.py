@@ -16,6 +16,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-exported)
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
+from kiln.capture.interpreter import NotConstant
 from kiln.capture.output import ContainerMutation, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
@@ -63,10 +64,6 @@ def python_value(v: V.Variable) -> Any:
     raise NotConstant(v)
 
 
-class NotConstant(Exception):
-    pass
-
-
 def is_python_constant(v: V.Variable) -> bool:
     try:
         python_value(v)
@@ -86,7 +83,10 @@ def _has_tensor(v) -> bool:
 
 
 def key_of(tx, v: V.Variable) -> Any:
-    """A dict key or set element as a Python value (trackers of objects hash by identity)."""
+    """A dict key or set element as a Python value; a tensor is its own tracker (one tracker per
+    real tensor, so identity is the tensor's identity, as `Tensor.__hash__` is)."""
+    if isinstance(v, V.TensorVar):
+        return v
     try:
         return python_value(v)
     except NotConstant:
@@ -133,8 +133,7 @@ def mutate_list(tx, lst: V.Variable, fn):
 
 
 def set_add(tx, s: V.SetVar, item: V.Variable):
-    key = key_of(tx, item)
-    if all(key_of(tx, i) != key for i in s.items):
+    if not contains(tx, s, item):
         s.items.append(item)
         _record_mutation(tx, s)
 
@@ -253,7 +252,11 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
 def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
-    if isinstance(container, (V.ListVar, V.TupleVar, V.SetVar)):
+    if isinstance(container, V.SetVar):
+        key = key_of(tx, item)
+        return any(key_of(tx, i) == key if not isinstance(key, V.Variable) else key_of(tx, i) is key
+                   for i in container.items)
+    if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)

@@ -102,3 +102,14 @@ def test_autotune_picks_the_fastest_config_and_remembers_it_on_disk(tmp_path, mo
     assert autotune.tune(fresh, (n,), [a, out], timer=no_timing) == fastest
     fresh.launch(fastest, [a, out], (n,))
     torch.testing.assert_close(out, a * 2)
+
+
+def test_index_math_widens_to_int64_only_for_buffers_past_2_to_the_31():
+    import triton.language as tl
+    bufs = {"a": ir.Buffer("a", (s0, s1), (s1, 1), torch.float32), "o": ir.Buffer("o", (s0, s1), (s1, 1), torch.float32)}
+    expr = ir.Load("a", x0 * s1 + x1, torch.float32)
+    kernel = ir.Kernel("copy2d", (s0, s1), (ir.Stage((), (ir.Store("o", x0 * s1 + x1, expr),)),), ("a", "o"), (s0, s1))
+    fn = build([kernel], bufs)["copy2d"]
+    assert fn.plan((8192, 8192), []).index_dtype == tl.int32      # planned only: nothing is launched
+    assert fn.plan((65536, 32768), []).index_dtype == tl.int64
+    assert fn.plan((0, 5), []) is None                             # empty output: no launch at all

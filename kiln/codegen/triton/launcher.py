@@ -2,10 +2,11 @@
 
 `build(kernels, buffers)` prints each kernel, loads its source through the on-disk cache, and
 returns `{kernel.name: TritonKernel}`. A `TritonKernel` is called as the loop IR's printer
-interface says: `fn(*tensors_for(kernel.buffer_args), *ints_for(kernel.size_args))`. Per call it
-evaluates `xnumel`/`rnumel`s from the size ints, picks a `LaunchConfig` (the heuristic, or the
-autotuner's choice under max-autotune; memoized per sizes), picks the persistent or looped
-function, and launches it on a 1-D grid of `ceil(xnumel / XBLOCK)` programs.
+interface says: `fn(*tensors_for(kernel.buffer_args), *ints_for(kernel.size_args))`. On the first
+call with given size ints it makes a `_Plan`: `xnumel`/`rnumel`s from the sizes, a `LaunchConfig`
+(the heuristic, or the autotuner's choice under max-autotune), the persistent or looped function,
+the grid (`ceil(xnumel / XBLOCK)` programs) and the index dtype (int64 only when a buffer spans
+2**31 elements); later calls with those sizes only look the plan up and launch.
 
 CUDA kernels compile on first launch (Triton caches the binaries on disk); `build(...,
 workers=N)` prints and loads sources in parallel threads.
@@ -13,11 +14,13 @@ workers=N)` prints and loads sources in parallel threads.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import weakref
 from typing import Callable, Mapping, Sequence
 
 import sympy
 import torch
+import triton.language as tl
 
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
@@ -26,10 +29,10 @@ from kiln.codegen.triton.printer import KernelLayout, layout_of, print_kernel
 from kiln.codegen.triton.source_cache import load_module, source_path
 
 
-def _numel_function(layout: KernelLayout) -> Callable[..., tuple[int, ...]]:
-    """A Python function from size ints to (xnumel, *rnumels), printed once from sympy."""
+def _sizes_function(layout: KernelLayout, extent: sympy.Expr) -> Callable[..., tuple[int, ...]]:
+    """A Python function from size ints to (xnumel, *rnumels, extent), printed once from sympy."""
     args = [s.name for s in layout.size_args]
-    exprs = [layout.xnumel, *layout.rnumels]
+    exprs = [layout.xnumel, *layout.rnumels, extent]
     body = ", ".join(_py(e) for e in exprs)
     text = f"def numels({', '.join(args)}):\n    return ({body},)\n"
     scope: dict = {}
@@ -44,6 +47,31 @@ def _py(e) -> str:
     return str(int(e))
 
 
+def _extent(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> sympy.Expr:
+    """One past the largest element offset any buffer of the kernel can reach."""
+    ends = []
+    for name in kernel.buffer_args:
+        buf = buffers.get(name)
+        if buf is None:
+            continue
+        end = ir.as_expr(buf.offset) + 1
+        for size, stride in zip(buf.sizes, buf.strides):
+            end = end + (ir.as_expr(size) - 1) * sympy.Abs(ir.as_expr(stride))
+        ends.append(end)
+    return sympy.Max(*ends) if len(ends) > 1 else (ends[0] if ends else sympy.Integer(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Everything a call with given sizes needs, computed on the first call with those sizes."""
+
+    numels: tuple[int, ...]
+    config: LaunchConfig
+    fn: object
+    grid: tuple[int]
+    index_dtype: object
+
+
 # Every kernel built in this process, for diagnostics (`bandwidth` lists their launch configs).
 BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
 
@@ -51,7 +79,8 @@ BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
 class TritonKernel:
     """One printed kernel, callable as `kernel(*tensors, *size_ints)`."""
 
-    def __init__(self, kernel: ir.Kernel, source: str, interpret: bool, autotune: bool = False):
+    def __init__(self, kernel: ir.Kernel, source: str, interpret: bool, autotune: bool = False,
+                 buffers: Mapping[str, ir.Buffer] | None = None):
         self.kernel = kernel
         self.source = source
         self.interpret = interpret
@@ -60,14 +89,19 @@ class TritonKernel:
         module = load_module(source, interpret)
         self.persistent_fn = getattr(module, self.layout.name)
         self.looped_fn = getattr(module, f"{self.layout.name}_looped", None)
-        self.numels = _numel_function(self.layout)
+        self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
         self.n_buffers = len(kernel.buffer_args)
         self.autotune = autotune
-        self.configs: dict[tuple, LaunchConfig] = {}
+        self.configs: dict[tuple, LaunchConfig] = {}     # numels -> config (autotune or heuristic)
+        self.plans: dict[tuple, _Plan | None] = {}        # size ints -> plan (None: nothing to do)
         BUILT.add(self)
 
     def __repr__(self):
         return f"TritonKernel({self.layout.name}, {self.layout.kind}, source={self.path})"
+
+    def numels(self, *sizes: int) -> tuple[int, ...]:
+        """(xnumel, *rnumels) for these size ints."""
+        return tuple(self.sizes_to_numels(*sizes)[:-1])
 
     def config_for(self, numels: tuple[int, ...], args: Sequence) -> LaunchConfig:
         config = self.configs.get(numels)
@@ -81,21 +115,37 @@ class TritonKernel:
             self.configs[numels] = config
         return config
 
+    def plan(self, sizes: tuple, args: Sequence) -> _Plan | None:
+        *numels, extent = self.sizes_to_numels(*sizes)
+        numels = tuple(numels)
+        if numels[0] == 0:
+            return None         # no outputs; a reduction over nothing still runs (identities)
+        config = self.config_for(numels, args)
+        rnumel = max(numels[1:], default=1)
+        persistent = self.looped_fn is None or (config.persistent and config.RBLOCK >= rnumel)
+        big = extent >= 2 ** 31 or numels[0] + config.XBLOCK >= 2 ** 31
+        return _Plan(numels, config, self.persistent_fn if persistent else self.looped_fn,
+                     ((numels[0] + config.XBLOCK - 1) // config.XBLOCK,), tl.int64 if big else tl.int32)
+
     def launch(self, config: LaunchConfig, args: Sequence, numels: tuple[int, ...]) -> None:
-        xnumel = numels[0]
+        """One launch with an explicit config (autotune's timing, tests)."""
         rnumel = max(numels[1:], default=1)
         persistent = self.looped_fn is None or (config.persistent and config.RBLOCK >= rnumel)
         fn = self.persistent_fn if persistent else self.looped_fn
-        grid = ((xnumel + config.XBLOCK - 1) // config.XBLOCK,)
-        fn[grid](*args, *numels, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK,
+        grid = ((numels[0] + config.XBLOCK - 1) // config.XBLOCK,)
+        fn[grid](*args, *numels, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK, INDEX_DTYPE=tl.int32,
                  num_warps=config.num_warps, num_stages=config.num_stages)
 
     def __call__(self, *args):
         sizes = args[self.n_buffers:]
-        numels = tuple(self.numels(*sizes))
-        if numels[0] == 0:
+        plan = self.plans.get(sizes, False)
+        if plan is False:
+            plan = self.plans[sizes] = self.plan(sizes, args)
+        if plan is None:
             return
-        self.launch(self.config_for(numels, args), args, numels)
+        c = plan.config
+        plan.fn[plan.grid](*args, *plan.numels, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK, INDEX_DTYPE=plan.index_dtype,
+                           num_warps=c.num_warps, num_stages=c.num_stages)
 
 
 def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
@@ -109,7 +159,7 @@ def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotu
 
     def one(kernel: ir.Kernel) -> TritonKernel:
         interpret = interpret_for(kernel, buffers)
-        return TritonKernel(kernel, print_kernel(kernel, buffers, interpret), interpret, autotune)
+        return TritonKernel(kernel, print_kernel(kernel, buffers, interpret), interpret, autotune, buffers)
 
     if workers > 1 and len(kernels) > 1:
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -14,7 +14,7 @@ A kernel whose stages all run once per outer index prints as a 1-D pointwise ker
 Stage statements print through `_STMT` (keyed by statement type), reductions through
 `REDUCTIONS` (keyed by op), scalar ops through `ops.OPS`. Signatures: pointer per
 `kernel.buffer_args`, int per `kernel.size_args`, then `xnumel`, one `rnumel<g>` per distinct
-reduction-range group, then the constexprs `XBLOCK`, `RBLOCK`.
+reduction-range group, then the constexprs `XBLOCK`, `RBLOCK`, `INDEX_DTYPE` (tl.int32 or tl.int64).
 
 Hands on: `print_kernel(kernel, buffers, interpret=None) -> str`, `KernelLayout` (what the launcher
 needs to call it).
@@ -260,9 +260,10 @@ class _KernelPrinter:
         # refuses as a `range` bound; there the loop bounds are constexprs (nothing compiles).
         rnumel_type = ": tl.constexpr" if self.interpret else ""
         params += ["xnumel"] + [f"rnumel{g}{rnumel_type}" for g in range(len(self.groups))]
-        params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"]
+        params += ["XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
         o = self.out
-        o.line("xoffset = tl.program_id(0) * XBLOCK")
+        # int32 index math is faster; the launcher passes tl.int64 when a buffer spans >= 2**31 elements.
+        o.line("xoffset = tl.program_id(0).to(INDEX_DTYPE) * XBLOCK")
         o.line("xindex = xoffset + tl.arange(0, XBLOCK)" + ("[:, None]" if self.two_d else ""))
         o.line("xmask = xindex < xnumel")
         if self.two_d:

@@ -118,6 +118,8 @@ class _Planner:
                 store = buf.index([mapping[loop_var(k)] for k in range(len(body.ranges))])
             else:
                 return "scans run as kernels of their own"
+            if any(sympy.sympify(e).has(sympy.floor, sympy.Mod) for e in mapping.values()):
+                return f"space {list(body.ranges)} maps onto the kernel's loops only through div/mod (strided access)"
             need_new_stage = not stages or stages[-1][0] != kind
             for ld in ir.loads_of(body.expr):
                 producer = placed.get(ld.buffer)

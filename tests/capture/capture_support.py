@@ -44,10 +44,25 @@ def assert_same(actual, expected, path="output"):
 
 def run_compiled(fn, make_inputs, *, config=CaptureConfig(), seeds=(0, 1), calls=2):
     """Compile `fn`, call it `calls` times per input set, compare each call with eager. Returns the
-    recorder (its graphs)."""
+    recorder: its graphs, and `events` (graph breaks, recompiles) in order."""
+    from kiln.capture import frame
     kiln.capture.reset()
     recorder = Recorder()
+    recorder.events = []
     compiled = kiln.capture.capture(fn, recorder, config)
+    frame._EVENT_SINKS.append(recorder.events)
+    try:
+        _compare(fn, compiled, make_inputs, seeds, calls)
+    finally:
+        frame._EVENT_SINKS.remove(recorder.events)
+    return recorder
+
+
+def breaks_of(recorder) -> list:
+    return [e for e in recorder.events if e.kind == "break"]
+
+
+def _compare(fn, compiled, make_inputs, seeds, calls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for seed in seeds:
@@ -56,5 +71,4 @@ def run_compiled(fn, make_inputs, *, config=CaptureConfig(), seeds=(0, 1), calls
             for _ in range(calls):
                 actual = compiled(*copy.deepcopy(inputs))
                 assert_same(actual, expected)
-    return recorder
 

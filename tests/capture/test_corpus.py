@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import corpus
+import corpus_breaks  # noqa: F401 (registers programs)
 import corpus_python  # noqa: F401 (registers programs)
-from capture_support import run_compiled
+from capture_support import breaks_of, run_compiled
 from kiln.config import CaptureConfig
 
 PROGRAMS = corpus.PROGRAMS
@@ -16,7 +17,9 @@ PROGRAMS = corpus.PROGRAMS
 def test_program(prog):
     fullgraph = prog.breaks == 0
     recorder = run_compiled(prog.fn, prog.inputs, config=CaptureConfig(fullgraph=fullgraph))
+    breaks = breaks_of(recorder)
     assert len(recorder.graphs) == prog.graphs, f"{len(recorder.graphs)} graphs, expected {prog.graphs}"
+    assert len(breaks) == prog.breaks, f"{len(breaks)} breaks ({[b.detail for b in breaks]}), expected {prog.breaks}"
 
 
 def test_corpus_size():

@@ -183,7 +183,10 @@ class _Functionalizer:
             for j, target in enumerate(targets):
                 if isinstance(target, fx.Node):
                     self.write(target, self.emit(operator.getitem, new, first + j))
-            self.items[node] = ("fresh", new)
+            if len(op._schema.returns) == 1:   # rrelu_with_noise: one output, one written argument
+                self.fresh(node, self.emit(operator.getitem, new, 0))
+            else:
+                self.items[node] = ("fresh", new)
             return
         values = [new] if len(fop._schema.returns) == 1 else [
             self.emit(operator.getitem, new, k) for k in range(len(targets))]

@@ -71,22 +71,31 @@ def functional_variant(op: OpOverload) -> OpOverload | None:
     if op in _FUNCTIONAL:
         return _FUNCTIONAL[op]
     name = op._schema.name.split("::")[1]
-    overload = op._overloadname
+    written = {a.name for a in op._schema.arguments if a.alias_info is not None and a.alias_info.is_write}
     if name.endswith("_") and not name.endswith("__"):
-        packet = getattr(aten, name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            return getattr(packet, overload)
+        # add_.Tensor -> add.Tensor, but pow_.Scalar -> pow.Tensor_Scalar: match the arguments
+        found = _overload_with(name[:-1], _signature(op, drop=()))
+        if found is not None:
+            return found
     if torch.Tag.out in op.tags:
-        packet = getattr(aten, name, None)
-        if packet is not None:
-            wanted = [a.name for a in op._schema.arguments if not (a.alias_info and a.alias_info.is_write)]
-            for candidate in packet.overloads():
-                other = getattr(packet, candidate)
-                if torch.Tag.out not in other.tags and [a.name for a in other._schema.arguments] == wanted:
-                    return other
-    packet = getattr(aten, name + "_functional", None)
-    if packet is not None and overload in packet.overloads():
-        return getattr(packet, overload)
+        found = _overload_with(name, _signature(op, drop=written))
+        if found is not None:
+            return found
+    return _overload_with(name + "_functional", _signature(op, drop=()))
+
+
+def _signature(op: OpOverload, drop) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in op._schema.arguments if a.name not in drop]
+
+
+def _overload_with(name: str, signature: list[tuple[str, str]]) -> OpOverload | None:
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    for overload in packet.overloads():
+        candidate = getattr(packet, overload)
+        if torch.Tag.out not in candidate.tags and _signature(candidate, drop=()) == signature:
+            return candidate
     return None
 
 

@@ -227,6 +227,8 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
             primals.append(x)
             visible.append(x)
             return
+        if x.layout != torch.strided:
+            raise NotYetImplemented(f"kiln.aot traces dense tensors only; input {name} has layout {x.layout}")
         wants_grad = with_backward and grad_on and x.requires_grad and (x.is_floating_point() or x.is_complex())
         leaf = make_stand_in(x, wants_grad)
         # The program sees a non-leaf copy, so in-place writes to it are legal as in eager (where

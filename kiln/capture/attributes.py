@@ -90,6 +90,10 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
                 src = DictEntrySource(source, table, name) if source else None
                 if value is None:
                     return V.Constant(None)
+                if src is not None and table != "_modules":
+                    # get_attr nodes hold this tensor: a replaced parameter needs a new graph
+                    from kiln.capture.guards import Guard, GuardKind
+                    tx.out.guard(Guard(GuardKind.ID, src, value))
                 return _wrap(tx, value, src, module_state=table != "_modules")
     inst_dict = getattr(obj, "__dict__", None)
     entry = class_lookup(type(obj), name)

@@ -41,6 +41,8 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
 def _wrap_tensor(out, value, source, module_state):
     known = out.tensor_by_id.get(id(value))
     if known is not None:
+        if source is not None and known.source is not None and source != known.source and not module_state:
+            out.guard(Guard(GuardKind.SAME, source, known.source))  # the graph has one input for both
         return known
     if source is None:
         # a tensor the program made outside the graph (e.g. a global created at import): a constant

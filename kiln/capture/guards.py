@@ -26,11 +26,12 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
     EMPTY = "empty"          # not value (hook dicts)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
+    SAME = "same"            # value is the object another source reads (aliased inputs)
 
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
-          GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4}
+          GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Guard:
                     f"strides={list(s.strides)}, requires_grad={s.requires_grad}")
         if self.kind is GuardKind.GRAD_MODE:
             return f"torch.is_grad_enabled() is {self.expected}"
+        if self.kind is GuardKind.SAME:
+            return f"{where} is {self.expected.describe()}"
         text = {GuardKind.TYPE: "type is {}", GuardKind.ID: "is the same object ({})",
                 GuardKind.CONST: "== {!r}", GuardKind.LEN: "has length {}", GuardKind.DICT_KEYS: "has keys {}",
                 GuardKind.EMPTY: "is empty{}"}[self.kind]
@@ -106,6 +109,8 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"not {e}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
+    if kind is GuardKind.SAME:
+        return [f"{e} is {x.expr()}"]
     raise AssertionError(kind)
 
 

@@ -1,0 +1,193 @@
+"""Guards and recompiles: each change that matters makes a new entry (and the right answer);
+changes that do not matter reuse the entry; past the cache limit the function runs eagerly with a
+warning that names the failed guard."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import kiln.capture
+from capture_support import Recorder, assert_same
+from kiln.config import CaptureConfig
+
+
+def compiled(fn, **config):
+    kiln.capture.reset()
+    rec = Recorder()
+    return kiln.capture.capture(fn, rec, CaptureConfig(**config)), rec
+
+
+def check(cf, fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(cf(*args), fn(*args))
+
+
+def double(x):
+    return x * 2
+
+
+def with_arg(x, n):
+    return x * n
+
+
+@pytest.mark.parametrize("change", [
+    lambda: torch.randn(5, 4),                                   # sizes
+    lambda: torch.randn(4, 5, dtype=torch.float64),              # dtype
+    lambda: torch.randn(4, 5, requires_grad=True),               # requires_grad
+    lambda: torch.randn(5, 4).t(),                               # strides
+])
+def test_tensor_metadata_change_recompiles(change):
+    cf, rec = compiled(double, dynamic=False)
+    check(cf, double, torch.randn(4, 5))
+    check(cf, double, torch.randn(4, 5))
+    assert len(rec.graphs) == 1
+    check(cf, double, change())
+    assert len(rec.graphs) == 2
+
+
+def test_new_values_same_metadata_reuse_the_entry():
+    cf, rec = compiled(double)
+    for _ in range(3):
+        check(cf, double, torch.randn(4, 5))
+    assert len(rec.graphs) == 1
+
+
+def test_int_argument_is_specialized():
+    cf, rec = compiled(with_arg)
+    check(cf, with_arg, torch.randn(3), 2)
+    check(cf, with_arg, torch.randn(3), 2)
+    check(cf, with_arg, torch.randn(3), 3)
+    check(cf, with_arg, torch.randn(3), 2.5)
+    assert len(rec.graphs) == 3
+
+
+def test_grad_mode_is_guarded():
+    def f(x):
+        return x * 2 if torch.is_grad_enabled() else x * 3
+    cf, rec = compiled(f)
+    x = torch.randn(3)
+    check(cf, f, x)
+    with torch.no_grad():
+        check(cf, f, x)
+    check(cf, f, x)
+    assert len(rec.graphs) == 2
+
+
+SCALE = 2.0
+
+
+def uses_global(x):
+    return x * SCALE
+
+
+def test_global_constant_change_recompiles():
+    global SCALE
+    cf, rec = compiled(uses_global)
+    x = torch.randn(3)
+    check(cf, uses_global, x)
+    SCALE = 5.0
+    try:
+        check(cf, uses_global, x)
+    finally:
+        SCALE = 2.0
+    assert len(rec.graphs) == 2
+
+
+def test_module_training_flag_is_guarded():
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    cf, rec = compiled(m)
+    x = torch.randn(2, 4)
+    m.eval()
+    check(cf, m, x)
+    m.train()
+    torch.manual_seed(0)
+    out = cf(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, m(x))
+    assert len(rec.graphs) == 2
+
+
+def test_replaced_parameter_is_seen():
+    m = nn.Linear(3, 3)
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    check(cf, m, x)
+    m.weight = nn.Parameter(torch.randn(3, 3))
+    check(cf, m, x)
+    assert len(rec.graphs) == 2
+
+
+def test_in_place_parameter_update_needs_no_recompile():
+    m = nn.Linear(3, 3)
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    check(cf, m, x)
+    with torch.no_grad():
+        m.weight.mul_(2)
+    check(cf, m, x)
+    assert len(rec.graphs) == 1
+
+
+def test_hook_added_after_compile_runs():
+    m = nn.Linear(3, 3)
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    check(cf, m, x)
+    m.register_forward_hook(lambda mod, args, out: out * 10)
+    check(cf, m, x)
+    assert len(rec.graphs) == 2
+
+
+def test_dict_keys_and_list_length_are_guarded():
+    def f(d, items):
+        return sum(v for v in d.values()) + len(items)
+    cf, rec = compiled(f)
+    x = torch.randn(3)
+    check(cf, f, {"a": x}, [1])
+    check(cf, f, {"a": x, "b": x}, [1])
+    check(cf, f, {"a": x, "b": x}, [1, 2])
+    assert len(rec.graphs) == 3
+
+
+def test_argument_type_is_guarded():
+    def f(x, y):
+        return x + y
+    cf, rec = compiled(f)
+    x = torch.randn(3)
+    check(cf, f, x, 1)
+    check(cf, f, x, x)
+    check(cf, f, x, [1, 2, 3] and 2)
+    assert len(rec.graphs) == 2 + 1
+
+
+def test_cache_size_limit_falls_back_with_named_guard():
+    cf, rec = compiled(with_arg, cache_size_limit=2)
+    x = torch.randn(3)
+    check(cf, with_arg, x, 1)
+    check(cf, with_arg, x, 2)
+    with pytest.warns(UserWarning, match=r"cache_size_limit.*n == 2"):
+        assert_same(cf(x, 3), with_arg(x, 3))
+    check(cf, with_arg, x, 4)
+    assert len(rec.graphs) == 2
+
+
+def test_aliased_inputs_are_one_graph_input():
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+    cf, rec = compiled(f)
+    x = torch.zeros(3)
+    out = cf(x, x)
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    torch.testing.assert_close(x, torch.ones(3))
+
+
+def test_guard_function_is_one_function():
+    cf, rec = compiled(double)
+    cf(torch.randn(2))
+    src = cf.entries[0].check.__kiln_source__
+    assert src.count("def __kiln_guard") == 1 and "x.size() == (2,)" in src

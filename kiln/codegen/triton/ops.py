@@ -279,7 +279,7 @@ HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan"
 # The GPU versions call libdevice directly and need no other helper.
 GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",)}
 # Ops only libdevice provides; under the interpreter they raise a clear error at print time.
-LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "digamma": "digamma", "nextafter": "nextafter"}
+LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "nextafter": "nextafter"}
 
 
 # ---------------------------------------------------------------------------- the op table
@@ -369,7 +369,6 @@ OPS: dict[str, Printer] = {
     "erfc": _call("_k_erfc"),
     "erfinv": _template("libdevice.erfinv({0})"),
     "lgamma": _template("libdevice.lgamma({0})"),
-    "digamma": _template("libdevice.digamma({0})"),
     "sigmoid": _template("(1.0 / (1.0 + tl.exp(-{0})))"),
     "reciprocal": _template("(1.0 / {0})"),
     "floor": _float_only("tl.floor({0})"),

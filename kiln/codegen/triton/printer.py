@@ -216,6 +216,9 @@ class _KernelPrinter:
         if self.interpret and e.name in ops.LIBDEVICE_ONLY:
             raise NotImplementedError(f"scalar op {e.name!r} needs libdevice, which Triton's interpreter "
                                       f"lacks; run it on a CUDA device or through the C++ backend")
+        if e.name not in ops.OPS:
+            raise NotImplementedError(f"the Triton printer has no scalar op {e.name!r} (libdevice lacks it); "
+                                      f"lowering should decompose it or run it as an extern kernel")
         args = [self.value(a) for a in e.args]
         text = ops.OPS[e.name]([a.text for a in args], [a.dtype for a in args], e.dtype)
         deps = frozenset().union(*(a.deps for a in args)) if args else frozenset()

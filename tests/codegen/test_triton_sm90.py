@@ -1,0 +1,92 @@
+"""The printer's CUDA text, compiled for an H100/H200 (sm_90) without a GPU (`offline`).
+
+The interpreter runs the interpreter flavour of the few libdevice helpers; this compiles the GPU
+flavour of every scalar op, reduction and scan, and checks what copy bandwidth depends on: the
+bandwidth programs (a gelu chain, softmax, layer_norm over 8192 columns) are one kernel each, use
+128-bit loads and stores, and keep the persistent row in registers without spilling.
+"""
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("triton.backends.nvidia")
+
+from kiln.codegen import ir
+from kiln.codegen.triton import ops
+from kiln.codegen.triton.heuristics import LaunchConfig
+from kiln.codegen.triton.offline import compile_for_gpu
+
+F32, I64 = torch.float32, torch.int64
+s0, s1 = ir.size_var("s0"), ir.size_var("s1")
+x0, r0 = ir.loop_var(0), ir.reduction_var(0)
+
+
+def cuda(name, sizes, dtype=F32):
+    return ir.Buffer(name, tuple(sizes), ir.contiguous_strides(sizes), dtype, device="cuda")
+
+
+def test_every_scalar_op_compiles_for_sm90():
+    bufs = {"a": cuda("a", (s0,)), "b": cuda("b", (s0,)), "i": cuda("i", (s0,), I64), "j": cuda("j", (s0,), I64)}
+    a, b = ir.Load("a", x0, F32), ir.Load("b", x0, F32)
+    i, j = ir.Load("i", x0, I64), ir.Load("j", x0, I64)
+    stores = []
+    for name, info in sorted(ir.SCALAR_OPS.items()):
+        if name not in ops.OPS:
+            continue
+        if name in ("rand", "randn"):
+            expr = ir.Op(name, (i, j), F32)
+        elif name in ("bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"):
+            expr = ir.Op(name, (i, j)[:info.arity], I64)
+        elif name == "where":
+            expr = ir.Op(name, (ir.Op("lt", (a, b), torch.bool), a, b), F32)
+        elif name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+                      "isnan", "isinf", "isfinite", "signbit", "logical_not"):
+            expr = ir.Op("to_dtype", (ir.Op(name, (a, b)[:info.arity], torch.bool),), F32)
+        elif name == "bitcast":
+            expr = ir.Op(name, (a,), torch.int32)
+            expr = ir.Op("to_dtype", (expr,), F32)
+        else:
+            expr = ir.Op(name, (a, b)[:info.arity], F32)
+        out = f"o_{name}"
+        bufs[out] = cuda(out, (s0,), F32)
+        stores.append(ir.Store(out, x0, expr))
+    for name in ("floordiv", "remainder", "fmod"):        # integer flavours
+        bufs[f"oi_{name}"] = cuda(f"oi_{name}", (s0,), I64)
+        stores.append(ir.Store(f"oi_{name}", x0, ir.Op(name, (i, j), I64)))
+    kernel = ir.Kernel("every_op", (s0,), (ir.Stage((), tuple(stores)),), tuple(bufs), (s0,))
+    build = compile_for_gpu(kernel, bufs, [4096])
+    assert build.registers is not None and build.spill_bytes == 0
+
+
+@pytest.mark.parametrize("config", [None, LaunchConfig(XBLOCK=1, RBLOCK=1024, num_warps=8, persistent=False)],
+                         ids=["persistent", "looped"])
+def test_reductions_and_scans_compile_for_sm90(config):
+    reductions = ["sum", "max", "min", "prod", "any", "all", "argmax", "argmin", "welford_mean", "welford_m2"]
+    out_dtype = {"any": torch.bool, "all": torch.bool, "argmax": I64, "argmin": I64}
+    bufs = {"a": cuda("a", (s0, s1)), "scan": cuda("scan", (s0, s1))}
+    load = ir.Load("a", x0 * s1 + r0, F32)
+    accs, stores = [], []
+    for op in reductions:
+        bufs[f"o_{op}"] = cuda(f"o_{op}", (s0,), out_dtype.get(op, F32))
+        expr = ir.Op("gt", (load, ir.Constant(0.0, F32)), torch.bool) if op in ("any", "all") else load
+        accs.append(ir.Accumulate(f"v_{op}", op, expr))
+        stores.append(ir.Store(f"o_{op}", x0, ir.Var(f"v_{op}", out_dtype.get(op, F32))))
+    scan = ir.Stage((s1,), (ir.ScanAccumulate("c", "logcumsumexp", load), ir.ScanAccumulate("d", "cummax", load),
+                            ir.Store("scan", x0 * s1 + r0, ir.Op("add", (ir.Var("c", F32), ir.Var("d", F32)), F32))))
+    kernel = ir.Kernel("reduce_scan", (s0,), (ir.Stage((s1,), tuple(accs)), ir.Stage((), tuple(stores)), scan),
+                       tuple(bufs), (s0, s1))
+    build = compile_for_gpu(kernel, bufs, [64, 4096], config=config)
+    assert build.function.endswith("_looped") == (config is not None)
+
+
+def test_bandwidth_programs_are_one_vectorized_kernel_each_without_spills():
+    from kiln.codegen.triton.offline import _bandwidth_kernels
+    for name, (kernels, buffers) in _bandwidth_kernels(8192).items():
+        assert len(kernels) == 1, f"{name}: {len(kernels)} kernels"
+        build = compile_for_gpu(kernels[0], buffers, [8192] * len(kernels[0].size_args))
+        assert build.vector_loads and build.vector_stores and not build.scalar_loads, \
+            f"{name}: {sorted(build.memory_ops())}"
+        assert build.spill_bytes == 0, f"{name}: spills {build.spill_bytes} bytes at {build.config.describe()}"
+        if name != "gelu chain":
+            assert build.config.persistent and build.config.RBLOCK == 8192

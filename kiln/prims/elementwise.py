@@ -163,6 +163,7 @@ BINARY = {
                               torch.special.hermite_polynomial_he, FLOAT),
     "laguerre_polynomial_l": ("Laguerre polynomial L_b(a)", torch.special.laguerre_polynomial_l, FLOAT),
     "legendre_polynomial_p": ("Legendre polynomial P_b(a)", torch.special.legendre_polynomial_p, FLOAT),
+    "gcd": ("greatest common divisor (non-negative)", torch.gcd, INTEGRAL),
     "bitwise_and": ("bitwise and (logical and on bool)", torch.bitwise_and, INTEGRAL),
     "bitwise_or": ("bitwise or (logical or on bool)", torch.bitwise_or, INTEGRAL),
     "bitwise_xor": ("bitwise xor (logical xor on bool)", torch.bitwise_xor, INTEGRAL),

@@ -34,6 +34,11 @@ PASSTHROUGH = {
     aten.set_.source_Tensor,
     aten.resize_.default,
     aten.resize_as_.default,
+    # in-place view ops change only self's sizes and strides; aot rewrites them as views
+    aten.squeeze_.default, aten.squeeze_.dim, aten.squeeze_.dims, aten.unsqueeze_.default,
+    aten.transpose_.default, aten.t_.default, aten.as_strided_.default, aten.swapdims_.default,
+    aten.swapaxes_.default,
+    aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default,
 }
 
 
@@ -71,6 +76,12 @@ def _functional_overload(func):
     return None, None
 
 
+def _overlaps(result, out) -> bool:
+    outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if isinstance(o, torch.Tensor)]
+    ptr = result.untyped_storage().data_ptr()
+    return any(o.untyped_storage().data_ptr() == ptr for o in outs)
+
+
 def _meta_copy(a):
     if not isinstance(a, torch.Tensor):
         return a
@@ -105,12 +116,12 @@ class PrimEvaluator(TorchDispatchMode):
         if decomposition is not None:
             with self:  # re-enter, so ATen ops a decomposition calls are decomposed in turn
                 return decomposition(*args, **kwargs)
-        functional, kind = _functional_overload(func)
-        if functional is not None and (functional in self.table or functional in PRIM_OF_OP):
-            return self._via_functional(functional, kind, args, kwargs)
         if func in PASSTHROUGH:
             self.log.passthrough[str(func)] += 1
             return func(*args, **kwargs)
+        functional, kind = _functional_overload(func)
+        if functional is not None and (functional in self.table or functional in PRIM_OF_OP):
+            return self._via_functional(functional, kind, args, kwargs)
         self.log.undecomposed[str(func)] += 1
         if self.strict:
             raise UndecomposedOp(f"kiln prims: ATen op {func} has no decomposition into prims and is not an "
@@ -124,6 +135,7 @@ class PrimEvaluator(TorchDispatchMode):
         with self:
             result = functional(*args, **kwargs)
         # The copy back is the evaluator's business, not a graph op: write with the mode off.
+        result = tree_map(lambda r: r.clone() if isinstance(r, torch.Tensor) and _overlaps(r, out) else r, result)
         if isinstance(out, torch.Tensor):
             if kind == "out" and out.shape != result.shape:
                 out.resize_(result.shape)

@@ -72,12 +72,17 @@ def _arg_meta(name: str):
     return meta
 
 
+def _orderable(a):
+    # ATen's argmax refuses bool; as a prim, bool orders False < True like uint8.
+    return a.to(torch.uint8) if a.dtype == torch.bool else a
+
+
 define("argmax(Tensor a, int dim) -> Tensor", Category.REDUCTION,
        "position of the first maximum along dim (NaN counts as maximal)", _arg_meta("argmax"),
-       lambda a, dim: torch.argmax(a, dim), (torch.Tag.reduction,))
+       lambda a, dim: torch.argmax(_orderable(a), dim), (torch.Tag.reduction,))
 define("argmin(Tensor a, int dim) -> Tensor", Category.REDUCTION,
        "position of the first minimum along dim (NaN counts as minimal)", _arg_meta("argmin"),
-       lambda a, dim: torch.argmin(a, dim), (torch.Tag.reduction,))
+       lambda a, dim: torch.argmin(_orderable(a), dim), (torch.Tag.reduction,))
 
 
 def _scan_meta(name: str, with_indices: bool):

@@ -49,7 +49,7 @@ BINARY = {
     aten.atan2: (p.atan2, F), aten.fmod: (p.fmod, N), aten.remainder: (p.remainder, N),
     aten.hypot: (p.hypot, F), aten.nextafter: (p.nextafter, N), aten.copysign: (p.copysign, F),
     aten.igamma: (p.igamma, F), aten.igammac: (p.igammac, F), aten.special_zeta: (p.zeta, F),
-    aten.bitwise_and: (p.bitwise_and, N), aten.bitwise_or: (p.bitwise_or, N),
+    aten.gcd: (p.gcd, N), aten.bitwise_and: (p.bitwise_and, N), aten.bitwise_or: (p.bitwise_or, N),
     aten.bitwise_xor: (p.bitwise_xor, N), aten.bitwise_left_shift: (p.shift_left, N),
     aten.bitwise_right_shift: (p.shift_right, N), aten.__lshift__: (p.shift_left, N),
     aten.__rshift__: (p.shift_right, N),
@@ -179,11 +179,9 @@ def true_divide(a, b):
 
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
 def pow(a, b):
-    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, torch.Tensor):
-        if b == 2:
-            return elementwise(p.mul, a, a)
-        if b == 1:
-            return elementwise(p.mul, a, 1) if a.dtype != torch.bool else convert(a, torch.int64)
+    if isinstance(b, (int, float)) and not isinstance(b, bool) and isinstance(a, torch.Tensor) and b == 2:
+        a = convert(a, result_dtype(a, b))
+        return elementwise(p.mul, a, a)
     return elementwise(p.pow, a, b)
 
 
@@ -534,3 +532,13 @@ def angle(a):
 @register(aten.positive.default)
 def positive(a):
     return a
+
+
+@register(aten.lcm.default)
+def lcm(a, b):
+    def fn(x, y):
+        g = p.gcd(x, y)
+        zero = scalar_tensor(0, g)
+        safe = p.where(p.eq(g, zero), scalar_tensor(1, g), g)
+        return p.abs(p.mul(p.div(x, safe), y))
+    return elementwise(fn, a, b, promotion=N)

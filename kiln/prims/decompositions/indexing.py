@@ -146,7 +146,7 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
 @register(aten.index_select.default)
 def index_select(a, dim, index):
     if a.ndim == 0:
-        return p.view(a, [1] * index.ndim) if index.ndim else p.copy_strided(a, [])
+        return p.copy_strided(a, [])
     dim = canonical_dim(dim, a.ndim)
     indices = [None] * dim + [reshape(index, [-1])]
     return index(a, indices)
@@ -179,7 +179,9 @@ def index_copy(a, dim, index, source):
 @register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 def index_fill(a, dim, index, value):
     if a.ndim == 0:
-        return p.copy_strided(convert(as_tensor_value(value, a), a.dtype), [])
+        v = as_tensor_value(value, a)
+        v = convert(p.view(v, []), a.dtype) if isinstance(v, torch.Tensor) else full([], v, a.dtype, a.device)
+        return p.copy_strided(v, [])
     dim = canonical_dim(dim, a.ndim)
     flat = reshape(index, [-1])
     shape = list(a.shape)
@@ -196,6 +198,10 @@ def as_tensor_value(value, like):
 
 @register(aten.index_reduce.default)
 def index_reduce(a, dim, index, source, reduce, *, include_self=True):
+    if a.ndim == 0:
+        out = index_reduce(p.view(a, [1]), 0, reshape(index, [1]), reshape(source, [1]), reduce,
+                           include_self=include_self)
+        return p.view(out, [])
     dim = canonical_dim(dim, a.ndim)
     shape = [1] * a.ndim
     shape[dim] = index.shape[0] if index.ndim else 1

@@ -339,9 +339,17 @@ def prelu_backward(grad, a, weight):
 
 @register(aten.rrelu_with_noise.default)
 def rrelu_with_noise(a, noise, lower=1 / 8, upper=1 / 3, training=False, generator=None):
-    if training:
-        raise NotImplementedError("rrelu in training mode draws noise in place; not decomposed")
-    return leaky_relu(a, (lower + upper) / 2)
+    if not training:
+        return leaky_relu(a, (lower + upper) / 2)
+    # negative inputs get a slope drawn from U(lower, upper); eager writes the slopes into `noise`
+    compute = computation_dtype(a.dtype)
+    x = convert(a, compute)
+    u = p.uniform(list(a.shape), dtype=compute, device=a.device)
+    slope = p.add(p.mul(u, _s(u, upper - lower)), _s(u, lower))
+    negative = p.le(x, _s(x, 0))
+    r = p.where(negative, slope, _s(x, 1))
+    noise.copy_(convert(r, noise.dtype))
+    return convert(p.mul(x, r), a.dtype)
 
 
 @register(aten.rrelu_with_noise_backward.default)
@@ -414,3 +422,16 @@ def log_softmax_backward(grad, out, dim, input_dtype):
     kept = [i for i in range(y.ndim) if i != dim]
     s = p.broadcast_in_dim(p.sum(g, [dim]), list(y.shape), kept)
     return convert(p.sub(g, p.mul(p.exp(y), s)), input_dtype)
+
+
+@register(aten._trilinear.default)
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    def spread(t, dims):
+        for d in sorted(dims):
+            shape = list(t.shape)
+            shape.insert(d, 1)
+            t = p.broadcast_in_dim(t, shape, [i for i in range(len(shape)) if i != d])
+        return t
+    a, b, c = spread(i1, expand1), spread(i2, expand2), spread(i3, expand3)
+    prod = elementwise(p.mul, elementwise(p.mul, a, b), c)
+    return p.sum(prod, sorted(sumdim)) if sumdim else prod

@@ -123,7 +123,9 @@ def native_batch_norm(a, weight, bias, running_mean, running_var, training, mome
         running_var.copy_(new_var)
     if not training:
         return out, _empty_stat(a), _empty_stat(a)
-    return out, save_mean, save_invstd
+    # eager keeps the statistics in the running buffers' dtype (the input's when there are none)
+    stat_dtype = running_mean.dtype if running_mean is not None else a.dtype
+    return out, convert(save_mean, stat_dtype), convert(save_invstd, stat_dtype)
 
 
 @register(aten._native_batch_norm_legit.default)

@@ -334,3 +334,68 @@ def logcumsumexp(a, dim):
 def trace(a):
     from kiln.prims.decompositions.shapes import diagonal
     return reduce_sum(diagonal(a), None)
+
+
+def _sorted_along(a, dim):
+    values, indices = p.sort(a, dim, False)
+    return values, indices
+
+
+def _pick(t, dim, k):
+    """t[..., k, ...] along dim; k an int or an int64 tensor of t's shape without dim."""
+    if isinstance(k, int):
+        return p.squeeze(p.slice(t, dim, k, k + 1, 1), [dim])
+    shape = list(t.shape)
+    shape[dim] = 1
+    return p.squeeze(p.gather(t, dim, p.broadcast_in_dim(k, shape, [i for i in range(t.ndim) if i != dim])), [dim])
+
+
+def _median(a, dim, ignore_nan):
+    """(values, indices) of the lower median along dim (a has at least one dim)."""
+    n = a.shape[dim]
+    values, indices = _sorted_along(a, dim)
+    if not is_float(a.dtype):
+        k = (n - 1) // 2
+        return _pick(values, dim, k), _pick(indices, dim, k)
+    nan = p.isnan(a)
+    kept_shape = [s for i, s in enumerate(a.shape) if i != dim]
+    if ignore_nan:
+        # NaNs sort last: the median of the c non-NaN values sits at (c - 1) // 2
+        count = p.sum(p.convert_element_type(p.bitwise_not(nan), torch.int64), [dim])
+        k = p.div(p.maximum(p.sub(count, full(kept_shape, 1, torch.int64, a.device)),
+                            full(kept_shape, 0, torch.int64, a.device)), full(kept_shape, 2, torch.int64, a.device))
+        return _pick(values, dim, k), _pick(indices, dim, k)
+    k = (n - 1) // 2
+    has_nan = p.amax(nan, [dim])
+    first_nan = p.argmax(nan, dim)
+    v = p.where(has_nan, full(kept_shape, math.nan, a.dtype, a.device), _pick(values, dim, k))
+    i = p.where(has_nan, first_nan, _pick(indices, dim, k))
+    return v, i
+
+
+@register(aten.median.default)
+def median(a):
+    return _median(reshape(a, [-1]), 0, False)[0]
+
+
+@register(aten.nanmedian.default)
+def nanmedian(a):
+    return _median(reshape(a, [-1]), 0, True)[0]
+
+
+@register(aten.median.dim)
+def median_dim(a, dim, keepdim=False):
+    return _median_dim(a, dim, keepdim, False)
+
+
+@register(aten.nanmedian.dim)
+def nanmedian_dim(a, dim, keepdim=False):
+    return _median_dim(a, dim, keepdim, True)
+
+
+def _median_dim(a, dim, keepdim, ignore_nan):
+    if a.ndim == 0:
+        return p.copy_strided(a, []), full([], 0, torch.int64, a.device)
+    dim = canonical_dim(dim, a.ndim)
+    v, i = _median(a, dim, ignore_nan)
+    return restore_dims(v, a, [dim], keepdim), restore_dims(i, a, [dim], keepdim)

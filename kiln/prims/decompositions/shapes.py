@@ -650,3 +650,80 @@ def _tri_indices_unsupported(*args, **kwargs):
 
 
 del DECOMPOSITIONS[aten.tril_indices.default], DECOMPOSITIONS[aten.triu_indices.default]
+
+
+@register(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
+def linspace_tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """linspace with 0-d tensor bounds: the same two-sided formula as `linspace`, on tensors."""
+    dtype = _dtype(dtype)
+    some = start if isinstance(start, torch.Tensor) else end
+    device = _device(device) if device is not None else some.device
+    compute = torch.float64 if dtype == torch.float64 or not dtype.is_floating_point else torch.float32
+
+    def bound(v):
+        t = convert(v, compute) if isinstance(v, torch.Tensor) else p.full([], v, dtype=compute, device=device)
+        return p.broadcast_in_dim(p.view(t, []), [steps], [])
+    lo, hi = bound(start), bound(end)
+    if steps == 1:
+        return p.convert_element_type(lo, dtype)
+    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), compute)
+    step = p.div(p.sub(hi, lo), p.full([steps], steps - 1, dtype=compute, device=device))
+    fwd = p.add(lo, p.mul(step, i))
+    bwd = p.sub(hi, p.mul(step, p.sub(p.full([steps], steps - 1, dtype=compute, device=device), i)))
+    out = p.where(p.lt(i, p.full([steps], steps // 2, dtype=compute, device=device)), fwd, bwd)
+    if not dtype.is_floating_point:
+        out = p.trunc(out)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
+def logspace_tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _dtype(dtype)
+    compute = torch.float64 if not dtype.is_floating_point else dtype
+    exps = linspace_tensor(start, end, steps, dtype=compute, device=device)
+    out = p.pow(p.full([steps], base, dtype=compute, device=exps.device), exps)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten.diag_embed.default)
+def diag_embed(a, offset=0, dim1=-2, dim2=-1):
+    n = a.shape[-1] + abs(offset)
+    ndim = a.ndim + 1
+    d1, d2 = canonical_dim(dim1, ndim), canonical_dim(dim2, ndim)
+    if d1 > d2:
+        d1, d2, offset = d2, d1, -offset
+    # out[..., i, j] = a[..., min(i, j)] where j - i == offset: broadcast a along the other dim
+    batch = [i for i in range(ndim) if i not in (d1, d2)]
+    shape = [0] * ndim
+    for pos, i in enumerate(batch):
+        shape[i] = a.shape[pos]
+    shape[d1] = shape[d2] = n
+    r = p.broadcast_in_dim(p.iota(n, start=0, step=1, dtype=torch.int64, device=a.device), [n, n], [0])
+    c = p.broadcast_in_dim(p.iota(n, start=0, step=1, dtype=torch.int64, device=a.device), [n, n], [1])
+    on_diag = p.eq(p.sub(c, r), p.full([n, n], offset, dtype=torch.int64, device=a.device))
+    mask = p.broadcast_in_dim(on_diag, shape, [d1, d2])
+    # the diagonal element k lives at row k (offset >= 0) or column k (offset < 0)
+    along = d1 if offset >= 0 else d2
+    other = d2 if offset >= 0 else d1
+    src = p.pad(a, 0, [0] * a.ndim, [0] * (a.ndim - 1) + [abs(offset)], [0] * a.ndim) if offset else a
+    values = p.broadcast_in_dim(src, shape, batch + [along] if along > max(batch, default=-1) else
+                                sorted(batch + [along]))
+    return p.where(mask, values, full(shape, 0, a.dtype, a.device))
+
+
+@register(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full(list(size), 0, dtype=_dtype(dtype), device=_device(device))
+
+
+@register(aten.block_diag.default)
+def block_diag(tensors):
+    mats = [t if t.ndim == 2 else reshape(t, [1, -1]) if t.ndim == 1 else reshape(t, [1, 1]) for t in tensors]
+    dtype = result_dtype(*mats)
+    cols = sum(m.shape[1] for m in mats)
+    rows, left = [], 0
+    for m in mats:
+        right = cols - left - m.shape[1]
+        rows.append(p.pad(convert(m, dtype), 0, [0, left], [0, right], [0, 0]))
+        left += m.shape[1]
+    return p.cat(rows, 0) if len(rows) > 1 else rows[0]

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.capture import examples
+from kiln.capture.examples import Examples
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind, TensorSpec
 from kiln.capture.sources import Source
@@ -60,6 +60,7 @@ class OutputGraph:
         self.grad_enabled = torch.is_grad_enabled()
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
+        self.examples = Examples()
 
     def globals_name(self, g: dict) -> str:
         name = self._globals_ids.get(id(g))
@@ -75,19 +76,30 @@ class OutputGraph:
     def tensor_input(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         name = _identifier(source.expr())
         node = self.graph.placeholder(name)
+        name = node.name  # unique in the graph, so unique in the ShapeEnv
         # placeholders go first: move it before any non-placeholder node
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is not None:
             first_op.prepend(node)
-        example = examples.from_real(value)
+        dims = self.dynamic_dims_of(source, value)
+        example = self.examples.from_real(value, name, dims)
         node.meta["example_value"] = example
         node.meta["python_type"] = type(value)
         node.meta["source"] = source
         var = V.TensorVar(node, example, source=source)
         self.inputs.append((source, var))
+        sizes = tuple(None if d in dims and n > 1 else n for d, n in enumerate(value.size()))
+        strides = tuple(s if isinstance(s, int) else None for s in example.stride())
         self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(
-            value.dtype, value.device, tuple(value.size()), tuple(value.stride()), value.requires_grad)))
+            value.dtype, value.device, sizes, strides, value.requires_grad)))
         return var
+
+    def dynamic_dims_of(self, source: Source, value: torch.Tensor) -> tuple[int, ...]:
+        if self.dynamic is False or value.dim() == 0:
+            return ()
+        if self.dynamic is True:
+            return tuple(range(value.dim()))
+        return tuple(d for s, d in self.dynamic_dims if s == source and d < value.dim())
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""
@@ -100,7 +112,7 @@ class OutputGraph:
             self.attrs[name] = value
             self._attr_names[id(value)] = name
         node = self.graph.get_attr(name)
-        example = examples.from_real(value)
+        example = self.examples.from_real(value, "attr_" + name)
         node.meta["example_value"] = example
         node.meta["python_type"] = type(value)
         return V.TensorVar(node, example, source=source)
@@ -111,11 +123,9 @@ class OutputGraph:
         node = self.graph.create_node(kind, target, args, kwargs)
         ex_args, ex_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["example_value"], (args, kwargs))
         if kind == "call_method":
-            self_ex = ex_args[0]
-            fn = getattr(self_ex, target)
-            result = examples.run(fn, ex_args[1:], ex_kwargs, method_name=target)
+            result = self.examples.run(getattr(ex_args[0], target), ex_args[1:], ex_kwargs)
         else:
-            result = examples.run(target, ex_args, ex_kwargs)
+            result = self.examples.run(target, ex_args, ex_kwargs)
         node.meta["example_value"] = result
         return node, result
 

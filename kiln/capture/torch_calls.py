@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
+from kiln.errors import KilnError
 
 # torch functions answered at capture time (no node): their value never depends on tensor data
 FOLDED = {
@@ -89,7 +90,7 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
     fx_kwargs = {k: to_fx(tx, v) for k, v in kwargs.items()}
     try:
         node, example = tx.out.call(kind, target, fx_args, fx_kwargs)
-    except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as e:
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError, KilnError) as e:
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "

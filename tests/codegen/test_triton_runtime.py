@@ -113,3 +113,31 @@ def test_index_math_widens_to_int64_only_for_buffers_past_2_to_the_31():
     assert fn.plan((8192, 8192), []).index_dtype == tl.int32      # planned only: nothing is launched
     assert fn.plan((65536, 32768), []).index_dtype == tl.int64
     assert fn.plan((0, 5), []) is None                             # empty output: no launch at all
+
+
+def test_static_cuda_kernels_are_precompiled_with_their_first_launch_arguments(monkeypatch):
+    # No GPU here: record the warmup calls (Triton's JIT warmup needs a driver) and check they
+    # bind to the printed signature with the launch's numels and constexprs.
+    import inspect
+
+    from kiln.codegen.triton import launcher
+    calls = []
+
+    def fake_warmup(self):
+        plan = self.plans[()] = self.plan((), ())
+        fn = plan.fn
+        inspect.signature(fn.fn).bind(*self.arg_dtypes, *plan.numels, XBLOCK=plan.config.XBLOCK,
+                                      RBLOCK=plan.config.RBLOCK, INDEX_DTYPE=plan.index_dtype)
+        calls.append((self.layout.name, plan.numels, tuple(self.arg_dtypes)))
+
+    monkeypatch.setattr(launcher.TritonKernel, "warmup", fake_warmup)
+    static = {"a": ir.Buffer("a", (6, 40), (40, 1), torch.bfloat16, device="cuda"),
+              "o": ir.Buffer("o", (6,), (1,), torch.float32, device="cuda")}
+    r0 = ir.reduction_var(0)
+    k_static = ir.Kernel("rowsum", (6,), (ir.Stage((40,), (ir.Accumulate("t", "sum", ir.Load("a", x0 * 40 + r0, torch.bfloat16)),)),
+                                          ir.Stage((), (ir.Store("o", x0, ir.Var("t", torch.float32)),))), ("a", "o"), ())
+    symbolic = {"b": ir.Buffer("b", (s0,), (1,), torch.float32, device="cuda")}
+    k_symbolic = ir.Kernel("fill", (s0,), (ir.Stage((), (ir.Store("b", x0, ir.Constant(1.0, torch.float32)),)),), ("b",), (s0,))
+    fns = build([k_static, k_symbolic], {**static, **symbolic})
+    assert calls == [("rowsum", (6, 40), (torch.bfloat16, torch.float32))]
+    assert () in fns["rowsum"].plans and not fns["fill"].plans

@@ -8,13 +8,16 @@ call with given size ints it makes a `_Plan`: `xnumel`/`rnumel`s from the sizes,
 the grid (`ceil(xnumel / XBLOCK)` programs) and the index dtype (int64 only when a buffer spans
 2**31 elements); later calls with those sizes only look the plan up and launch.
 
-CUDA kernels compile on first launch (Triton caches the binaries on disk); `build(...,
-workers=N)` prints and loads sources in parallel threads.
+CUDA kernels of static sizes compile in parallel inside `build` (`precompile`); kernels with
+symbolic sizes compile at their first launch (a symbolic size's specialization, divisible by 16 or
+not, is known only then). Triton caches the binaries on disk either way.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import warnings
 import weakref
 from typing import Callable, Mapping, Sequence
 
@@ -91,6 +94,8 @@ class TritonKernel:
         self.looped_fn = getattr(module, f"{self.layout.name}_looped", None)
         self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
         self.n_buffers = len(kernel.buffer_args)
+        self.arg_dtypes = [(buffers or {})[b].dtype if b in (buffers or {}) else torch.float32
+                           for b in kernel.buffer_args]
         self.autotune = autotune
         self.configs: dict[tuple, LaunchConfig] = {}     # numels -> config (autotune or heuristic)
         self.plans: dict[tuple, _Plan | None] = {}        # size ints -> plan (None: nothing to do)
@@ -136,6 +141,15 @@ class TritonKernel:
         fn[grid](*args, *numels, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK, INDEX_DTYPE=tl.int32,
                  num_warps=config.num_warps, num_stages=config.num_stages)
 
+    def warmup(self) -> None:
+        """Compile the first launch's binary of a kernel with static sizes, without launching."""
+        plan = self.plans[()] = self.plan((), ())
+        if plan is None:
+            return
+        c = plan.config
+        plan.fn.warmup(*self.arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
+                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages)
+
     def __call__(self, *args):
         sizes = args[self.n_buffers:]
         plan = self.plans.get(sizes, False)
@@ -148,22 +162,56 @@ class TritonKernel:
                            num_warps=c.num_warps, num_stages=c.num_stages)
 
 
+def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
+    """Compile CUDA kernels whose sizes are all static, in parallel, before their first launch.
+
+    Each kernel's first-launch plan is made now and warmed up through Triton's `AsyncCompileMode`
+    (a thread pool; Triton 3.4+), which compiles with the specialization a launch with 16-byte
+    aligned tensors would get and files each binary where that launch looks first. Kernels with
+    symbolic sizes or under autotune compile at their first launch as usual. A failure here is
+    not an error (the launch compiles again and reports it): the names of failed kernels are
+    returned and logged.
+    """
+    ready = [k for k in kernels if not k.interpret and not k.layout.size_args and not k.autotune]
+    if not ready:
+        return []
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:             # older Triton: each kernel compiles at its first launch
+        return []
+    failed = []
+    with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+        try:
+            with AsyncCompileMode(pool, ignore_errors=True):
+                for kernel in ready:
+                    try:
+                        kernel.warmup()
+                    except Exception as e:
+                        failed.append(f"{kernel.layout.name}: {type(e).__name__}: {e}")
+        except Exception as e:
+            failed.append(f"parallel compile: {type(e).__name__}: {e}")
+    if failed:
+        warnings.warn("kiln could not precompile Triton kernels (they compile at first launch instead): "
+                      + "; ".join(failed))
+    return failed
+
+
 def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
     """CPU buffers run under Triton's interpreter; CUDA buffers compile for the GPU."""
     return not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args if b in buffers)
 
 
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotune: bool = False,
-          workers: int = 1) -> dict[str, TritonKernel]:
-    """Print and load every kernel; the printer interface of `kiln.codegen.ir`."""
+          workers: int | None = None) -> dict[str, TritonKernel]:
+    """Print and load every kernel, then compile the static-size CUDA ones in parallel
+    (`workers` threads; default: the machine's cores, at most 16). The printer interface of
+    `kiln.codegen.ir`."""
+    workers = workers or min(16, os.cpu_count() or 1)
 
     def one(kernel: ir.Kernel) -> TritonKernel:
         interpret = interpret_for(kernel, buffers)
         return TritonKernel(kernel, print_kernel(kernel, buffers, interpret), interpret, autotune, buffers)
 
-    if workers > 1 and len(kernels) > 1:
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            built = list(pool.map(one, kernels))
-    else:
-        built = [one(k) for k in kernels]
+    built = [one(k) for k in kernels]
+    precompile(built, workers)
     return {k.name: b for k, b in zip(kernels, built)}

@@ -68,6 +68,17 @@ EXTERNS = {
     aten.linalg_ldl_solve.default: "solve with an LDL factorization",
     aten.linalg_lstsq.default: "least-squares solution",
     aten.linalg_matrix_exp.default: "matrix exponential",
+    aten.cholesky.default: "Cholesky factorization (legacy form)",
+    aten.linalg_pinv.atol_rtol_tensor: "pseudo-inverse",
+    aten.histogram.bin_ct: "histogram with a bin count (data-dependent edges)",
+    aten._histogramdd_bin_edges.default: "bin edges of a multi-dimensional histogram",
+    aten._histogramdd_from_bin_cts.default: "multi-dimensional histogram from bin counts",
+    aten._embedding_bag.default: "embedding bags with sum, mean or max pooling over offsets",
+    aten._embedding_bag_forward_only.default: "embedding bags, inference form",
+    aten._embedding_bag_backward.default: "gradient of embedding bags",
+    aten._embedding_bag_per_sample_weights_backward.default: "gradient of embedding-bag sample weights",
+    aten._ctc_loss.default: "connectionist temporal classification loss",
+    aten._ctc_loss_backward.default: "gradient of the CTC loss",
 }
 
 EXTERN_OF_ATEN: dict = {}

@@ -83,6 +83,7 @@ class TensorInput:
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _SYMBOLIC_DIR = os.path.dirname(__file__)
 _KILN_DIR = os.path.dirname(_SYMBOLIC_DIR)
+_SYM_WRAPPERS = (os.path.join("torch", "__init__.py"), "sym_node.py", "symbolic_shapes.py")
 
 
 def _locate() -> tuple[str | None, str | None]:
@@ -92,7 +93,8 @@ def _locate() -> tuple[str | None, str | None]:
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_TORCH_DIR):
-            if kernel is None:
+            # torch's SymInt wrappers (torch/__init__.py, sym_node.py) only forward the question.
+            if kernel is None and not filename.endswith(_SYM_WRAPPERS):
                 kernel = f"{filename[len(_TORCH_DIR) - 5:]}:{frame.f_lineno}"
         elif not filename.startswith(_KILN_DIR) and "<frozen" not in filename:
             return f"{filename}:{frame.f_lineno}", kernel

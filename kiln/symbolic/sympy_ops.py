@@ -233,6 +233,8 @@ def to_python(expr: sympy.Basic, names: Mapping[sympy.Symbol, str]) -> str:
             if e not in names:
                 raise KeyError(f"symbol {e} has no source among the guard function's inputs")
             return names[e]
+        if isinstance(e, sympy.Piecewise):      # its args are (expr, cond) pairs, not exprs
+            return _print_piecewise(e, [], p)
         for klass in type(e).__mro__:
             printer = _PRINTERS.get(klass)
             if printer is not None:

@@ -259,3 +259,31 @@ def test_reduction_over_outer_dim_and_full_reduction():
         fns["total"](a, total, *shape)
         torch.testing.assert_close(out, a.double().sum(0).float())
         torch.testing.assert_close(total, a.max())
+
+
+def test_gather_iota_fill_and_random():
+    # out[i, j] = table[idx[i], j] + j (iota), fill[i] = 3, rnd[i] = rand(seed, i)
+    bufs = {"table": contiguous("table", (s1, s0)), "idx": contiguous("idx", (s0,), I64),
+            "out": contiguous("out", (s0, s0)), "fill": contiguous("fill", (s0,)), "rnd": contiguous("rnd", (s0,)),
+            "seed": contiguous("seed", (), I64)}
+    t0 = ir.indirect_var(0)
+    gather = ir.Load("table", t0 * s0 + x1, F32, indirect=((t0, ir.Load("idx", x0, I64)),))
+    iota = ir.IndexValue(x1, F32)
+    pointwise = pointwise_kernel("gather", [ir.Store("out", x0 * s0 + x1, ir.Op("add", (gather, iota), F32))],
+                                 ["table", "idx", "out"], ranges=(s0, s0), sizes=(s0,))
+    offsets = ir.Op("add", (ir.IndexValue(x0, I64), ir.Constant(7, I64)), I64)
+    other = ir.Kernel("fill_rand", (s0,), (ir.Stage((), (
+        ir.Store("fill", x0, ir.Constant(3.0, F32)),
+        ir.Store("rnd", x0, ir.Op("rand", (ir.Load("seed", sympy.Integer(0), I64), offsets), F32)))),),
+        ("fill", "rnd", "seed"), (s0,))
+    n, vocab = 6, 11
+    table, idx = torch.randn(vocab, n), torch.randint(0, vocab, (n,))
+    out, fill, rnd, rnd2 = torch.empty(n, n), torch.empty(n), torch.empty(n), torch.empty(n)
+    fns = build([pointwise, other], bufs)
+    fns["gather"](table, idx, out, n)
+    torch.testing.assert_close(out, table[idx] + torch.arange(n, dtype=F32))
+    seed = torch.tensor(1234)
+    fns["fill_rand"](fill, rnd, seed, n)
+    fns["fill_rand"](fill, rnd2, seed, n)
+    assert torch.equal(fill, torch.full((n,), 3.0))
+    assert torch.equal(rnd, rnd2) and ((rnd >= 0) & (rnd < 1)).all() and rnd.unique().numel() == n

@@ -60,7 +60,10 @@ def _extent(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> sympy.Expr:
         end = ir.as_expr(buf.offset) + 1
         for size, stride in zip(buf.sizes, buf.strides):
             end = end + (ir.as_expr(size) - 1) * sympy.Abs(ir.as_expr(stride))
-        ends.append(end)
+        # A size the kernel is not passed cannot be evaluated at launch; such a buffer is reached
+        # only through indices of passed sizes or loaded values (gathers), so it is left out.
+        if end.free_symbols <= set(kernel.size_args):
+            ends.append(end)
     return sympy.Max(*ends) if len(ends) > 1 else (ends[0] if ends else sympy.Integer(1))
 
 

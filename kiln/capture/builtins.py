@@ -66,7 +66,8 @@ def _len(tx, args, kwargs):
     if isinstance(v, V.TensorVar):
         if v.example.dim() == 0:
             tx.raise_(TypeError, "len() of a 0-d tensor")
-        return V.Constant(v.example.size(0))
+        from kiln.capture.torch_calls import tensor_method
+        return tensor_method(tx, "size", [v, V.Constant(0)], {})
     if isinstance(v, V.Constant):
         return _fold(tx, len, args, kwargs)
     if isinstance(v, V.ObjectVar) and isinstance(v.value, torch.nn.Module):

@@ -26,7 +26,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
-from kiln.capture.guards import Guard, compile_guards
+from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, GraphBreak, ObservedException, Tracer
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
@@ -86,9 +86,10 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
 
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
-                dynamic: bool | None) -> TraceResult:
-    """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`."""
-    out = OutputGraph(fn.__globals__, dynamic=dynamic)
+                dynamic: bool | None, dynamic_dims: frozenset = frozenset()) -> TraceResult:
+    """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`.
+    `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes."""
+    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
         locals_[name] = wrap(out, value, LocalSource(name))
@@ -312,6 +313,13 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)
     guard_bindings = {**out.globals_dicts, "__fn": fn}
-    check = compile_guards(out.guards, params, guard_bindings)
+    guards = list(out.guards)
+    env = out.examples.shape_env
+    if any(e is None for g in guards if g.kind is GuardKind.TENSOR for e in g.expected.sizes):
+        # symbolic sizes: the ShapeEnv's guards (relations between symbols) over the same inputs
+        names = [var.node.name for _, var in out.inputs]
+        guards.append(Guard(GuardKind.SHAPES, None, (env.guard_function(*names), tuple(s for s, _ in out.inputs),
+                                                     env.format_guards())))
+    check = compile_guards(guards, params, guard_bindings)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
-    return Entry(check, run, list(out.guards), gm, trace.break_reason, run.__kiln_source__)
+    return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)

@@ -61,6 +61,7 @@ class CompiledFunction:
         self.config = config
         self.entries: list[Entry] = []
         self.warned_limit = False
+        self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         self.__kiln_original__ = fn
@@ -92,15 +93,38 @@ class CompiledFunction:
                     _emit(Event("eager", _name(self.fn), f"cache_size_limit reached; failed guard: {reason}"))
                 return self.fn(*args, **kwargs)
             _emit(Event("recompile", _name(self.fn), reason))
+            if self.config.dynamic is None:
+                self.dynamic_dims |= self._changed_dims(self.entries[-1], args, kwargs)
         entry = self._compile(args, kwargs)
         self.entries.append(entry)
         return entry.run(*args, **kwargs)
+
+    def _changed_dims(self, entry: Entry, args, kwargs) -> frozenset:
+        """Dims of tensor inputs whose size differs from `entry`'s while all else matches."""
+        from kiln.capture.convert import compile_source
+        from kiln.capture.guards import GuardKind
+        changed = set()
+        for guard in entry.guards:
+            if guard.kind is not GuardKind.TENSOR:
+                continue
+            read = compile_source("__kiln_read", self.params, [f"return {guard.source.expr()}"],
+                                  dict(entry.check.__kiln_bindings__), "<kiln read>", self.fn)
+            try:
+                value = read(*args, **kwargs)
+            except Exception:
+                continue
+            spec = guard.expected
+            if isinstance(value, torch.Tensor) and value.dtype == spec.dtype and value.dim() == len(spec.sizes) \
+                    and value.device == spec.device:
+                changed |= {(guard.source, d) for d, n in enumerate(spec.sizes) if n is not None and value.size(d) != n}
+        return frozenset(changed)
 
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
             try:
-                trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic)
+                trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
+                                    dynamic_dims=self.dynamic_dims)
             except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None

@@ -61,13 +61,22 @@ def python_value(v: V.Variable) -> Any:
         return {python_value(i) for i in v.items}
     if isinstance(v, V.FunctionVar) and v.fn is not None:
         return v.fn
+    if isinstance(v, V.SymNumber):
+        # Python needs the number itself (range(n), a dict key, ...): specialize, which the
+        # ShapeEnv records as a guard (n == hint)
+        return _SPECIALIZE[type(v.example)](v.example)
     raise NotConstant(v)
 
 
+_SPECIALIZE = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+
+
 def is_python_constant(v: V.Variable) -> bool:
+    if _has_tensor(v):  # before python_value, which would specialize a symbolic size
+        return False
     try:
         python_value(v)
-        return not _has_tensor(v)
+        return True
     except NotConstant:
         return False
 
@@ -204,7 +213,9 @@ def truth(tx, v: V.Variable) -> bool:
         return bool(v.items)
     if isinstance(v, V.DictVar):
         return bool(v.items)
-    if isinstance(v, (V.TensorVar, V.SymNumber)):
+    if isinstance(v, V.SymNumber):
+        return bool(v.example)  # a branch on a symbolic size: the ShapeEnv records the guard
+    if isinstance(v, V.TensorVar):
         raise tx.unsupported("Python control flow on a tensor value (if/while/and/or/not on a tensor) "
                              "needs its data; use torch.where or move the branch out of the compiled code")
     if isinstance(v, (V.FunctionVar, V.MethodVar, V.PartialVar, V.ContextVar, V.ExceptionVar, V.SuperVar)):

@@ -98,7 +98,12 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
     return wrap_result(tx, node, example, args)
 
 
+SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
+    if isinstance(example, SYM_TYPES):
+        return V.SymNumber(node, example)
     if isinstance(example, torch.Tensor):
         # in-place ops return their input: keep one tracker so identity (`y is x`) holds
         for a in args:
@@ -106,12 +111,14 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
                 return a
         node.meta["python_type"] = type(example) if type(example) is not torch.nn.Parameter else torch.Tensor
         return V.TensorVar(node, example)
-    if isinstance(example, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in example):
-        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if isinstance(e, torch.Tensor) else V.Constant(e)
-                 for i, e in enumerate(example)]
+    if isinstance(example, (tuple, list)) and any(isinstance(e, (torch.Tensor, *SYM_TYPES)) for e in example):
+        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if isinstance(e, (torch.Tensor, *SYM_TYPES))
+                 else V.Constant(e) for i, e in enumerate(example)]
         if isinstance(example, list):
             return V.ListVar(items)
         return V.TupleVar(items, type(example) if type(example) is not tuple else tuple)
+    if isinstance(example, torch.Size):
+        return V.TupleVar([V.Constant(e) for e in example], torch.Size)
     # a Python value computed from metadata alone: no node needed (None means the call was
     # made for its effect, e.g. torch.manual_seed: keep it)
     if example is not None and not node.users:
@@ -121,7 +128,15 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
     return V.Constant(example)
 
 
+def _has_sym(value) -> bool:
+    if isinstance(value, SYM_TYPES):
+        return True
+    return isinstance(value, (tuple, list)) and any(isinstance(v, SYM_TYPES) for v in value)
+
+
 def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
+    if name == "shape":
+        return tensor_method(tx, "size", [t], {})
     if name in TENSOR_META_ATTRS:
         return V.Constant(getattr(t.example, name))
     if name == "device":
@@ -156,6 +171,10 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         values = [python_value(a) for a in args[1:]]
         kw = {k: python_value(v) for k, v in kwargs.items()}
         result = getattr(self_var.example, name)(*values, **kw)
+        if _has_sym(result):  # a symbolic size: the graph computes it, so it stays symbolic
+            return call_torch(tx, "call_method", name, args, kwargs)
+        if isinstance(result, torch.Size):
+            return V.TupleVar([V.Constant(n) for n in result], torch.Size)
         return V.Constant(result)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")

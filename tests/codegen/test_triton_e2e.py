@@ -9,7 +9,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest
 import torch
 import torch.nn.functional as F
 

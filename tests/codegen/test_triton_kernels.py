@@ -8,7 +8,6 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (kiln also forces it per kernel)
 
-import math
 
 import pytest
 import sympy

@@ -7,7 +7,6 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import json
 
 import pytest
-import sympy
 import torch
 
 from kiln.codegen import ir

@@ -5,7 +5,6 @@ flavour of every scalar op, reduction and scan, and checks what copy bandwidth d
 bandwidth programs (a gelu chain, softmax, layer_norm over 8192 columns) are one kernel each, use
 128-bit loads and stores, and keep the persistent row in registers without spilling.
 """
-import dataclasses
 
 import pytest
 import torch

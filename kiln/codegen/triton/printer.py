@@ -35,7 +35,7 @@ from kiln.codegen.triton.ops import Value
 from kiln.codegen.triton.reductions import plan as _plan_stage
 
 RESERVED = {"xindex", "xoffset", "xmask", "rindex", "rbase", "roffset", "tl", "triton", "libdevice",
-            "XBLOCK", "RBLOCK", "xnumel"}
+            "XBLOCK", "RBLOCK", "INDEX_DTYPE", "xnumel"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""Dynamic shapes, kiln.explain, fullgraph errors, and the built-in zoo under fullgraph=True."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import kiln
+import kiln.capture
+from capture_support import Recorder, assert_same
+from kiln.bench.zoo import ZOO
+from kiln.config import CaptureConfig
+from kiln.errors import Unsupported
+
+
+def view_and_branch(x, y):
+    n = x.shape[0]
+    z = x.view(n, -1) * 2
+    if n > 3:
+        z = z + 1
+    return z + y.sum(), x.size(), len(x)
+
+
+def _run(cf, fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(cf(*args), fn(*args))
+
+
+def test_changed_dim_becomes_symbolic():
+    kiln.capture.reset()
+    rec = Recorder()
+    cf = kiln.capture.capture(view_and_branch, rec, CaptureConfig())
+    y = torch.randn(3)
+    for n in (4, 5, 6, 9):
+        _run(cf, view_and_branch, torch.randn(n, 3), y)
+    assert len(rec.graphs) == 2  # static for 4, symbolic from 5 on
+    _run(cf, view_and_branch, torch.randn(2, 3), y)  # n > 3 was guarded: a new entry
+    assert len(rec.graphs) == 3
+    placeholders_sizes = [n for n in rec.graphs[1].graph.nodes if n.op == "call_method" and n.target == "size"]
+    assert placeholders_sizes, "the symbolic graph reads sizes at run time"
+
+
+def test_dynamic_true_is_symbolic_from_the_start():
+    kiln.capture.reset()
+    rec = Recorder()
+    cf = kiln.capture.capture(view_and_branch, rec, CaptureConfig(dynamic=True))
+    for n in (4, 5, 6):
+        _run(cf, view_and_branch, torch.randn(n, 3), torch.randn(3))
+    assert len(rec.graphs) == 1
+
+
+def test_dynamic_false_stays_static():
+    kiln.capture.reset()
+    rec = Recorder()
+    cf = kiln.capture.capture(view_and_branch, rec, CaptureConfig(dynamic=False))
+    for n in (4, 5, 6):
+        _run(cf, view_and_branch, torch.randn(n, 3), torch.randn(3))
+    assert len(rec.graphs) == 3
+
+
+def _helper(y):
+    if y.sum() > 0:
+        return y * 3
+    return y
+
+
+def breaks_in_helper(x):
+    y = x.cos()
+    print("explain test")
+    return _helper(y).sin()
+
+
+def test_explain_reports_graphs_breaks_and_lines():
+    kiln.capture.reset()
+    x = torch.randn(3, 4)
+    report = kiln.explain(breaks_in_helper, x)
+    assert_same(report.output, breaks_in_helper(x))
+    # print; the call of _helper (it breaks inside); and _helper's own frame at its branch
+    assert report.graph_count >= 3 and report.break_count == 3
+    reasons = [b.detail for b in report.breaks]
+    assert any("print()" in r for r in reasons)
+    assert any("control flow on a tensor" in r for r in reasons)
+    assert any(b.where and "test_dynamic_explain_zoo.py" in b.where for b in report.breaks)
+    assert "x is a tensor of dtype=torch.float32" in str(report)
+
+
+def test_explain_reports_recompiles():
+    kiln.capture.reset()
+    events = []
+    from kiln.capture import frame
+    frame._EVENT_SINKS.append(events)
+    try:
+        cf = kiln.compile(lambda x: x + 1, backend="eager", dynamic=False)
+        cf(torch.randn(2))
+        cf(torch.randn(3))
+    finally:
+        frame._EVENT_SINKS.remove(events)
+    recompiles = [e for e in events if e.kind == "recompile"]
+    assert len(recompiles) == 1 and "sizes=[2]" in recompiles[0].detail
+
+
+def test_fullgraph_error_names_line_and_reason():
+    cf = kiln.compile(breaks_in_helper, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported) as info:
+        cf(torch.randn(3))
+    assert "print()" in info.value.reason
+    assert info.value.where and "test_dynamic_explain_zoo.py" in info.value.where
+    line = breaks_in_helper.__code__.co_firstlineno + 2
+    assert f":{line} " in info.value.where
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_zoo_is_one_graph(name, train):
+    kiln.capture.reset()
+    model, inputs = ZOO[name].make("cpu")
+    model.train(train)
+    rec = Recorder()
+    cf = kiln.capture.capture(model, rec, CaptureConfig(fullgraph=True))
+    torch.manual_seed(0)
+    out = cf(*inputs)
+    torch.manual_seed(0)
+    expected = model(*inputs)
+    assert_same(out, expected)
+    assert len(rec.graphs) == 1
+    torch.manual_seed(1)
+    out = cf(*inputs)
+    torch.manual_seed(1)
+    assert_same(out, model(*inputs))
+    assert len(rec.graphs) == 1

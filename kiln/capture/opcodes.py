@@ -158,7 +158,7 @@ def store_deref(tx, inst):
 @handler("IMPORT_NAME")
 def import_name(tx, inst):
     fromlist, level = tx.pop(), tx.pop()
-    module = __import__(inst.argval, tx.f_globals, None, fromlist.value, level.value)
+    module = __import__(inst.argval, tx.f_globals, None, S.python_value(fromlist), S.python_value(level))
     tx.push(V.ObjectVar(module))
 
 

@@ -119,10 +119,13 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
         return V.TupleVar(items, type(example) if type(example) is not tuple else tuple)
     if isinstance(example, torch.Size):
         return V.TupleVar([V.Constant(e) for e in example], torch.Size)
-    # a Python value computed from metadata alone: no node needed (None means the call was
-    # made for its effect, e.g. torch.manual_seed: keep it)
-    if example is not None and not node.users:
+    # a number or string computed from metadata alone needs no node; None or an opaque object
+    # (torch.manual_seed's Generator) means the call was made for its effect: keep it
+    if isinstance(example, (int, float, bool, str, torch.dtype, torch.device, tuple, list)) and not node.users:
         tx.out.graph.erase_node(node)
+    elif example is not None and not isinstance(example, (int, float, bool, str, torch.dtype, torch.device,
+                                                               tuple, list)):
+        return V.ObjectVar(example)
     if isinstance(example, (tuple, list)):
         return (V.ListVar if isinstance(example, list) else V.TupleVar)([V.Constant(e) for e in example])
     return V.Constant(example)

@@ -1007,3 +1007,301 @@ class _Training(nn.Module):
 
 
 _module_program("module_training_flag", _Training)
+
+
+# -- more constructs ------------------------------------------------------------------------------------------
+@program()
+def autocast_cpu_bf16(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ x.T
+    return y.float() + 1, y.dtype
+
+
+@program()
+def autocast_disabled(x):
+    with torch.autocast("cpu", enabled=False):
+        y = x @ x.T
+    return y
+
+
+@program()
+def comprehension_shadowing(x):
+    i = 10
+    vals = [x * i for i in range(2)]
+    return vals[1] + i
+
+
+@program()
+def comprehension_closure(x):
+    k = 2
+    return [(lambda v: v * k)(x) for _ in range(2)][0]
+
+
+@program()
+def nested_function_default(x):
+    def f(a, scale=x.shape[0]):
+        return a * scale
+    return f(x)
+
+
+@program()
+def star_kwargs_forwarding(x):
+    def inner(a, b=1, **rest):
+        return a * b + len(rest)
+
+    def outer(*args, **kwargs):
+        return inner(*args, **kwargs)
+    return outer(x, b=2, extra=1)
+
+
+@program()
+def keyword_only_forwarding(x):
+    def f(a, *, b, c=3):
+        return a * b + c
+    return f(x, b=2) + f(x, c=1, b=1)
+
+
+@program()
+def positional_only(x):
+    def f(a, b, /, c=1):
+        return a + b * c
+    return f(x, 2, c=3)
+
+
+@program()
+def method_on_list_of_tensors(x):
+    parts = list(x.split(2, dim=1))
+    parts.reverse()
+    return torch.cat(parts, dim=1)
+
+
+@program()
+def tensor_in_dict_iteration(x):
+    d = {"a": x, "b": x * 2}
+    return {k: v.sum() for k, v in d.items()}
+
+
+@program()
+def tensor_list_unpack(x):
+    a, b, c, d = x.unbind(0)
+    return a * b + c - d
+
+
+@program()
+def chunk_loop(x):
+    return sum(c.mean() for c in x.chunk(2, dim=0))
+
+
+@program()
+def getattr_dynamic_name(x):
+    name = "sig" + "moid"
+    return getattr(torch, name)(x)
+
+
+@program()
+def torch_functional_via_module_attr(x):
+    return torch.nn.functional.relu(x) + torch.special.expit(x)
+
+
+@program()
+def tensor_constructor_from_list(x):
+    return x * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+@program()
+def tensor_new_tensor(x):
+    return x + x.new_tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+
+
+@program()
+def dtype_promotion(x):
+    return (x.to(torch.float16) + 1).dtype, x.to(torch.int32) + 1.5
+
+
+@program()
+def inplace_chain(x):
+    y = x.clone()
+    y.mul_(2).add_(1).clamp_(-1, 1)
+    return y
+
+
+@program()
+def inplace_identity(x):
+    y = x.clone()
+    z = y.add_(1)
+    return z is y, z
+
+
+@program()
+def setitem_with_tensor_index(x):
+    y = x.clone()
+    y[y > 0] = 0.0
+    return y
+
+
+@program()
+def empty_like_fill(x):
+    y = torch.empty_like(x).fill_(3.0)
+    return y * x
+
+
+@program()
+def random_with_seed(x):
+    torch.manual_seed(0)
+    return x + torch.rand(4, 5)
+
+
+@program()
+def math_inf_nan(x):
+    return x.clamp(-math.inf, 1.0) + (0.0 if math.isnan(1.0) else 1.0)
+
+
+@program()
+def string_format_methods(x):
+    name = "{}-{}".format("a", 3)
+    return x * len(name.replace("-", "").strip())
+
+
+@program()
+def bytes_and_tuples(x):
+    key = (1, "a", None)
+    d = {key: 2}
+    return x * d[(1, "a", None)]
+
+
+_LAYERS = [torch.nn.Identity(), torch.nn.ReLU()]
+
+
+@program()
+def enumerate_modules_list(x):
+    for i, layer in enumerate(_LAYERS):
+        x = layer(x) + i
+    return x
+
+
+@program()
+def early_return_in_loop(x):
+    for i in range(5):
+        if i == 2:
+            return x * i
+    return x
+
+
+@program()
+def while_with_break(x):
+    i = 0
+    while True:
+        x = x + 1
+        i += 1
+        if i >= 3:
+            break
+    return x
+
+
+@program()
+def chained_comparison(x):
+    n = 5
+    return x * 2 if 1 < n < 10 else x
+
+
+@program()
+def is_none_default(x, bias=None):
+    return x + (0 if bias is None else bias)
+
+
+@program()
+def conditional_import(x):
+    import math as m
+    from operator import mul
+    return mul(x, m.tau)
+
+
+@program()
+def sum_with_start(x):
+    return sum([x, x], x * 0 + 1)
+
+
+@program()
+def zip_strict_lengths(x):
+    return sum(a * b for a, b in zip([x, x], [1, 2], strict=True))
+
+
+@program()
+def set_membership_of_strings(x):
+    allowed = {"relu", "gelu"}
+    return F.gelu(x) if "gelu" in allowed else x
+
+
+@dataclasses.dataclass
+class _Cfg:
+    scale: float = 2.0
+    layers: tuple = (1, 2)
+
+
+@program()
+def dataclass_field_defaults(x):
+    c = _Cfg()
+    return x * c.scale * len(c.layers)
+
+
+class _Acc:
+    def __init__(self):
+        self.total = 0
+
+    def add(self, v):
+        self.total = self.total + v
+        return self
+
+
+@program()
+def chained_methods_on_new_object(x):
+    a = _Acc().add(x).add(x * 2)
+    return a.total
+
+
+class _P:
+    def __init__(self, v):
+        self._v = v
+
+    @property
+    def v(self):
+        return self._v * 2
+
+
+@program()
+def property_chain(x):
+    return _P(x).v + _P(3).v
+
+
+@program()
+def operator_itemgetter_like(x):
+    pairs = [(2, x), (1, x * 3)]
+    pairs = sorted(pairs, key=lambda p: p[0])
+    return pairs[0][1]
+
+
+@program()
+def list_of_lists(x):
+    grid = [[x * i * j for j in range(2)] for i in range(2)]
+    return grid[1][1] + grid[0][1]
+
+
+@program()
+def isinstance_namedtuple(x):
+    p = _Point(x, 1)
+    return x * 2 if isinstance(p, tuple) and hasattr(p, "_fields") else x
+
+
+class _A:
+    def f(self, v):
+        return v + 1
+
+
+class _B(_A):
+    def f(self, v):
+        return super(_B, self).f(v) * 2
+
+
+@program()
+def super_two_arg(x):
+    return _B().f(x)

@@ -149,9 +149,11 @@ class ArgReducer(_Reducer):
             vals = p.out.let(f"tl.where({_mask(p)}, {v}, {extreme})")
             self.publish(p, vals, idx)
             return
-        # Per lane: keep the earlier index unless the new value is strictly better (or a first NaN).
+        # Per lane: take the first value seen, then only a strictly better one (or a first NaN),
+        # so each lane keeps the earliest index of its extreme.
         p.out.line(f"new_{k} = {v}")
-        p.out.line(f"take_{k} = {_mask(p)} & ({better}(av_{k}, new_{k}) != av_{k}) & (av_{k} == av_{k})")
+        p.out.line(f"take_{k} = {_mask(p)} & ((ai_{k} == 2147483647) | "
+                   f"(({better}(av_{k}, new_{k}) != av_{k}) & (av_{k} == av_{k})))")
         p.out.line(f"ai_{k} = tl.where(take_{k}, {idx}, ai_{k})")
         p.out.line(f"av_{k} = tl.where(take_{k}, new_{k}, av_{k})")
 
@@ -173,7 +175,9 @@ class WelfordReducer(_Reducer):
     """welford_mean and welford_m2 of one expression, computed together.
 
     Persistent: the row is in registers, so an exact two-pass mean and sum of squared deviations.
-    Looped: per-lane Welford updates, combined across lanes after the loop (`_k_rwelford`)."""
+    Looped: per-lane Welford updates, combined across lanes after the loop (`_k_rwelford`).
+    Known limit: a looped row holding +-inf gets a NaN mean (inf - inf in the update), where eager
+    returns +-inf; the variance is NaN either way."""
 
     def __init__(self, stmt, stage):
         super().__init__(stmt, stage)

@@ -92,6 +92,9 @@ def _locate() -> tuple[str | None, str | None]:
     kernel = None
     while frame is not None:
         filename = frame.f_code.co_filename
+        if frame.f_code.co_name == "__torch_dispatch__":   # a dispatch mode's frame: machinery
+            frame = frame.f_back
+            continue
         if filename.startswith(_TORCH_DIR):
             # torch's SymInt wrappers (torch/__init__.py, sym_node.py) only forward the question.
             if kernel is None and not filename.endswith(_SYM_WRAPPERS):
@@ -111,6 +114,7 @@ class ShapeEnv(TorchHelperProtocol):
         self.lower: dict[sympy.Symbol, int] = {}
         self.upper: dict[sympy.Symbol, float] = {}
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
+        self.divisors: dict[sympy.Symbol, int] = {}     # s -> d: guards say d divides s
         self.guards: list[Guard] = []
         self.inputs: dict[str, TensorInput | sympy.Basic] = {}
         self._known: dict[sympy.Basic, bool] = {}
@@ -175,12 +179,15 @@ class ShapeEnv(TorchHelperProtocol):
         return self._static_cache[expr]
 
     def _shift(self, expr: sympy.Basic) -> sympy.Basic:
-        """Write each symbol s as lower(s) + t with t >= 0, so sympy's sign rules see the bound."""
+        """Write each symbol s as lower(s) + t with t >= 0, so sympy's sign rules see the bound;
+        a symbol known divisible by d is written d * (ceil(lower / d) + t), so Mod and FloorDiv
+        by d simplify too."""
         mapping = {}
         for symbol in expr.free_symbols:
             if symbol in self.lower:
                 t = sympy.Symbol(f"t_{symbol}", integer=True, nonnegative=True)
-                mapping[symbol] = self.lower[symbol] + t
+                d = self.divisors.get(symbol, 1)
+                mapping[symbol] = d * (-(-self.lower[symbol] // d) + t)
         return expr.xreplace(mapping)
 
     def _sign(self, difference: sympy.Basic) -> str | None:
@@ -252,9 +259,18 @@ class ShapeEnv(TorchHelperProtocol):
                 self._learn(part)
             return
         if isinstance(fact, sympy.Eq):
+            self._learn_divisor(fact)
             self._learn_equality(fact.lhs - fact.rhs)
         elif isinstance(fact, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
             self._learn_bound(fact)
+
+    def _learn_divisor(self, fact: sympy.Eq) -> None:
+        """From `s % d == 0` (s a symbol, d an int), remember that d divides s."""
+        lhs, rhs = (fact.lhs, fact.rhs) if fact.rhs == 0 else (fact.rhs, fact.lhs)
+        if rhs == 0 and isinstance(lhs, sympy.Mod):
+            base, d = lhs.args
+            if isinstance(base, sympy.Symbol) and d.is_Integer and d > 1:
+                self.divisors[base] = math.lcm(self.divisors.get(base, 1), int(d))
 
     def _learn_equality(self, difference: sympy.Basic) -> None:
         """From `difference == 0`, replace the newest symbol it solves for (s1 -> s0, s0 -> 4)."""

@@ -45,3 +45,30 @@ class TorchHelperProtocol:
 
     def size_hint(self, expr, *args, **kwargs) -> Any:
         return sympy.sympify(self.hint_of(expr))
+
+    # Older torch releases (2.11) route the same helpers through these names.
+    def evaluate_expr(self, orig_expr, hint: Any = None, fx_node: Any = None,
+                      size_oblivious: bool = False, fallback_value: Any = None,
+                      **kwargs) -> Any:
+        return self.evaluate(self._node_for(orig_expr))
+
+    def guard_or_defer_runtime_assert(self, orig_expr, msg: str = "", fx_node: Any = None) -> bool:
+        return bool(self.evaluate(self._node_for(orig_expr)))
+
+    defer_runtime_assert = guard_or_defer_runtime_assert
+
+    @property
+    def var_to_val(self) -> dict:
+        return {s: sympy.Integer(v) for s, v in self.hints.items()}
+
+    backed_var_to_val = var_to_val
+
+    def is_unbacked_symint(self, symbol) -> bool:
+        return False
+
+    def _node_for(self, expr):
+        from kiln.symbolic.node import SymNode
+
+        expr = sympy.sympify(expr)
+        hint = self.hint_of(expr)
+        return SymNode(expr, self, type(hint), hint)

@@ -102,3 +102,23 @@ def test_inplace_metadata_change_is_followed():
     fake.t_()
     real.t_()
     assert fake.stride() == real.stride() and fake.shape[1] == fake._meta.shape[1]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "sliced"])
+def test_contiguity_queries_on_symbolic_fakes(layout):
+    real = torch.randn(3, 4, 5, 6)
+    real = {"contiguous": real, "channels_last": real.contiguous(memory_format=torch.channels_last),
+            "transposed": real.transpose(1, 3), "sliced": real[:, :, 1:]}[layout]
+    mode = FakeTensorMode()
+    fake = mode.from_real(real, "x", dynamic_dims=[0, 2, 3])
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        assert fake.is_contiguous(memory_format=fmt) == real.is_contiguous(memory_format=fmt)
+    ops = (lambda t: t.contiguous(), lambda t: t + 1, torch.empty_like,
+           lambda t: t.clone(memory_format=torch.channels_last), lambda t: t.sum(1))
+    env = mode.shape_env
+    for op in ops:
+        with mode:
+            out_fake = op(fake)
+        out_real = op(real)
+        assert [env.hint_of(env.symbol_of(s)) for s in out_fake.stride()] == \
+            list(out_real.stride())

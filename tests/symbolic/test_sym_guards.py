@@ -74,10 +74,13 @@ def test_symbolic_batch_and_seq_trace_is_reused():
     sources = {str(s) for g in env.guards for s in g.sources}
     assert sources == {"x0.size()[1]"}, env.format_guards()
     # The user's branch is recorded with the user's line.
-    here = os.path.basename(__file__)
-    assert any(here in (g.user_location or "") for g in env.guards), env.format_guards()
+    # Each guard names the user's line that raised it: the slice of the position table and the
+    # branch on the sequence length.
+    lines = {g.user_location.rsplit(":", 1)[1] for g in env.guards
+             if os.path.basename(__file__) in (g.user_location or "")}
+    assert lines == {str(_line_of("x = x + pos[:s]")), str(_line_of("if s > 4:"))}, \
+        env.format_guards()
 
-    batch, seq = env.symbol_of(out.shape[0]), env.symbol_of(x.shape[1] if False else 0)
     accepted = [(2, 5), (3, 6), (7, 9), (16, 31), (5, 12), (9, 17), (2, 32), (11, 7), (3, 20),
                 (8, 25)]
     for b, s in accepted:
@@ -93,6 +96,11 @@ def test_symbolic_batch_and_seq_trace_is_reused():
     # A sequence longer than the position table breaks the slice's assumption.
     assert not guard(torch.randn(4, 40, hidden), pos, w)
     assert not guard(torch.randn(4, 8, hidden + 1), pos, w)   # static hidden size
+
+
+def _line_of(text):
+    with open(__file__) as f:
+        return next(i for i, line in enumerate(f, 1) if text in line and "_line_of" not in line)
 
 
 def test_guard_function_names_missing_inputs():

@@ -140,3 +140,14 @@ def _line_of(text):
             if text in line and "_line_of" not in line:
                 return i
     raise AssertionError(text)
+
+
+def test_divisibility_is_learnt():
+    env = ShapeEnv()
+    n, m = env.create_symint(12, "n"), env.create_symint(5, "m")
+    assert n % 4 == 0
+    count = len(env.guards)
+    assert (n // 4) * 4 == n and n // 4 >= 1 and (n * m) % 2 == 0 and n >= 4
+    assert len(env.guards) == count, env.format_guards()
+    guard = env.guard_function("n", "m")
+    assert guard(8, 3) and not guard(6, 3)

@@ -180,6 +180,9 @@ def main(argv=None):
         results.append(r)
         if r.reasons:
             print(f"{r.name}: " + " | ".join(r.reasons), flush=True)
+        if args.out:  # incremental, so an interrupted sweep still leaves its results
+            with open(args.out + ".partial", "a") as f:
+                f.write(json.dumps(dataclasses.asdict(r)) + "\n")
     summary = summarize(results)
     summary["seconds"] = round(time.time() - start, 1)
     print(json.dumps(summary))

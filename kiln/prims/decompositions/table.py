@@ -25,3 +25,30 @@ def register(*overloads):
 def decompositions_for(backend_ops: set) -> dict:
     """The rows a backend needs: every decomposition except of the ops it implements itself."""
     return {op: fn for op, fn in DECOMPOSITIONS.items() if op not in backend_ops}
+
+
+def add_inplace_rows() -> int:
+    """Give each in-place twin of a decomposed op (`add_.Tensor` of `add.Tensor`) a row: the
+    functional decomposition, then `self.copy_(result)`. A tracer records the one `copy_` as the
+    mutation (aot functionalizes it); everything computed before it is prims. Returns rows added."""
+    import torch
+    aten = torch.ops.aten
+    added = 0
+    for functional, fn in list(DECOMPOSITIONS.items()):
+        name = functional._schema.name.split("::")[1]
+        if name.endswith("_") or name == "copy":  # copy_ is the mutation itself
+            continue
+        packet = getattr(aten, name + "_", None)
+        if packet is None or functional._overloadname not in packet.overloads():
+            continue
+        inplace = getattr(packet, functional._overloadname)
+        if inplace in DECOMPOSITIONS or not inplace._schema.arguments or \
+                not inplace._schema.arguments[0].alias_info or not inplace._schema.arguments[0].alias_info.is_write:
+            continue
+
+        def row(self, *args, _fn=fn, **kwargs):
+            return self.copy_(_fn(self, *args, **kwargs))
+        row.__name__ = f"{fn.__name__}_inplace"
+        DECOMPOSITIONS[inplace] = row
+        added += 1
+    return added

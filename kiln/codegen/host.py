@@ -48,6 +48,10 @@ def _py_index(e) -> str:
 def _literal(v, binds: dict, state: dict) -> str:
     if isinstance(v, ir.BufferArg):
         return v.name
+    if isinstance(v, ir.ViewArg):
+        sizes = "(" + "".join(f"{_py_index(x)}, " for x in v.sizes) + ")"
+        strides = "(" + "".join(f"{_py_index(x)}, " for x in v.strides) + ")"
+        return f"_view({v.name}, {sizes}, {strides}, {_py_index(v.offset)})"
     if isinstance(v, ir.SizeArg):
         return _py_index(v.expr)
     if isinstance(v, (list, tuple)):
@@ -80,7 +84,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
             stored = {s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)}
             return [a for a in step.buffer_args if a not in stored]
         return [a.name for a in torch.utils._pytree.tree_leaves((step.args, [v for _, v in step.kwargs]))
-                if isinstance(a, ir.BufferArg)]
+                if isinstance(a, (ir.BufferArg, ir.ViewArg))]
 
     def writes(step) -> list[str]:
         if isinstance(step, ir.Kernel):
@@ -181,6 +185,10 @@ def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     return out
 
 
+def _view(t: torch.Tensor, sizes: tuple, strides: tuple, offset: int) -> torch.Tensor:
+    return t.as_strided(sizes, strides, t.storage_offset() + offset)
+
+
 def _one(result):
     return result[0] if isinstance(result, (tuple, list)) else result
 
@@ -188,7 +196,7 @@ def _one(result):
 def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | None = None):
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
-    env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one,
+    env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one, "_view": _view,
            "_floor": math.floor, "Mod": lambda a, b: a % b}
     env.update(kernels)
     env.update(dict(program.externs))

@@ -30,7 +30,8 @@ Graph-level nodes (lowering's output, the scheduler's input)
 - `ComputedBuffer(buffer, body)`: fills `buffer` from a `Pointwise`/`Reduction`/`Scan`; element at
   loop index `x` (and `r0` for scans) is stored at `buffer.index(x...)`.
 - `ExternKernel(buffer, op, args, kwargs)`: an ATen (or any eager) call on whole tensors (mm, conv,
-  sdpa, sort, or a node no printer handles). Args are `BufferArg`, `SizeArg` or plain constants.
+  sdpa, sort, or a node no printer handles). Args are `BufferArg`, `ViewArg` (a strided view of a
+  buffer, so a transposed weight reaches mm without a copy), `SizeArg` or plain constants.
 - `Graph`: the lowered program: buffers, nodes in execution order, inputs, outputs.
 
 Kernel-level IR (the scheduler's output, a printer's input)
@@ -57,6 +58,7 @@ The host program (`kiln.codegen.host`) only needs `build`.
 
 Change log (keep this stable; note every change here)
 - v1: first version.
+- v2: `ViewArg` (extern arguments may be strided views of buffers).
 """
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 1
+IR_VERSION = 2
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -359,6 +361,19 @@ class BufferArg:
 
     def __str__(self):
         return self.name
+
+
+@dataclass(frozen=True)
+class ViewArg:
+    """`buffer` seen through (sizes, strides, offset) in elements, relative to the buffer's start."""
+
+    name: str
+    sizes: tuple[sympy.Expr, ...]
+    strides: tuple[sympy.Expr, ...]
+    offset: sympy.Expr = sympy.Integer(0)
+
+    def __str__(self):
+        return f"view({self.name}, {list(self.sizes)}, {list(self.strides)}, {self.offset})"
 
 
 @dataclass(frozen=True)

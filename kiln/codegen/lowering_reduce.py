@@ -206,12 +206,53 @@ def gather(ctx, meta, self=None, a=None, dim=0, index=None, **_):
 
 def _extern_arg(ctx: LoweringContext, a):
     if isinstance(a, TensorValue):
-        return ir.BufferArg(ctx.realize(a).name)
+        view = strided_view(ctx, a)
+        return view if view is not None else ir.BufferArg(ctx.realize(a).name)
     if isinstance(a, torch.SymInt):
         return ir.SizeArg(to_sympy(a))
     if isinstance(a, (list, tuple)):
         return type(a)(_extern_arg(ctx, x) for x in a)
     return a
+
+
+# Largest view whose div/mod index is checked point by point for being affine.
+_CHECK_POINTS = 1 << 20
+
+
+def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
+    """`tv` as a strided view of a buffer, when its index is affine in the loop variables."""
+    e = tv.expr
+    if not isinstance(e, Load) or e.indirect or e.buffer not in ctx.buffers:
+        return None
+    if ctx.buffers[e.buffer].dtype != tv.dtype or not all(s.is_number for s in tv.sizes):
+        return None
+    if ctx.buffer_of(tv) is not None:
+        return None   # the buffer itself: a BufferArg
+    index = sympy.sympify(e.index)
+    xs = [loop_var(k) for k in range(tv.ndim)]
+    if index.free_symbols - set(xs):
+        return None
+    zero = {x: 0 for x in xs}
+    offset = index.xreplace(zero)
+    strides = []
+    for k, x in enumerate(xs):
+        strides.append(sympy.Integer(0) if tv.sizes[k] == 1 else index.xreplace({**zero, x: 1}) - offset)
+    affine = offset + sum((x * s for x, s in zip(xs, strides)), sympy.Integer(0))
+    if index.has(sympy.floor, sympy.Mod):
+        numel = int(ir.product(tv.sizes))
+        if numel > _CHECK_POINTS or numel == 0:
+            return None
+        import numpy as np
+        grids = np.meshgrid(*[np.arange(int(s)) for s in tv.sizes], indexing="ij") if tv.ndim else []
+        fn = sympy.lambdify(xs, index - affine, modules="numpy")
+        diff = fn(*grids) if tv.ndim else fn()
+        if np.any(np.asarray(diff) != 0):
+            return None
+    elif sympy.expand(index - affine) != 0:
+        return None
+    if any(int(s) < 0 for s in strides) or int(offset) < 0:
+        return None
+    return ir.ViewArg(e.buffer, tuple(tv.sizes), tuple(strides), offset)
 
 
 def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:

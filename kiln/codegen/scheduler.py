@@ -27,6 +27,7 @@ import torch
 
 from kiln.codegen import ir
 from kiln.codegen.ir import Accumulate, Assign, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
+from kiln.codegen.indexing import simplify_index
 from kiln.codegen.lowering import reshape_index
 
 
@@ -52,6 +53,20 @@ class Schedule:
         lines = [str(s) for s in self.steps]
         lines += [f"# {w}" for w in self.refused]
         return "\n".join(lines)
+
+
+def _bounds(outer: Sequence, inner: Sequence | None) -> dict:
+    out = {loop_var(k): sympy.sympify(r) for k, r in enumerate(outer)}
+    out.update({reduction_var(k): sympy.sympify(r) for k, r in enumerate(inner or ())})
+    return out
+
+
+def _simplify_expr(expr, upper: dict):
+    def fn(e):
+        if isinstance(e, (Load, ir.IndexValue)):
+            return dataclasses.replace(e, index=simplify_index(e.index, upper))
+        return e
+    return ir.map_expr(expr, fn)
 
 
 def _kernel_vars(outer: Sequence, inner: Sequence | None) -> list[sympy.Symbol]:
@@ -92,6 +107,7 @@ class _Planner:
     def place(self, nodes: list[ir.ComputedBuffer], outer, inner) -> list[_Placed] | str:
         """Stage the group, or say why it cannot be one kernel."""
         kvars = _kernel_vars(outer, inner)
+        upper = _bounds(outer, inner)
         outer_vars, inner_vars = kvars[:len(outer)], kvars[len(outer):]
         placed: dict[str, _Placed] = {}
         stages: list[tuple[str, set[str]]] = []   # (kind, reductions finished in that stage)
@@ -118,6 +134,8 @@ class _Planner:
                 store = buf.index([mapping[loop_var(k)] for k in range(len(body.ranges))])
             else:
                 return "scans run as kernels of their own"
+            mapping = {k: simplify_index(v, upper) for k, v in mapping.items()}
+            store = simplify_index(store, upper)
             if any(sympy.sympify(e).has(sympy.floor, sympy.Mod) for e in mapping.values()):
                 return f"space {list(body.ranges)} maps onto the kernel's loops only through div/mod (strided access)"
             need_new_stage = not stages or stages[-1][0] != kind
@@ -125,7 +143,7 @@ class _Planner:
                 producer = placed.get(ld.buffer)
                 if producer is None:
                     continue
-                index = sympy.sympify(ld.index).xreplace(mapping)
+                index = simplify_index(sympy.sympify(ld.index).xreplace(mapping), upper)
                 if ld.indirect or sympy.expand(index - producer.store_index) != 0:
                     return f"reads {ld.buffer} at {index}, which the group writes at {producer.store_index}"
                 if isinstance(producer.node.body, ir.Reduction) and stages and ld.buffer in stages[-1][1]:
@@ -159,7 +177,7 @@ def _reads(node: ir.Node) -> set[str]:
         return {ld.buffer for ld in ir.loads_of(node.body.expr)}
     names = set()
     for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs])):
-        if isinstance(a, ir.BufferArg):
+        if isinstance(a, (ir.BufferArg, ir.ViewArg)):
             names.add(a.name)
     return names
 
@@ -173,65 +191,84 @@ def _space(node: ir.ComputedBuffer):
     return tuple(body.ranges), None
 
 
+# Groups kept open at once: a node that fits none of them opens another, so an unrelated node
+# (a permute for the next matmul) does not cut a softmax in two.
+MAX_OPEN_GROUPS = 4
+
+
+@dataclasses.dataclass
+class _Group:
+    nodes: list
+    space: tuple
+    plan: list
+
+    @property
+    def names(self) -> set[str]:
+        return {n.buffer for n in self.nodes}
+
+
 def schedule(graph: ir.Graph) -> Schedule:
     """Fuse `graph` into kernels; see the module docstring for the rules."""
     planner = _Planner(graph)
     steps: list = []
     refused: list[WhyNoFuse] = []
     local: set[str] = set()
-    group: list[ir.ComputedBuffer] = []
-    space: tuple = ((), None)
-    plan: list[_Placed] = []
-
-    def flush():
-        nonlocal group, plan
-        if group:
-            kernel, locals_ = _emit_kernel(kernel_name(), plan, space, planner)
-            steps.append(kernel)
-            local.update(locals_)
-        group, plan = [], []
+    open_groups: list[_Group] = []     # in creation order; emitted in that order
 
     def kernel_name():
         return f"kernel{sum(isinstance(s, ir.Kernel) for s in steps)}"
 
+    def flush_through(index: int):
+        """Emit open groups 0..index (a later group may read an earlier one, never the reverse)."""
+        for g in open_groups[:index + 1]:
+            kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner)
+            steps.append(kernel)
+            local.update(locals_)
+        del open_groups[:index + 1]
+
+    def newest_read(node) -> int:
+        reads = _reads(node)
+        hits = [i for i, g in enumerate(open_groups) if reads & g.names]
+        return max(hits) if hits else -1
+
     for node in graph.nodes:
-        # An extern or scan that reads nothing of the open group runs before it; the group stays open.
-        independent = not (_reads(node) & {n.buffer for n in group})
-        if isinstance(node, ir.ExternKernel):
-            if not independent:
-                flush()
-            steps.append(node)
-            continue
-        if isinstance(node.body, ir.Scan):
-            if not independent:
-                refused.append(WhyNoFuse(tuple(n.buffer for n in group), node.buffer,
-                                         "scans run as kernels of their own"))
-                flush()
-            steps.append(_scan_kernel(kernel_name(), node, planner))
+        last = newest_read(node)
+        if isinstance(node, ir.ExternKernel) or isinstance(node.body, ir.Scan):
+            # runs as its own step, after every open group it reads
+            if last >= 0:
+                if not isinstance(node, ir.ExternKernel):
+                    refused.append(WhyNoFuse(tuple(sorted(open_groups[last].names)), node.buffer,
+                                             "scans run as kernels of their own"))
+                flush_through(last)
+            steps.append(node if isinstance(node, ir.ExternKernel) else _scan_kernel(kernel_name(), node, planner))
             continue
         outer, inner = _space(node)
-        if group:
-            candidates = [space]
-            if space[1] is None and inner is not None:
-                candidates = [(outer, inner)]       # a reduction turns a pointwise group into its inner loop
+        joined = False
+        # newest group first; a node may join a group only if it reads no newer open group
+        for gi in range(len(open_groups) - 1, max(last, 0) - 1, -1):
+            g = open_groups[gi]
+            if gi < last:
+                break
+            cands = [(outer, inner)] if (g.space[1] is None and inner is not None) else [g.space]
             result = None
-            for cand in candidates:
-                result = planner.place(group + [node], *cand)
+            for cand in cands:
+                result = planner.place(g.nodes + [node], *cand)
                 if not isinstance(result, str):
-                    space = cand
+                    g.nodes.append(node)
+                    g.plan, g.space = result, cand
+                    joined = True
                     break
-            if not isinstance(result, str):
-                group.append(node)
-                plan = result
-                continue
-            refused.append(WhyNoFuse(tuple(n.buffer for n in group), node.buffer, result))
-            flush()
-        space = (outer, inner)
-        group = [node]
-        result = planner.place(group, outer, inner)
-        assert not isinstance(result, str), result
-        plan = result
-    flush()
+            if joined:
+                break
+            refused.append(WhyNoFuse(tuple(sorted(g.names)), node.buffer, result))
+        if joined:
+            continue
+        if len(open_groups) >= MAX_OPEN_GROUPS:
+            flush_through(0)
+        plan = planner.place([node], outer, inner)
+        assert not isinstance(plan, str), plan
+        open_groups.append(_Group([node], (outer, inner), plan))
+    flush_through(len(open_groups) - 1)
     return Schedule(tuple(steps), tuple(refused), frozenset(local))
 
 
@@ -245,6 +282,7 @@ def _localize(expr, local_vars: dict[str, torch.dtype]):
 
 def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
     outer, inner = space
+    upper = _bounds(outer, inner)
     emitted: list[tuple[str, list]] = []
     locals_: set[str] = set()
     in_scope: dict[str, torch.dtype] = {}     # readable as Var in every later stage
@@ -262,7 +300,8 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
         body_list = emitted[-1][1]
         buf = planner.buffers[p.node.buffer]
         body = p.node.body
-        expr = _localize(ir.subs_index(body.expr, p.mapping), {**in_scope, **stage_scope})
+        expr = _simplify_expr(ir.subs_index(body.expr, p.mapping), upper)
+        expr = _localize(expr, {**in_scope, **stage_scope})
         is_local = planner.is_local(p, plan)
         if is_local:
             locals_.add(buf.name)
@@ -287,7 +326,8 @@ def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Ke
     body: ir.Scan = node.body
     buf = planner.buffers[node.buffer]
     index = buf.index([loop_var(k) for k in range(len(body.ranges))] + [reduction_var(0)])
-    stage = Stage((body.scan_range,), (ScanAccumulate(buf.name, body.op, body.expr),
+    expr = _simplify_expr(body.expr, _bounds(body.ranges, (body.scan_range,)))
+    stage = Stage((body.scan_range,), (ScanAccumulate(buf.name, body.op, expr),
                                        Store(buf.name, index, Var(buf.name, buf.dtype))))
     return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
 

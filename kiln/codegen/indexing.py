@@ -1,0 +1,71 @@
+"""Index simplification with loop bounds: `floor(a/b)` and `Mod(a, b)` where the loop ranges prove
+the remainder stays in `[0, b)`.
+
+Reshapes lower to div/mod (lowering.reshape_index); once a consumer's loops are substituted in,
+most of them cancel — `floor((32*x0 + x1)/32)` is `x0` when `0 <= x1 < 32` — but sympy cannot see
+that without the bounds. Simplified indices let the scheduler prove that a read hits the element a
+fused producer wrote, and keep divisions out of inner loops.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import sympy
+
+
+def _bounds(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> tuple | None:
+    """(min, max) of an affine `expr` over loop variables in [0, upper), or None if unknown."""
+    expr = sympy.expand(expr)
+    lo = hi = sympy.Integer(0)
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        if rest == 1:
+            lo, hi = lo + coeff, hi + coeff
+            continue
+        bound = sympy.sympify(upper.get(rest)) if isinstance(rest, sympy.Symbol) else None
+        if bound is None or not bound.is_number:
+            return None
+        top = coeff * (bound - 1)
+        lo, hi = lo + min(0, top), hi + max(0, top)
+    return lo, hi
+
+
+def _split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:
+    """num = den*q + r with r's range inside [0, den): return (q, r)."""
+    q, r = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(num)):
+        coeff, rest = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % int(den) == 0:
+            q += (coeff // den) * rest
+        else:
+            r += term
+    b = _bounds(r, upper)
+    if b is None or b[0] < 0 or b[1] >= den:
+        return None
+    return q, r
+
+
+def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
+    """Rewrite floor/Mod sub-terms of `expr` that the bounds `upper` (var -> exclusive bound) decide."""
+    expr = sympy.sympify(expr)
+    if not expr.has(sympy.floor, sympy.Mod):
+        return expr
+
+    def visit(e):
+        if not e.args:
+            return e
+        e = e.func(*[visit(a) for a in e.args])
+        if isinstance(e, sympy.floor):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if den.is_Integer and den > 0:
+                split = _split(num, den, upper)
+                if split is not None:
+                    return split[0]
+        elif isinstance(e, sympy.Mod):
+            num, den = e.args
+            if den.is_Integer and den > 0:
+                split = _split(num, den, upper)
+                if split is not None:
+                    return split[1]
+        return e
+    return visit(expr)

@@ -19,6 +19,7 @@ from kiln.capture.output import OutputGraph
 from kiln.errors import Unsupported
 
 PY312 = sys.version_info >= (3, 12)
+PY313 = sys.version_info >= (3, 13)
 MAX_INLINE_DEPTH = 64
 
 

@@ -13,7 +13,7 @@ import operator
 
 from kiln.capture import semantics as S
 from kiln.capture import variables as V
-from kiln.capture.interpreter import PY312, FrameReturn, GraphBreak, ObservedException, Tracer
+from kiln.capture.interpreter import PY312, PY313, FrameReturn, GraphBreak, ObservedException, Tracer
 from kiln.capture.sources import ClosureSource, GlobalSource
 
 HANDLERS: dict = {}
@@ -53,9 +53,9 @@ def swap(tx, inst):
     tx.stack[-1], tx.stack[-inst.arg] = tx.stack[-inst.arg], tx.stack[-1]
 
 
-@handler("END_FOR")  # 3.12: reached only when a loop body jumps here; pops iterator and value
+@handler("END_FOR")  # 3.12 pops the iterator and the value; 3.13 the value (a POP_TOP follows)
 def end_for(tx, inst):
-    tx.popn(2)
+    tx.popn(1 if PY313 else 2)
 
 
 # -- locals, cells, globals, constants ---------------------------------------------------------------
@@ -468,8 +468,11 @@ def for_iter(tx, inst):
         tx.push(it.items[it.index])
         it.index += 1
         return
-    tx.pop()
     tx.jump(inst.argval)
+    if PY313:  # the iterator stays; END_FOR pops a value and POP_TOP the iterator
+        tx.push(V.Constant(None))
+        return
+    tx.pop()
     # 3.12: the exhausted loop continues after END_FOR (which the target names)
     if PY312 and tx.insts[tx.ip].opname == "END_FOR":
         tx.ip += 1
@@ -618,6 +621,71 @@ def with_except_start(tx, inst):
     exit_fn = tx.stack[-4]
     tx.call(exit_fn, [V.Constant(None)] * 3)
     tx.push(V.Constant(False))  # modelled context managers never swallow exceptions
+
+
+# -- 3.13 ----------------------------------------------------------------------------------------------
+def _names(inst):
+    return inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+
+
+@handler("LOAD_FAST_LOAD_FAST")
+def load_fast_load_fast(tx, inst):
+    for name in _names(inst):
+        load_fast(tx, type(inst)(**{**inst._asdict(), "argval": name}))
+
+
+@handler("STORE_FAST_STORE_FAST")
+def store_fast_store_fast(tx, inst):
+    for name in _names(inst):
+        store_fast(tx, type(inst)(**{**inst._asdict(), "argval": name}))
+
+
+@handler("STORE_FAST_LOAD_FAST")
+def store_fast_load_fast(tx, inst):
+    store_name, load_name = _names(inst)
+    store_fast(tx, type(inst)(**{**inst._asdict(), "argval": store_name}))
+    load_fast(tx, type(inst)(**{**inst._asdict(), "argval": load_name}))
+
+
+@handler("TO_BOOL")
+def to_bool(tx, inst):
+    tx.push(V.Constant(S.truth(tx, tx.pop())))
+
+
+@handler("CALL_KW")
+def call_kw(tx, inst):
+    tx.kw_names = S.python_value(tx.pop())
+    call(tx, inst)
+
+
+@handler("SET_FUNCTION_ATTRIBUTE")
+def set_function_attribute(tx, inst):
+    fn, value = tx.pop(), tx.pop()
+    field = {0x01: "defaults", 0x02: "kwdefaults", 0x08: "closure"}.get(inst.arg)
+    if field == "defaults":
+        fn.defaults = tuple(value.items)
+    elif field == "kwdefaults":
+        fn.kwdefaults = dict(S.dict_items(tx, value))
+    elif field == "closure":
+        fn.closure = tuple(value.items)
+    tx.push(fn)
+
+
+@handler("FORMAT_SIMPLE")
+def format_simple(tx, inst):
+    tx.push(V.Constant(S.format_value(tx, tx.pop(), None, "")))
+
+
+@handler("FORMAT_WITH_SPEC")
+def format_with_spec(tx, inst):
+    spec = S.python_value(tx.pop())
+    tx.push(V.Constant(S.format_value(tx, tx.pop(), None, spec)))
+
+
+@handler("CONVERT_VALUE")
+def convert_value(tx, inst):
+    conv = {1: str, 2: repr, 3: ascii}[inst.arg]
+    tx.push(V.Constant(S.format_value(tx, tx.pop(), conv, "")))
 
 
 @handler("CLEANUP_THROW", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",

@@ -32,26 +32,27 @@ def _generator(seed: torch.Tensor, offset: int, device: torch.device) -> torch.G
 
 
 @torch.library.custom_op("kiln::philox_uniform", mutates_args=())
-def philox_uniform(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype,
-                   device: torch.device) -> torch.Tensor:
+def philox_uniform(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype, *,
+                  device: torch.device) -> torch.Tensor:
     """Uniform [0, 1) numbers, a pure function of (size, seed, offset)."""
     return torch.rand(size, generator=_generator(seed, offset, device), dtype=dtype, device=device)
 
 
+# `device` is keyword-only so that fake-tensor modes see it as `device=` and report it.
 @philox_uniform.register_fake
-def _(size, seed, offset, dtype, device):
+def _(size, seed, offset, dtype, *, device):
     return torch.empty(size, dtype=dtype, device=device)
 
 
 @torch.library.custom_op("kiln::philox_normal", mutates_args=())
-def philox_normal(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype,
+def philox_normal(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype, *,
                   device: torch.device) -> torch.Tensor:
     """Standard normal numbers, a pure function of (size, seed, offset)."""
     return torch.randn(size, generator=_generator(seed, offset, device), dtype=dtype, device=device)
 
 
 @philox_normal.register_fake
-def _(size, seed, offset, dtype, device):
+def _(size, seed, offset, dtype, *, device):
     return torch.empty(size, dtype=dtype, device=device)
 
 
@@ -77,7 +78,7 @@ class RngStream:
         if self._seed is None:
             self._seed = self._seed_factory()
         self.count += 1
-        return op(list(size), self._seed, self.count, dtype, torch.device(device))
+        return op(list(size), self._seed, self.count, dtype, device=torch.device(device))
 
 
 def _float(dtype):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import operator
 from typing import Any, Callable, Mapping
 
@@ -30,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
+from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
 
 
@@ -63,6 +65,7 @@ class JointGraph:
     outputs: tuple[OutputSpec, ...]
     out_spec: Any                     # pytree spec of the user outputs
     functional: bool = False
+    traced_on: str = "fake"           # "fake" or "real" tensors; see [Note: fake tracing falls back to real]
 
     def input_indices(self, *kinds: str) -> list[int]:
         return [i for i, s in enumerate(self.inputs) if s.kind in kinds]
@@ -93,6 +96,7 @@ class _Recorder(TorchDispatchMode):
         self._nodes: dict[int, tuple[torch.Tensor, fx.Node]] = {}  # id -> (tensor kept alive, node)
         self._root: dict[int, fx.Node] = {}                          # id -> node of the storage's root
         self.mutated_roots: set[fx.Node] = set()
+        self.symbols = SymbolTable(graph)
 
     def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
         self._nodes[id(t)] = (t, node)
@@ -109,7 +113,8 @@ class _Recorder(TorchDispatchMode):
             raise NotYetImplemented(f"kiln.aot: a {type(t).__name__} of shape {tuple(t.shape)} reached the "
                                     "tracer without being an input or a traced value")
         name = f"_constant_{len(self.constants)}"
-        self.constants[name] = t.detach()
+        with torch._C._DisableTorchDispatch():  # a fake mode below us must not turn it into a fake
+            self.constants[name] = t.detach()
         node = self.graph.get_attr(name)
         self.bind(t, node)
         return node
@@ -118,7 +123,7 @@ class _Recorder(TorchDispatchMode):
         if isinstance(a, torch.Tensor):
             return self.node_of(a)
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise NotYetImplemented("kiln.aot: symbolic sizes reach the tracer before kiln.symbolic is wired in")
+            return self.symbols.node_of(a)
         return a
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -185,13 +190,30 @@ def lifted_state(gm: torch.nn.Module) -> list[tuple[str, str, torch.Tensor]]:
     return state
 
 
-def _stand_in(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+def real_stand_in(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A real copy of x (same strides): tracing then computes for real."""
     if type(x) is not torch.Tensor or x.device.type == "meta":  # already data-free (fake)
-        out = x.detach()
-    else:
-        with torch.no_grad():
-            out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+        return x.detach().requires_grad_(requires_grad)
+    with torch.no_grad():
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
     return out.requires_grad_(requires_grad)
+
+
+def fake_stand_in(mode, x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A fake of x in `mode` (kiln.symbolic): tracing then computes nothing."""
+    return mode.from_real(x).detach().requires_grad_(requires_grad)
+
+
+def _fake_mode_for(example_inputs: list, fake: bool):
+    """The fake mode of fake example inputs, else a new one when `fake`, else None."""
+    for x in example_inputs:
+        mode = getattr(x, "fake_mode", None)
+        if mode is not None:
+            return mode
+    if not fake:
+        return None
+    from kiln.symbolic import FakeTensorMode
+    return FakeTensorMode(allow_non_fake_inputs=True)
 
 
 def _differentiable(t) -> bool:
@@ -200,14 +222,44 @@ def _differentiable(t) -> bool:
 
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
                 decompositions: Mapping[Any, Callable] | None = None,
-                with_backward: bool | None = None,
-                make_stand_in: Callable[[torch.Tensor, bool], torch.Tensor] = _stand_in) -> JointGraph:
+                with_backward: bool | None = None, fake: bool = True) -> JointGraph:
     """Trace `gm(*example_inputs)` and, when grads are needed, its backward, into one ATen graph.
 
     with_backward: None traces the backward when grad mode is on and some input or parameter
-    requires grad. make_stand_in(x, requires_grad) builds the tensor that runs in place of input x
-    (a real copy by default; kiln's fake tensors to trace without compute).
+    requires grad. fake: run on kiln's fake tensors (no compute; symbolic sizes when the example
+    inputs are fakes with symbols), else on real copies of the inputs. Fake example inputs are
+    always traced in their own fake mode.
+
+    [Note: fake tracing falls back to real] When an op cannot run on fakes (no meta kernel, or a
+    gap in kiln's fakes) and the example inputs are real, the trace is redone on real copies: the
+    graph is the same for static sizes, only the trace computes for real (`JointGraph.traced_on`
+    says which). Not for ops whose output size depends on values (masked_select, nonzero): a real
+    trace would bake one input's size into the graph, so those raise, as do `.item()`-like reads.
     """
+    real_inputs = not any(hasattr(x, "fake_mode") for x in example_inputs)
+    if not fake or not real_inputs:
+        return _trace_joint(gm, example_inputs, decompositions, with_backward, fake)
+    from kiln.symbolic import DataDependentOp, MissingMetaKernel
+    try:
+        return _trace_joint(gm, example_inputs, decompositions, with_backward, True)
+    except DataDependentOp:
+        raise
+    except MissingMetaKernel as e:
+        if torch.Tag.dynamic_output_shape in getattr(e.op, "tags", ()):
+            raise NotYetImplemented(f"kiln.aot: {e.op} has an output size that depends on the values of "
+                                    "its input, which tracing cannot know; run it eagerly (a graph break)") from e
+    except NotYetImplemented:
+        raise
+    except Exception:
+        pass
+    return dataclasses.replace(_trace_joint(gm, example_inputs, decompositions, with_backward, False),
+                               traced_on="real")
+
+
+def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> JointGraph:
+    fake_mode = _fake_mode_for(example_inputs, fake)
+    make_stand_in = real_stand_in if fake_mode is None else functools.partial(fake_stand_in, fake_mode)
+    faking = contextlib.nullcontext() if fake_mode is None else fake_mode
     state = lifted_state(gm)
     grad_on = torch.is_grad_enabled()
     if with_backward is None:
@@ -217,10 +269,12 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     specs: list[InputSpec] = []
     primals: list[Any] = []    # what autograd differentiates with respect to (leaves)
     visible: list[Any] = []    # what the program sees
-    recorder = _Recorder(graph, decompositions or {}, RngStream(lambda: _seed_input(recorder, graph, specs)))
+    recorder = _Recorder(graph, decompositions or {},
+                         RngStream(lambda: _seed_input(recorder, graph, specs, make_stand_in)))
 
     def add_input(kind: str, name: str, x):
         node = graph.placeholder(f"{kind}_{len(specs)}")
+        recorder.symbols.add_input(node, x)
         if not isinstance(x, torch.Tensor):
             node.meta["val"] = x
             specs.append(InputSpec(kind, name))
@@ -236,6 +290,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
         seen = leaf.clone() if wants_grad else leaf
         recorder.bind(leaf, node)
         recorder.bind(seen, node)
+        recorder.symbols.add_input(node, leaf)
         specs.append(InputSpec(kind, name, wants_grad))
         primals.append(leaf)
         visible.append(seen)
@@ -247,7 +302,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     user_args = visible[:len(example_inputs)]
     stand_ins = {id(t): v for (_, _, t), v in zip(state, visible[len(example_inputs):])}
 
-    with swapped_state(gm, stand_ins), recorder:
+    with swapped_state(gm, stand_ins), faking, recorder:
         out = gm(*user_args)
     flat_out, out_spec = pytree.tree_flatten(out)
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
@@ -269,7 +324,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
             specs.append(InputSpec("tangent", str(len(tangents))))
             tangents.append(t)
         if diff_out and wrt:
-            with recorder, _autocast_off():
+            with faking, recorder, _autocast_off():
                 got = torch.autograd.grad(diff_out, [p for _, p in wrt], tangents, allow_unused=True)
             for (i, _), g in zip(wrt, got):
                 outputs.append(OutputSpec("grad", i))
@@ -281,17 +336,19 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     root = torch.nn.Module()
     for name, value in recorder.constants.items():
         setattr(root, name, value)
-    return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec)
+    return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec,
+                      traced_on="real" if fake_mode is None else "fake")
 
 
-def _seed_input(recorder: _Recorder, graph: fx.Graph, specs: list[InputSpec]) -> torch.Tensor:
+def _seed_input(recorder: _Recorder, graph: fx.Graph, specs: list[InputSpec], make_stand_in) -> torch.Tensor:
     """Add the rng seed placeholder after the last program input (random ops asked for one)."""
     last = [n for n in graph.nodes if n.op == "placeholder"][-1]
     if specs and specs[-1].kind == "tangent":
         raise NotYetImplemented("kiln.aot: a random op in the backward graph is not supported")
     with graph.inserting_after(last):
         node = graph.placeholder("rng_seed")
-    seed = torch.zeros((), dtype=torch.int64)
+    with torch._C._DisableTorchDispatch():
+        seed = make_stand_in(torch.zeros((), dtype=torch.int64), False)
     recorder.bind(seed, node)
     specs.append(InputSpec("rng_seed", "seed"))
     return seed

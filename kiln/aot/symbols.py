@@ -1,0 +1,90 @@
+"""Symbolic sizes in traced graphs: a SymInt argument becomes nodes that compute it at run time.
+
+When the tracer runs on fake tensors with symbolic sizes, ops receive `torch.SymInt`s (say
+`view(x, [s0 * 3])`). The graph must compute that value from the real inputs when it runs: each
+symbol is read once from the input that introduced it (`aten.sym_size.int(input, dim)`), and an
+expression over symbols becomes `operator` calls, one per sympy node, from the table `_SYMPY_OPS`.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+
+import sympy
+import torch
+import torch.fx as fx
+
+from kiln.errors import NotYetImplemented
+
+aten = torch.ops.aten
+
+
+def _floordiv_type():
+    try:
+        from kiln.symbolic.sympy_ops import FloorDiv
+        return FloorDiv
+    except ImportError:  # kiln.symbolic absent: no symbolic sizes can reach us either
+        return None
+
+
+def _fold(op):
+    return lambda graph, args: functools.reduce(lambda a, b: graph.call_function(op, (a, b)), args)
+
+
+_SYMPY_OPS = {
+    sympy.Add: _fold(operator.add),
+    sympy.Mul: _fold(operator.mul),
+    sympy.Mod: lambda graph, args: graph.call_function(operator.mod, tuple(args)),
+    sympy.Pow: lambda graph, args: graph.call_function(operator.pow, tuple(args)),
+    sympy.Max: _fold(max),
+    sympy.Min: _fold(min),
+}
+if _floordiv_type() is not None:
+    _SYMPY_OPS[_floordiv_type()] = lambda graph, args: graph.call_function(operator.floordiv, tuple(args))
+
+
+class SymbolTable:
+    """Symbols of one trace: where each comes from, and the node already computing each expression."""
+
+    def __init__(self, graph: fx.Graph):
+        self.graph = graph
+        self._sources: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+        self._nodes: dict[sympy.Expr, fx.Node] = {}
+
+    def add_input(self, node: fx.Node, value) -> None:
+        """Remember the symbols among the sizes of input `node` (a placeholder)."""
+        if not isinstance(value, torch.Tensor):
+            if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+                self._nodes.setdefault(value.node.expr, node)
+            return
+        for dim, size in enumerate(value.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                self._sources.setdefault(size.node.expr, (node, dim))
+
+    def node_of(self, value):
+        """An int, or the node computing a SymInt/SymFloat/SymBool at run time."""
+        expr = sympy.sympify(value.node.expr)
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Number:
+            return float(expr)
+        return self._build(expr)
+
+    def _build(self, expr: sympy.Expr):
+        if expr.is_Integer:
+            return int(expr)
+        if expr in self._nodes:
+            return self._nodes[expr]
+        if expr.is_Symbol:
+            if expr not in self._sources:
+                raise NotYetImplemented(f"kiln.aot: the symbol {expr} comes from no traced input")
+            source, dim = self._sources[expr]
+            node = self.graph.call_function(aten.sym_size.int, (source, dim))
+        else:
+            rule = _SYMPY_OPS.get(type(expr))
+            if rule is None:
+                raise NotYetImplemented(f"kiln.aot: cannot compute the symbolic size {expr} in a graph "
+                                        f"({type(expr).__name__} has no rule in kiln/aot/symbols.py)")
+            node = rule(self.graph, [self._build(a) for a in expr.args])
+        self._nodes[expr] = node
+        return node

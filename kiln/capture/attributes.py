@@ -49,14 +49,14 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         if entry.fget is None:
             tx.raise_(AttributeError, f"property {name!r} has no getter")
         return tx.call(_plain(tx, entry.fget), [obj])
-    if isinstance(entry, types.FunctionType) is False and hasattr(entry, "__get__") and isinstance(obj, V.ObjectVar):
-        # C descriptors (slots, getset, method descriptors): ask the real object
+    if not hasattr(entry, "__get__") or isinstance(entry, (type, types.BuiltinFunctionType)):
+        return _wrap(tx, entry, None)  # a plain class attribute (a constant, a class, a builtin)
+    if isinstance(obj, V.ObjectVar):
+        # C descriptors (slots, getset, method descriptors) of a real object: ask the object
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
-    if hasattr(entry, "__get__") and not isinstance(entry, (type, types.BuiltinFunctionType)):
-        if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
-            return V.MethodVar(V.ObjectVar(entry), obj)
-        raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
-    return _wrap(tx, entry, None)
+    if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return V.MethodVar(V.ObjectVar(entry), obj)
+    raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
 
 
 def _function(fn) -> V.FunctionVar:
@@ -179,8 +179,6 @@ def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
     entry = class_lookup(obj_type, name, start_after=v.cls)
     if entry is _MISSING:
         tx.raise_(AttributeError, f"'super' object has no attribute {name!r}")
-    if entry is object.__init__ or entry is torch.nn.Module.__init__ and False:
-        return V.ObjectVar(lambda *a, **k: None)
     if isinstance(entry, (types.WrapperDescriptorType, types.MethodDescriptorType)):
         return V.MethodVar(V.ObjectVar(entry), v.obj)
     return bind_class_entry(tx, entry, v.obj, obj_type, name)

@@ -9,7 +9,6 @@ guarded by identity.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import enum
 import functools
 import types
@@ -62,10 +61,7 @@ def _guard(out, kind, source, expected):
 
 
 def _wrap_constant(out, value, source):
-    if isinstance(value, (int, float, str, bytes, bool, type(None), torch.dtype, torch.device, enum.Enum)):
-        _guard(out, GuardKind.CONST, source, value)
-    else:
-        _guard(out, GuardKind.CONST, source, value)
+    _guard(out, GuardKind.CONST, source, value)
     return V.Constant(value, source=source)
 
 
@@ -133,12 +129,10 @@ def _wrap_resume_iterator(out, value, source):
 
 
 def _wrap_object(out, value, source):
-    """Any other object: modelled through its real attributes; guarded on its type."""
-    if dataclasses.is_dataclass(value) or hasattr(value, "__dict__") or callable(value):
-        if isinstance(value, torch.nn.Module) or callable(value) and not hasattr(value, "__dict__"):
-            return _wrap_identity(out, value, source)
-        _guard(out, GuardKind.TYPE, source, type(value))
-        return V.ObjectVar(value, source=source)
+    """Any other object: modelled through its real attributes. Callables without a __dict__
+    (C functions, bound builtins) are specialized on identity, the rest on their type."""
+    if callable(value) and not hasattr(value, "__dict__"):
+        return _wrap_identity(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     return V.ObjectVar(value, source=source)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import dis
 import inspect
-import operator
 import types
 from typing import Any, Callable
 
@@ -27,10 +26,10 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
 from kiln.capture.guards import Guard, GuardKind, compile_guards
-from kiln.capture.interpreter import PY312, GraphBreak, ObservedException, Tracer
+from kiln.capture.interpreter import PY312, GraphBreak, Tracer
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
-from kiln.capture.sources import ConstSource, ItemSource, LocalSource
+from kiln.capture.sources import ConstSource, LocalSource
 
 
 @dataclasses.dataclass
@@ -119,12 +118,6 @@ class Step:
     pushes: tuple[str, ...]
 
 
-def _call_step(tx, inst) -> tuple[int, str]:
-    argc = inst.arg
-    names = tuple(tx.kw_names)
-    return argc + 2, names
-
-
 def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[Step, list[str]] | None:
     """The instruction `inst` as Python source over stack values `s[i]`; None if kiln has no
     native form for it. Branches are handled by the caller."""
@@ -152,7 +145,6 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
             return Step(3 + has_kw, (f"{callee.format(1)}(*s[2]{kw})",)), []
         return Step(3 + has_kw, (f"{callee.format(0)}(s[1], *s[2]{kw})",)), []
     if op == "BINARY_OP":
-        from kiln.capture.semantics import BINARY_OPS
         return Step(2, (f"__ops[{inst.arg}](s[0], s[1])",)), []
     if op == "COMPARE_OP":
         return Step(2, (f"(s[0] {inst.argval} s[1])",)), []

@@ -72,8 +72,17 @@ class Guard:
         return f"{where} {text.format('' if self.kind is GuardKind.EMPTY else value)}"
 
 
+def _device_check(e: str, device: torch.device, const) -> str:
+    # `x.device` builds a device object on every call; these read a flag or an int instead
+    if device.type == "cpu":
+        return f"{e}.is_cpu"
+    if device.type == "cuda" and device.index is not None:
+        return f"{e}.get_device() == {device.index}"
+    return f"{e}.device == {const(device)}"
+
+
 def _tensor_check(e: str, spec: TensorSpec, const: Callable[[Any], str]) -> list[str]:
-    parts = [f"{e}.dtype is {const(spec.dtype)}", f"{e}.device == {const(spec.device)}",
+    parts = [f"{e}.dtype is {const(spec.dtype)}", _device_check(e, spec.device, const),
              f"{e}.requires_grad is {spec.requires_grad}"]
     if None not in spec.sizes:
         # one tuple compare is cheaper than a compare per dim

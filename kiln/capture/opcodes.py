@@ -292,7 +292,7 @@ def list_to_tuple(tx, inst):
 
 @handler("CALL_INTRINSIC_1")  # 3.12
 def call_intrinsic_1(tx, inst):
-    kind = dis._intrinsic1_descs[inst.arg]
+    kind = dis._intrinsic_1_descs[inst.arg]  # the 3.12+ name (3.12.3 has no _intrinsic1_descs)
     value = tx.pop()
     if kind == "INTRINSIC_LIST_TO_TUPLE":
         tx.push(V.TupleVar(list(value.items)))

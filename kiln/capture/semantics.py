@@ -221,14 +221,8 @@ def truth(tx, v: V.Variable) -> bool:
     if isinstance(v, (V.FunctionVar, V.MethodVar, V.PartialVar, V.ContextVar, V.ExceptionVar, V.SuperVar)):
         return True
     if isinstance(v, V.ObjectVar):
-        value = v.value
-        if isinstance(value, torch.nn.Module):
-            cls_bool = type(value).__dict__.get("__len__") or type(value).__dict__.get("__bool__")
-            return bool(len(value)) if cls_bool else True
-        if type(value).__bool__ is object.__bool__ if hasattr(type(value), "__bool__") else True:
-            if not hasattr(type(value), "__len__"):
-                return True
-        return bool(value)
+        # the object is guarded (type or identity) where it was read; Python's own rule answers
+        return bool(v.value)
     if isinstance(v, V.NewObjectVar):
         for name in ("__bool__", "__len__"):
             if hasattr(v.cls, name):

@@ -1,0 +1,68 @@
+"""The runtime: parameters read at each call, symbolic sizes, inference calls, and pytree outputs."""
+import copy
+
+import torch
+
+import kiln
+from kiln.aot import aot_compile, trace_joint
+from kiln.symbolic import FakeTensorMode
+
+
+def _compile(fn, inputs):
+    gm = fn if isinstance(fn, torch.fx.GraphModule) else torch.fx.symbolic_trace(fn)
+    return aot_compile(gm, inputs, fw_compiler=lambda g, _: g.forward, bw_compiler=lambda g, _: g.forward)
+
+
+def test_optimizer_updates_are_seen(aot_backend):
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    reference = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend=aot_backend)
+    x = torch.randn(5, 6)
+    for m, opt in ((reference, torch.optim.SGD(reference.parameters(), lr=0.1)),
+                   (compiled, torch.optim.SGD(model.parameters(), lr=0.1))):
+        for _ in range(3):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+            opt.step()
+    assert aot_backend.runtimes
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q)
+
+
+def _dynamic_program(x, w):
+    h = (x @ w).relu()
+    return h.reshape(x.shape[0] * w.shape[1]).sum() + h.mean(0).sum()
+
+
+def test_symbolic_batch_size():
+    mode = FakeTensorMode()
+    w = torch.randn(5, 3, requires_grad=True)
+    fake_x = mode.from_real(torch.randn(6, 5), source="x", dynamic_dims=[0])
+    fake_w = mode.from_real(w, source="w")
+    gm = torch.fx.symbolic_trace(_dynamic_program)
+    joint = trace_joint(gm, [fake_x, fake_w])
+    assert any(n.target is torch.ops.aten.sym_size.int for n in joint.gm.graph.nodes)
+    compiled = _compile(gm, [fake_x, fake_w])
+    for batch in (6, 9, 2):
+        x = torch.randn(batch, 5)
+        (expected_grad,) = torch.autograd.grad(expected := _dynamic_program(x, w), w)
+        (got_grad,) = torch.autograd.grad(got := compiled(x, w), w)
+        torch.testing.assert_close((got, got_grad), (expected, expected_grad))
+
+
+def test_no_grad_call_runs_the_forward_only():
+    w = torch.randn(4, 4, requires_grad=True)
+    compiled = _compile(lambda x, w: {"out": (x @ w).sigmoid(), "n": [x.sum()]}, [torch.randn(2, 4), w])
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        got = compiled(x, w)
+    assert not got["out"].requires_grad
+    torch.testing.assert_close(got, {"out": (x @ w).sigmoid(), "n": [x.sum()]})
+
+
+def test_traces_on_fakes_without_compute():
+    x = torch.randn(3, 3, requires_grad=True)
+    joint = trace_joint(torch.fx.symbolic_trace(lambda t: (t * 2).exp().sum()), [x])
+    assert joint.traced_on == "fake"
+    val = next(n for n in joint.gm.graph.nodes if n.op == "call_function").meta["val"]
+    assert type(val).__name__ == "FakeTensor"

@@ -109,7 +109,7 @@ def test_binary_ops_match_eager_including_negative_operands(dtype):
     if dtype == I64:
         a = torch.randint(-20, 20, (n,), generator=g)
         b = torch.randint(1, 7, (n,), generator=g) * torch.where(torch.rand(n, generator=g) < 0.5, -1, 1)
-        names = ["add", "sub", "mul", "maximum", "minimum", "floordiv", "remainder", "fmod"]
+        names = ["add", "sub", "mul", "truediv", "maximum", "minimum", "floordiv", "remainder", "fmod"]
     else:
         a, b = torch.randn(n, generator=g) * 3, torch.randn(n, generator=g) * 2
         a[0], b[1] = float("nan"), float("nan")                     # maximum/minimum propagate NaN
@@ -119,6 +119,8 @@ def test_binary_ops_match_eager_including_negative_operands(dtype):
         lhs = ir.Load("a", x0, dtype)
         if name == "pow":
             lhs, ref = ir.Op("abs", (lhs,), dtype), lambda p, q: torch.pow(p.abs(), q)
+        elif name == "truediv" and dtype == I64:
+            ref = lambda p, q: torch.div(p, q, rounding_mode="trunc")  # noqa: E731 (C division on ints)
         else:
             ref = BINARY[name]
         expr = ir.Op(name, (lhs, ir.Load("b", x0, dtype)), dtype)
@@ -291,3 +293,15 @@ def test_gather_iota_fill_and_random():
     fns["fill_rand"](fill, rnd2, seed, n)
     assert torch.equal(fill, torch.full((n,), 3.0))
     assert torch.equal(rnd, rnd2) and ((rnd >= 0) & (rnd < 1)).all() and rnd.unique().numel() == n
+
+
+def test_index_values_and_stores_over_size_one_dims():
+    # out[i, 0, j] = i * 10 + j over ranges (s0, 1, s1): the size-1 dim's variable is always 0.
+    bufs = {"out": contiguous("out", (s0, 1, s1), I64)}
+    x2 = ir.loop_var(2)
+    value = ir.IndexValue(x0 * 10 + x1 * 100 + x2, I64)
+    kernel = pointwise_kernel("iota3", [ir.Store("out", x0 * s1 + x1 * s1 + x2, value)], ["out"],
+                              ranges=(s0, 1, s1), sizes=(s0, s1))
+    out = torch.empty(4, 1, 5, dtype=I64)
+    run(kernel, bufs, [out], (4, 5))
+    assert torch.equal(out, (torch.arange(4)[:, None, None] * 10 + torch.arange(5)).to(I64))

@@ -106,17 +106,20 @@ class IndexPrinter:
             raise NotImplementedError(f"index variable {s} has no loop in this kernel")
         return s.name
 
+    def _drop_unit_dims(self, e) -> sympy.Expr:
+        """`e` with the variables of size-1 dims (always 0) replaced by 0."""
+        zero = {space.var(d): 0 for space in self.spaces.values()
+                for d, r in enumerate(space.ranges) if r == 1}
+        e = sympy.sympify(e)
+        return e.xreplace(zero) if zero else e
+
+    def dims(self, e) -> frozenset[str]:
+        """The block dims ("x", "r") an index expression really varies along in this kernel."""
+        return dims_of(self._drop_unit_dims(e)) - {"t"}
+
     # -- offsets with contiguous runs collapsed
     def offset(self, e) -> str:
-        e = sympy.expand(sympy.sympify(e))
-        # Size-1 dims are always 0; dropping them keeps runs intact across them.
-        zero = {}
-        for space in self.spaces.values():
-            for d, r in enumerate(space.ranges):
-                if r == 1:
-                    zero[space.var(d)] = 0
-        if zero:
-            e = sympy.expand(e.xreplace(zero))
+        e = sympy.expand(self._drop_unit_dims(e))
         linear: dict[sympy.Symbol, sympy.Expr] = {}
         rest = []
         for term in sympy.Add.make_args(e):

@@ -389,7 +389,9 @@ OPS: dict[str, Printer] = {
     "add": _template("({0} + {1})"),
     "sub": _template("({0} - {1})"),
     "mul": _template("({0} * {1})"),
-    "truediv": _template("({0} / {1})"),
+    # On integers (a prim `div` without rounding mode) truediv truncates, as C division and
+    # Triton's integer `//` do.
+    "truediv": _by_kind(_template("({0} / {1})"), _template("({0} // {1})")),
     "floordiv": _by_kind(_template("tl.floor({0} / {1})"), _call("_k_floordiv_int")),
     "remainder": _by_kind(_call("_k_remainder_float"), _call("_k_remainder_int")),
     "fmod": _template("({0} % {1})"),

@@ -30,7 +30,7 @@ import torch
 
 from kiln.codegen import ir
 from kiln.codegen.triton import ops
-from kiln.codegen.triton.index import IndexPrinter, LoopSpace, dims_of
+from kiln.codegen.triton.index import IndexPrinter, LoopSpace
 from kiln.codegen.triton.ops import Value
 from kiln.codegen.triton.reductions import plan as _plan_stage
 
@@ -173,7 +173,7 @@ class _KernelPrinter:
             offset = self.index.offset(e.index)
         finally:
             self.index.names = saved
-        deps |= dims_of(e.index) - {"t"}
+        deps |= self.index.dims(e.index)
         buf = self.buffers.get(e.buffer)
         dtype = buf.dtype if buf is not None else e.dtype
         mask = self.mask(deps)
@@ -203,7 +203,7 @@ class _KernelPrinter:
         return Value(text, frozenset(), e.dtype)
 
     def index_value(self, e: ir.IndexValue) -> Value:
-        deps = dims_of(e.index) - {"t"}
+        deps = self.index.dims(e.index)
         text = self.index.offset(e.index)
         dtype = ops.compute_dtype(e.dtype)
         if not deps:
@@ -240,10 +240,11 @@ class _KernelPrinter:
         v = self.value(s.expr)
         buf = self.buffers[s.buffer]
         offset = self.index.offset(s.index)
-        deps = (dims_of(s.index) - {"t"}) | v.deps | {"x"}
+        index_deps = self.index.dims(s.index)
+        deps = index_deps | v.deps | {"x"}
         shape = self.out.shape(deps)
         pointer = f"{self.ptr(s.buffer)} + ({offset})"
-        if (dims_of(s.index) - {"t"}) != deps:
+        if index_deps != deps:
             pointer = f"tl.broadcast_to({pointer}, {shape})"
         value = v.text
         compute = ops.compute_dtype(v.dtype)

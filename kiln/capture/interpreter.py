@@ -21,6 +21,7 @@ from kiln.errors import Unsupported
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
 MAX_INLINE_DEPTH = 64
+MAX_INSTRUCTIONS = 2_000_000  # per capture: every loop is unrolled, so bound the work
 
 
 class GraphBreak(Exception):
@@ -134,6 +135,10 @@ class Tracer:
             if self.ip >= len(self.insts):
                 raise self.unsupported("ran past the end of the code object")
             inst = self.inst = self.insts[self.ip]
+            self.out.instructions += 1
+            if self.out.instructions > MAX_INSTRUCTIONS:
+                raise self.unsupported(f"capture ran more than {MAX_INSTRUCTIONS} instructions "
+                                       "(a loop whose condition never changes at capture time?)")
             if self.stop_at is not None and inst.offset == self.stop_at:
                 self.stopped_at = inst
                 return None
@@ -156,6 +161,12 @@ class Tracer:
                 if self.parent is None and e.root_offset is None:
                     e.root_offset = inst.offset
                 raise
+            except Exception as e:  # kiln's own modelling failed: break here rather than crash the user
+                brk = self.unsupported(f"kiln could not model {inst.opname} "
+                                       f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+                if self.parent is None:
+                    brk.root_offset = inst.offset
+                raise brk from e
 
     def handle_exception(self, e: ObservedException):
         """Route an exception raised by traced code to its handler in this frame, or re-raise."""

@@ -61,6 +61,7 @@ class OutputGraph:
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
         self.examples = Examples()
+        self.instructions = 0  # interpreted so far, all frames together
 
     def globals_name(self, g: dict) -> str:
         name = self._globals_ids.get(id(g))
@@ -88,6 +89,8 @@ class OutputGraph:
         node.meta["source"] = source
         var = V.TensorVar(node, example, source=source)
         self.inputs.append((source, var))
+        # isinstance(x, nn.Parameter) and friends were answered from this type
+        self.guard(Guard(GuardKind.TYPE, source, type(value)))
         sizes = tuple(None if d in dims and n > 1 else n for d, n in enumerate(value.size()))
         strides = tuple(s if isinstance(s, int) else None for s in example.stride())
         self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(

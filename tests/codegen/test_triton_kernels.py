@@ -78,6 +78,7 @@ def test_unary_ops_match_eager():
     names = sorted(UNARY_DOMAIN)
     source = torch.randn(n) * 3
     source[:4] = torch.tensor([0.5, -0.5, 2.5, -1.5]) / 4     # round-half-even ties after `t * 4`
+    source[4] = float("nan")                                   # NaN through every op
     bufs, stores, tensors, outs = {}, [], [], {}
     for name in names:
         transform, _ = UNARY_DOMAIN[name]

@@ -334,7 +334,8 @@ def _sign(args, dtypes, out):
     x = args[0]
     if dtypes[0] == torch.bool:
         return x
-    return f"(({x} > 0).to({tl_dtype(compute_dtype(out))}) - ({x} < 0).to({tl_dtype(compute_dtype(out))}))"
+    t = tl_dtype(compute_dtype(out))
+    return f"(({x} > 0).to({t}) - ({x} < 0).to({t}))"      # sign(NaN) is 0 in torch, as here
 
 
 def _logical(op: str) -> Printer:

@@ -107,12 +107,16 @@ def _k_logaddexp(a, b):
     safe = tl.where(hi == float("-inf"), 0.0, hi)
     return tl.where(hi == float("-inf"), hi, safe + tl.log(1.0 + tl.exp(lo - safe)))
 """)
-# Reductions along axis 1 of a [XBLOCK, RBLOCK] block, to [XBLOCK]. They pass Triton's own
-# combine functions (`tl.standard._sum_combine`, `_elementwise_max/min`) to `tl.reduce`: on a GPU
-# those are ordinary adds and maxes, and Triton's interpreter recognizes them and reduces with one
-# numpy call instead of one Python call per element (30x faster CI). `_elementwise_max` does not
-# propagate NaN (numpy's nanmax, a GPU max), so float max/min add NaN back from a count of NaNs.
+# Reductions along axis 1 of a [XBLOCK, RBLOCK] block, to [XBLOCK]. On a GPU, one `tl.reduce`
+# with a NaN-propagating combine. Triton's interpreter runs a custom combine once per element in
+# Python, but recognizes Triton's own combines (`tl.standard._sum_combine`, `_elementwise_max`)
+# and reduces with one numpy call (30x faster CI); those do not propagate NaN (numpy's nanmax),
+# so the interpreter flavour adds NaN back from a count of NaNs. Same results either way.
 _helper("_k_rmax", """
+@triton.jit
+def _k_rmax(x):
+    return tl.reduce(x, 1, _k_maximum)
+""", """
 @triton.jit
 def _k_rmax(x):
     nans = tl.reduce((x != x).to(tl.int32), 1, tl.standard._sum_combine)
@@ -121,12 +125,22 @@ def _k_rmax(x):
 _helper("_k_rmin", """
 @triton.jit
 def _k_rmin(x):
+    return tl.reduce(x, 1, _k_minimum)
+""", """
+@triton.jit
+def _k_rmin(x):
     nans = tl.reduce((x != x).to(tl.int32), 1, tl.standard._sum_combine)
     return tl.where(nans > 0, float("nan"), tl.reduce(x, 1, tl.standard._elementwise_min))
 """)
-# argmax/argmin of (value, index) blocks: the extreme value (NaN beats everything, as in eager),
-# then the smallest index holding it, so the first occurrence wins ties.
+# argmax/argmin of (value, index) blocks: the extreme value (NaN beats everything, as in eager)
+# at the smallest index holding it, so the first occurrence wins ties. GPU: one tuple reduction;
+# interpreter: the extreme, then the smallest index where it occurs (two vectorized reductions).
 _helper("_k_rargmax", """
+@triton.jit
+def _k_rargmax(v, i):
+    _, idx = tl.reduce((v, i), 1, _k_argmax)
+    return idx
+""", """
 @triton.jit
 def _k_rargmax(v, i):
     best = _k_rmax(v)[:, None]
@@ -134,6 +148,11 @@ def _k_rargmax(v, i):
     return tl.reduce(tl.where(hit, i, 2147483647), 1, tl.standard._elementwise_min)
 """)
 _helper("_k_rargmin", """
+@triton.jit
+def _k_rargmin(v, i):
+    _, idx = tl.reduce((v, i), 1, _k_argmin)
+    return idx
+""", """
 @triton.jit
 def _k_rargmin(v, i):
     best = _k_rmin(v)[:, None]
@@ -273,11 +292,12 @@ def _k_copysign(a, b):
     return tl.where(neg, -tl.abs(a), tl.abs(a))
 """)
 
-# Helpers that call other helpers (printed before them).
-HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan": ("_k_atan_poly",), "_k_asin": ("_k_atan", "_k_atan_poly"),
-               "_k_acos": ("_k_asin", "_k_atan", "_k_atan_poly"), "_k_atan2": ("_k_atan", "_k_atan_poly")}
-# The GPU versions call libdevice directly and need no other helper.
-GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",)}
+# Helpers that call other helpers, per flavour (interpreter / GPU); callees are printed too.
+HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan": ("_k_atan_poly",),
+               "_k_asin": ("_k_atan", "_k_atan_poly"), "_k_acos": ("_k_asin", "_k_atan", "_k_atan_poly"),
+               "_k_atan2": ("_k_atan", "_k_atan_poly")}
+GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rmax": ("_k_maximum",), "_k_rmin": ("_k_minimum",),
+                                                "_k_rargmax": ("_k_argmax",), "_k_rargmin": ("_k_argmin",)}
 # Ops only libdevice provides; under the interpreter they raise a clear error at print time.
 LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "nextafter": "nextafter"}
 

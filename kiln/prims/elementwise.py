@@ -119,6 +119,7 @@ UNARY = {
     "floor": ("round down to an integer value", torch.floor, FLOAT),
     "round": ("round half to even", torch.round, FLOAT),
     "trunc": ("round toward zero", torch.trunc, FLOAT),
+    "conj": ("complex conjugate (identity on real dtypes)", torch.conj_physical, ANY),
     "bitwise_not": ("bitwise not (logical not on bool)", torch.bitwise_not, INTEGRAL),
 }
 

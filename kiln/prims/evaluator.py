@@ -54,8 +54,7 @@ class EvaluationLog:
 
 
 # In-place ops whose functional twin is not named by dropping the underscore.
-_FUNCTIONAL_TWIN = {aten.normal_.default: aten.normal_functional.default, aten.bernoulli_.float: aten.bernoulli.p,
-                    aten.bernoulli_.Tensor: aten.bernoulli.Tensor}
+_FUNCTIONAL_TWIN = {aten.normal_.default: aten.normal_functional.default}
 
 
 def _functional_overload(func):

@@ -21,6 +21,7 @@ import time
 import warnings
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from kiln.prims.evaluator import PrimEvaluator, UndecomposedOp
@@ -74,8 +75,51 @@ def _compare(expected, got, exact_values: bool, where: str):
             raise AssertionError(f"{where}: got {y!r}, eager {x!r}")
 
 
+class _GeneratorUse(TorchDispatchMode):
+    """Notes whether any ATen op that runs draws from a random generator."""
+
+    def __init__(self):
+        super().__init__()
+        self.seeded = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seeded |= torch.Tag.nondeterministic_seeded in func.tags
+        return func(*args, **(kwargs or {}))
+
+
+def _upcast(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _compare_against_float64(opinfo, sample, expected, got, where: str):
+    """Low precision: eager itself is off from the exact result; accept an error at most twice
+    eager's, both measured against the op run in float64 (PyTorch's benchmark accuracy rule)."""
+    from torch.utils._pytree import tree_map
+    args = tree_map(_upcast, (sample.input, sample.args, sample.kwargs))
+    reference = opinfo(args[0], *args[1], **args[2])
+    for e, g, r in zip(tree_flatten(expected)[0], tree_flatten(got)[0], tree_flatten(reference)[0]):
+        if not isinstance(e, torch.Tensor) or not e.dtype.is_floating_point:
+            continue
+        eager_error = (e.double() - r.double()).abs().nan_to_num(0).max().item() if e.numel() else 0.0
+        our_error = (g.double() - r.double()).abs().nan_to_num(0).max().item() if g.numel() else 0.0
+        if our_error > 2 * eager_error + 1e-3:
+            raise AssertionError(f"{where}: error vs float64 {our_error:.3g}, eager's {eager_error:.3g}")
+
+
 def _is_seeded(opinfo, sample) -> bool:
-    """True when eager's output depends on the generator (random ops) or is uninitialized memory."""
+    """True when eager's output depends on the generator (random ops) or is uninitialized memory.
+
+    Some OpInfos reseed inside their own wrapper, so two eager runs agree; the op's tags say it."""
+    if "empty" in opinfo.name:  # uninitialized memory can repeat between two eager runs
+        return True
+    use = _GeneratorUse()
+    try:
+        with use:
+            _run(opinfo, sample, 0)
+    except Exception:
+        pass
+    if use.seeded:
+        return True
     try:
         a, b = _run(opinfo, sample, 0), _run(opinfo, sample, 1)
         _compare(a, b, True, "")
@@ -95,7 +139,12 @@ def check_forward(opinfo, dtype) -> str | None:
     try:
         with PrimEvaluator(check_meta=True):
             got = _run(opinfo, sample, 0)
-        _compare(expected, got, not seeded, f"forward {dtype}")
+        try:
+            _compare(expected, got, not seeded, f"forward {dtype}")
+        except AssertionError:
+            if dtype not in (torch.float16, torch.bfloat16):
+                raise
+            _compare_against_float64(opinfo, sample, expected, got, f"forward {dtype}")
     except UndecomposedOp as e:
         return f"undecomposed: {str(e).split('ATen op ')[1].split(' ')[0]}"
     except Exception as e:
@@ -148,8 +197,17 @@ def sweep_op(opinfo) -> OpResult:
     return result
 
 
+def _skip_test_fn_lookup():
+    """OpInfo's sample iterators walk the whole call stack (`inspect.stack()`) to find the calling
+    unittest method, for error messages we do not use; that walk is ~90% of the sweep's time."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+    common_utils.extract_test_fn = core.extract_test_fn = lambda: None
+
+
 def selected_ops(names=None):
     from torch.testing._internal.common_methods_invocations import op_db
+    _skip_test_fn_lookup()
     if names is None:
         return list(op_db)
     wanted = set(names)

@@ -336,3 +336,13 @@ def geometric(a, prob, *, generator=None):
     u = _uniform_like(a, torch.float64)
     v = p.ceil(p.div(p.log1p(p.neg(u)), _s(u, math.log1p(-prob))))
     return convert(v, a.dtype)
+
+
+@register(aten.bernoulli_.float)
+def bernoulli_inplace(a, prob=0.5, *, generator=None):
+    return a.copy_(bernoulli_p(a, prob))
+
+
+@register(aten.bernoulli_.Tensor)
+def bernoulli_inplace_tensor(a, prob, *, generator=None):
+    return a.copy_(bernoulli_tensor(a, prob))

@@ -49,9 +49,12 @@ def baddbmm(bias, b1, b2, *, beta=1, alpha=1):
 
 @register(aten.addbmm.default)
 def addbmm(bias, b1, b2, *, beta=1, alpha=1):
-    prod = p.bmm(b1, b2)
-    return _epilogue(p.sum(prod, [0]) if prod.shape[0] else full(prod.shape[1:], 0, prod.dtype, prod.device),
-                     bias, beta, alpha)
+    # sum_b b1[b] @ b2[b] is one matmul over the joined (batch, inner) dim: one accumulation, as eager
+    nb, n, m = b1.shape
+    q = b2.shape[2]
+    left = reshape(contiguous(p.permute(b1, [1, 0, 2])), [n, nb * m])
+    right = reshape(contiguous(b2), [nb * m, q])
+    return _epilogue(p.mm(left, right), bias, beta, alpha)
 
 
 @register(aten.mv.default)
@@ -435,3 +438,14 @@ def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     a, b, c = spread(i1, expand1), spread(i2, expand2), spread(i3, expand3)
     prod = elementwise(p.mul, elementwise(p.mul, a, b), c)
     return p.sum(prod, sorted(sumdim)) if sumdim else prod
+
+
+@register(aten.logit_backward.default)
+def logit_backward(grad, a, eps=None):
+    def fn(g, x):
+        body = p.div(g, p.mul(x, p.sub(_s(x, 1), x)))
+        if eps is None:
+            return body
+        inside = p.bitwise_and(p.ge(x, _s(x, eps)), p.le(x, _s(x, 1 - eps)))
+        return p.where(inside, body, _s(x, 0))
+    return map_float(fn, grad, a, promotion=Promotion.DEFAULT)

@@ -269,6 +269,8 @@ def native_dropout(a, prob, train):
 
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(grad, mask, scale):
+    if not (grad.dtype.is_floating_point or grad.dtype.is_complex):
+        grad = convert(grad, torch.get_default_dtype())   # eager: grad * mask * scale promotes
     compute = computation_dtype(grad.dtype)
     out = p.mul(p.mul(convert(grad, compute), p.convert_element_type(mask, compute)),
                 full(grad.shape, scale, compute, grad.device))

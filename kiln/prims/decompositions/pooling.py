@@ -269,6 +269,8 @@ def _adaptive_dims(x, output_size):
 
 def _adaptive_avg(x, output_size):
     k = len(output_size)
+    if x.numel() == 0:
+        return full(list(x.shape[:x.ndim - k]) + list(output_size), 0, x.dtype, x.device)
     dims = _adaptive_dims(x, output_size)
     compute = computation_dtype(x.dtype)
     vals, mask, lead = _gather_windows(convert(x, compute), k, dims, 0)

@@ -75,7 +75,8 @@ def squeeze(a):
 
 @register(aten.squeeze.dim, aten.squeeze.dims)
 def squeeze_dims(a, dims):
-    dims = canonical_dims([dims] if isinstance(dims, int) else dims, a.ndim) if a.ndim else []
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    dims = sorted({canonical_dim(d, a.ndim) for d in dims}) if a.ndim else []
     return p.squeeze(a, [d for d in dims if a.shape[d] == 1])
 
 
@@ -643,13 +644,7 @@ def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
     return p.convert_element_type(p.eq(r, c), _dtype(dtype))
 
 
-@register(aten.tril_indices.default, aten.triu_indices.default)
-def _tri_indices_unsupported(*args, **kwargs):
-    raise NotImplementedError("tril_indices/triu_indices produce data-independent but irregular sizes; "
-                              "not decomposed yet")
 
-
-del DECOMPOSITIONS[aten.tril_indices.default], DECOMPOSITIONS[aten.triu_indices.default]
 
 
 @register(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)

@@ -230,3 +230,66 @@ def renorm(a, p_, dim, maxnorm):
                            p.add(norms, full(norms.shape, 1e-7, compute, a.device))),
                      full(norms.shape, 1, compute, a.device))
     return convert(p.mul(convert(a, compute), broadcast_to(factor, a.shape)), a.dtype)
+
+
+@register(aten._conj.default, aten._conj_physical.default, aten.conj_physical.default)
+def conj(a):
+    return p.conj(a)
+
+
+@register(aten.complex.default)
+def complex_(real, imag):
+    dtype = result_dtype(real, imag)
+    shape = broadcast_shapes(real.shape, imag.shape)
+    parts = [p.broadcast_in_dim(broadcast_to(convert(t, dtype), shape), shape + [1], list(range(len(shape))))
+             for t in (real, imag)]
+    return p.view_as_complex(p.cat(parts, len(shape)))
+
+
+@register(aten.polar.default)
+def polar(magnitude, angle):
+    return complex_(p.mul(magnitude, p.cos(angle)), p.mul(magnitude, p.sin(angle)))
+
+
+@register(aten.bucketize.Tensor)
+def bucketize(a, boundaries, *, out_int32=False, right=False):
+    return p.searchsorted_Tensor(boundaries, a, out_int32=out_int32, right=right)
+
+
+def _tri_index_pairs(row, col, offset, lower, device):
+    """(rows, cols) of the lower (upper) triangle, row-major, as int64 tensors built from iotas."""
+    rows, cols = [], []
+    for r in range(row):
+        lo, hi = (0, min(col, max(r + offset + 1, 0))) if lower else (min(max(r + offset, 0), col), col)
+        if hi > lo:
+            rows.append(p.full([hi - lo], r, dtype=torch.int64, device=device))
+            cols.append(p.iota(hi - lo, start=lo, step=1, dtype=torch.int64, device=device))
+    if not rows:
+        return p.full([0], 0, dtype=torch.int64, device=device), p.full([0], 0, dtype=torch.int64, device=device)
+    return (p.cat(rows, 0) if len(rows) > 1 else rows[0]), (p.cat(cols, 0) if len(cols) > 1 else cols[0])
+
+
+def _tri_indices(row, col, offset, dtype, device, lower):
+    device = torch.device("cpu") if device is None else torch.device(device)
+    r, c = _tri_index_pairs(row, col, offset, lower, device)
+    shape = [1, r.shape[0]]
+    out = p.cat([p.view(r, shape), p.view(c, shape)], 0)
+    return convert(out, dtype or torch.int64)
+
+
+@register(aten.tril_indices.default)
+def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _tri_indices(row, col, offset, dtype, device, True)
+
+
+@register(aten.triu_indices.default)
+def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _tri_indices(row, col, offset, dtype, device, False)
+
+
+@register(aten._pdist_forward.default)
+def pdist_forward(a, p_=2):
+    n = a.shape[0]
+    d = cdist_forward(p.view(a, [1, *a.shape]), p.view(a, [1, *a.shape]), p_)
+    r, c = _tri_index_pairs(n, n, 1, False, a.device)
+    return p.index(p.view(d, [n, n]), [r, c])

@@ -38,6 +38,8 @@ def add_inplace_rows() -> int:
         name = functional._schema.name.split("::")[1]
         if name.endswith("_") or name == "copy":  # copy_ is the mutation itself
             continue
+        if any(r.alias_info is not None for r in functional._schema.returns):
+            continue  # squeeze_, t_, ...: in-place views change metadata, not values
         packet = getattr(aten, name + "_", None)
         if packet is None or functional._overloadname not in packet.overloads():
             continue

@@ -306,3 +306,19 @@ def test_index_values_and_stores_over_size_one_dims():
     out = torch.empty(4, 1, 5, dtype=I64)
     run(kernel, bufs, [out], (4, 5))
     assert torch.equal(out, (torch.arange(4)[:, None, None] * 10 + torch.arange(5)).to(I64))
+
+
+def test_pow_by_constant_exponents():
+    n = 50
+    bufs = {"a": contiguous("a", (n,))}
+    exponents = [2.0, 3.0, 0.5, -1.0, -0.5, -2.0, 1.7, 1.0]
+    stores = []
+    for k, c in enumerate(exponents):
+        bufs[f"o{k}"] = contiguous(f"o{k}", (n,))
+        stores.append(ir.Store(f"o{k}", x0, ir.Op("pow", (ir.Load("a", x0, F32), ir.Constant(c, F32)), F32)))
+    kernel = pointwise_kernel("pow_const", stores, list(bufs), ranges=(n,), sizes=())
+    a = torch.rand(n) * 3 + 0.1
+    outs = [torch.empty(n) for _ in exponents]
+    run(kernel, bufs, [a, *outs], ())
+    for c, out in zip(exponents, outs):
+        torch.testing.assert_close(out, torch.pow(a.double(), c).float(), rtol=2e-5, atol=1e-5, msg=f"pow {c}")

@@ -344,10 +344,28 @@ def _bitcast(args, dtypes, out):
     return f"{text}.to(tl.float32)" if out in HALF_DTYPES else text
 
 
+# Constant exponents torch's own pow kernels special-case (same results as theirs, and cheaper).
+POW_BY_CONSTANT = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "tl.sqrt({0})", 1.0: "{0}",
+                   -1.0: "(1.0 / {0})", -0.5: "tl.rsqrt({0})", -2.0: "(1.0 / ({0} * {0}))"}
+
+
+def _literal(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _pow(args, dtypes, out):
     if not _is_float(out):
         raise NotImplementedError("integer pow is not printed for Triton; lowering should compute it in float")
-    return f"_k_pow({args[0]}, {args[1]})"
+    exponent = _literal(args[1])
+    if exponent is None:
+        return f"_k_pow({args[0]}, {args[1]})"
+    if exponent in POW_BY_CONSTANT:
+        return POW_BY_CONSTANT[exponent].format(args[0])
+    # Any other constant goes in as a typed block of one, so the helper sees a tensor.
+    return f"_k_pow({args[0]}, tl.full([1], {args[1]}, {tl_dtype(compute_dtype(out))}))"
 
 
 def _sign(args, dtypes, out):

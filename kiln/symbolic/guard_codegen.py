@@ -1,8 +1,9 @@
 """Print a ShapeEnv's guards as one Python function over the real inputs.
 
-The function binds each symbol from the first input it was created for, then checks, in order:
-tensor ranks, static sizes, the sizes/strides/offsets that are expressions of symbols, each
-symbol's known range (>= 2, plus bounds from guards), and every recorded guard. It is plain
+The function checks static metadata first (one tuple comparison per static size or stride
+tuple), binds each symbol from the first input it was created for, then checks the sizes,
+strides and offsets that are expressions of symbols, each symbol's known range (>= 2, plus bounds
+from guards), and every recorded guard. It is plain
 generated source (kept on the function as `.source`) so a reader can see exactly what is checked.
 """
 from __future__ import annotations
@@ -30,19 +31,29 @@ def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., b
                 f"guard_function: no input named {name!r} was made by this ShapeEnv "
                 f"(known: {sorted(env.inputs)}); pass the source given to from_real/create_symint")
         if isinstance(record, TensorInput):
-            rank = len(record.sizes)
-            lines.append(f"    if {param}.dim() != {rank}: return False")
-            lines.append(f"    {param}_size = {param}.size()")
-            lines.append(f"    {param}_stride = {param}.stride()")
-            values = [(f"{param}_size[{d}]", e) for d, e in enumerate(record.sizes)]
-            values += [(f"{param}_stride[{d}]", e) for d, e in enumerate(record.strides)]
-            values.append((f"{param}.storage_offset()", record.storage_offset))
+            values = []
+            for kind, exprs in (("size", record.sizes), ("stride", record.strides)):
+                if all(e.is_Integer for e in exprs):
+                    # A static tuple is one comparison (rank included): the cheap common case.
+                    lines.append(f"    if {param}.{kind}() != {tuple(int(e) for e in exprs)}: "
+                                 f"return False")
+                    continue
+                lines.append(f"    {param}_{kind} = {param}.{kind}()")
+                lines.append(f"    if len({param}_{kind}) != {len(exprs)}: return False")
+                values += [(f"{param}_{kind}[{d}]", e) for d, e in enumerate(exprs)]
+            if record.storage_offset.is_Integer:
+                lines.append(f"    if {param}.storage_offset() != {int(record.storage_offset)}: "
+                             f"return False")
+            else:
+                values.append((f"{param}.storage_offset()", record.storage_offset))
         else:
             values = [(param, record)]
         for text, expr in values:
             if isinstance(expr, sympy.Symbol) and expr not in bound:
                 bound[expr] = f"v_{expr.name}"
                 lines.append(f"    {bound[expr]} = {text}")
+            elif expr.is_Integer:
+                lines.append(f"    if {text} != {int(expr)}: return False")
             else:
                 pending.append((text, expr))
 

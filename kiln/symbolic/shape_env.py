@@ -191,6 +191,9 @@ class ShapeEnv(TorchHelperProtocol):
         return expr.xreplace(mapping)
 
     def _sign(self, difference: sympy.Basic) -> str | None:
+        linear = self._linear_sign(difference)
+        if linear is not None:
+            return linear
         d = sympy.expand(self._shift(difference))
         if d.is_zero:
             return "zero"
@@ -204,12 +207,39 @@ class ShapeEnv(TorchHelperProtocol):
             return "nonpos"
         return None
 
+    def _linear_sign(self, difference: sympy.Basic) -> str | None:
+        """Sign of k*s + c over s's whole known range [lower, upper] (uses the upper bound)."""
+        d = sympy.expand(difference)
+        if len(d.free_symbols) != 1:
+            return None
+        (symbol,) = d.free_symbols
+        if not d.is_polynomial(symbol) or sympy.degree(d, symbol) != 1:
+            return None
+        k, c = d.coeff(symbol), d.subs(symbol, 0)
+        if not (k.is_Integer and c.is_Integer):
+            return None
+        ends = [int(k) * self.lower[symbol] + int(c), int(k) * self.upper[symbol] + int(c)]
+        low, high = min(ends), max(ends)
+        if low > 0:
+            return "pos"
+        if high < 0:
+            return "neg"
+        if low == high == 0:
+            return "zero"
+        if low == 0:
+            return "nonneg"
+        if high == 0:
+            return "nonpos"
+        return None
+
     def _decide(self, expr: sympy.Basic) -> Any:
         rule = _DECIDERS.get(type(expr))
         if rule is not None:
             return rule(self, expr)
         if isinstance(expr, sympy.Basic) and expr.free_symbols:
-            shifted = sympy.simplify(self._shift(expr))
+            # Rebuilding with shifted symbols lets sympy's constructors fold what the bounds
+            # decide; no sympy.simplify, which can take seconds on a large expression.
+            shifted = self._shift(expr)
             if shifted is sympy.true or shifted is sympy.false:
                 return bool(shifted)
         return None
@@ -290,8 +320,10 @@ class ShapeEnv(TorchHelperProtocol):
         if len(d.free_symbols) != 1:
             return
         (symbol,) = d.free_symbols
+        if not d.is_polynomial(symbol) or sympy.degree(d, symbol) != 1:
+            return
         k, c = d.coeff(symbol), d.subs(symbol, 0)
-        if not (k.is_Integer and c.is_Integer) or d != k * symbol + c or k == 0:
+        if not (k.is_Integer and c.is_Integer):
             return
         strict = isinstance(fact, (sympy.Gt, sympy.Lt))
         greater = isinstance(fact, (sympy.Ge, sympy.Gt))

@@ -151,3 +151,12 @@ def test_divisibility_is_learnt():
     assert len(env.guards) == count, env.format_guards()
     guard = env.guard_function("n", "m")
     assert guard(8, 3) and not guard(6, 3)
+
+
+def test_upper_bounds_decide_later_questions():
+    env = ShapeEnv()
+    n = env.create_symint(10, "n")
+    assert n <= 32
+    assert n < 40 and not (n > 33) and n != 50 and len(env.guards) == 1, env.format_guards()
+    guard = env.guard_function("n")
+    assert guard(32) and not guard(33)

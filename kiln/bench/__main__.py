@@ -8,12 +8,13 @@ inductor and kiln.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from kiln.bench.case import Case
 from kiln.bench.compilers import COMPILERS, get_compiler
 from kiln.bench.harness import run_all
-from kiln.bench.report import SUMMARY_COLUMNS, ResultFiles, summary, text_table
+from kiln.bench.report import SUMMARY_COLUMNS, ResultFiles, errors_of, summary, text_table
 from kiln.bench.suites import SUITES
 
 MODES, PRECISIONS = ("infer", "train"), ("fp32", "bf16")
@@ -114,18 +115,28 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print("kiln bench: nothing to run", file=sys.stderr)
         return 1
+    # SIGTERM becomes SystemExit, so the harness can kill the running case's process group.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     files = ResultFiles(args.out, args.device, split(args.suite, tuple(SUITES), "--suite"), argv)
-    rows = run_all(cases, args.timeout, warm=args.warm, on_row=files.add_row)
-    files.write_markdown(rows, notes + [f"{args.steps} timed steps after {args.warmup} warm-up steps; "
-                                        f"zoo size {args.size}; per-case timeout {args.timeout:g} s"])
+    rows: list[dict] = []
+
+    def keep(row: dict) -> None:
+        rows.append(row)
+        files.add_row(row)
+
+    try:
+        run_all(cases, args.timeout, warm=args.warm, on_row=keep)
+    finally:   # an interrupted run still leaves a summary of the rows it finished
+        if len(rows) < len(cases):
+            notes.append(f"interrupted: {len(rows)} of {len(cases)} cases finished")
+        files.write_markdown(rows, notes + [f"{args.steps} timed steps after {args.warmup} warm-up steps; "
+                                            f"zoo size {args.size}; per-case timeout {args.timeout:g} s"])
     print()
     print(text_table(rows))
     print()
     print(text_table(summary(rows), SUMMARY_COLUMNS))
-    for row in rows:
-        if row.get("error"):
-            print(f"  {row['model']} {row['mode']} {row['precision']} {row['compiler']}: {row['status']}: "
-                  f"{row['error']}")
+    for line in errors_of(rows):
+        print(f"  {line}")
     print(f"\nwrote {files.jsonl}\n      {files.markdown}")
     return 0
 

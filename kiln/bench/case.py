@@ -144,6 +144,8 @@ def run(case: Case) -> dict:
     counter.finish(case.compiler)
     if compiler.compiles:
         row.update(graphs=counter.graphs, graph_breaks=counter.breaks)
+        if counter.graphs == 0 and ":" not in case.compiler:   # custom compilers are not counted
+            row["note"] = "nothing was captured: the model ran eagerly under the compiler"
     for _ in range(case.warmup):
         clock.time(compiled_step)
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Callable, Iterable
 
 from kiln.bench.case import RESULT_MARKER, Case
@@ -46,6 +48,9 @@ def run_process(case: Case, cache_dir: str, timeout: float) -> Outcome:
         return Outcome({"status": "fail_to_run",
                         "error": f"timed out after {timeout:g} s in the {case.phase} run (raise --timeout)"},
                        _tail(output))
+    except BaseException:   # Ctrl-C or SIGTERM of the driver: the case's own session would outlive it
+        _kill_group(process)
+        raise
     for line in reversed(output.splitlines()):
         if line.startswith(RESULT_MARKER):
             return Outcome(json.loads(line[len(RESULT_MARKER):]), _tail(output))
@@ -53,6 +58,11 @@ def run_process(case: Case, cache_dir: str, timeout: float) -> Outcome:
     return Outcome({"status": "fail_to_run",
                     "error": f"the case process died (exit code {process.returncode}): {last.strip()[:200]}"},
                    _tail(output))
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -70,6 +80,7 @@ def run_case(case: Case, timeout: float, warm: bool = True) -> dict:
     """The full row of one case: the cold run, then (for a compiler that compiles and a case
     that ran) a second process on the same caches for the warm compile time."""
     cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    start, cpu_start = time.perf_counter(), _children_cpu_s()
     try:
         cold = run_process(case, cache_dir, timeout)
         row = dict(cold.row)
@@ -81,6 +92,9 @@ def run_case(case: Case, timeout: float, warm: bool = True) -> dict:
                 row["warm_compile_s"] = second.row["warm_compile_s"]
             else:
                 row["warm_error"] = second.row.get("error", "the warm run failed")
+        # What the case cost, processes included: to plan runs and budgets (JSON only).
+        row["case_wall_s"] = time.perf_counter() - start
+        row["case_cpu_s"] = _children_cpu_s() - cpu_start
         return row
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)

@@ -85,8 +85,10 @@ def markdown_table(rows: list[dict], columns=COLUMNS) -> str:
 
 
 def errors_of(rows: list[dict]) -> list[str]:
-    return [f"- {r['model']} {r['mode']} {r['precision']} {r['compiler']}: **{r['status']}**: {r['error']}"
-            for r in rows if r.get("error")]
+    """One line per row that failed, is not built yet, or ran without capturing anything."""
+    return [f"{r['model']} {r['mode']} {r['precision']} {r['compiler']}: {r['status']}: "
+            + "; ".join(r[k] for k in ("error", "note", "warm_error") if r.get(k))
+            for r in rows if r.get("error") or r.get("note") or r.get("warm_error")]
 
 
 def environment(device: str) -> dict:
@@ -131,7 +133,7 @@ class ResultFiles:
                 markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
         errors = errors_of(rows)
         if errors:
-            text += ["## Failures and not-yet rows", ""] + errors + [""]
+            text += ["## Failures, not-yet rows and notes", ""] + [f"- {e}" for e in errors] + [""]
         text += ["## How these figures are made", ""] + [f"- {n}" for n in notes + METHOD] + [""]
         with open(self.markdown, "w") as f:
             f.write("\n".join(text))

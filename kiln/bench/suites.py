@@ -156,7 +156,7 @@ def disable_dropout(model: torch.nn.Module) -> None:
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
             module.p = 0.0
         config = getattr(module, "config", None)
-        for key, value in (vars(config).items() if config is not None and hasattr(config, "__dict__") else ()):
+        for key, value in (list(vars(config).items()) if hasattr(config, "__dict__") else ()):
             if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
                 setattr(config, key, 0.0)
         for key in ("attention_dropout", "dropout"):   # floats cached on attention modules

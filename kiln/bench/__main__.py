@@ -11,6 +11,8 @@ import argparse
 import signal
 import sys
 
+import torch
+
 from kiln.bench.case import Case
 from kiln.bench.compilers import COMPILERS, get_compiler
 from kiln.bench.harness import run_all
@@ -68,6 +70,8 @@ def build_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
     wanted = set(split(args.models, None, "--models")) if args.models else None
     if not args.device.startswith(("cpu", "cuda")):
         raise SystemExit(f"kiln bench: --device {args.device!r}: choose cpu or cuda")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"kiln bench: --device {args.device}: this torch ({torch.__version__}) sees no CUDA device")
     cases, notes, found = [], [], set()
     for suite_name in suites:
         suite = SUITES[suite_name]

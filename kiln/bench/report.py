@@ -93,7 +93,9 @@ def errors_of(rows: list[dict]) -> list[str]:
 
 def environment(device: str) -> dict:
     env = {"python": platform.python_version(), "torch": torch.__version__, "host": platform.node(),
-           "cpu_count": os.cpu_count(), "device": device}
+           "cpu_count": os.cpu_count(), "device": device,
+           # other processes' load skews CPU timings; say how busy the machine was at the start
+           "load_average_1min": round(os.getloadavg()[0], 2)}
     try:
         import triton
         env["triton"] = triton.__version__

@@ -49,7 +49,7 @@ def _warps_for(elements: int, per_thread: int) -> int:
     return max(1, min(MAX_WARPS, next_power_of_2(elements // (32 * per_thread))))
 
 
-def pointwise(xnumel: int) -> LaunchConfig:
+def pointwise(xnumel: int, rnumel: int = 1, rows_contiguous: bool = False) -> LaunchConfig:
     block = max(16, min(POINTWISE_BLOCK, next_power_of_2(xnumel)))
     return LaunchConfig(XBLOCK=block, num_warps=_warps_for(block, 8))
 
@@ -72,7 +72,7 @@ def reduction(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> Launch
     return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
 
 
-def scan(xnumel: int, rnumel: int) -> LaunchConfig:
+def scan(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> LaunchConfig:
     # A scan carries its running value across chunks, so one row per program.
     if rnumel <= PERSISTENT_MAX:
         rblock = next_power_of_2(rnumel)
@@ -84,11 +84,7 @@ HEURISTICS = {"pointwise": pointwise, "reduction": reduction, "scan": scan}
 
 
 def choose(kind: str, xnumel: int, rnumel: int = 1, rows_contiguous: bool = False) -> LaunchConfig:
-    if kind == "pointwise":
-        return pointwise(xnumel)
-    if kind == "reduction":
-        return reduction(xnumel, rnumel, rows_contiguous)
-    return HEURISTICS[kind](xnumel, rnumel)
+    return HEURISTICS[kind](xnumel, rnumel, rows_contiguous)
 
 
 def autotune_candidates(kind: str, xnumel: int, rnumel: int = 1,

@@ -74,6 +74,14 @@ def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., b
         where = " ".join(x for x in (guard.user_location, guard.kernel_location) if x)
         checks.append((S.to_python(guard.expr, bound), where))
 
+    seen: set[str] = set()
+    unique = []
+    for cond, why in checks:          # a guard that is also a range check is printed once
+        key = cond.strip("()")
+        if key not in seen:
+            seen.add(key)
+            unique.append((cond, why))
+    checks = unique
     body = "\n".join(lines)
     tests = "".join(f"\n    if not ({cond}): return False" + (f"  # {why}" if why else "")
                     for cond, why in checks)

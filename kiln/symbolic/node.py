@@ -267,6 +267,13 @@ class SymNode:
     guard_or_false = guard_bool
     guard_or_true = guard_bool
 
+    def expect_size(self, file: str, line: int) -> bool:
+        # Older torch asks this of sizes it is about to allocate: a size is never negative.
+        return bool(self.ge(self.wrap_int(0)).guard_bool(file, line))
+
+    def nested_int_coeff(self):
+        return None
+
     def statically_known_true(self, file: str, line: int) -> bool:
         return self.shape_env.static_value(self.expr) is True
 

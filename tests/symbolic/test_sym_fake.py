@@ -122,3 +122,25 @@ def test_contiguity_queries_on_symbolic_fakes(layout):
         out_real = op(real)
         assert [env.hint_of(env.symbol_of(s)) for s in out_fake.stride()] == \
             list(out_real.stride())
+
+
+def test_mlp_backward_on_symbolic_fakes_matches_eager_shapes():
+    torch.manual_seed(0)
+    x, target = torch.randn(6, 5), torch.randn(6, 3)
+    w1, w2 = torch.randn(5, 7, requires_grad=True), torch.randn(7, 3, requires_grad=True)
+
+    def loss_of(x, target, w1, w2):
+        h = torch.nn.functional.layer_norm(torch.relu(x @ w1), (7,))
+        return torch.nn.functional.mse_loss(h @ w2, target)
+
+    real_grads = torch.autograd.grad(loss_of(x, target, w1, w2), (w1, w2))
+    mode = FakeTensorMode()
+    fx, ft = mode.from_real(x, "x", [0]), mode.from_real(target, "t", [0])
+    fw1, fw2 = mode.from_real(w1, "w1"), mode.from_real(w2, "w2")
+    with mode:
+        fake_grads = torch.autograd.grad(loss_of(fx, ft, fw1, fw2), (fw1, fw2))
+    for f, r in zip(fake_grads, real_grads):
+        _meta_matches(f, r.detach())
+    guard = mode.shape_env.guard_function("x", "t", "w1", "w2")
+    assert guard(torch.randn(9, 5), torch.randn(9, 3), w1, w2)
+    assert not guard(torch.randn(9, 5), torch.randn(8, 3), w1, w2)

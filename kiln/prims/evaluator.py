@@ -114,7 +114,9 @@ class PrimEvaluator(TorchDispatchMode):
         decomposition = self.table.get(func)
         if decomposition is not None:
             with self:  # re-enter, so ATen ops a decomposition calls are decomposed in turn
-                return decomposition(*args, **kwargs)
+                out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:  # a decomposition may decline some arguments
+                return out
         if func in PASSTHROUGH:
             self.log.passthrough[str(func)] += 1
             return func(*args, **kwargs)

@@ -321,3 +321,67 @@ def max_unpool2d(x, indices, output_size):
 @register(aten.max_unpool3d.default)
 def max_unpool3d(x, indices, output_size, stride, padding):
     return _max_unpool(x, indices, list(output_size))
+
+
+# ---- grid sampling -------------------------------------------------------------------------------
+
+def _unnormalize(coord, size, align_corners):
+    one = full(coord.shape, 1, coord.dtype, coord.device)
+    if align_corners:
+        return p.mul(p.div(p.add(coord, one), full(coord.shape, 2, coord.dtype, coord.device)),
+                     full(coord.shape, size - 1, coord.dtype, coord.device))
+    return p.div(p.sub(p.mul(p.add(coord, one), full(coord.shape, size, coord.dtype, coord.device)), one),
+                 full(coord.shape, 2, coord.dtype, coord.device))
+
+
+@register(aten.grid_sampler_2d.default)
+def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
+    """Bilinear (0) and nearest (1) sampling with zeros (0) or border (1) padding; bicubic and
+    reflection padding are left to ATen (the decomposition declines with NotImplemented)."""
+    if interpolation_mode not in (0, 1) or padding_mode not in (0, 1):
+        return NotImplemented
+    n, c, h, w = x.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    compute = computation_dtype(x.dtype)
+    g = convert(grid, compute)
+    gx = p.squeeze(p.slice(g, 3, 0, 1, 1), [3])            # (n, ho, wo)
+    gy = p.squeeze(p.slice(g, 3, 1, 2, 1), [3])
+    fx, fy = _unnormalize(gx, w, align_corners), _unnormalize(gy, h, align_corners)
+    if padding_mode == 1:
+        fx = p.minimum(p.maximum(fx, full(fx.shape, 0, compute, x.device)), full(fx.shape, w - 1, compute, x.device))
+        fy = p.minimum(p.maximum(fy, full(fy.shape, 0, compute, x.device)), full(fy.shape, h - 1, compute, x.device))
+    flat = reshape(contiguous(convert(x, compute)), [n, c, h * w])
+
+    def corner(ix, iy, weight):
+        inside = p.bitwise_and(p.bitwise_and(p.ge(ix, _zero(ix)), p.lt(ix, _const(ix, w))),
+                               p.bitwise_and(p.ge(iy, _zero(iy)), p.lt(iy, _const(iy, h))))
+        cx = p.minimum(p.maximum(ix, _zero(ix)), _const(ix, w - 1))
+        cy = p.minimum(p.maximum(iy, _zero(iy)), _const(iy, h - 1))
+        idx = reshape(p.add(p.mul(cy, _const(cy, w)), cx), [n, 1, ho * wo])
+        vals = p.gather(flat, 2, p.broadcast_in_dim(p.view(idx, [n, ho * wo]), [n, c, ho * wo], [0, 2]))
+        wgt = p.where(inside, weight, full(weight.shape, 0, compute, x.device))
+        return p.mul(vals, p.broadcast_in_dim(reshape(wgt, [n, ho * wo]), [n, c, ho * wo], [0, 2]))
+
+    if interpolation_mode == 1:
+        ix = p.convert_element_type(p.round(fx), torch.int64)
+        iy = p.convert_element_type(p.round(fy), torch.int64)
+        out = corner(ix, iy, full(fx.shape, 1, compute, x.device))
+    else:
+        x0, y0 = p.floor(fx), p.floor(fy)
+        tx, ty = p.sub(fx, x0), p.sub(fy, y0)
+        one = full(fx.shape, 1, compute, x.device)
+        ix0, iy0 = p.convert_element_type(x0, torch.int64), p.convert_element_type(y0, torch.int64)
+        ix1, iy1 = p.add(ix0, _const(ix0, 1)), p.add(iy0, _const(iy0, 1))
+        out = corner(ix0, iy0, p.mul(p.sub(one, tx), p.sub(one, ty)))
+        out = p.add(out, corner(ix1, iy0, p.mul(tx, p.sub(one, ty))))
+        out = p.add(out, corner(ix0, iy1, p.mul(p.sub(one, tx), ty)))
+        out = p.add(out, corner(ix1, iy1, p.mul(tx, ty)))
+    return convert(p.view(out, [n, c, ho, wo]), x.dtype)
+
+
+def _zero(t):
+    return full(t.shape, 0, t.dtype, t.device)
+
+
+def _const(t, v):
+    return full(t.shape, v, t.dtype, t.device)

@@ -293,3 +293,17 @@ def pdist_forward(a, p_=2):
     d = cdist_forward(p.view(a, [1, *a.shape]), p.view(a, [1, *a.shape]), p_)
     r, c = _tri_index_pairs(n, n, 1, False, a.device)
     return p.index(p.view(d, [n, n]), [r, c])
+
+
+@register(aten._pdist_backward.default)
+def pdist_backward(grad, a, p_, pdist):
+    # pdist is cdist(a, a) read at the pairs i < j; spreading the gradient symmetrically over the
+    # full matrix turns it into cdist's gradient with respect to its first operand.
+    n = a.shape[0]
+    r, c = _tri_index_pairs(n, n, 1, False, a.device)
+    zeros = full([n, n], 0, grad.dtype, grad.device)
+    upper = p.index_put(zeros, [r, c], grad, False)
+    sym = p.add(upper, p.permute(upper, [1, 0]))
+    full_dist = cdist_forward(p.view(a, [1, *a.shape]), p.view(a, [1, *a.shape]), p_)
+    g = cdist_backward(p.view(sym, [1, n, n]), p.view(a, [1, *a.shape]), p.view(a, [1, *a.shape]), p_, full_dist)
+    return p.view(g, list(a.shape))

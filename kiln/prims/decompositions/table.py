@@ -2,7 +2,8 @@
 
 Modules of this package add rows with `@register(aten.x.default, ...)`; importing the package
 fills the table. A function receives exactly the ATen op's arguments and returns what the ATen op
-returns, built from prims (and from other rows of this table, called as Python functions).
+returns, built from prims (and from other rows of this table, called as Python functions), or
+`NotImplemented` to decline arguments it does not handle (the op then stays an ATen op).
 """
 from __future__ import annotations
 

@@ -126,3 +126,28 @@ def test_cases_expand_over_flags_and_missing_models_are_noted():
     assert len(cases) == 2 * 2 * 2 * 2
     assert any("nosuch" in n for n in notes)
     assert {c.model for c in cases} == {"mlp", "gpt2"}
+
+
+def test_merge_combines_runs_and_a_rerun_replaces_its_row(tmp_path):
+    def run_file(name, command, rows):
+        path = tmp_path / name
+        records = [{"type": "run", "command": command, "started": "2026-01-01T00:00", "device": "cuda"}]
+        records += [{"type": "row", "suite": "hf", "mode": "infer", "precision": "bf16", "device": "cuda",
+                     "size": "bench", "batch": None, **r} for r in rows]
+        path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+        return str(path)
+
+    first = run_file("a.jsonl", "kiln bench --models A", [
+        {"model": "A", "compiler": "inductor", "status": "pass", "speedup": 2.0},
+        {"model": "A", "compiler": "kiln", "status": "fail_to_run", "error": "Boom: first try"}])
+    second = run_file("b.jsonl", "kiln bench --models B", [
+        {"model": "B", "compiler": "inductor", "status": "pass", "speedup": 8.0},
+        {"model": "A", "compiler": "kiln", "status": "pass", "speedup": 1.5}])
+    assert main(["--merge", first, second, "--out", str(tmp_path / "merged")]) == 0
+    (jsonl,) = (tmp_path / "merged").glob("*_cuda_merged.jsonl")
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [p["command"] for p in records[0]["parts"]] == ["kiln bench --models A", "kiln bench --models B"]
+    rows = {(r["model"], r["compiler"]): r for r in records[1:]}
+    assert len(rows) == 3 and rows["A", "kiln"]["status"] == "pass"
+    text = next((tmp_path / "merged").glob("*.md")).read_text()
+    assert "kiln bench --models B" in text and "| inductor | infer | bf16 | 2/2 | 4.00x |" in text

@@ -16,7 +16,7 @@ import torch
 from kiln.bench.case import Case
 from kiln.bench.compilers import COMPILERS, get_compiler
 from kiln.bench.harness import run_all
-from kiln.bench.report import SUMMARY_COLUMNS, ResultFiles, errors_of, summary, text_table
+from kiln.bench.report import SUMMARY_COLUMNS, ResultFiles, errors_of, merge, summary, text_table
 from kiln.bench.suites import SUITES
 
 MODES, PRECISIONS = ("infer", "train"), ("fp32", "bf16")
@@ -46,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
                    help="skip the second process that measures the warm (cached) compile time")
     p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
     p.add_argument("--list", action="store_true", help="list suites, models and compilers, then exit")
+    p.add_argument("--merge", nargs="+", metavar="JSONL", default=None,
+                   help="instead of running: merge these results files into one .jsonl and .md under --out")
     return p
 
 
@@ -110,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.list:
         list_everything()
+        return 0
+    if args.merge:
+        for path in merge(args.merge, args.out, argv):
+            print(f"wrote {path}")
         return 0
     if args.steps < 1:
         raise SystemExit("kiln bench: --steps must be at least 1 (20 or more for published figures)")

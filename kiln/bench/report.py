@@ -129,16 +129,57 @@ class ResultFiles:
 
     def write_markdown(self, rows: list[dict], notes: list[str]) -> None:
         env = ", ".join(f"{k} {v}" for k, v in self.env.items())
-        text = [f"# kiln bench: {self.started:%Y-%m-%d %H:%M} UTC", "",
-                f"Command: `{self.command}`", "", f"Environment: {env}", "",
-                "## Summary (geomean speedup over eager, passing rows only)", "",
-                markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
-        errors = errors_of(rows)
-        if errors:
-            text += ["## Failures, not-yet rows and notes", ""] + [f"- {e}" for e in errors] + [""]
-        text += ["## How these figures are made", ""] + [f"- {n}" for n in notes + METHOD] + [""]
         with open(self.markdown, "w") as f:
-            f.write("\n".join(text))
+            f.write(markdown_report(f"{self.started:%Y-%m-%d %H:%M} UTC", [f"`{self.command}`"], [env],
+                                    rows, notes))
+
+
+def markdown_report(when: str, commands: list[str], environments: list[str], rows: list[dict],
+                    notes: list[str]) -> str:
+    text = [f"# kiln bench: {when}", "", "Command:", ""] + [f"- {c}" for c in commands] + [
+        "", "Environment:", ""] + [f"- {e}" for e in environments] + [
+        "", "## Summary (geomean speedup over eager, passing rows only)", "",
+        markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
+    errors = errors_of(rows)
+    if errors:
+        text += ["## Failures, not-yet rows and notes", ""] + [f"- {e}" for e in errors] + [""]
+    text += ["## How these figures are made", ""] + [f"- {n}" for n in notes + METHOD] + [""]
+    return "\n".join(text)
+
+
+def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
+    """One JSON lines file and one markdown summary from several runs' JSON lines (e.g. a GPU
+    sweep split into one command per model). A later row for the same case replaces an earlier
+    one; every part's command is kept."""
+    runs, rows = [], {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                record = json.loads(line)
+                if record.get("type") == "run":
+                    runs.append(record)
+                elif record.get("type") == "row":
+                    key = tuple(record.get(k) for k in ("suite", "model", "mode", "precision", "compiler", "device",
+                                                         "size", "batch"))
+                    rows[key] = {k: v for k, v in record.items() if k != "type"}
+    if not runs:
+        raise ValueError(f"no kiln bench run records in {paths}")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    devices = sorted({r.get("device", "cpu").replace(":", "") for r in runs})
+    stem = os.path.join(out_dir, f"{now:%Y%m%d-%H%M%S}_{'+'.join(devices)}_merged")
+    os.makedirs(out_dir, exist_ok=True)
+    command = "kiln bench " + " ".join(shlex.quote(a) for a in argv)
+    with open(stem + ".jsonl", "w") as f:
+        f.write(json.dumps({"type": "run", "command": command, "parts": runs, "started": now.isoformat()}) + "\n")
+        for row in rows.values():
+            f.write(json.dumps({"type": "row", **row}) + "\n")
+    skip = {"type", "command", "argv", "started"}
+    environments = sorted({", ".join(f"{k} {v}" for k, v in r.items() if k not in skip) for r in runs})
+    with open(stem + ".md", "w") as f:
+        f.write(markdown_report(f"{now:%Y-%m-%d %H:%M} UTC (merged from {len(runs)} runs)",
+                                [f"`{command}`"] + [f"`{r['command']}` ({r['started'][:16]})" for r in runs],
+                                environments, list(rows.values()), []))
+    return stem + ".jsonl", stem + ".md"
 
 
 METHOD = [

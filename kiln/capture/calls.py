@@ -8,6 +8,7 @@ class (a new object, a namedtuple, an exception, a context manager), or C code k
 """
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any
 
@@ -17,7 +18,7 @@ from kiln.capture import variables as V
 from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
 
 # torch.nn.modules holds forward() methods to inline; the rest of torch's Python is taken as ops
-_INLINED_TORCH_MODULES = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.utils.checkpoint")
+_INLINED_TORCH_MODULES = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.utils.checkpoint", "torch.testing")
 
 
 def _is_torch_op(fn: Any) -> bool:
@@ -28,7 +29,9 @@ def _is_torch_op(fn: Any) -> bool:
         self_obj = getattr(fn, "__self__", None)
         return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
     if isinstance(fn, types.FunctionType):
-        return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES)
+        # a graph node must name its target as module.name (lambdas and local helpers are inlined)
+        return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
+            getattr(sys.modules.get(module), fn.__name__, None) is fn
     return False
 
 

@@ -109,6 +109,10 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
     if kind is GuardKind.CONST:
         if x is None or isinstance(x, bool):
             return [f"{e} is {x!r}"]
+        if type(x) is float and x != x:
+            return [f"type({e}) is float", f"{e} != {e}"]  # NaN
+        if type(x) is float and x in (float("inf"), float("-inf")):
+            return [f"type({e}) is float", f"{e} == {const(x)}"]  # `inf` is not a Python literal
         if type(x) in (int, float, str, bytes):
             return [f"type({e}) is {type(x).__name__}", f"{e} == {x!r}"]
         return [f"type({e}) is {const(type(x))}", f"{e} == {const(x)}"]

@@ -62,8 +62,9 @@ def to_fx(tx, v: V.Variable) -> Any:
 
 
 def _object_to_fx(tx, v):
+    from kiln.capture.calls import _is_torch_op
     if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
-            or callable(v.value):
+            or _is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
 
@@ -77,12 +78,17 @@ _TO_FX = {
     V.ListVar: lambda tx, v: [to_fx(tx, i) for i in v.items],
     V.DictVar: lambda tx, v: {k: to_fx(tx, i) for k, i in v.items.items()},
     V.ObjectVar: _object_to_fx,
-    V.FunctionVar: lambda tx, v: v.fn if v.fn is not None else _no_fn(tx),
+    V.FunctionVar: lambda tx, v: v.fn if v.fn is not None and _printable(v.fn) else _no_fn(tx),
 }
 
 
+def _printable(fn) -> bool:
+    import sys
+    return getattr(sys.modules.get(fn.__module__ or ""), fn.__name__, None) is fn
+
+
 def _no_fn(tx):
-    raise tx.unsupported("a function defined inside captured code cannot be passed to a torch operation")
+    raise tx.unsupported("a local function or lambda cannot be passed to a torch operation in a graph")
 
 
 def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variable:

@@ -80,6 +80,12 @@ class _Functionalizer:
             node.meta["device"] = device
         return node
 
+    def copy(self, old: fx.Node) -> fx.Node:
+        """`old`'s op on the current values of its arguments: its metadata is old's (no re-run)."""
+        node = self.graph.call_function(old.target, self.read_args(old.args), self.read_args(old.kwargs))
+        node.meta.update(old.meta)
+        return node
+
     def new_base(self, old: fx.Node, new: fx.Node) -> None:
         self.base[old], self.chain[old] = old, ()
         self.base_value[old], self.gen[old], self.seen[old], self.value[old] = new, 0, 0, new
@@ -138,8 +144,7 @@ class _Functionalizer:
         elif eff.mutated and not (op is aten.native_batch_norm.default and not node.args[5]):
             self.mutation(node, eff)
         else:
-            new = self.emit(op, *self.read_args(node.args), **self.read_args(node.kwargs))
-            self.fresh(node, new)
+            self.fresh(node, self.copy(node))
 
     def fresh(self, node: fx.Node, new: fx.Node) -> None:
         val = node.meta.get("val")
@@ -203,7 +208,11 @@ class _Functionalizer:
     def getitem(self, node: fx.Node) -> None:
         parent, index = node.args
         kind, *rest = self.items[parent]
-        if kind == "fresh":
+        if kind == "fresh" and rest[0].target is node.args[0].target:   # a copied op: keep metadata
+            item = self.graph.call_function(operator.getitem, (rest[0], index))
+            item.meta.update(node.meta)
+            self.fresh(node, item)
+        elif kind == "fresh":
             self.fresh(node, self.emit(operator.getitem, rest[0], index))
         elif kind == "views":
             src, step, new = rest

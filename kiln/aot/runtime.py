@@ -11,6 +11,8 @@ the Function's inputs.
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from typing import Callable, Mapping
 
 import torch
@@ -127,13 +129,33 @@ def _example(node: fx.Node):
     return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device).zero_()
 
 
+def _logging(topic: str) -> bool:
+    return topic in os.environ.get("KILN_LOG", "").split(",")
+
+
+class _PassLog:
+    """Runs a named pass; under KILN_LOG=perf prints its name and seconds."""
+
+    def __call__(self, name: str, fn: Callable, *args, **kwargs):
+        start = time.perf_counter()
+        result = fn(*args, **kwargs)
+        if _logging("perf"):
+            print(f"[kiln.aot] {name}: {time.perf_counter() - start:.3f} s")
+        return result
+
+
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable, decompositions: Mapping | None = None,
                 partition: Callable = min_cut_partition) -> Callable:
     """Trace `gm` with its backward, functionalize, partition, compile both halves; see
     `kiln.aot` for the contract."""
-    joint = functionalize(trace_joint(gm, example_inputs, decompositions=decompositions))
-    fw_gm, bw_gm, info = partition(joint)
+    timer = _PassLog()
+    joint = timer("trace_joint", trace_joint, gm, example_inputs, decompositions=decompositions)
+    joint = timer("functionalize", functionalize, joint)
+    fw_gm, bw_gm, info = timer(getattr(partition, "__name__", "partition"), partition, joint)
+    if _logging("graphs"):
+        print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
+              f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
     fw = fw_compiler(fw_gm, examples)
     bw = None

@@ -157,6 +157,10 @@ class _Functionalizer:
 
     def view(self, node: fx.Node) -> None:
         src = node.args[0]
+        if schema.effects(node.target).inplace_view and self.base[src].op == "placeholder":
+            raise NotYetImplemented(f"kiln.aot: {node.target} changes the sizes or strides of an input in place; "
+                                    "eager would change the caller's tensor, which kiln does not replay. Use the "
+                                    "out-of-place form (e.g. x = x.t() instead of x.t_())")
         step = ViewStep(node.target, tuple(self.read_args(node.args[1:])),
                         tuple(self.read_args(dict(node.kwargs)).items()))
         if isinstance(node.meta.get("val"), (tuple, list)):  # split, unbind: a list of views

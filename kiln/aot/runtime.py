@@ -144,6 +144,20 @@ class _PassLog:
         return result
 
 
+def _refuse_mutated_aliased_inputs(joint: JointGraph, example_inputs: list) -> None:
+    """A write into one input that shares memory with another input would show in both in eager;
+    the functional graph treats inputs as distinct, so refuse plainly rather than differ."""
+    mutated = {joint.outputs[i].index for i in joint.output_indices("mutation")}
+    storages: dict[int, int] = {}
+    for i, x in enumerate(example_inputs):
+        if type(x) is torch.Tensor and x.device.type != "meta" and x.numel():
+            storages.setdefault(x.untyped_storage().data_ptr(), i)
+            first = storages[x.untyped_storage().data_ptr()]
+            if first != i and (i in mutated or first in mutated):
+                raise NotYetImplemented(f"kiln.aot: inputs {first} and {i} share memory and one of them is "
+                                        "written in place; pass separate tensors (e.g. .clone() one of them)")
+
+
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable, decompositions: Mapping | None = None,
                 partition: Callable = min_cut_partition) -> Callable:
@@ -152,6 +166,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     timer = _PassLog()
     joint = timer("trace_joint", trace_joint, gm, example_inputs, decompositions=decompositions)
     joint = timer("functionalize", functionalize, joint)
+    _refuse_mutated_aliased_inputs(joint, list(example_inputs))
     fw_gm, bw_gm, info = timer(getattr(partition, "__name__", "partition"), partition, joint)
     if _logging("graphs"):
         print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"

@@ -190,3 +190,17 @@ def test_bf16_autocast_matches_eager():
     (ge,) = torch.autograd.grad(expected.float().sum(), w)
     (gg,) = torch.autograd.grad(got.float().sum(), w)
     torch.testing.assert_close(gg, ge)
+
+
+def test_unsupported_input_mutations_are_refused_plainly():
+    from kiln.errors import NotYetImplemented
+
+    with pytest.raises(NotYetImplemented, match="sizes or strides of an input"):
+        _compile(lambda x: x.t_() * 1, [torch.randn(2, 3)])
+    base = torch.randn(4)
+    with pytest.raises(NotYetImplemented, match="share memory"):
+        _compile(lambda a, b: a.add_(b), [base[:2], base[2:]])
+
+
+def test_metadata_mutation_of_an_intermediate_is_fine():
+    _check(lambda x: (x * 2).t_().unsqueeze_(0) + 1, [torch.randn(2, 3)])

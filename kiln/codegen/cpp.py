@@ -29,11 +29,37 @@ TAKES_POINTERS = True  # kernels take data pointers (ctypes), not tensors
 
 PARALLEL_MIN_WORK = 1 << 16
 
+def _vector_math_declarations() -> str:
+    """`declare simd` for the libm functions glibc's libmvec vectorizes, so loops calling them
+    vectorize without -ffast-math (which would also drop NaN/inf semantics). Only the functions
+    this machine's libmvec has are declared; the library is linked with -lmvec."""
+    import ctypes
+    try:
+        mvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return ""
+    unary = "acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 log1p log2 " \
+            "sin sinh tan tanh".split()
+    binary = "atan2 hypot pow".split()
+    lines = []
+    for names, arity in ((unary, 1), (binary, 2)):
+        for name in names:
+            for suffix, ctype, mangled in (("f", "float", f"_ZGVdN8{'v' * arity}_{name}f"),
+                                           ("", "double", f"_ZGVdN4{'v' * arity}_{name}")):
+                if hasattr(mvec, mangled):
+                    args = ", ".join([ctype] * arity)
+                    lines.append(f'#pragma omp declare simd notinbranch\nextern "C" {ctype} {name}{suffix}({args}) noexcept;')
+    return "\n".join(lines)
+
+
+VECTOR_MATH = _vector_math_declarations()
+
 PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+""" + VECTOR_MATH + r"""
 template <typename T> static inline T kiln_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T kiln_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <typename T> static inline T kiln_floordiv(T a, T b) {
@@ -287,9 +313,9 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
     has_assign_only = all(isinstance(s, (Assign, Store, Accumulate)) for s in stage.body)
     if stage.is_scan or not has_assign_only:
         pragma = None
-    elif simd_sum and all(isinstance(s, (Assign, Store)) or (isinstance(s, Accumulate) and s.op == "sum")
-                          for s in stage.body):
-        pragma = f"#pragma omp simd reduction(+:{', '.join(simd_sum)})"
+    elif all(isinstance(s, (Assign, Store)) or (isinstance(s, Accumulate) and s.op == "sum")
+             for s in stage.body):
+        pragma = f"#pragma omp simd reduction(+:{', '.join(simd_sum)})" if simd_sum else "#pragma omp simd"
     inner = ind
     for k, r in enumerate(stage.reduction_ranges):
         if k == len(stage.reduction_ranges) - 1 and pragma:
@@ -328,10 +354,13 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     only_once = all(not s.reduction_ranges for s in kernel.stages)
     n = len(kernel.ranges)
     for k, r in enumerate(kernel.ranges):
-        if k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK):
-            lines.append(f"{ind}#pragma omp parallel for if({index_str(total)} >= {PARALLEL_MIN_WORK})")
-        elif k == n - 1 and only_once and n > 0 and k > 0:
-            lines.append(f"{ind}#pragma GCC ivdep")
+        parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
+        simd = k == n - 1 and only_once and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
+                                                    for x in st.body)
+        if parallel or simd:
+            what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
+            cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
+            lines.append(f"{ind}#pragma omp {what}{cond}")
         lines.append(f"{ind}for (int64_t x{k} = 0; x{k} < {index_str(r)}; ++x{k}) {{")
         ind += "  "
     for st in kernel.stages:

@@ -31,7 +31,7 @@ KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int3
                            torch.uint8, torch.bool})
 
 # A multi-use pointwise value is recomputed in each consumer unless it is bigger than this.
-REALIZE_OPCOUNT = 24
+REALIZE_OPCOUNT = 12
 # ...or unless this many consumers would recompute it.
 REALIZE_USERS = 6
 
@@ -244,6 +244,8 @@ def reshape_index(old_sizes: Sequence[sympy.Expr], new_sizes: Sequence[sympy.Exp
     Dims are matched in groups of equal products, so merges and splits need div/mod only where
     a group merges dims; a fully general reshape falls back to the flat index."""
     old, new = list(old_sizes), list(new_sizes)
+    if any(s == 0 for s in old + new):
+        return [sympy.Integer(0)] * len(old)      # nothing is read from an empty tensor
     groups, i, j = [], 0, 0
     while i < len(old) or j < len(new):
         gi, gj = [i] if i < len(old) else [], [j] if j < len(new) else []
@@ -286,8 +288,19 @@ def _flat_reshape(old, new):
     return list(reversed(out))
 
 
+# Ops that cost tens of cycles: a value using them is computed once and stored, not recomputed
+# in each consumer.
+EXPENSIVE_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p sin cos tan asin acos atan sinh cosh tanh asinh "
+                          "acosh atanh erf erfc erfinv lgamma digamma sigmoid pow atan2 hypot".split())
+EXPENSIVE_WEIGHT = 8
+
+
+def cost(e: ScalarExpr) -> int:
+    return sum(EXPENSIVE_WEIGHT if x.name in EXPENSIVE_OPS else 1 for x in ir.walk(e) if isinstance(x, Op))
+
+
 def is_cheap(tv: TensorValue) -> bool:
-    return ir.op_count(tv.expr) <= REALIZE_OPCOUNT and len(ir.loads_of(tv.expr)) <= 4
+    return cost(tv.expr) <= REALIZE_OPCOUNT and len(ir.loads_of(tv.expr)) <= 4
 
 
 def unwrap_getitem(node: torch.fx.Node) -> bool:

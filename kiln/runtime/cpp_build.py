@@ -21,6 +21,8 @@ CXX = os.environ.get("CXX", "g++")
 CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
             "-Wno-unused-variable", "-Wno-unused-label")
 
+LDFLAGS = ("-lmvec",)   # glibc's vector math (see cpp.VECTOR_MATH)
+
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
 _LOADED: dict[str, "Library"] = {}
 _LOCK = threading.Lock()
@@ -48,7 +50,7 @@ class Library:
 
 def source_key(source: str) -> str:
     h = hashlib.sha256()
-    h.update(" ".join((CXX,) + CXXFLAGS).encode())
+    h.update(" ".join((CXX,) + CXXFLAGS + LDFLAGS).encode())
     h.update(source.encode())
     return h.hexdigest()[:32]
 
@@ -63,7 +65,7 @@ def _compile(source: str, key: str) -> str:
         f.write(source)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
-    proc = subprocess.run([CXX, *CXXFLAGS, cpp_path, "-o", tmp], capture_output=True, text=True)
+    proc = subprocess.run([CXX, *CXXFLAGS, cpp_path, "-o", tmp, *LDFLAGS], capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp)
         raise CompileStageError("codegen", f"g++ failed on {cpp_path}:\n{proc.stderr[-4000:]}")

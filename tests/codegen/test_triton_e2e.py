@@ -5,10 +5,6 @@ eager in float64.
 The kiln backend sends CPU tensors to the C++ printer, so here the printer is chosen explicitly:
 `triton_compiler` is `compile_prim_graph` with the Triton printer in place of C++.
 """
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import torch
 import torch.nn.functional as F
 

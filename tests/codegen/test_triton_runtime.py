@@ -1,9 +1,5 @@
 """The parts of kiln's Triton path around the kernels: index text that keeps accesses contiguous,
 block-size heuristics, the on-disk source cache, and the max-autotune choice and its disk cache."""
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import json
 
 import pytest

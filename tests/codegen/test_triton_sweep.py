@@ -16,8 +16,6 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
 import pytest
 import torch
 

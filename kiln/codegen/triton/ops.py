@@ -215,9 +215,10 @@ def _k_pow(a, b):
 def _k_pow(a, b):
     mag = tl.exp2(b * tl.log2(tl.abs(a)))
     b_int = tl.floor(b) == b
-    odd = b_int & ((tl.abs(b) % 2.0) == 1.0)
-    out = tl.where((a < 0) & odd, -mag, mag)
-    out = tl.where((a < 0) & ~b_int, float("nan"), out)
+    half = b * 0.5
+    odd = tl.where(b_int, tl.floor(half) != half, False)
+    # a < 0: odd integer powers are negative, integer powers positive, the rest NaN (as pow)
+    out = tl.where(a < 0, tl.where(odd, -mag, tl.where(b_int, mag, float("nan"))), mag)
     return tl.where(b == 0.0, 1.0, out)
 """)
 _helper("_k_atan2", """
@@ -292,10 +293,41 @@ def _k_copysign(a, b):
     return tl.where(neg, -tl.abs(a), tl.abs(a))
 """)
 
+# Random numbers from (seed, offset). GPU: Triton's Philox (`tl.rand`/`tl.randn`). Those are
+# Triton `@jit` library functions, which run interpreted only if TRITON_INTERPRET was set before
+# triton was imported, so the interpreter flavour is a counter-based hash of its own (a different
+# stream: random values are never compared with eager's, only for range, shape and determinism).
+_helper("_k_rand", """
+@triton.jit
+def _k_rand(seed, offset):
+    return tl.rand(seed.to(tl.int32), offset.to(tl.int32))
+""", """
+@triton.jit
+def _k_rand(seed, offset):
+    h = (offset.to(tl.uint32) * 2654435769) ^ (seed.to(tl.uint32) * 2246822519 + 374761393)
+    h = h ^ (h >> 16)
+    h = h * 2146121005
+    h = h ^ (h >> 15)
+    h = h * 2221713035
+    h = h ^ (h >> 16)
+    return (h >> 8).to(tl.float32) * (1.0 / 16777216.0)
+""")
+_helper("_k_randn", """
+@triton.jit
+def _k_randn(seed, offset):
+    return tl.randn(seed.to(tl.int32), offset.to(tl.int32))
+""", """
+@triton.jit
+def _k_randn(seed, offset):
+    u1 = tl.maximum(_k_rand(seed, offset), 1e-7)
+    u2 = _k_rand(seed ^ 1540483477, offset)
+    return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
+""")
+
 # Helpers that call other helpers, per flavour (interpreter / GPU); callees are printed too.
 HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan": ("_k_atan_poly",),
                "_k_asin": ("_k_atan", "_k_atan_poly"), "_k_acos": ("_k_asin", "_k_atan", "_k_atan_poly"),
-               "_k_atan2": ("_k_atan", "_k_atan_poly")}
+               "_k_atan2": ("_k_atan", "_k_atan_poly"), "_k_randn": ("_k_rand",)}
 GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rmax": ("_k_maximum",), "_k_rmin": ("_k_minimum",),
                                                 "_k_rargmax": ("_k_argmax",), "_k_rargmin": ("_k_argmin",)}
 # Ops only libdevice provides; under the interpreter they raise a clear error at print time.
@@ -456,8 +488,8 @@ OPS: dict[str, Printer] = {
     "logical_or": _logical("|"),
     "logical_xor": _logical("^"),
     "where": _template("tl.where({0}, {1}, {2})"),
-    "rand": _template("tl.rand({0}.to(tl.int32), {1}.to(tl.int32))"),
-    "randn": _template("tl.randn({0}.to(tl.int32), {1}.to(tl.int32))"),
+    "rand": _call("_k_rand"),
+    "randn": _call("_k_randn"),
 }
 
 

@@ -44,3 +44,28 @@ def test_dropout_in_eval_draws_nothing(aot_backend):
     out = compiled(x)
     torch.testing.assert_close(out, x * 2)
     assert "philox" not in aot_backend.runtimes[0].graphs[0].code
+
+
+def test_zoo_dropout_recomputed_masks_match_saved_masks():
+    """GPT-2 with dropout 0.1 in training: the min-cut partition recomputes the masks in the
+    backward, the save-all partition saves them; with one seed both give the same gradients."""
+    import copy
+
+    from conftest import RecordingAotEager
+    from kiln.aot import save_all_partition
+    from kiln.bench.zoo import ZOO, loss_of
+
+    model, inputs = ZOO["gpt2"].make("cpu")
+    model.train()
+    results = []
+    for partition in ("min_cut", "save_all"):
+        backend = RecordingAotEager() if partition == "min_cut" else RecordingAotEager(save_all_partition)
+        replica = copy.deepcopy(model)
+        compiled = kiln.compile(replica, backend=backend)
+        torch.manual_seed(7)
+        loss = loss_of(compiled(*inputs))
+        loss.backward()
+        results.append((loss.detach(), [p.grad for p in replica.parameters()]))
+        if partition == "min_cut":
+            assert any("philox" in r.graphs[1].code for r in backend.runtimes), "no mask was recomputed"
+    torch.testing.assert_close(results[0], results[1])

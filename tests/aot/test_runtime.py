@@ -1,6 +1,7 @@
 """The runtime: parameters read at each call, symbolic sizes, inference calls, and pytree outputs."""
 import copy
 
+import pytest
 import torch
 
 import kiln
@@ -66,3 +67,31 @@ def test_traces_on_fakes_without_compute():
     assert joint.traced_on == "fake"
     val = next(n for n in joint.gm.graph.nodes if n.op == "call_function").meta["val"]
     assert type(val).__name__ == "FakeTensor"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet"])
+def test_zoo_model_traced_once_with_a_symbolic_batch(name):
+    """Traced on fakes whose batch is a symbol; run for real at other batch sizes."""
+    from kiln.bench.zoo import ZOO, loss_of
+
+    def train_copy(batch=None):
+        model, inputs = ZOO[name].make("cpu", batch=batch)
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        return model.train(), inputs
+
+    model, inputs = train_copy()
+    mode = FakeTensorMode()
+    fakes = [mode.from_real(x, source=f"x{i}", dynamic_dims=[0]) for i, x in enumerate(inputs)]
+    compiled = _compile(torch.fx.symbolic_trace(model), fakes)
+    for batch in (3, 5):
+        reference, real_inputs = train_copy(batch)
+        expected = loss_of(reference(*real_inputs))
+        expected.backward()
+        model.zero_grad()
+        got = loss_of(compiled(*real_inputs))
+        got.backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close([p.grad for p in model.parameters()], [p.grad for p in reference.parameters()],
+                                   rtol=1e-4, atol=1e-5)

@@ -346,3 +346,63 @@ def bernoulli_inplace(a, prob=0.5, *, generator=None):
 @register(aten.bernoulli_.Tensor)
 def bernoulli_inplace_tensor(a, prob, *, generator=None):
     return a.copy_(bernoulli_tensor(a, prob))
+
+
+def _margin_terms(a, target, p_, margin, weight):
+    """(per-element hinge terms z (N, C) before the power, the mask of active terms, x2d, w_y)."""
+    x = a if a.ndim == 2 else p.view(a, [1, a.numel()])
+    n, c = x.shape
+    t = p.view(convert(target, torch.int64), [n])
+    x_y = p.squeeze(p.gather(x, 1, p.view(t, [n, 1])), [1])
+    z = p.add(p.sub(full([n, c], margin, x.dtype, x.device), p.broadcast_in_dim(x_y, [n, c], [0])), x)
+    cls = p.broadcast_in_dim(p.iota(c, start=0, step=1, dtype=torch.int64, device=x.device), [n, c], [1])
+    not_target = p.ne(cls, p.broadcast_in_dim(t, [n, c], [0]))
+    active = p.bitwise_and(not_target, p.gt(z, full([n, c], 0, x.dtype, x.device)))
+    w_y = p.index(convert(weight, x.dtype), [t]) if weight is not None else None
+    return z, active, x, w_y, t
+
+
+@register(aten.multi_margin_loss.default)
+def multi_margin_loss(a, target, p_=1, margin=1, weight=None, reduction=MEAN):
+    z, active, x, w_y, _ = _margin_terms(a, target, p_, margin, weight)
+    n, c = x.shape
+    zero = full([n, c], 0, x.dtype, x.device)
+    h = p.where(active, z if p_ == 1 else p.mul(z, z), zero)
+    if w_y is not None:
+        h = p.mul(h, p.broadcast_in_dim(w_y, [n, c], [0]))
+    per_sample = p.div(p.sum(h, [1]), full([n], c, x.dtype, x.device))
+    if reduction == NONE:
+        return per_sample if a.ndim == 2 else p.view(per_sample, [])
+    return _reduce(per_sample if a.ndim == 2 else p.view(per_sample, []), reduction)
+
+
+@register(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward(grad, a, target, p_, margin, weight=None, reduction=MEAN):
+    z, active, x, w_y, t = _margin_terms(a, target, p_, margin, weight)
+    n, c = x.shape
+    zero = full([n, c], 0, x.dtype, x.device)
+    d = p.where(active, full([n, c], 1, x.dtype, x.device) if p_ == 1 else p.mul(_s(z, 2), z), zero)
+    if w_y is not None:
+        d = p.mul(d, p.broadcast_in_dim(w_y, [n, c], [0]))
+    d = p.div(d, full([n, c], c, x.dtype, x.device))
+    # the target column receives minus the sum of the others
+    total = p.sum(d, [1])
+    cls = p.broadcast_in_dim(p.iota(c, start=0, step=1, dtype=torch.int64, device=x.device), [n, c], [1])
+    is_target = p.eq(cls, p.broadcast_in_dim(t, [n, c], [0]))
+    d = p.where(is_target, p.neg(p.broadcast_in_dim(total, [n, c], [0])), d)
+    g = convert(grad, x.dtype)
+    if reduction == NONE and g.ndim:
+        g = p.broadcast_in_dim(p.view(g, [n]), [n, c], [0])
+    else:
+        g = broadcast_to(p.view(g, []) if g.numel() == 1 else g, [n, c])
+        if reduction == MEAN:
+            g = p.div(g, full([n, c], n, x.dtype, x.device))
+    out = p.mul(g, d)
+    return out if a.ndim == 2 else p.view(out, list(a.shape))
+
+
+@register(aten.randperm.default)
+def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None, generator=None):
+    # the order that sorts n uniform samples is a uniformly random permutation
+    keys = p.uniform([n], dtype=torch.float64, device=torch.device(device or "cpu"))
+    return p.convert_element_type(p.sort(keys, 0, False)[1], dtype or torch.int64)

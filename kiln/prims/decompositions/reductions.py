@@ -399,3 +399,13 @@ def _median_dim(a, dim, keepdim, ignore_nan):
     dim = canonical_dim(dim, a.ndim)
     v, i = _median(a, dim, ignore_nan)
     return restore_dims(v, a, [dim], keepdim), restore_dims(i, a, [dim], keepdim)
+
+
+@register(aten.var.dim)
+def var_dim(a, dim=None, unbiased=True, keepdim=False):
+    return var(a, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+
+@register(aten.std.dim)
+def std_dim(a, dim=None, unbiased=True, keepdim=False):
+    return std(a, dim, correction=1 if unbiased else 0, keepdim=keepdim)

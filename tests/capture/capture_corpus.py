@@ -1,6 +1,6 @@
 """The capture corpus: small programs, each with its inputs and the graphs it should compile to.
 
-A `Program` is run by `test_corpus.py`: compiled with a recording backend, called twice on each
+A `Program` is run by `test_capture_corpus.py`: compiled with a recording backend, called twice on each
 of two input sets (same shapes, different values), compared with eager on each, and its compiled
 graph count checked (`graphs`; `breaks` counts graph breaks where one is intended). Programs are
 registered by `@program(...)` or generated from tables of ops, so adding one is one entry.

@@ -1,5 +1,5 @@
-"""A bounded slice of the capture op sweep (`sweeps/op_sweep.py`, whose full output is
-`sweeps/op_sweep.md`): every op in the slice is captured as one graph equal to eager, or kiln
+"""A bounded slice of the capture op sweep (`sweeps/capture_op_sweep.py`, whose full output is
+`sweeps/capture_op_sweep.md`): every op in the slice is captured as one graph equal to eager, or kiln
 says why it cannot capture it; no wrong answers and no crashes."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "sweeps"))
-import op_sweep  # noqa: E402
+import capture_op_sweep as op_sweep  # noqa: E402
 
 # every 16th op: ~40 ops across the alphabet of op_db, a few seconds on one core
 SLICE = op_sweep.opinfos()[::16]

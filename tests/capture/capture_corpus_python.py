@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from corpus import PROGRAMS, TT, T, Program, program, t, with_args  # noqa: F401
+from capture_corpus import PROGRAMS, TT, T, Program, program, t, with_args  # noqa: F401
 
 
 # -- containers ---------------------------------------------------------------------------------------

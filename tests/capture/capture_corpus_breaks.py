@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from corpus import PROGRAMS, T, Program, t
+from capture_corpus import PROGRAMS, T, Program, t
 
 
 def signed(seed):

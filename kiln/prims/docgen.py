@@ -33,6 +33,20 @@ def render() -> str:
         "straight to extern prims (ATen kernels a backend calls). `python -m kiln.prims.coverage` lists what "
         "is missing; `python -m kiln.prims.sweep` measures the table against torch's OpInfo database.",
         "",
+        "## Using the prims",
+        "",
+        "```python",
+        "from kiln.prims import PRIMS, ops, DECOMPOSITIONS, decompositions_for, PrimEvaluator, undecomposed_ops",
+        "table = decompositions_for(backend_ops)      # what aot applies for a backend implementing backend_ops",
+        "with PrimEvaluator(check_meta=True):         # decompose every ATen op, run prims by their references",
+        "    loss = model(x).sum(); loss.backward()",
+        "undecomposed_ops(model, x)                   # ATen ops that would reach a backend undecomposed",
+        "```",
+        "",
+        "A decomposition may return `NotImplemented` for arguments it does not handle; the op then stays an "
+        "ATen op (the evaluator reports it). Expected failures of the op sweep, with reasons, live in "
+        "`kiln/prims/expected_failures.py`; the sweep's latest results in `tests/prims/sweep_results.json`.",
+        "",
         "| category | prims |",
         "|---|---|",
     ]

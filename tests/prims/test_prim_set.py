@@ -101,3 +101,25 @@ def test_coverage_report_covers_the_model_ops():
     r = report()
     assert r["model_ops_missing"] == []
     assert r["prims"] == len(PRIMS)
+
+
+def test_undecomposed_ops_reports_what_a_backend_would_see():
+    from kiln.prims import DECOMPOSITIONS, PrimEvaluator, UndecomposedOp, undecomposed_ops
+    x = torch.randn(4, 4, requires_grad=True)
+    assert not undecomposed_ops(lambda t: torch.nn.functional.gelu(t @ t).sum(), x)
+    table = dict(DECOMPOSITIONS)
+    del table[aten.gelu.default]
+    with pytest.raises(UndecomposedOp, match="aten.gelu.default"):
+        with PrimEvaluator(decompositions=table):
+            torch.nn.functional.gelu(x)
+
+
+def test_a_decomposition_may_decline_its_arguments():
+    from kiln.prims import PrimEvaluator
+    x = torch.randn(1, 1, 4, 4)
+    grid = torch.rand(1, 2, 2, 2) * 2 - 1
+    evaluator = PrimEvaluator(strict=False)
+    with evaluator:   # bicubic is declined (NotImplemented): it stays an ATen op, and is reported
+        out = torch.nn.functional.grid_sample(x, grid, mode="bicubic", align_corners=False)
+    assert "aten.grid_sampler_2d.default" in evaluator.log.undecomposed
+    torch.testing.assert_close(out, torch.nn.functional.grid_sample(x, grid, mode="bicubic", align_corners=False))

@@ -76,7 +76,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
     inputs = [b for b in graph.inputs if b is not None]
     param_names = [b if b is not None else f"_unused{i}" for i, b in enumerate(graph.inputs)]
     constants = tuple(b.name for b in graph.buffers if b.name.startswith("const"))
-    outputs = {o for o in graph.outputs if isinstance(o, str)}
+    outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
     never_reuse = set(inputs) | set(constants) | outputs
 
     def reads(step) -> list[str]:

@@ -45,6 +45,29 @@ def _split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:
     return q, r
 
 
+def _merge_div_mod(e: sympy.Expr) -> sympy.Expr:
+    """c*Mod(a, b) + c*b*floor(a/b) -> c*a: a split index put back together."""
+    terms = list(sympy.Add.make_args(e))
+    mods = {}
+    for i, t in enumerate(terms):
+        c, rest = t.as_coeff_Mul()
+        if isinstance(rest, sympy.Mod):
+            mods[(rest.args[0], rest.args[1])] = (i, c)
+    if not mods:
+        return e
+    used = set()
+    for j, t in enumerate(terms):
+        c2, rest = t.as_coeff_Mul()
+        if isinstance(rest, sympy.floor):
+            num, den = sympy.fraction(sympy.together(rest.args[0]))
+            hit = mods.get((num, den))
+            if hit is not None and hit[0] not in used and c2 == hit[1] * den:
+                i, c = hit
+                terms[i], terms[j] = c * num, sympy.Integer(0)
+                used.add(i)
+    return sympy.Add(*terms)
+
+
 def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
     """Rewrite floor/Mod sub-terms of `expr` that the bounds `upper` (var -> exclusive bound) decide."""
     expr = sympy.sympify(expr)
@@ -67,5 +90,7 @@ def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr
                 split = _split(num, den, upper)
                 if split is not None:
                     return split[1]
+        elif isinstance(e, sympy.Add):
+            return _merge_div_mod(e)
         return e
     return visit(expr)

@@ -58,7 +58,7 @@ The host program (`kiln.codegen.host`) only needs `build`.
 
 Change log (keep this stable; note every change here)
 - v1: first version.
-- v2: `ViewArg` (extern arguments may be strided views of buffers).
+- v2: `ViewArg` (extern arguments may be strided views of buffers; so may `Graph.outputs`).
 """
 from __future__ import annotations
 
@@ -407,7 +407,8 @@ Node = Union[ComputedBuffer, ExternKernel]
 @dataclass(frozen=True)
 class Graph:
     """A lowered program. `inputs` are buffer names bound to the graph's tensor inputs in order
-    (None for a non-tensor input); `outputs` are buffer names, or constants for non-tensor outputs."""
+    (None for a non-tensor input); `outputs` are buffer names, `ViewArg`s (a view of a computed
+    buffer), or constants for non-tensor outputs."""
 
     buffers: tuple[Buffer, ...]
     nodes: tuple[Node, ...]

@@ -363,7 +363,7 @@ def _is_dense(t: torch.Tensor) -> bool:
 def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
     """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name."""
     from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
-    from kiln.codegen.lowering_reduce import extern_fallback
+    from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
     values = _node_values(gm, example_inputs)
     device = _device_of(example_inputs)
@@ -428,6 +428,12 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tupl
     for out_node, value in zip(_flat_outputs(output_node.args[0]), arg(_flat_outputs(output_node.args[0]))):
         if isinstance(value, TensorValue):
             meta = values.get(out_node) if isinstance(out_node, torch.fx.Node) else None
+            # a strided view of a computed buffer (an extern's result reshaped) returns as a view,
+            # not a copy; views of inputs and constants are copied (aot owns input aliasing)
+            view = strided_view(ctx, value) if ctx.buffer_of(value) is None else None
+            if view is not None and view.name not in inputs and view.name not in constants:
+                outputs.append(view)
+                continue
             strides = meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
             outputs.append(ctx.realize(value, strides).name)
         else:

@@ -186,6 +186,8 @@ def embedding(ctx, meta, weight=None, indices=None, **_):
 
 @register("index_select")
 def index_select(ctx, meta, self=None, dim=0, index=None, **_):
+    if self.ndim == 0 or index.ndim != 1:
+        raise LoweringError("index_select of a 0-dim tensor or with a 0-dim index")
     table = ctx.load_buffer(ctx.realize(self))
     dim = dim % max(self.ndim, 1)
     index_expr = ir.subs_index(index.expr, {loop_var(0): loop_var(dim)})

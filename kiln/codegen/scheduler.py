@@ -97,7 +97,8 @@ class _Placed:
 class _Planner:
     def __init__(self, graph: ir.Graph):
         self.buffers = graph.buffer_map()
-        self.outputs = {o for o in graph.outputs if isinstance(o, str)}
+        self.outputs = {o if isinstance(o, str) else o.name for o in graph.outputs
+                        if isinstance(o, (str, ir.ViewArg))}
         self.readers: dict[str, set[int]] = {}
         for i, node in enumerate(graph.nodes):
             for name in _reads(node):

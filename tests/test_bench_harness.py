@@ -151,3 +151,14 @@ def test_merge_combines_runs_and_a_rerun_replaces_its_row(tmp_path):
     assert len(rows) == 3 and rows["A", "kiln"]["status"] == "pass"
     text = next((tmp_path / "merged").glob("*.md")).read_text()
     assert "kiln bench --models B" in text and "| inductor | infer | bf16 | 2/2 | 4.00x |" in text
+
+
+def test_a_shared_process_reports_each_case_and_survives_deaths_and_hangs(custom_compilers):
+    from kiln.bench.harness import run_group
+    names = ["die", "fx_eager", "hang", "wrong", "crash"]
+    rows = run_group([tiny(f"{custom_compilers}:{n}") for n in names], timeout=30, warm=False)
+    statuses = [row["status"] for row in rows]
+    assert statuses == ["fail_to_run", "pass", "fail_to_run", "fail_accuracy", "fail_to_run"]
+    assert "died" in rows[0]["error"] and "timed out" in rows[2]["error"]
+    assert "deliberate crash" in rows[4]["error"]
+    assert all(row["shared_process"] for row in rows)

@@ -42,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per case process (default 600)")
     p.add_argument("--size", default="bench", choices=("test", "bench"), help="zoo model size (default bench)")
     p.add_argument("--batch", type=int, default=None, help="override every model's batch size")
+    p.add_argument("--share-process", dest="share_process", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the compilers of one model, mode and precision in one process (default: on cuda only; "
+                        "a hang or crash still costs only its own case)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the second process that measures the warm (cached) compile time")
     p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         files.add_row(row)
 
     try:
-        run_all(cases, args.timeout, warm=args.warm, on_row=keep)
+        run_all(cases, args.timeout, warm=args.warm, on_row=keep,
+                share_process=args.share_process if args.share_process is not None else args.device == "cuda")
     finally:   # an interrupted run still leaves a summary of the rows it finished
         if len(rows) < len(cases):
             notes.append(f"interrupted: {len(rows)} of {len(cases)} cases finished")

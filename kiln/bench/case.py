@@ -222,15 +222,34 @@ def first_line(error: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    case = Case(**json.loads(argv[0]))
-    try:
-        row = run(case)
-    except BaseException as e:  # the row reports it; the traceback goes to stderr for the log
-        traceback.print_exc()
-        row = status_of_error(e)
-    sys.stdout.flush()
-    print(f"\n{RESULT_MARKER} {json.dumps(row)}", flush=True)
+    """Run one case, or a JSON list of cases one after another in this process (the harness
+    shares a process between the compilers of one model on CUDA, where starting a process and
+    building a large model cost more than the measurement). One result line per case."""
+    payload = json.loads(argv[0])
+    for fields in payload if isinstance(payload, list) else [payload]:
+        case = Case(**fields)
+        try:
+            row = run(case)
+        except BaseException as e:  # the row reports it; the traceback goes to stderr for the log
+            traceback.print_exc()
+            row = status_of_error(e)
+        forget_compiled_state()
+        sys.stdout.flush()
+        print(f"\n{RESULT_MARKER} {json.dumps(row)}", flush=True)
     return 0
+
+
+def forget_compiled_state() -> None:
+    """Between cases of one process: drop compiled code and cached memory, so the next case
+    compiles from nothing (its on-disk caches are its own) and measures its own peak memory."""
+    import gc
+    import kiln
+    kiln.reset()
+    if "torch._dynamo" in sys.modules:
+        sys.modules["torch._dynamo"].reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

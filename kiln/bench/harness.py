@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable, Iterable
 
@@ -32,32 +34,71 @@ class Outcome:
 
 
 def run_process(case: Case, cache_dir: str, timeout: float) -> Outcome:
+    return run_processes([case], cache_dir, timeout)[0]
+
+
+def run_processes(cases: list[Case], cache_dir: str, timeout: float) -> list[Outcome]:
+    """Run `cases` one after another in one process, each within `timeout` seconds of the one
+    before; a case that hangs or kills the process is reported and the rest go on in a new one."""
+    outcomes: list[Outcome] = []
+    while len(outcomes) < len(cases):
+        outcomes += _one_process(cases[len(outcomes):], cache_dir, timeout)
+    return outcomes
+
+
+def _one_process(cases: list[Case], cache_dir: str, timeout: float) -> list[Outcome]:
+    """Outcomes of a prefix of `cases` (at least one): the process stops early only when a case
+    hangs or dies, and that case's outcome says so."""
     env = dict(os.environ,
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "inductor"),
                TRITON_CACHE_DIR=os.path.join(cache_dir, "triton"),
                KILN_CACHE_DIR=os.path.join(cache_dir, "kiln"),
                PYTHONUNBUFFERED="1")
-    command = [sys.executable, "-m", "kiln.bench.case", json.dumps(dataclasses.asdict(case))]
+    payload = [dataclasses.asdict(c) for c in cases]
+    command = [sys.executable, "-m", "kiln.bench.case", json.dumps(payload)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env=env, start_new_session=True)   # own group: a timeout kills workers too
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(process.stdout, lines), daemon=True)
+    reader.start()
+    outcomes: list[Outcome] = []
+    output: list[str] = []          # the current case's output, for its log tail
+    deadline = time.monotonic() + timeout
     try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(process)
-        output, _ = process.communicate()
-        return Outcome({"status": "fail_to_run",
-                        "error": f"timed out after {timeout:g} s in the {case.phase} run (raise --timeout)"},
-                       _tail(output))
+        while len(outcomes) < len(cases):
+            try:
+                line = lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                _kill_group(process)
+                case = cases[len(outcomes)]
+                outcomes.append(Outcome({"status": "fail_to_run", "error":
+                                         f"timed out after {timeout:g} s in the {case.phase} run (raise --timeout)"},
+                                        _tail("".join(output))))
+                break
+            if line is None:        # the process ended before this case's result
+                process.wait()
+                last = next((l for l in reversed(output) if l.strip()), "no output")
+                outcomes.append(Outcome({"status": "fail_to_run", "error":
+                                         f"the case process died (exit code {process.returncode}): {last.strip()[:200]}"},
+                                        _tail("".join(output))))
+                break
+            if line.startswith(RESULT_MARKER):
+                outcomes.append(Outcome(json.loads(line[len(RESULT_MARKER):]), _tail("".join(output))))
+                output, deadline = [], time.monotonic() + timeout
+            else:
+                output.append(line)
     except BaseException:   # Ctrl-C or SIGTERM of the driver: the case's own session would outlive it
         _kill_group(process)
         raise
-    for line in reversed(output.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return Outcome(json.loads(line[len(RESULT_MARKER):]), _tail(output))
-    last = next((l for l in reversed(output.splitlines()) if l.strip()), "no output")
-    return Outcome({"status": "fail_to_run",
-                    "error": f"the case process died (exit code {process.returncode}): {last.strip()[:200]}"},
-                   _tail(output))
+    if len(outcomes) == len(cases):
+        process.wait()
+    return outcomes
+
+
+def _read_lines(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
 
 
 def _children_cpu_s() -> float:
@@ -77,25 +118,35 @@ def _tail(output: str, lines: int = 40) -> str:
 
 
 def run_case(case: Case, timeout: float, warm: bool = True) -> dict:
-    """The full row of one case: the cold run, then (for a compiler that compiles and a case
-    that ran) a second process on the same caches for the warm compile time."""
+    return run_group([case], timeout, warm)[0]
+
+
+def run_group(cases: list[Case], timeout: float, warm: bool = True) -> list[dict]:
+    """The full rows of `cases`, run in one process: the cold runs, then (for compilers that
+    compile and cases that ran) a second process on the same caches for the warm compile times."""
     cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-")
     start, cpu_start = time.perf_counter(), _children_cpu_s()
     try:
-        cold = run_process(case, cache_dir, timeout)
-        row = dict(cold.row)
-        if row["status"] in ("fail_to_run",) and cold.log_tail:
-            row["log_tail"] = cold.log_tail
-        if warm and get_compiler(case.compiler).compiles and row["status"] in ("pass", "fail_accuracy"):
-            second = run_process(dataclasses.replace(case, phase="warm"), cache_dir, timeout)
+        rows = []
+        for outcome in run_processes(cases, cache_dir, timeout):
+            row = dict(outcome.row)
+            if row["status"] == "fail_to_run" and outcome.log_tail:
+                row["log_tail"] = outcome.log_tail
+            rows.append(row)
+        again = [i for i, (case, row) in enumerate(zip(cases, rows))
+                 if warm and get_compiler(case.compiler).compiles and row["status"] in ("pass", "fail_accuracy")]
+        seconds = run_processes([dataclasses.replace(cases[i], phase="warm") for i in again], cache_dir, timeout)
+        for i, second in zip(again, seconds):
             if second.row.get("status") == "pass":
-                row["warm_compile_s"] = second.row["warm_compile_s"]
+                rows[i]["warm_compile_s"] = second.row["warm_compile_s"]
             else:
-                row["warm_error"] = second.row.get("error", "the warm run failed")
-        # What the case cost, processes included: to plan runs and budgets (JSON only).
-        row["case_wall_s"] = time.perf_counter() - start
-        row["case_cpu_s"] = _children_cpu_s() - cpu_start
-        return row
+                rows[i]["warm_error"] = second.row.get("error", "the warm run failed")
+        # What the cases cost, processes included: to plan runs and budgets (JSON only).
+        for row in rows:
+            row["case_wall_s"] = (time.perf_counter() - start) / len(cases)
+            row["case_cpu_s"] = (_children_cpu_s() - cpu_start) / len(cases)
+            row["shared_process"] = len(cases) > 1
+        return rows
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
 
@@ -132,23 +183,37 @@ class Progress:
 
 
 def run_all(cases: Iterable[Case], timeout: float, warm: bool = True,
-            on_row: Callable[[dict], None] | None = None) -> list[dict]:
+            on_row: Callable[[dict], None] | None = None, share_process: bool = False) -> list[dict]:
     """Run every case in order; `on_row` sees each finished row (the CLI appends it to the JSON
-    lines file at once, so an interrupted run keeps what it measured)."""
+    lines file at once, so an interrupted run keeps what it measured). With `share_process`, the
+    compilers of one (model, mode, precision) share a process: on a GPU, starting a process and
+    building a large model cost more than the measurement. Not on CPU, where the peak-memory
+    figure is the process's peak RSS."""
     cases = list(cases)
     progress = Progress(len(cases))
     rows = []
     try:
-        for case in cases:
-            progress.start(case.key)
-            row = {**case_fields(case), **run_case(case, timeout, warm)}
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-            progress.finish(case.key, row)
+        for group in _groups(cases, share_process):
+            for case in group:
+                progress.start(case.key)
+            for case, result in zip(group, run_group(group, timeout, warm)):
+                row = {**case_fields(case), **result}
+                rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+                progress.finish(case.key, row)
     finally:
         progress.close()
     return rows
+
+
+def _groups(cases: list[Case], share_process: bool) -> list[list[Case]]:
+    if not share_process:
+        return [[case] for case in cases]
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault((case.suite, case.model, case.mode, case.precision, case.device), []).append(case)
+    return list(groups.values())
 
 
 def case_fields(case: Case) -> dict:

@@ -307,6 +307,11 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
     flat_out, out_spec = pytree.tree_flatten(out)
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}
     mutated = sorted(placeholders[r] for r in recorder.mutated_roots if r in placeholders)
+    for root in recorder.mutated_roots:
+        if root is not None and root.op == "get_attr":
+            raise NotYetImplemented("kiln.aot: the program writes in place into a tensor that is neither an "
+                                    "input nor a parameter or buffer (a plain tensor attribute or global); "
+                                    "register it with module.register_buffer so the write can be applied")
     # the rng seed placeholder is no program input: it is never mutated
     outputs = [OutputSpec("user", i, _differentiable(o)) for i, o in enumerate(flat_out)]
     outputs += [OutputSpec("mutation", i, _differentiable(visible[i])) for i in mutated]

@@ -204,3 +204,20 @@ def test_unsupported_input_mutations_are_refused_plainly():
 
 def test_metadata_mutation_of_an_intermediate_is_fine():
     _check(lambda x: (x * 2).t_().unsqueeze_(0) + 1, [torch.randn(2, 3)])
+
+
+def test_write_into_a_plain_tensor_attribute_is_refused():
+    from kiln.errors import NotYetImplemented
+
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.count = torch.zeros(1)   # not a buffer: kiln cannot write it back
+
+        def forward(self, x):
+            self.count.add_(1)
+            return x * self.count
+
+    with pytest.raises(NotYetImplemented, match="register_buffer"):
+        aot_compile(Counter(), [torch.randn(3)], fw_compiler=lambda g, _: g.forward,
+                    bw_compiler=lambda g, _: g.forward)

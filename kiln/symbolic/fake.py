@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
+from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
 
 aten = torch.ops.aten
@@ -84,6 +85,7 @@ class FakeTensor(torch.Tensor):
             cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
             dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=requires_grad)
         self._meta = meta
+        self._symbolic = any(isinstance(v, torch.SymInt) for v in (*meta.shape, *meta.stride()))
         self.fake_mode = mode
         self.constant = constant
         return self
@@ -121,6 +123,7 @@ class FakeTensorMode(TorchDispatchMode):
         # real storage -> the meta storage its fakes share (keeps aliasing between inputs).
         self._storages: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}
         self._unnamed = 0
+        self._cache: dict[tuple, tuple] = {}       # see dispatch_cache.py
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.run(func, args, kwargs or {})
@@ -202,16 +205,19 @@ class FakeTensorMode(TorchDispatchMode):
                     raise FakeTensorError(f"{func} mixes fake tensors of two FakeTensorModes")
                 fakes[id(x._meta)] = x
                 devices.append((x.device, x.dim() == 0))
-                flat[i] = x._meta
-        meta_args, meta_kwargs = tree_unflatten(flat, spec)
+                flat[i] = x
         device = _output_device(kwargs, devices)
+        key = cache_key(func, flat, spec, FakeTensor) if cacheable(func) else None
+        if key is not None and key in self._cache:
+            return _wrap_outputs(self, replay(self._cache[key]), {}, device)
+        meta_args, meta_kwargs = tree_unflatten([x._meta if isinstance(x, FakeTensor) else x
+                                                 for x in flat], spec)
         if "device" in meta_kwargs and meta_kwargs["device"] is not None:
             meta_kwargs["device"] = torch.device("meta")
         try:
-            # The Python dispatcher lets torch's Python meta kernels run: many C++ composite
-            # kernels accept only concrete sizes, their Python registrations accept SymInts.
-            with torch._C._EnablePythonDispatcher():
-                out = func(*meta_args, **meta_kwargs)
+            symbolic = any(isinstance(x, _SYM_TYPES) or getattr(x, "_symbolic", False)
+                           for x in flat)
+            out = _run_meta(func, meta_args, meta_kwargs, symbolic)
         except FakeTensorError:
             raise
         except NotImplementedError as e:
@@ -220,10 +226,33 @@ class FakeTensorMode(TorchDispatchMode):
             if "Meta" in str(e) and ("backend" in str(e) or "meta" in str(e).lower()):
                 raise MissingMetaKernel(func, e) from e
             raise
+        if key is not None:
+            entry = record(out)
+            if entry is not None:
+                self._cache[key] = entry
         out = _wrap_outputs(self, out, fakes, device)
         if func in METADATA_MUTATING:
             _follow_metadata(func, out)
         return out
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _run_meta(func, args, kwargs, symbolic: bool) -> Any:
+    """Run `func` on meta tensors.
+
+    With symbolic sizes, through the Python dispatcher: it lets torch's Python meta kernels
+    run, which accept SymInts where some C++ composite kernels would specialize them (guard_int)
+    or refuse them. With static sizes, the C++ kernels first (fast), the Python ones if those
+    refuse."""
+    if not symbolic:
+        try:
+            return func(*args, **kwargs)
+        except (RuntimeError, NotImplementedError):
+            pass
+    with torch._C._EnablePythonDispatcher():
+        return func(*args, **kwargs)
 
 
 def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],

@@ -11,6 +11,7 @@ operation, so an operation is added in one place.
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Any, Callable
@@ -298,18 +299,33 @@ def _dense_at_hint(sizes: list[int], strides: list[int]) -> bool:
     return True
 
 
+def _constant(value: Any, pytype: type) -> sympy.Basic:
+    if pytype is bool:
+        return sympy.true if value else sympy.false
+    return sympy.Integer(value) if pytype is int else sympy.Float(value)
+
+
 def _binary(name: str, build: Callable, pyop: Callable, rtype: Any):
+    # Meta kernels ask the same few questions over and over (s0 == 1, s0 * 4, ...); sympy's
+    # constructors are slow (assumption queries), so results are memoized per expression pair.
+    build = functools.lru_cache(maxsize=8192)(build)
+
     def method(self: SymNode, other: SymNode) -> SymNode:
         pytype = self.pytype if rtype is _SAME else rtype
         if rtype is _SAME and float in (self.pytype, other.pytype):
             pytype = float
-        return self._make(build(self.expr, other.expr), pytype, pyop(self.hint, other.hint))
+        hint = pyop(self.hint, other.hint)
+        if self.expr.is_Integer and other.expr.is_Integer and pytype in (int, bool):
+            return SymNode(_constant(hint, pytype), self.shape_env, pytype, pytype(hint))
+        return self._make(build(self.expr, other.expr), pytype, hint)
 
     method.__name__ = name
     return method
 
 
 def _unary(name: str, build: Callable, pyop: Callable, rtype: Any):
+    build = functools.lru_cache(maxsize=4096)(build)
+
     def method(self: SymNode) -> SymNode:
         pytype = self.pytype if rtype is _SAME else rtype
         return self._make(build(self.expr), pytype, pyop(self.hint))

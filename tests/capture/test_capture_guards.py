@@ -191,3 +191,13 @@ def test_guard_function_is_one_function():
     cf(torch.randn(2))
     src = cf.entries[0].check.__kiln_source__
     assert src.count("def __kiln_guard") == 1 and "x.size() == (2,)" in src
+
+
+def test_compiled_function_called_from_captured_code_is_inlined():
+    inner = kiln.capture.capture(double, Recorder(), CaptureConfig())
+
+    def outer(x):
+        return inner(x) + 1
+    cf, rec = compiled(outer, fullgraph=True)
+    check(cf, outer, torch.randn(3))
+    assert len(rec.graphs) == 1

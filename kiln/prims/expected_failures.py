@@ -19,14 +19,8 @@ EXPECTED_FAILURES: dict[str, dict[str, str]] = {
     "_upsample_bilinear2d_aa": {
         "forward": "antialiased bilinear resize (variable-width triangle filters) is not decomposed yet",
         "backward": "antialiased bilinear resize (variable-width triangle filters) is not decomposed yet"},
-    "nn.functional.multilabel_margin_loss": {"forward": "multilabel_margin_loss_forward is not decomposed yet",
-                                             "backward": "multilabel_margin_loss_forward is not decomposed yet"},
     "nn.functional.fractional_max_pool2d": {"forward": _FRACTIONAL, "backward": _FRACTIONAL},
     "nn.functional.fractional_max_pool3d": {"forward": _FRACTIONAL, "backward": _FRACTIONAL},
-    "nn.functional.grid_sample": {
-        "backward": "grid_sampler_2d_backward is not decomposed yet (the forward is: bilinear/nearest, "
-                    "zeros/border padding)"},
-    "grid_sampler_2d": {"backward": "grid_sampler_2d_backward is not decomposed yet"},
     "grid_sampler_3d": {"forward": "grid_sampler_3d is not decomposed yet (grid_sampler_2d is)",
                         "backward": "grid_sampler_3d is not decomposed yet (grid_sampler_2d is)"},
     "hash_tensor": {"forward": "hash_tensor hashes bit patterns of a whole tensor; not decomposed"},

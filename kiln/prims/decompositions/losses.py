@@ -406,3 +406,57 @@ def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None,
     # the order that sorts n uniform samples is a uniformly random permutation
     keys = p.uniform([n], dtype=torch.float64, device=torch.device(device or "cpu"))
     return p.convert_element_type(p.sort(keys, 0, False)[1], dtype or torch.int64)
+
+
+def _multilabel_terms(a, target):
+    """(x (N, C), active hinge mask (N, Ci, Cj) as float, hinge values, safe targets, valid, is_target)."""
+    x = a if a.ndim == 2 else p.view(a, [1, a.numel()])
+    n, c = x.shape
+    t = p.view(convert(target, torch.int64), [n, c])
+    # targets are read up to the first -1
+    valid = p.convert_element_type(p.cumprod(p.convert_element_type(
+        p.ne(t, full([n, c], -1, torch.int64, x.device)), torch.int64), 1), torch.bool)
+    safe = p.where(valid, t, full([n, c], 0, torch.int64, x.device))
+    is_target = p.scatter_reduce(full([n, c], 0, x.dtype, x.device), 1, safe, p.convert_element_type(valid, x.dtype),
+                                 "amax", True)
+    x_t = p.gather(x, 1, safe)                                                  # (N, Ci)
+    shape = [n, c, c]
+    hinge = p.add(p.sub(full(shape, 1, x.dtype, x.device), p.broadcast_in_dim(x_t, shape, [0, 1])),
+                  p.broadcast_in_dim(x, shape, [0, 2]))
+    active = p.bitwise_and(p.bitwise_and(p.broadcast_in_dim(valid, shape, [0, 1]),
+                                         p.broadcast_in_dim(p.eq(is_target, full([n, c], 0, x.dtype, x.device)),
+                                                            shape, [0, 2])),
+                           p.gt(hinge, full(shape, 0, x.dtype, x.device)))
+    return x, active, hinge, safe, valid, is_target
+
+
+@register(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(a, target, reduction):
+    x, active, hinge, _, _, is_target = _multilabel_terms(a, target)
+    n, c = x.shape
+    per_sample = p.div(p.sum(p.where(active, hinge, full(hinge.shape, 0, x.dtype, x.device)), [1, 2]),
+                       full([n], c, x.dtype, x.device))
+    if a.ndim < 2:
+        per_sample = p.view(per_sample, [])
+        is_target = p.view(is_target, list(a.shape))
+    out = per_sample if reduction == NONE else _reduce(per_sample, reduction)
+    return out, is_target
+
+
+@register(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad, a, target, reduction, is_target):
+    x, active, _, safe, valid, _ = _multilabel_terms(a, target)
+    n, c = x.shape
+    af = p.div(p.convert_element_type(active, x.dtype), full(active.shape, c, x.dtype, x.device))
+    d = p.sum(af, [1])                                                           # + for each non-target j
+    minus = p.where(valid, p.neg(p.sum(af, [2])), full([n, c], 0, x.dtype, x.device))
+    d = p.scatter_reduce(d, 1, safe, minus, "sum", True)                         # - at each target
+    g = convert(grad, x.dtype)
+    if reduction == NONE and g.ndim:
+        g = p.broadcast_in_dim(p.view(g, [n]), [n, c], [0])
+    else:
+        g = broadcast_to(p.view(g, []), [n, c])
+        if reduction == MEAN:
+            g = p.div(g, full([n, c], n, x.dtype, x.device))
+    out = p.mul(g, d)
+    return out if a.ndim == 2 else p.view(out, list(a.shape))

@@ -379,6 +379,75 @@ def grid_sampler_2d(x, grid, interpolation_mode, padding_mode, align_corners):
     return convert(p.view(out, [n, c, ho, wo]), x.dtype)
 
 
+@register(aten.grid_sampler_2d_backward.default)
+def grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+    """The transpose of grid_sampler_2d: each corner's weighted gradient scatter-added into the
+    input, and the weights' derivatives (bilinear) for the grid. Declines what the forward does."""
+    if interpolation_mode not in (0, 1) or padding_mode not in (0, 1):
+        return NotImplemented
+    n, c, h, w = x.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    m = ho * wo
+    compute = computation_dtype(x.dtype)
+    g = convert(grid, compute)
+    gx = p.squeeze(p.slice(g, 3, 0, 1, 1), [3])
+    gy = p.squeeze(p.slice(g, 3, 1, 2, 1), [3])
+    fx, fy = _unnormalize(gx, w, align_corners), _unnormalize(gy, h, align_corners)
+    scale_x = (w - 1) / 2 if align_corners else w / 2
+    scale_y = (h - 1) / 2 if align_corners else h / 2
+    dx = full(fx.shape, scale_x, compute, x.device)
+    dy = full(fy.shape, scale_y, compute, x.device)
+    if padding_mode == 1:   # clipped coordinates pass no gradient to the grid
+        dx = p.where(p.bitwise_and(p.ge(fx, _zero(fx)), p.le(fx, _const(fx, w - 1))), dx, _zero(dx))
+        dy = p.where(p.bitwise_and(p.ge(fy, _zero(fy)), p.le(fy, _const(fy, h - 1))), dy, _zero(dy))
+        fx = p.minimum(p.maximum(fx, _zero(fx)), _const(fx, w - 1))
+        fy = p.minimum(p.maximum(fy, _zero(fy)), _const(fy, h - 1))
+    gout = reshape(contiguous(convert(grad, compute)), [n, c, m])
+    flat = reshape(contiguous(convert(x, compute)), [n, c, h * w])
+    grad_input = full([n, c, h * w], 0, compute, x.device)
+
+    def spread(t):     # (n, ho, wo) -> (n, c, m)
+        return p.broadcast_in_dim(reshape(t, [n, m]), [n, c, m], [0, 2])
+
+    def corner(ix, iy):
+        inside = p.bitwise_and(p.bitwise_and(p.ge(ix, _zero(ix)), p.lt(ix, _const(ix, w))),
+                               p.bitwise_and(p.ge(iy, _zero(iy)), p.lt(iy, _const(iy, h))))
+        cx = p.minimum(p.maximum(ix, _zero(ix)), _const(ix, w - 1))
+        cy = p.minimum(p.maximum(iy, _zero(iy)), _const(iy, h - 1))
+        idx = spread(p.add(p.mul(cy, _const(cy, w)), cx))
+        return idx, spread(p.convert_element_type(inside, compute))
+
+    if interpolation_mode == 1:
+        idx, inside = corner(p.convert_element_type(p.round(fx), torch.int64),
+                             p.convert_element_type(p.round(fy), torch.int64))
+        grad_input = p.scatter_reduce(grad_input, 2, idx, p.mul(gout, inside), "sum", True)
+        grad_grid = full([n, ho, wo, 2], 0, compute, x.device)
+    else:
+        x0, y0 = p.floor(fx), p.floor(fy)
+        tx, ty = p.sub(fx, x0), p.sub(fy, y0)
+        one = full(fx.shape, 1, compute, x.device)
+        ix0, iy0 = p.convert_element_type(x0, torch.int64), p.convert_element_type(y0, torch.int64)
+        ix1, iy1 = p.add(ix0, _const(ix0, 1)), p.add(iy0, _const(iy0, 1))
+        # (corner x, corner y, weight, d weight / d tx, d weight / d ty)
+        corners = [(ix0, iy0, p.mul(p.sub(one, tx), p.sub(one, ty)), p.neg(p.sub(one, ty)), p.neg(p.sub(one, tx))),
+                   (ix1, iy0, p.mul(tx, p.sub(one, ty)), p.sub(one, ty), p.neg(tx)),
+                   (ix0, iy1, p.mul(p.sub(one, tx), ty), p.neg(ty), p.sub(one, tx)),
+                   (ix1, iy1, p.mul(tx, ty), ty, tx)]
+        grad_fx = grad_fy = full([n, c, m], 0, compute, x.device)
+        for ix, iy, wgt, dwx, dwy in corners:
+            idx, inside = corner(ix, iy)
+            grad_input = p.scatter_reduce(grad_input, 2, idx, p.mul(p.mul(gout, spread(wgt)), inside), "sum", True)
+            val_g = p.mul(p.mul(p.gather(flat, 2, idx), inside), gout)
+            grad_fx = p.add(grad_fx, p.mul(val_g, spread(dwx)))
+            grad_fy = p.add(grad_fy, p.mul(val_g, spread(dwy)))
+        gx_ = p.mul(reshape(p.sum(grad_fx, [1]), [n, ho, wo]), dx)
+        gy_ = p.mul(reshape(p.sum(grad_fy, [1]), [n, ho, wo]), dy)
+        grad_grid = p.cat([p.broadcast_in_dim(gx_, [n, ho, wo, 1], [0, 1, 2]),
+                           p.broadcast_in_dim(gy_, [n, ho, wo, 1], [0, 1, 2])], 3)
+    grad_input = convert(p.view(grad_input, [n, c, h, w]), x.dtype) if output_mask[0] else None
+    return grad_input, convert(grad_grid, grid.dtype)
+
+
 def _zero(t):
     return full(t.shape, 0, t.dtype, t.device)
 

@@ -51,3 +51,24 @@ def test_training_step_matches_eager(name, aot_backend):
     # the second step reads the updated buffers (running statistics, num_batches_tracked)
     expected2, got2 = _train_step(reference, inputs), _train_step(compiled, inputs)
     assert same(expected2[2], got2[2], tol=tol).ok, f"{name}: buffers after two steps differ"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "resnet"])
+def test_bf16_autocast_training_step_matches_eager(name, aot_backend):
+    kiln.reset()
+    model, inputs = ZOO[name].make("cpu")
+    model = _without_dropout(model)
+    reference, fp64 = copy.deepcopy(model), copy.deepcopy(model).double()
+    compiled = kiln.compile(model, backend=aot_backend)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = loss_of(reference(*inputs))
+        got = loss_of(compiled(*inputs))
+    expected.backward()
+    got.backward()
+    arbiter = loss_of(fp64(*[x.double() if x.is_floating_point() else x for x in inputs]))
+    arbiter.backward()
+    assert aot_backend.runtimes
+    verdict = same([expected.detach()] + [p.grad for p in reference.parameters()],
+                   [got.detach()] + [p.grad for p in model.parameters()],
+                   [arbiter.detach()] + [p.grad for p in fp64.parameters()], tol=tolerance("zoo", "train", "bf16"))
+    assert verdict.ok, f"{name} under bf16 autocast: {verdict.detail}"

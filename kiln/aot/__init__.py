@@ -23,7 +23,21 @@ The named passes, each testable alone:
 
 `JointGraph.inputs` / `.outputs` (`InputSpec`, `OutputSpec`) say what each placeholder and output
 is. Random ops become `kiln::philox_uniform` / `kiln::philox_normal` of (seed, offset); see
-`kiln.aot.rng`. Hands on ATen-level graphs to prims (decompositions) and codegen (the compilers).
+`kiln.aot.rng` (a code generator lowers these two ops). Tracing runs on kiln's fake tensors
+(`kiln.symbolic`), falling back to real copies when an op cannot run on fakes; fake example inputs
+with symbolic sizes give graphs with `aten.sym_size.int` and `operator` nodes for those sizes.
+`KILN_LOG=graphs` prints the forward and backward graphs and the bytes saved; `KILN_LOG=perf` the
+time of each pass. Hands on ATen-level graphs to prims (decompositions) and codegen (the compilers).
+
+Modules: trace.py (the recording dispatch mode, trace_joint), functionalize.py and views.py
+(in-place ops and view writes), schema.py (what an op does to storage), partition.py (min cut),
+rng.py (functional random ops), symbols.py (symbolic sizes as nodes), runtime.py (aot_compile,
+the autograd.Function and the epilogue).
+
+Not supported, each with a plain `NotYetImplemented`: double backward; in-place metadata changes
+(t_, squeeze_) of an input; writes into an input that shares memory with another input, or into a
+tensor attribute that is not a registered buffer; writes through an expanded view; sparse inputs;
+ops whose output size depends on values (masked_select, nonzero); random ops in the backward.
 """
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition, save_all_partition

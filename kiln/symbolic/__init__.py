@@ -42,8 +42,12 @@ Public API (stable; other stages build on it):
 
 Modules: node.py (SymNode and its operation tables), sympy_ops.py (integer sympy functions and
 the printer to Python), shape_env.py (ShapeEnv, Source, Guard), guard_codegen.py (the guard
-function), fake.py (FakeTensor, FakeTensorMode), torch_protocol.py (what torch's own Python
-meta kernels call on a ShapeEnv).
+function), fake.py (FakeTensor, FakeTensorMode), dispatch_cache.py (output metadata of
+functional ops, cached per mode), torch_protocol.py (what torch's own Python meta kernels call
+on a ShapeEnv).
+
+Tests and the op_db sweep live in tests/symbolic/ (sym_op_sweep.py writes
+tests/symbolic/results/op_sweep.md; expected failures with reasons: sym_expected_failures.py).
 """
 from kiln.symbolic.fake import (DataDependentOp, FakeTensor, FakeTensorError, FakeTensorMode,
                                 MissingMetaKernel, RealTensorInput, UnsupportedFakeOp)

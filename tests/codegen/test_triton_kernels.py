@@ -320,3 +320,17 @@ def test_pow_by_constant_exponents():
     for c, out in zip(exponents, outs):
         torch.testing.assert_close(out, torch.pow(a.double(), c).float(), rtol=2e-5, atol=1e-5, equal_nan=True,
                                    msg=f"pow {c}")
+
+
+def test_logic_between_a_scalar_load_and_a_block():
+    # where((i != j[0]) & (a[0] > 0), a[0], 0) mixes one-element loads with a block of indices.
+    bufs = {"a": contiguous("a", (1,)), "j": contiguous("j", (1,), I64), "o": contiguous("o", (s0,))}
+    a0 = ir.Load("a", sympy.Integer(0), F32)
+    cond = ir.Op("bitwise_and", (ir.Op("ne", (ir.IndexValue(x0, I64), ir.Load("j", sympy.Integer(0), I64)), torch.bool),
+                                 ir.Op("gt", (a0, ir.Constant(0.0, F32)), torch.bool)), torch.bool)
+    either = ir.Op("logical_or", (cond, ir.Op("lt", (a0, ir.Constant(-1.0, F32)), torch.bool)), torch.bool)
+    kernel = pointwise_kernel("logic", [ir.Store("o", x0, ir.Op("where", (either, a0, ir.Constant(0.0, F32)), F32))],
+                              ["a", "j", "o"], ranges=(s0,), sizes=(s0,))
+    out = torch.empty(5)
+    run(kernel, bufs, [torch.tensor([2.0]), torch.tensor([3]), out], (5,))
+    torch.testing.assert_close(out, torch.tensor([2.0, 2.0, 2.0, 0.0, 2.0]))

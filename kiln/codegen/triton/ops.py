@@ -409,7 +409,17 @@ def _sign(args, dtypes, out):
 
 
 def _logical(op: str) -> Printer:
-    return lambda args, dtypes, out: f"(({args[0]} != 0) {op} ({args[1]} != 0))"
+    # Through int8: Triton's interpreter fails `&` between a scalar and a block of int1 (GPU
+    # code is the same either way: the casts fold away).
+    return lambda args, dtypes, out: (f"((({args[0]} != 0).to(tl.int8) {op} ({args[1]} != 0).to(tl.int8)) != 0)")
+
+
+def _bitwise(op: str) -> Printer:
+    def printer(args, dtypes, out):
+        if dtypes[0] == torch.bool:
+            return _logical(op)(args, dtypes, out)
+        return f"({args[0]} {op} {args[1]})"
+    return printer
 
 
 OPS: dict[str, Printer] = {
@@ -473,9 +483,9 @@ OPS: dict[str, Printer] = {
     "hypot": _call("_k_hypot"),
     "copysign": _call("_k_copysign"),
     "nextafter": _template("libdevice.nextafter({0}, {1})"),
-    "bitwise_and": _template("({0} & {1})"),
-    "bitwise_or": _template("({0} | {1})"),
-    "bitwise_xor": _template("({0} ^ {1})"),
+    "bitwise_and": _bitwise("&"),
+    "bitwise_or": _bitwise("|"),
+    "bitwise_xor": _bitwise("^"),
     "left_shift": _template("({0} << {1})"),
     "right_shift": _template("({0} >> {1})"),
     "eq": _template("({0} == {1})"),

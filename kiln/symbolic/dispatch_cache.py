@@ -40,7 +40,8 @@ def _metadata(values) -> tuple:
 
 
 def cache_key(func, flat: list, spec, fake_type: type) -> tuple | None:
-    parts: list = [func, spec]
+    # Factories with dtype=None read the default dtype inside the kernel.
+    parts: list = [func, spec, torch.get_default_dtype()]
     for x in flat:
         if isinstance(x, fake_type):
             meta = x._meta

@@ -319,7 +319,54 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
     if pending:
         emitted.append(("once", pending))
     stages = tuple(Stage(tuple(inner) if kind == "inner" else (), tuple(body)) for kind, body in emitted)
+    if inner is None:
+        outer, stages = choose_loop_order(tuple(outer), stages)
     return _finish(name, tuple(outer), stages, tuple(p.node.buffer for p in plan)), locals_
+
+
+def _accesses(stages) -> list[sympy.Expr]:
+    out = []
+    for st in stages:
+        for s in st.body:
+            if isinstance(s, Store):
+                out.append(sympy.sympify(s.index))
+            out += [sympy.sympify(ld.index) for ld in ir.loads_of(s.expr) if not ld.indirect]
+    return out
+
+
+def choose_loop_order(ranges: tuple, stages: tuple) -> tuple[tuple, tuple]:
+    """The loop-order pass for pointwise kernels: the innermost loop becomes the dim along which
+    loads and stores move least in memory (unit stride vectorizes and stays in cache lines).
+    Steps are measured by moving each variable by one from a typical point, so div/mod indices
+    (a decomposition's permuted layouts) count too."""
+    n = len(ranges)
+    if n < 2 or not all(sympy.sympify(r).is_number for r in ranges):
+        return ranges, stages
+    xs = [loop_var(k) for k in range(n)]
+    point = {x: sympy.Integer(1 if int(r) > 1 else 0) for x, r in zip(xs, ranges)}
+    accesses = _accesses(stages)
+
+    def cost(k: int) -> int:
+        if int(ranges[k]) == 1:
+            return 1 << 30
+        total = 0
+        for index in accesses:
+            step = sympy.sympify(index.xreplace({**point, xs[k]: point[xs[k]] + 1}) - index.xreplace(point))
+            total += min(abs(int(step)), 64) if step.is_number else 64
+        return total
+    costs = [cost(k) for k in range(n)]
+    best = min(range(n), key=lambda k: (costs[k], -k))
+    if best == n - 1 or costs[best] >= costs[n - 1]:
+        return ranges, stages
+    order = [k for k in range(n) if k != best] + [best]           # old dims, outermost first
+    rename = {xs[old]: xs[new] for new, old in enumerate(order)}
+
+    def fix(e):
+        return ir.subs_index(e, rename)
+    new_stages = tuple(Stage(st.reduction_ranges, tuple(
+        dataclasses.replace(s, index=sympy.sympify(s.index).xreplace(rename), expr=fix(s.expr)) if isinstance(s, Store)
+        else dataclasses.replace(s, expr=fix(s.expr)) for s in st.body)) for st in stages)
+    return tuple(ranges[k] for k in order), new_stages
 
 
 def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Kernel:

@@ -1,0 +1,267 @@
+"""Decompositions of ATen's creation ops: full/zeros/ones/empty and their _like/new_ forms,
+arange, linspace, logspace, eye, fill.
+
+Everything becomes `full`, `iota` or `empty_strided` (plus elementwise arithmetic for ranges);
+a layout other than contiguous is made with one `copy_strided`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kiln.prims.decompositions.refs import broadcast_to, contiguous_strides, convert, to_device
+from kiln.prims.decompositions.table import register
+from kiln.prims.ops import ops as p
+
+aten = torch.ops.aten
+
+
+def _default(x, fallback):
+    return fallback if x is None else x
+
+
+def _dtype(dtype):
+    return torch.get_default_dtype() if dtype is None else dtype
+
+
+def _device(device):
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+@register(aten.full.default)
+def full_(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = torch.bool if isinstance(fill_value, bool) else torch.int64 if isinstance(fill_value, int) else \
+            torch.get_default_dtype()
+    return p.full(list(size), fill_value, dtype=dtype, device=_device(device))
+
+
+@register(aten.scalar_tensor.default)
+def scalar_tensor(value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full([], value, dtype=_dtype(dtype), device=_device(device))
+
+
+@register(aten.zeros.default)
+def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full(list(size), 0, dtype=_dtype(dtype), device=_device(device))
+
+
+@register(aten.ones.default)
+def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full(list(size), 1, dtype=_dtype(dtype), device=_device(device))
+
+
+@register(aten.empty.memory_format)
+def empty(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    size = list(size)
+    strides = _strides_for(size, memory_format)
+    return p.empty_strided(size, strides, dtype=_dtype(dtype), device=_device(device))
+
+
+def _strides_for(size, memory_format):
+    if memory_format == torch.channels_last and len(size) == 4:
+        n, c, h, w = size
+        return [h * w * c, 1, w * c, c]
+    return contiguous_strides(size)
+
+
+@register(aten.empty_strided.default)
+def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.empty_strided(list(size), list(stride), dtype=_dtype(dtype), device=_device(device))
+
+
+@register(aten.empty_permuted.default)
+def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    physical = [size[i] for i in physical_layout]
+    phys_strides = contiguous_strides(physical)
+    strides = [0] * len(size)
+    for pos, i in enumerate(physical_layout):
+        strides[i] = phys_strides[pos]
+    return p.empty_strided(list(size), strides, dtype=_dtype(dtype), device=_device(device))
+
+
+def _like_strides(a, memory_format):
+    if memory_format in (None, torch.preserve_format):
+        from kiln.prims.decompositions.refs import _dense
+        return list(a.stride()) if _dense(a) else contiguous_strides(a.shape)
+    return _strides_for(list(a.shape), memory_format)
+
+
+def _filled_like(a, value, dtype, device, memory_format):
+    dtype = a.dtype if dtype is None else dtype
+    device = a.device if device is None else torch.device(device)
+    strides = _like_strides(a, memory_format)
+    filled = p.full(list(a.shape), value, dtype=dtype, device=device)
+    return filled if strides == contiguous_strides(a.shape) else p.copy_strided(filled, strides)
+
+
+@register(aten.empty_like.default)
+def empty_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return p.empty_strided(list(a.shape), _like_strides(a, memory_format), dtype=a.dtype if dtype is None else dtype,
+                           device=a.device if device is None else torch.device(device))
+
+
+@register(aten.full_like.default)
+def full_like(a, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _filled_like(a, fill_value, dtype, device, memory_format)
+
+
+@register(aten.zeros_like.default)
+def zeros_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _filled_like(a, 0, dtype, device, memory_format)
+
+
+@register(aten.ones_like.default)
+def ones_like(a, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _filled_like(a, 1, dtype, device, memory_format)
+
+
+@register(aten.new_empty.default)
+def new_empty(a, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.empty_strided(list(size), contiguous_strides(size), dtype=_default(dtype, a.dtype),
+                           device=a.device if device is None else torch.device(device))
+
+
+@register(aten.new_empty_strided.default)
+def new_empty_strided(a, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.empty_strided(list(size), list(stride), dtype=_default(dtype, a.dtype),
+                           device=a.device if device is None else torch.device(device))
+
+
+@register(aten.new_full.default)
+def new_full(a, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full(list(size), fill_value, dtype=_default(dtype, a.dtype),
+                  device=a.device if device is None else torch.device(device))
+
+
+@register(aten.new_zeros.default)
+def new_zeros(a, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(a, size, 0, dtype=dtype, device=device)
+
+
+@register(aten.new_ones.default)
+def new_ones(a, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(a, size, 1, dtype=dtype, device=device)
+
+
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(a, value):
+    if isinstance(value, torch.Tensor):
+        return p.copy_strided(broadcast_to(convert(to_device(value, a.device), a.dtype), a.shape), list(a.stride()))
+    return _filled_like(a, value, None, None, None)
+
+
+@register(aten.zero.default)
+def zero(a):
+    return _filled_like(a, 0, None, None, None)
+
+
+@register(aten.arange.start_step)
+def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if dtype is None:
+        dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
+    length = math.ceil((end - start) / step)
+    if dtype.is_floating_point:
+        # eager computes start + i * step in double precision, then rounds once
+        ramp = p.iota(max(length, 0), start=0, step=1, dtype=torch.int64, device=_device(device))
+        values = p.add(p.mul(p.convert_element_type(ramp, torch.float64),
+                             p.full([max(length, 0)], float(step), dtype=torch.float64, device=_device(device))),
+                       p.full([max(length, 0)], float(start), dtype=torch.float64, device=_device(device)))
+        return p.convert_element_type(values, dtype)
+    return p.iota(max(length, 0), start=int(start), step=int(step), dtype=dtype, device=_device(device))
+
+
+@register(aten.arange.start)
+def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(start, end, 1, dtype=dtype, device=device)
+
+
+@register(aten.arange.default)
+def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(0, end, 1, dtype=dtype, device=device)
+
+
+@register(aten.linspace.default)
+def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _dtype(dtype)
+    device = _device(device)
+    if steps == 0:
+        return p.full([0], 0, dtype=dtype, device=device)
+    if steps == 1:
+        return p.full([1], start, dtype=dtype, device=device)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    if not dtype.is_floating_point:
+        compute = torch.float64
+    step = (end - start) / (steps - 1)
+    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), compute)
+    # eager fills the first half forward from start and the second half backward from end
+    fwd = p.add(p.full([steps], start, dtype=compute, device=device),
+                p.mul(p.full([steps], step, dtype=compute, device=device), i))
+    rev_i = p.sub(p.full([steps], steps - 1, dtype=compute, device=device), i)
+    bwd = p.sub(p.full([steps], end, dtype=compute, device=device),
+                p.mul(p.full([steps], step, dtype=compute, device=device), rev_i))
+    half = p.lt(i, p.full([steps], steps // 2, dtype=compute, device=device))
+    out = p.where(half, fwd, bwd)
+    if not dtype.is_floating_point:
+        out = p.trunc(out)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten.logspace.default)
+def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _dtype(dtype)
+    compute = torch.float64 if not dtype.is_floating_point else dtype
+    exps = linspace(start, end, steps, dtype=compute, device=device)
+    out = p.pow(p.full([steps], base, dtype=compute, device=_device(device)), exps)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten.eye.default, aten.eye.m)
+def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
+    m = n if m is None else m
+    device = _device(device)
+    r = p.broadcast_in_dim(p.iota(n, start=0, step=1, dtype=torch.int64, device=device), [n, m], [0])
+    c = p.broadcast_in_dim(p.iota(m, start=0, step=1, dtype=torch.int64, device=device), [n, m], [1])
+    return p.convert_element_type(p.eq(r, c), _dtype(dtype))
+
+
+
+
+
+@register(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
+def linspace_tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """linspace with 0-d tensor bounds: the same two-sided formula as `linspace`, on tensors."""
+    dtype = _dtype(dtype)
+    some = start if isinstance(start, torch.Tensor) else end
+    device = _device(device) if device is not None else some.device
+    compute = torch.float64 if dtype == torch.float64 or not dtype.is_floating_point else torch.float32
+
+    def bound(v):
+        t = convert(v, compute) if isinstance(v, torch.Tensor) else p.full([], v, dtype=compute, device=device)
+        return p.broadcast_in_dim(p.view(t, []), [steps], [])
+    lo, hi = bound(start), bound(end)
+    if steps == 1:
+        return p.convert_element_type(lo, dtype)
+    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), compute)
+    step = p.div(p.sub(hi, lo), p.full([steps], steps - 1, dtype=compute, device=device))
+    fwd = p.add(lo, p.mul(step, i))
+    bwd = p.sub(hi, p.mul(step, p.sub(p.full([steps], steps - 1, dtype=compute, device=device), i)))
+    out = p.where(p.lt(i, p.full([steps], steps // 2, dtype=compute, device=device)), fwd, bwd)
+    if not dtype.is_floating_point:
+        out = p.trunc(out)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor)
+def logspace_tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    dtype = _dtype(dtype)
+    compute = torch.float64 if not dtype.is_floating_point else dtype
+    exps = linspace_tensor(start, end, steps, dtype=compute, device=device)
+    out = p.pow(p.full([steps], base, dtype=compute, device=exps.device), exps)
+    return p.convert_element_type(out, dtype)
+
+
+@register(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return p.full(list(size), 0, dtype=_dtype(dtype), device=_device(device))

@@ -183,7 +183,9 @@ def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
 
 
 METHOD = [
-    "each case runs in its own process; ms is the median of the compiled steps, eager ms the median "
+    "each case runs in its own process on CPU; on CUDA the compilers of one (model, mode, precision) "
+    "share one (in order; each compiler's own imports and on-disk caches are still cold for it); "
+    "ms is the median of the compiled steps, eager ms the median "
     "of eager steps interleaved with them, after warm-up; speedup = eager ms / ms",
     "cold s = first compiled call (compile included) minus a steady step, in a process with empty "
     "on-disk caches; warm s = the same in a second process that finds the caches the first filled",

@@ -179,7 +179,7 @@ class _Functionalizer:
         targets = [node.args[i] if i < len(node.args) else node.kwargs.get(names[i]) for i in eff.mutated]
         args = self.read_args(node.args)
         kwargs = self.read_args(dict(node.kwargs))
-        if torch.Tag.out in op.tags:
+        if schema.is_out_overload(op):
             kwargs = {k: v for k, v in kwargs.items() if k not in {names[i] for i in eff.mutated}}
         if op is aten.copy_.default and _same_shape(node.args[0], node.args[1]):
             # A full overwrite does not read the old value: keep no dependency on it (the old

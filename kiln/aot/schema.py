@@ -77,11 +77,16 @@ def functional_variant(op: OpOverload) -> OpOverload | None:
         found = _overload_with(name[:-1], _signature(op, drop=()))
         if found is not None:
             return found
-    if torch.Tag.out in op.tags:
+    if is_out_overload(op):
         found = _overload_with(name, _signature(op, drop=written))
         if found is not None:
             return found
     return _overload_with(name + "_functional", _signature(op, drop=()))
+
+
+def is_out_overload(op: OpOverload) -> bool:
+    """An `out=` overload (`add.out`); read from the schema, since torch 2.11 has no `Tag.out`."""
+    return any(a.is_out for a in op._schema.arguments)
 
 
 def _signature(op: OpOverload, drop) -> list[tuple[str, str]]:
@@ -94,7 +99,7 @@ def _overload_with(name: str, signature: list[tuple[str, str]]) -> OpOverload | 
         return None
     for overload in packet.overloads():
         candidate = getattr(packet, overload)
-        if torch.Tag.out not in candidate.tags and _signature(candidate, drop=()) == signature:
+        if not is_out_overload(candidate) and _signature(candidate, drop=()) == signature:
             return candidate
     return None
 

@@ -9,6 +9,7 @@ later reads through an overlay.
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 from typing import Any
 
@@ -167,6 +168,11 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
 
 
 def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
+    if isinstance(v, V.DictVar) and v.cls is not dict and dataclasses.is_dataclass(v.cls):
+        from kiln.capture.model_outputs import getattr_field
+        field = getattr_field(tx, v, name)
+        if field is not None:
+            return field
     method = getattr(v.python_type(), name, None)
     if method is None:
         tx.raise_(AttributeError, f"{v.python_type().__name__!r} object has no attribute {name!r}")
@@ -237,6 +243,9 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
 
 
 def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
+    if isinstance(obj, V.DictVar) and dataclasses.is_dataclass(obj.cls):
+        from kiln.capture.model_outputs import setattr_field
+        return setattr_field(tx, obj, name, value)
     if isinstance(obj, V.NewObjectVar):
         obj.attrs[name] = value
         return

@@ -272,6 +272,14 @@ _SPECIAL_FUNCTIONS = {
 }
 
 
+def _register_model_output_methods():
+    from kiln.capture import model_outputs
+    _SPECIAL_FUNCTIONS[model_outputs._to_tuple] = model_outputs.to_tuple
+
+
+_register_model_output_methods()
+
+
 def as_exception(tx, v: V.Variable) -> V.ExceptionVar:
     if isinstance(v, V.ExceptionVar):
         return v

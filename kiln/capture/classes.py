@@ -7,6 +7,7 @@ only if they leave the graph.
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import torch
@@ -114,7 +115,13 @@ def _user_class(tx, cls, args, kwargs):
     return obj
 
 
+def _model_output(tx, cls, args, kwargs):
+    from kiln.capture.model_outputs import construct
+    return construct(tx, cls, args, kwargs)
+
+
 _CLASS_KINDS = [
+    (lambda c: issubclass(c, dict) and dataclasses.is_dataclass(c), _model_output),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),

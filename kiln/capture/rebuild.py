@@ -9,6 +9,7 @@ outputs and which objects the generated code closes over; the dispatch is a tabl
 from __future__ import annotations
 
 import functools
+import dataclasses
 import types
 from typing import Any
 
@@ -152,6 +153,8 @@ def _dict(r, v):
     if v.source is not None:
         return v.source.expr()
     inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
+    if dataclasses.is_dataclass(v.cls):  # a ModelOutput: its keys are its fields' names
+        return f"{r.const(v.cls)}(**{{{inner}}})"
     return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
 
 

@@ -8,6 +8,7 @@ opcode handlers have one module to call.
 from __future__ import annotations
 
 import operator
+import dataclasses
 import types
 from typing import Any
 
@@ -373,6 +374,9 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         raise tx.unsupported(f"indexing a {obj.python_type().__name__} with a {key.python_type().__name__}")
     if isinstance(obj, V.DictVar):
         k = key_of(tx, key)
+        if isinstance(k, (int, slice)) and dataclasses.is_dataclass(obj.cls):
+            from kiln.capture.model_outputs import getitem_position
+            return getitem_position(tx, obj, k)
         if k not in obj.items:
             tx.raise_(KeyError, k)
         return obj.items[k]

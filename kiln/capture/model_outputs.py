@@ -1,0 +1,88 @@
+"""Dict-dataclass outputs (Hugging Face `ModelOutput`): built, read and returned inside captured code.
+
+A `ModelOutput` is an `OrderedDict` subclass decorated with `@dataclass`: its fields are keyword
+arguments, fields left `None` are not keys, and it is read by attribute (`out.logits`, `None` for an
+unset field), by key (`out["logits"]`), by position over the set fields (`out[0]`, `out[:2]`) and
+with `to_tuple()`. Its `__post_init__`/`__setattr__` machinery is C-level dict plumbing that kiln
+does not follow, so such a class is modelled here instead: it is a `DictVar` whose `cls` is the
+output class, holding only the set fields in field order. `rebuild.py` builds the real object from
+that (`cls(**items)`) after the graph runs. Hands on: `is_model_output`, `construct`,
+`getattr_field`, `getitem_position`, `setattr_field`.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from kiln.capture import variables as V
+
+
+def is_model_output(cls) -> bool:
+    """A dict subclass that is also a dataclass: the keys are the fields that are not None."""
+    return isinstance(cls, type) and issubclass(cls, dict) and dataclasses.is_dataclass(cls)
+
+
+def _field_names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _is_none(v: V.Variable) -> bool:
+    return isinstance(v, V.Constant) and v.value is None
+
+
+def construct(tx, cls, args, kwargs) -> V.DictVar:
+    names = _field_names(cls)
+    if len(args) > len(names):
+        tx.raise_(TypeError, f"{cls.__name__}() takes {len(names)} positional arguments but {len(args)} were given")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            tx.raise_(TypeError, f"{cls.__name__}() got an unexpected keyword argument {k!r}")
+        if k in values:
+            tx.raise_(TypeError, f"{cls.__name__}() got multiple values for argument {k!r}")
+        values[k] = v
+    first = values.get(names[0]) if names else None
+    others_none = all(_is_none(values.get(n, V.Constant(None))) for n in names[1:])
+    if others_none and first is not None and isinstance(first, (V.DictVar, V.ListVar, V.TupleVar)):
+        # __post_init__ would read a lone container first field as (key, value) pairs
+        raise tx.unsupported(f"{cls.__name__}(...) built from a single container (its fields as key/value pairs)")
+    return V.DictVar({n: values[n] for n in names if n in values and not _is_none(values[n])}, cls)
+
+
+def getattr_field(tx, d: V.DictVar, name: str):
+    """`out.name` for a field: its value, or None when it was not set. Returns None for non-fields."""
+    if name in _field_names(d.cls):
+        return d.items.get(name, V.Constant(None))
+    if name == "to_tuple":
+        return V.MethodVar(V.ObjectVar(_to_tuple), d)
+    return None
+
+
+def _to_tuple(self):  # a marker: calls to it are answered by `to_tuple` below, never run
+    raise AssertionError("kiln models ModelOutput.to_tuple; this is never called")
+
+
+def to_tuple(tx, args, kwargs) -> V.TupleVar:
+    return V.TupleVar(list(args[0].items.values()))
+
+
+def getitem_position(tx, d: V.DictVar, key):
+    """`out[0]` / `out[1:]`: positions count only the fields that are set (as ModelOutput does)."""
+    values = list(d.items.values())
+    if isinstance(key, slice):
+        return V.TupleVar(values[key])
+    if not -len(values) <= key < len(values):
+        tx.raise_(IndexError, "tuple index out of range")
+    return values[key]
+
+
+def setattr_field(tx, d: V.DictVar, name: str, value: V.Variable) -> None:
+    if name not in _field_names(d.cls):
+        raise tx.unsupported(f"setting attribute {name!r} (not a field) on a {d.cls.__name__}")
+    if d.source is not None or _is_none(value):
+        # an input's writes would replay through dict methods ModelOutput forbids; a None write
+        # keeps a stale key in ModelOutput but not in this model
+        raise tx.unsupported(f"setting {d.cls.__name__}.{name} here (an input output object, or to None)")
+    d.items[name] = value
+    ordered = {n: d.items[n] for n in _field_names(d.cls) if n in d.items}  # keys stay in field order
+    d.items.clear()
+    d.items.update(ordered)

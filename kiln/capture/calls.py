@@ -8,13 +8,16 @@ class (a new object, a namedtuple, an exception, a context manager), or C code k
 """
 from __future__ import annotations
 
+import logging
 import sys
 import types
+import warnings
 from typing import Any
 
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.output import DeferredCall
 from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
 
 # torch.nn.modules holds forward() methods to inline; the rest of torch's Python is taken as ops
@@ -59,6 +62,8 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
         special = _SPECIAL_FUNCTIONS.get(real)
         if special is not None:
             return special(tx, args, kwargs)
+        if _is_diagnostics_call(real, args):
+            return _defer_call(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
 
 
@@ -115,11 +120,31 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     if isinstance(value, types.FunctionType):
         from kiln.capture.attributes import _function
         return _call_function(tx, _function(value), args, kwargs)
+    if _is_diagnostics_call(value, args):
+        return _defer_call(tx, value, args, kwargs)
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
     raise tx.unsupported(f"a call into {name} ({type(value).__name__}), C code kiln does not model")
+
+
+def _is_diagnostics_call(value, args) -> bool:
+    """warnings.warn, a Logger method (libraries add their own, e.g. transformers' warning_once)."""
+    if value is warnings.warn:
+        return True
+    if isinstance(value, types.MethodType) and isinstance(value.__self__, logging.Logger):
+        value = getattr(type(value.__self__), value.__name__, None)
+    elif not (args and isinstance(args[0], V.ObjectVar) and isinstance(args[0].value, logging.Logger)):
+        return False
+    name = getattr(value, "__name__", None)
+    return name is not None and not name.startswith("_") and getattr(logging.Logger, name, None) is value
+
+
+def _defer_call(tx, fn, args, kwargs):
+    """logging and warnings do not feed the computation: replay them after the graph, in order."""
+    tx.out.side_effects.append(DeferredCall(fn, tuple(args), tuple(kwargs.items())))
+    return V.Constant(None)
 
 
 def _fn_of(f):

@@ -44,6 +44,14 @@ class ContainerMutation:
     target: V.Variable
 
 
+@dataclasses.dataclass(frozen=True)
+class DeferredCall:
+    """A diagnostics call (logging, warnings) met in traced code: replayed after the graph, in order."""
+    fn: Any
+    args: tuple
+    kwargs: tuple  # (name, Variable) pairs
+
+
 class OutputGraph:
     def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset()):
         self.graph = torch.fx.Graph()

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.output import AttrWrite, ContainerMutation, GlobalWrite
+from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
 class CannotRebuild(Exception):
@@ -105,6 +105,9 @@ class Rebuilder:
                 return [f"{target}.clear()", f"{target}.update({{{items}}})"]
             if isinstance(t, V.SetVar):
                 return [f"{target}.clear()", f"{target}.update([{', '.join(self.expr(i) for i in t.items)}])"]
+        if isinstance(effect, DeferredCall):
+            args = [self.expr(a) for a in effect.args] + [f"{k}={self.expr(a)}" for k, a in effect.kwargs]
+            return [f"{self.const(effect.fn)}({', '.join(args)})"]
         raise CannotRebuild(f"side effect {type(effect).__name__}")
 
 

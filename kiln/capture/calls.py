@@ -8,6 +8,7 @@ class (a new object, a namedtuple, an exception, a context manager), or C code k
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import types
@@ -289,11 +290,26 @@ def _set_grad_enabled_now(tx, args, kwargs):
     return V.Constant(None)
 
 
+def _signature(tx, args, kwargs):
+    """inspect.signature of a function known at trace time (folded: it reads only the code object)."""
+    target = args[0] if args else None
+    bound = isinstance(target, V.MethodVar)
+    fn = target.fn if bound else target
+    real = fn.fn if isinstance(fn, V.FunctionVar) else fn.value if isinstance(fn, V.ObjectVar) else None
+    if not callable(real) or kwargs:
+        raise tx.unsupported("inspect.signature of a callable made inside captured code")
+    sig = inspect.signature(real)
+    if bound:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return V.Constant(sig)
+
+
 _SPECIAL_FUNCTIONS = {
     torch._C._set_grad_enabled: _set_grad_enabled_now,
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
     torch._assert: _torch_assert,
+    inspect.signature: _signature,
 }
 
 

@@ -95,7 +95,15 @@ def _exception(tx, cls, args, kwargs):
 
 
 def _module_class(tx, cls, args, kwargs):
-    raise tx.unsupported(f"creating an nn.Module ({cls.__name__}) inside captured code")
+    """A stateless module built from constants (`CrossEntropyLoss()` in a forward) is made for real at
+    trace time: its forward depends only on those constants, so the graph holds the same ops."""
+    from kiln.capture.semantics import is_python_constant
+    if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
+        module = cls(*[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()})
+        if not any(True for _ in module.parameters()) and not any(True for _ in module.buffers()):
+            return V.ObjectVar(module)
+    raise tx.unsupported(f"creating an nn.Module ({cls.__name__}) with parameters, buffers or run-time "
+                         "arguments inside captured code; create it in __init__ instead")
 
 
 def _user_class(tx, cls, args, kwargs):

@@ -289,8 +289,11 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
         k = python_value(key)
         children = _module_children(tx, v)
+        if isinstance(k, slice) and isinstance(obj, torch.nn.ModuleList):
+            # `self.layers[:n]` is iterated over; a tuple of the children serves for that
+            return V.TupleVar([m for _, m in children[k]])
         if isinstance(k, slice):
-            raise tx.unsupported("slicing an nn.ModuleList/Sequential inside captured code")
+            raise tx.unsupported("slicing an nn.Sequential inside captured code")
         return children[k][1]
     if isinstance(obj, torch.nn.ModuleDict):
         k = python_value(key)

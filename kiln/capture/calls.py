@@ -65,6 +65,8 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             return special(tx, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
+        if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
+            return _run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
 
 
@@ -140,6 +142,27 @@ def _is_diagnostics_call(value, args) -> bool:
         return False
     name = getattr(value, "__name__", None)
     return name is not None and not name.startswith("_") and getattr(logging.Logger, name, None) is value
+
+
+# Library functions that read only configuration objects (no tensors) and whose code is too
+# dynamic to follow (deepcopy, to_dict, delattr): run for real while tracing. Keyed by
+# "module.qualname", so kiln needs no import of the library.
+TRACE_TIME_FUNCTIONS = {
+    # transformers' cache constructors ask for the decoder half of a flat encoder-decoder config
+    "transformers.configuration_utils.PreTrainedConfig.get_text_config",
+    "transformers.configuration_utils.PretrainedConfig.get_text_config",
+}
+
+
+def _run_at_trace_time(tx, fn, args, kwargs):
+    from kiln.capture.builder import wrap
+    from kiln.capture.semantics import is_python_constant, python_value
+    if not all(is_python_constant(a) for a in [*args, *kwargs.values()]):
+        raise tx.unsupported(f"{fn.__qualname__} on values known only at run time")
+    result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+    if args and result is python_value(args[0]):
+        return args[0]  # keeps its source, so later reads are guarded
+    return wrap(tx.out, result, None)
 
 
 def _defer_call(tx, fn, args, kwargs):

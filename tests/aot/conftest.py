@@ -19,5 +19,12 @@ class RecordingAotEager:
 
 
 @pytest.fixture
+def aot_backend_class():
+    """The class itself, for tests that build several (a `from conftest import` would find
+    whichever test folder's conftest was imported first)."""
+    return RecordingAotEager
+
+
+@pytest.fixture
 def aot_backend():
     return RecordingAotEager()

@@ -46,12 +46,12 @@ def test_dropout_in_eval_draws_nothing(aot_backend):
     assert "philox" not in aot_backend.runtimes[0].graphs[0].code
 
 
-def test_zoo_dropout_recomputed_masks_match_saved_masks():
+def test_zoo_dropout_recomputed_masks_match_saved_masks(aot_backend_class):
     """GPT-2 with dropout 0.1 in training: the min-cut partition recomputes the masks in the
     backward, the save-all partition saves them; with one seed both give the same gradients."""
     import copy
 
-    from conftest import RecordingAotEager
+    RecordingAotEager = aot_backend_class
     from kiln.aot import save_all_partition
     from kiln.bench.zoo import ZOO, loss_of
 

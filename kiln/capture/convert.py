@@ -78,7 +78,9 @@ def params_text(code: types.CodeType) -> tuple[str, list[str]]:
 
 
 def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, Any]:
-    sig = inspect.signature(fn)
+    # the code's own parameters: a functools.wraps wrapper's signature would report the wrapped
+    # function's names, and the frame would start with locals its bytecode never reads
+    sig = inspect.signature(fn, follow_wrapped=False)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)

@@ -190,7 +190,7 @@ def _is_nested_break(code, offset, where) -> bool:
 
 def _bind_defaults(fn, args, kwargs):
     import inspect
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)  # the code's own parameters
     bound.apply_defaults()
     return bound.args, bound.kwargs
 
@@ -199,7 +199,9 @@ _RESUMES: dict[tuple, CompiledFunction] = {}
 
 
 def compiled_resume(code: types.CodeType, fn: types.FunctionType, backend, config) -> CompiledFunction:
-    key = (code, id(fn.__globals__), fn.__closure__, id(backend), config)
+    # cells compare by contents and do not hash: key on their identity (the cached wrapper's
+    # function holds them, so an id is not reused while the entry lives)
+    key = (code, id(fn.__globals__), tuple(map(id, fn.__closure__ or ())), id(backend), config)
     wrapper = _RESUMES.get(key)
     if wrapper is None:
         resume_fn = types.FunctionType(code, fn.__globals__, code.co_name, None, fn.__closure__)

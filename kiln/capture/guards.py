@@ -51,6 +51,10 @@ class Guard:
     source: Source | None
     expected: Any = None
 
+    def __hash__(self):  # a slice constant (`x[slice_indices]`) does not hash before Python 3.12
+        e = self.expected
+        return hash((self.kind, self.source, (slice, e.start, e.stop, e.step) if isinstance(e, slice) else e))
+
     def describe(self) -> str:
         where = self.source.describe() if self.source is not None else ""
         if self.kind is GuardKind.TENSOR:

@@ -68,6 +68,10 @@ class ItemSource(Source):
     def expr(self) -> str:
         return f"{self.base.expr()}[{self.key!r}]"
 
+    def __hash__(self):  # slices (`out[1:]`) do not hash before Python 3.12
+        key = (slice, self.key.start, self.key.stop, self.key.step) if isinstance(self.key, slice) else self.key
+        return hash((self.base, key))
+
 
 @dataclasses.dataclass(frozen=True)
 class ClosureSource(Source):

@@ -229,13 +229,21 @@ def _live_locals(tx: Tracer) -> list[tuple[str, V.Variable]]:
     return live
 
 
-def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume, wrap_callee: bool) -> list[str]:
-    """Lines that run the instruction a graph broke at and hand over to resume functions."""
+def _tuple_text(exprs: list[str]) -> str:
+    return f"({''.join(e + ', ' for e in exprs)})"
+
+
+def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
+                wrap_callee: bool) -> tuple[list[str], list[str]]:
+    """Lines that run the instruction a graph broke at and hand over to resume functions, as
+    (reads, actions): the reads take the frame's values before side effects are replayed (a
+    `kwargs.pop("s")` written back must not lose the `s` a local still holds), the actions after."""
     tx, inst = trace.tracer, trace.stopped_at
     stack = list(tx.stack)
     local_items = _live_locals(tx)
     local_names = tuple(n for n, _ in local_items)
-    local_exprs = [r.expr(v) for _, v in local_items]
+    reads = [f"__locals = {_tuple_text([r.expr(v) for _, v in local_items])}"]
+    local_exprs = [f"__locals[{i}]" for i in range(len(local_items))]
     next_offset = tx.insts[tx.index[inst.offset] + 1].offset
 
     def resume_call(offset, layout: list, pushed_exprs: list[str]) -> str:
@@ -249,24 +257,31 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume, w
     def exprs(values):
         return [("None" if isinstance(v, V.Null) else r.expr(v)) for v in values]
 
+    def read_rest(values) -> list[str]:
+        reads.append(f"__rest = {_tuple_text(exprs(values))}")
+        return [f"__rest[{i}]" for i in range(len(values))]
+
     op = inst.opname
     if op in BRANCHES or op in KEEP_ON_JUMP:
         cond = BRANCHES.get(op) or KEEP_ON_JUMP[op]
         rest = stack[:-1]
-        rest_exprs = exprs(rest)
-        lines = [f"s = ({r.expr(stack[-1])},)"]
+        rest_exprs = read_rest(rest)
+        reads.append(f"s = ({r.expr(stack[-1])},)")
+        lines = []
         jump_layout = rest + ([stack[-1]] if op in KEEP_ON_JUMP else [])
         jump_exprs = rest_exprs + (["s[0]"] if op in KEEP_ON_JUMP else [])
         lines.append(f"if {cond}:")
         lines.append("    " + resume_call(inst.argval, jump_layout, jump_exprs))
         lines.append(resume_call(next_offset, rest, rest_exprs))
-        return lines
+        return reads, lines
     step = native_step(tx, inst, wrap_callee)
     if step is None:
         raise CannotRebuild(f"kiln cannot run the instruction {op} natively at a graph break")
     step, statements = step
     operands, rest = stack[len(stack) - step.pops:], stack[:len(stack) - step.pops]
-    lines = [f"s = ({''.join(e + ', ' for e in exprs(operands))})"] + statements
+    reads.append(f"s = {_tuple_text(exprs(operands))}")
+    rest_exprs = read_rest(rest)
+    lines = list(statements)
     pushed = []
     for i, p in enumerate(step.pushes):
         if p == "__NULL__":
@@ -275,8 +290,8 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume, w
             lines.append(f"__r{i} = {p}")
             pushed.append(f"__r{i}")
     layout = rest + list(pushed)
-    lines.append(resume_call(next_offset, layout, exprs(rest) + pushed))
-    return lines
+    lines.append(resume_call(next_offset, layout, rest_exprs + pushed))
+    return reads, lines
 
 
 def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, args: tuple, kwargs: dict,
@@ -289,9 +304,9 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn}
     effects = [line for e in _effect_order(out.side_effects) for line in r.side_effect(e)]
     if trace.stopped_at is None:
-        tail = [f"return {r.expr(trace.result)}"]
+        reads, tail = [f"__result = {r.expr(trace.result)}"], ["return __result"]
     else:
-        tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
+        reads, tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
     body, gm = [], None
     if r.outputs or _has_ops(out):
         out.graph.output(tuple(r.outputs))
@@ -302,7 +317,7 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
-    body += effects + tail
+    body += reads + effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)

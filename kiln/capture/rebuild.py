@@ -102,9 +102,12 @@ class Rebuilder:
                 return [f"{target}[:] = [{', '.join(self.expr(i) for i in t.items)}]"]
             if isinstance(t, V.DictVar):
                 items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
-                return [f"{target}.clear()", f"{target}.update({{{items}}})"]
+                # the new contents may read the old ones (`kwargs.pop("x")` keeps kwargs['y']):
+                # build them before clearing
+                return [f"__kiln_new = {{{items}}}", f"{target}.clear()", f"{target}.update(__kiln_new)"]
             if isinstance(t, V.SetVar):
-                return [f"{target}.clear()", f"{target}.update([{', '.join(self.expr(i) for i in t.items)}])"]
+                return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{target}.clear()",
+                        f"{target}.update(__kiln_new)"]
         if isinstance(effect, DeferredCall):
             args = [self.expr(a) for a in effect.args] + [f"{k}={self.expr(a)}" for k, a in effect.kwargs]
             return [f"{self.const(effect.fn)}({', '.join(args)})"]

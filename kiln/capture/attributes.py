@@ -9,13 +9,13 @@ later reads through an overlay.
 """
 from __future__ import annotations
 
-import dataclasses
 import types
 from typing import Any
 
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
 from kiln.capture.output import AttrWrite
 from kiln.capture.sources import AttrSource, DictEntrySource, ItemSource
 
@@ -168,8 +168,7 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
 
 
 def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
-    if isinstance(v, V.DictVar) and v.cls is not dict and dataclasses.is_dataclass(v.cls):
-        from kiln.capture.model_outputs import getattr_field
+    if isinstance(v, V.DictVar) and is_model_output(v.cls):
         field = getattr_field(tx, v, name)
         if field is not None:
             return field
@@ -243,8 +242,7 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
 
 
 def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
-    if isinstance(obj, V.DictVar) and dataclasses.is_dataclass(obj.cls):
-        from kiln.capture.model_outputs import setattr_field
+    if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
     if isinstance(obj, V.NewObjectVar):
         obj.attrs[name] = value

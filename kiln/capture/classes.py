@@ -1,18 +1,19 @@
 """Calling a class inside traced code: what kind of object comes out.
 
 Dispatch is by the class's role, looked up in `_CLASS_CALLS` (exact class), then by predicates in
-`_CLASS_KINDS` (namedtuples, exceptions, nn.Modules, user classes). Instances of user classes made
+`_CLASS_KINDS` (namedtuples, dict-dataclasses such as HF `ModelOutput`,
+exceptions, nn.Modules, user classes). Instances of user classes made
 in traced code are `NewObjectVar`s whose `__init__` is inlined; they are rebuilt as real objects
 only if they leave the graph.
 """
 from __future__ import annotations
 
-import dataclasses
 import types
 
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.model_outputs import construct as construct_model_output, is_model_output
 
 
 def _pv(v):
@@ -123,13 +124,8 @@ def _user_class(tx, cls, args, kwargs):
     return obj
 
 
-def _model_output(tx, cls, args, kwargs):
-    from kiln.capture.model_outputs import construct
-    return construct(tx, cls, args, kwargs)
-
-
 _CLASS_KINDS = [
-    (lambda c: issubclass(c, dict) and dataclasses.is_dataclass(c), _model_output),
+    (is_model_output, construct_model_output),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),

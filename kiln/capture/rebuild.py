@@ -9,13 +9,13 @@ outputs and which objects the generated code closes over; the dispatch is a tabl
 from __future__ import annotations
 
 import functools
-import dataclasses
 import types
 from typing import Any
 
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.model_outputs import is_model_output
 from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
@@ -159,7 +159,7 @@ def _dict(r, v):
     if v.source is not None:
         return v.source.expr()
     inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
-    if dataclasses.is_dataclass(v.cls):  # a ModelOutput: its keys are its fields' names
+    if is_model_output(v.cls):  # a ModelOutput: its keys are its fields' names
         return f"{r.const(v.cls)}(**{{{inner}}})"
     return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
 

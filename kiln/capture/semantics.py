@@ -8,7 +8,6 @@ opcode handlers have one module to call.
 from __future__ import annotations
 
 import operator
-import dataclasses
 import types
 from typing import Any
 
@@ -18,6 +17,7 @@ from kiln.capture import variables as V
 from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-exported)
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
 from kiln.capture.interpreter import NotConstant
+from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
@@ -374,8 +374,7 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         raise tx.unsupported(f"indexing a {obj.python_type().__name__} with a {key.python_type().__name__}")
     if isinstance(obj, V.DictVar):
         k = key_of(tx, key)
-        if isinstance(k, (int, slice)) and dataclasses.is_dataclass(obj.cls):
-            from kiln.capture.model_outputs import getitem_position
+        if isinstance(k, (int, slice)) and is_model_output(obj.cls):
             return getitem_position(tx, obj, k)
         if k not in obj.items:
             tx.raise_(KeyError, k)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from kiln.config import Options
-from kiln.errors import CompileStageError, InvalidOption, KilnError, NotYetImplemented
+from kiln.errors import CompileStageError, InvalidOption, KilnError
 
 Backend = Callable[[torch.fx.GraphModule, list], Callable]
 
@@ -43,10 +43,7 @@ def eager(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Opt
 @register_backend("aot_eager")
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
     """Trace forward and backward ahead of time, then run the ATen graphs as FX Python."""
-    try:
-        from kiln.aot import aot_compile
-    except ImportError as e:
-        raise NotYetImplemented(f"the aot_eager backend needs kiln.aot, which is not built yet ({e})") from e
+    from kiln.aot import aot_compile   # imported here so that `import kiln` stays light
     return aot_compile(gm, example_inputs, fw_compiler=_run_as_fx, bw_compiler=_run_as_fx)
 
 
@@ -57,10 +54,7 @@ def _run_as_fx(gm: torch.fx.GraphModule, example_inputs: list):
 @register_backend("kiln")
 def kiln(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
     """kiln's own backend: aot autograd, prims, and the fusing code generator."""
-    try:
-        from kiln.codegen.backend import compile_graph_module
-    except ImportError as e:
-        raise NotYetImplemented(f"the kiln backend needs kiln.codegen, which is not built yet ({e})") from e
+    from kiln.codegen.backend import compile_graph_module   # heavy: imported on first compile
     return compile_graph_module(gm, example_inputs, options)
 
 
@@ -88,14 +82,9 @@ def resolve(backend: str | Callable, options: Options) -> Backend:
     def compile_with_fallback(gm: torch.fx.GraphModule, example_inputs: list):
         try:
             return compiler(gm, example_inputs)
-        except NotYetImplemented:
+        except KilnError as e:   # said for the user already (unsupported, not yet built, bad option)
             if options.on_error == "eager":
-                warnings.warn(f"kiln backend {name!r} is not built yet; running eagerly")
-                return gm.forward
-            raise
-        except KilnError as e:
-            if options.on_error == "eager":
-                warnings.warn(f"kiln backend {name!r} failed, running eagerly: {e}")
+                warnings.warn(f"kiln backend {name!r} cannot compile this graph, running eagerly: {e}")
                 return gm.forward
             raise
         except Exception as e:  # a compiler bug: name the stage, leave a repro

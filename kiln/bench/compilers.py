@@ -39,7 +39,8 @@ class GraphCounter:
             self.graphs = counters["stats"]["unique_graphs"]
             self.breaks = sum(counters["graph_break"].values())
         elif compiler.startswith("kiln"):
-            # kiln's stopgap runs untraceable code eagerly (0 graphs): that is one break.
+            # Approximated from the graphs handed over (kiln.explain has the real break events);
+            # no graph at all means the code ran eagerly: one break.
             self.breaks = max(self.graphs - 1, 0) if self.graphs else 1
 
 

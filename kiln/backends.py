@@ -3,7 +3,7 @@
 A backend is `backend(gm: torch.fx.GraphModule, example_inputs: list) -> callable`. Capture hands
 each graph it extracts to the backend that `kiln.compile(backend=...)` resolved here. Any
 torch.compile backend works as a kiln backend, and `kiln_backend` is registered as the
-`torch_dynamo_backends` entry point, so `torch.compile(m, backend="kiln")` finds it.
+`torch_dynamo_backends` entry point, so torch.compile finds it under backend="kiln".
 """
 from __future__ import annotations
 

@@ -313,7 +313,9 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     """Each node's output value (meta tensors suffice): from `node.meta['val']` when every node has
     one, else by running the graph on meta copies of the inputs, else on the real inputs."""
     nodes = [n for n in gm.graph.nodes if n.op not in ("output",)]
-    if all("val" in n.meta for n in nodes):
+    # a call recorded with val None (an ATen op an earlier stage left unannotated) does not mean the
+    # op returns None: its extern would get no output buffer, so recompute every value instead
+    if all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes):
         return {n: n.meta["val"] for n in nodes}
 
     def to_meta(x):

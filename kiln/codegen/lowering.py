@@ -310,13 +310,18 @@ def unwrap_getitem(node: torch.fx.Node) -> bool:
 # ---------------------------------------------------------------------------- the graph driver
 
 def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dict[torch.fx.Node, Any]:
-    """Each node's output value (meta tensors suffice): from `node.meta['val']` when every node has
-    one, else by running the graph on meta copies of the inputs, else on the real inputs."""
+    """Each node's output value (meta tensors suffice). With symbolic sizes, from `node.meta['val']`
+    (only the trace knows the symbols); with static sizes, by running the graph on meta copies of the
+    inputs, falling back to `node.meta['val']`, else to running it once on the real inputs."""
     nodes = [n for n in gm.graph.nodes if n.op not in ("output",)]
     # a call recorded with val None (an ATen op an earlier stage left unannotated) does not mean the
-    # op returns None: its extern would get no output buffer, so recompute every value instead
-    if all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes):
+    # op returns None: its extern would get no output buffer, so such a record is not trusted
+    recorded = all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes)
+    if recorded and any(_has_symbols(n.meta["val"]) for n in nodes):
         return {n: n.meta["val"] for n in nodes}
+    # With static sizes the values are recomputed: a recorded value can be stale. aot keeps a fake
+    # tensor itself as its node's value, so a later in-place view of it (at::matmul's squeeze_ for
+    # vector @ matrix) reshapes an earlier node's value and its extern would get a wrong buffer.
 
     def to_meta(x):
         if isinstance(x, torch.Tensor):
@@ -324,24 +329,49 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
         return x
 
     class Recorder(torch.fx.Interpreter):
-        def __init__(self, module, values):
+        def __init__(self, module, values, on_meta=False):
             super().__init__(module)
             self.values = values
+            self.on_meta = on_meta
 
         def run_node(self, n):
             out = super().run_node(n)
             self.values[n] = out
             return out
 
+        # on meta, factories (`full(..., device=cpu)`) and constants must be meta too: prims refuse
+        # operands on mixed devices
+        def call_function(self, target, args, kwargs):
+            if self.on_meta and "device" in kwargs:
+                kwargs = {**kwargs, "device": torch.device("meta")}
+            return super().call_function(target, args, kwargs)
+
+        def get_attr(self, target, args, kwargs):
+            value = super().get_attr(target, args, kwargs)
+            return to_meta(value) if self.on_meta else value
+
     values: dict = {}
     try:
-        Recorder(gm, values).run(*[to_meta(x) for x in example_inputs])
+        Recorder(gm, values, on_meta=True).run(*[to_meta(x) for x in example_inputs])
         return values
-    except Exception:  # an op without a meta kernel: run for real, once, on copies
+    except Exception:  # an op without a meta kernel: the record, else run for real, once, on copies
+        if recorded:
+            return {n: n.meta["val"] for n in nodes}
         values = {}
         with torch.no_grad():
             Recorder(gm, values).run(*[x.clone() if isinstance(x, torch.Tensor) else x for x in example_inputs])
         return values
+
+
+def _has_symbols(value) -> bool:
+    """Whether a recorded value (tensor, number or nested tuple of them) has a symbolic size."""
+    for leaf in torch.utils._pytree.tree_leaves(value):
+        if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return True
+        if isinstance(leaf, torch.Tensor) and any(isinstance(d, torch.SymInt)
+                                                  for d in (*leaf.shape, *leaf.stride())):
+            return True
+    return False
 
 
 def _device_of(values) -> str:

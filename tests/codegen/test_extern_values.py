@@ -37,3 +37,10 @@ def test_stft_magnitude():
     signal = torch.randn(64)
     # a window silences stft's rectangular-window warning
     _compare(lambda s: torch.stft(s, n_fft=16, window=torch.ones(16, dtype=s.dtype), return_complex=True).abs(), signal)
+
+
+def test_vector_times_matrix():
+    # at::matmul squeezes the mm's result in place; aot's recorded value for the mm node then reads
+    # as the squeezed shape, so codegen must not size the mm's buffer from it
+    _compare(lambda x, w: torch.matmul(x, w.t()).exp(), torch.randn(3), torch.randn(4, 3))
+    _compare(lambda x, w: torch.nn.functional.linear(x, w).softmax(0), torch.randn(3), torch.randn(4, 3))

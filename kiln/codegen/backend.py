@@ -26,7 +26,30 @@ def _compiler(options: Options):
 
 
 def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
-    """Compile a captured torch-level graph; returns a callable with the graph's signature."""
+    """Compile a captured torch-level graph; returns a callable with the graph's signature.
+
+    The kernels are specialized to the sizes and strides they were traced with, while capture may
+    hand over a graph it will reuse for other sizes (a dynamic dim). So each distinct input layout
+    gets its own compiled program, and a call never runs kernels built for other sizes.
+    """
+    programs = {_layout_of(example_inputs): _compile(gm, example_inputs, options)}
+
+    def run(*args):
+        key = _layout_of(args)
+        program = programs.get(key)
+        if program is None:
+            program = programs[key] = _compile(gm, list(args), options)
+        return program(*args)
+
+    run.programs = programs
+    return run
+
+
+def _layout_of(args: Sequence[Any]) -> tuple:
+    return tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     from kiln.aot import aot_compile
     from kiln.prims import decompositions_for
 

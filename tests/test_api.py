@@ -184,3 +184,14 @@ def test_reset_forces_recompile():
     kiln.reset()
     f(x)
     assert len(count) == 2
+
+
+def test_torch_compile_with_kiln_backend_matches_eager():
+    def f(x, y):
+        return (x.sin() @ y).relu().sum(1)
+
+    x, y = torch.randn(4, 5), torch.randn(5, 3)
+    torch.testing.assert_close(torch.compile(f, backend="kiln")(x, y), f(x, y))
+    model = small_model()
+    out = torch.compile(model, backend="kiln")(torch.randn(6, 8, generator=torch.Generator().manual_seed(1)))
+    torch.testing.assert_close(out, model(torch.randn(6, 8, generator=torch.Generator().manual_seed(1))))

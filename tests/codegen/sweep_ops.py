@@ -12,6 +12,7 @@ Run as a script for the full sweep (writes tests/codegen/results/op_sweep.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -29,8 +30,9 @@ def _sample(op):
 UNINITIALIZED = {"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided"}
 
 
-def run_op(op) -> tuple[str, str]:
-    """('pass' | 'fail' | 'skip', detail) for one OpInfo."""
+def run_op(op, backend_context=contextlib.nullcontext) -> tuple[str, str]:
+    """('pass' | 'fail' | 'skip', detail) for one OpInfo; the compiled call runs inside
+    `backend_context()` (the Triton sweep swaps the printer there)."""
     import kiln
     if op.name in UNINITIALIZED:
         return "skip", "result is uninitialized memory"
@@ -50,7 +52,8 @@ def run_op(op) -> tuple[str, str]:
         return "skip", f"eager raised {type(e).__name__}"
     kiln.reset()
     try:
-        got = kiln.compile(f, backend="kiln")(*args)
+        with backend_context():
+            got = kiln.compile(f, backend="kiln")(*args)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True, check_dtype=True,
                                    check_stride=False)
         return "pass", ""

@@ -60,30 +60,9 @@ def full_name(op) -> str:
 
 
 def run_op(op) -> tuple[str, str]:
-    """('pass' | 'fail' | 'skip', detail) for one OpInfo's first float32 sample."""
-    import kiln
-    try:
-        sample = next(iter(op.sample_inputs("cpu", torch.float32, requires_grad=False)))
-    except Exception as e:
-        return "skip", f"no float32 sample ({type(e).__name__})"
-    args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
-    fn = op.op
-
-    def f(*a):
-        return fn(*a, **kwargs)
-    try:
-        expected = f(*args)
-    except Exception as e:
-        return "skip", f"eager raised {type(e).__name__}"
-    kiln.reset()
-    try:
-        with triton_backend():
-            got = kiln.compile(f, backend="kiln")(*args)
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True, check_dtype=True,
-                                   check_stride=False)
-        return "pass", ""
-    except Exception as e:
-        return "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    """('pass' | 'fail' | 'skip', detail): the C++ sweep's comparison, with the Triton printer."""
+    from sweep_ops import run_op as run_op_through_kiln
+    return run_op_through_kiln(op, backend_context=triton_backend)
 
 
 def _ops(names=None):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import sys
+import types
 from typing import Callable
 
 import torch
@@ -63,6 +65,7 @@ def _ids(vocab: int, batch: int, seq: int, device: torch.device) -> torch.Tensor
 
 def _hf_build(config_factory: Callable, model_class: str, inputs: Callable) -> Callable:
     def build(device, batch, size):
+        ensure_torchvision_importable()
         import transformers
         config = config_factory(transformers)
         config.use_cache = False      # no KV cache objects in the outputs: one forward, one result
@@ -111,12 +114,43 @@ _TIMM = {
 }
 
 
+def ensure_torchvision_importable() -> None:
+    """Make `import torchvision` (which transformers and timm do) work where its C++ ops cannot load.
+
+    PyPI's torchvision 0.28.0, the release for torch 2.13, is a CUDA build: on the CPU-only torch its
+    `_C` library does not load, and `torchvision._meta_registrations` then fails at import, taking
+    `import torchvision` down with it. Model code never calls those ops (nms, roi_align, ...), so in
+    that case alone this module is skipped. Called by the benchmark and the tests before they build
+    models; kiln itself never imports torchvision.
+    """
+    if importlib.util.find_spec("torchvision") is None or "torchvision" in sys.modules:
+        return
+    try:
+        import torchvision  # noqa: F401
+    except RuntimeError as e:
+        if "torchvision::" not in str(e):
+            raise
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]
+        sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+        import torchvision  # noqa: F401
+
+
+def import_timm():
+    """`import timm`, or None when it is not installed."""
+    if importlib.util.find_spec("timm") is None:
+        return None
+    ensure_torchvision_importable()
+    import timm
+    return timm
+
+
 def _timm_build(name: str, torchvision_name: str) -> Callable:
     def build(device, batch, size):
         torch.manual_seed(0)
         with torch.device(device):
-            if importlib.util.find_spec("timm"):
-                import timm
+            timm = import_timm()
+            if timm is not None:
                 model = timm.create_model(name, pretrained=False)
             else:
                 import torchvision

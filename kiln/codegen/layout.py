@@ -165,7 +165,7 @@ def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
 
 def optimize_layouts(graph: ir.Graph) -> ir.Graph:
     """The pass: channels-last around convolutions on CPU (see the module docstring)."""
-    if not any(b.device == "cpu" for b in graph.buffers):
-        return graph
+    if not graph.buffers or not all(b.device == "cpu" for b in graph.buffers):
+        return graph      # CUDA graphs keep ATen's layouts (cuDNN picks its own)
     graph = _channels_last_inputs(graph)
     return apply_layouts(graph, plan_channels_last(graph))

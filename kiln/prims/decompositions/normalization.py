@@ -212,6 +212,54 @@ def batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, s
                                       output_mask)
 
 
+# [Note: cuDNN and MIOpen batch norm] On CUDA, at::batch_norm picks cuDNN (`_batch_norm_impl_index`
+# is CompositeImplicit, so a dispatch mode sees `cudnn_batch_norm`, not native_batch_norm), MIOpen on
+# ROCm. Their conventions (aten/src/ATen/native/cudnn/BatchNorm.cpp, derivatives.yaml): the saved
+# statistics are the batch mean and the inverse standard deviation 1/sqrt(var + eps) (named save_var
+# but cuDNN's "SaveInvVariance"), in the weight's dtype, empty in eval; the running buffers are
+# updated in place with the unbiased variance, as native; cuDNN adds a uint8 reserve workspace that
+# only its own backward reads. Decomposed, the reserve is empty: the backward below ignores it.
+# The backward always trains (autograd calls native_batch_norm_backward for eval) and computes all
+# three gradients; note its argument order, input before grad_output.
+
+def _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, save_mean, save_invstd, new_mean, new_var = _batch_norm(a, weight, bias, running_mean, running_var,
+                                                                 training, momentum, eps)
+    if not training:
+        empty = full([0], 0, weight.dtype, a.device)
+        return out, empty, empty
+    if running_mean is not None:
+        running_mean.copy_(new_mean)
+        running_var.copy_(new_var)
+    return out, convert(save_mean, weight.dtype), convert(save_invstd, weight.dtype)
+
+
+@register(aten.cudnn_batch_norm.default)
+def cudnn_batch_norm(a, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon):
+    out, save_mean, save_invstd = _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training,
+                                                          exponential_average_factor, epsilon)
+    return out, save_mean, save_invstd, full([0], 0, torch.uint8, a.device)
+
+
+@register(aten.miopen_batch_norm.default)
+def miopen_batch_norm(a, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon):
+    return _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training,
+                                   exponential_average_factor, epsilon)
+
+
+@register(aten.cudnn_batch_norm_backward.default)
+def cudnn_batch_norm_backward(a, grad, weight, running_mean, running_var, save_mean, save_var, epsilon,
+                              reserve):
+    return native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, True,
+                                      epsilon, [True, True, True])
+
+
+@register(aten.miopen_batch_norm_backward.default)
+def miopen_batch_norm_backward(a, grad, weight, running_mean, running_var, save_mean, save_var, epsilon):
+    return native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, True,
+                                      epsilon, [True, True, True])
+
+
 @register(aten.native_group_norm.default)
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     compute = computation_dtype(a.dtype)

@@ -260,6 +260,43 @@ def miopen_batch_norm_backward(a, grad, weight, running_mean, running_var, save_
                                       epsilon, [True, True, True])
 
 
+# On CUDA, at::rms_norm (F.rms_norm, nn.RMSNorm, timm's RmsNorm) calls `_fused_rms_norm`, whose backward
+# has CUDA kernels only; on CPU it is a composite of ordinary ops. rstd is 1/sqrt(mean(x^2) + eps) in
+# the computation dtype, shaped like layer norm's statistics; eps None means the computation dtype's
+# machine epsilon. Not in torch 2.11's every build: registered only where the op exists.
+if hasattr(aten, "_fused_rms_norm") and hasattr(aten, "_fused_rms_norm_backward"):
+    @register(aten._fused_rms_norm.default)
+    def fused_rms_norm(a, normalized_shape, weight, eps):
+        axis = a.ndim - len(normalized_shape)
+        dims, kept = list(range(axis, a.ndim)), list(range(axis))
+        compute = computation_dtype(a.dtype)
+        x = convert(a, compute)
+        mean_square = p.div(p.sum(p.mul(x, x), dims), full(a.shape[:axis], numel(normalized_shape), compute, a.device))
+        rstd = _rsqrt_eps(mean_square, torch.finfo(compute).eps if eps is None else eps)
+        out = p.mul(x, _bcast(rstd, x.shape, kept))
+        if weight is not None:
+            out = p.mul(out, broadcast_to(convert(weight, compute), x.shape))
+        return convert(out, a.dtype), p.view(rstd, list(a.shape[:axis]) + [1] * len(normalized_shape))
+
+    @register(aten._fused_rms_norm_backward.default)
+    def fused_rms_norm_backward(grad, a, normalized_shape, rstd, weight, output_mask):
+        axis = a.ndim - len(normalized_shape)
+        inner, outer = list(range(axis, a.ndim)), list(range(axis))
+        compute = computation_dtype(a.dtype)
+        x, g = convert(a, compute), convert(grad, compute)
+        r = broadcast_to(convert(rstd, compute), x.shape)
+        x_hat = p.mul(x, r)
+        grad_input = grad_weight = None
+        if output_mask[0]:
+            gw = p.mul(g, broadcast_to(convert(weight, compute), x.shape)) if weight is not None else g
+            n = full(x.shape, numel(normalized_shape), compute, a.device)
+            dot = _bcast(p.sum(p.mul(gw, x_hat), inner), x.shape, outer)
+            grad_input = convert(p.mul(r, p.sub(gw, p.div(p.mul(x_hat, dot), n))), a.dtype)
+        if output_mask[1] and weight is not None:
+            grad_weight = convert(p.sum(p.mul(g, x_hat), outer), weight.dtype)
+        return grad_input, grad_weight
+
+
 @register(aten.native_group_norm.default)
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     compute = computation_dtype(a.dtype)

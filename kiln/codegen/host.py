@@ -5,8 +5,11 @@ decisions are made here, once, so a call does no Python work beyond the generate
 allocation (with buffers reused by liveness), one ctypes call per kernel, one call per extern.
 
 [Note: buffer reuse] A buffer's storage returns to a pool after its last reader; a later buffer of
-the same dtype, device and storage size takes it. An extern may return a view of its inputs, so
-its inputs live as long as its outputs; graph outputs and inputs are never reused.
+the same dtype, device and storage size takes it, and a pooled buffer no later one takes is
+released (`del`) where it entered the pool. An extern may return a view of its inputs, so its
+inputs live as long as its outputs, and its outputs are released at their last use, never pooled
+(their storage may be shared). Graph outputs and inputs are never reused. So the program holds
+only live buffers, as eager does: peak memory follows liveness, not the number of steps.
 
 The source is self-contained apart from the names in `HostProgram.globals_spec` (kernels by name,
 extern ops by qualified name, constants by graph attribute), which is what lets the warm-start
@@ -96,21 +99,24 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
     def writes(step) -> list[str]:
         if isinstance(step, ir.Kernel):
             return [s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)]
-        return [o for o in step.outputs if o is not None]
+        return [o for o in step.outputs if o is not None and o in buffers]  # not host values
 
-    last_use: dict[str, int] = {}
+    last_use: dict[str, int] = {}     # the last step naming a buffer: its name is dropped after it
     for i, step in enumerate(steps):
         for b in reads(step) + writes(step):
             last_use[b] = i
     for b in never_reuse:
         last_use[b] = len(steps)
-    for i in reversed(range(len(steps))):  # extern outputs may alias their inputs
-        if isinstance(steps[i], ir.ExternKernel):
-            end = max((last_use.get(o, i) for o in writes(steps[i])), default=i)
+    # A storage may be overwritten only once every view of it is dead: an extern that may return a
+    # view of its inputs keeps them until its outputs die. (Dropping a name is always safe: a view
+    # holds its base's storage.)
+    storage_end = dict(last_use)
+    for i in reversed(range(len(steps))):
+        if isinstance(steps[i], ir.ExternKernel) and _may_alias(steps[i].op):
+            end = max((storage_end.get(o, i) for o in writes(steps[i])), default=i)
             for b in reads(steps[i]):
-                last_use[b] = max(last_use.get(b, i), end)
-    for b in never_reuse:
-        last_use[b] = len(steps)
+                storage_end[b] = max(storage_end.get(b, i), end)
+    extern_outputs = {o for step in steps if isinstance(step, ir.ExternKernel) for o in writes(step)}
 
     binds: dict[str, Any] = {}
     state = {"cacheable": True}
@@ -120,12 +126,17 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
     for name in inputs:
         lines += _layout_check(buffers[name])
     pool: dict[tuple, list[str]] = {}
+    pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
     for i, step in enumerate(steps):
         if isinstance(step, ir.Kernel):
             for b in writes(step):
                 if b in sched.local_buffers:
                     continue
-                lines.append(_alloc(buffers[b], pool))
+                line, old = _alloc(buffers[b], pool)
+                lines.append(line)
+                if old is not None:   # the new name holds the storage now
+                    del pooled_at[old]
+                    lines.append(f"    del {old}")
             args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
             args += [_py_index(s) for s in step.size_args]
             lines.append(f"    {step.name}({', '.join(args)})")
@@ -140,14 +151,22 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                 lines.append(f"    {outs[0]} = _one({call})")
             else:
                 lines.append(f"    {', '.join(outs)} = {call}")
-            for o in step.outputs:
-                if o is None:
-                    continue
+                if "_" in outs:   # results nobody reads are released at once
+                    lines.append("    del _")
+            for o in writes(step):
                 lines += _layout_check(buffers[o])
-        for b in set(reads(step) + writes(step)):
+        dead = []
+        for b in sorted(set(reads(step) + writes(step))):
             if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
-                key = _storage_key(buffers[b])
-                pool.setdefault(key, []).append(b)
+                if b in extern_outputs or storage_end[b] != i:   # not a storage of our own to reuse
+                    dead.append(b)
+                else:
+                    pool.setdefault(_storage_key(buffers[b]), []).append(b)
+                    pooled_at[b] = len(lines)
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+    for b, at in sorted(pooled_at.items(), key=lambda kv: -kv[1]):   # never taken: release
+        lines.insert(at, f"    del {b}")
     outs = [o if isinstance(o, str) else _literal(o, binds, state) for o in graph.outputs]
     lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     program = HostProgram("\n".join(lines) + "\n",
@@ -200,6 +219,14 @@ def _layout_check(buf: ir.Buffer) -> list[str]:
     return [f"    if {buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
 
 
+def _may_alias(op) -> bool:
+    """Whether an extern's results may be views of its arguments (by its schema; unknown: yes)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
+
+
 def _direct_op(op):
     """An extern prim mirrors one ATen overload (same schema); call ATen directly and skip the
     custom op's Python dispatch (tens of microseconds per call)."""
@@ -218,15 +245,16 @@ def _storage_key(buf: ir.Buffer) -> tuple:
     return (buf.dtype, buf.device, sympy.expand(extent))
 
 
-def _alloc(buf: ir.Buffer, pool: dict) -> str:
+def _alloc(buf: ir.Buffer, pool: dict) -> tuple[str, str | None]:
+    """The line allocating `buf`, and the pooled buffer whose storage it takes (None: a new one)."""
     sizes = "(" + "".join(f"{_py_index(s)}, " for s in buf.sizes) + ")"
     strides = "(" + "".join(f"{_py_index(s)}, " for s in buf.strides) + ")"
     free = pool.get(_storage_key(buf))
     if free:
         old = free.pop()
-        return f"    {buf.name} = {old}.as_strided({sizes}, {strides})  # reuses {old}'s storage"
+        return f"    {buf.name} = {old}.as_strided({sizes}, {strides})  # reuses {old}'s storage", old
     return (f"    {buf.name} = _empty({sizes}, {strides}, dtype={buf.dtype!r}, "
-            f"device={str(buf.device)!r})")
+            f"device={str(buf.device)!r})"), None
 
 
 def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:

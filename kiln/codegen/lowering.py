@@ -526,7 +526,10 @@ def _flat_outputs(out) -> list:
 
 
 def _kernel_dtypes_ok(args, kwargs, meta) -> bool:
-    tensors = [v for v in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(v, TensorValue)]
+    leaves = torch.utils._pytree.tree_leaves((args, kwargs))
+    if any(isinstance(v, ir.SizeArg) for v in leaves):  # a value an extern returns at run time
+        return False
+    tensors = [v for v in leaves if isinstance(v, TensorValue)]
     metas = [v for v in torch.utils._pytree.tree_leaves(meta) if isinstance(v, torch.Tensor)]
     return all(t.dtype in KERNEL_DTYPES for t in tensors) and all(m.dtype in KERNEL_DTYPES for m in metas)
 

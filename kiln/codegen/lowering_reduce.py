@@ -259,6 +259,28 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     return ir.ViewArg(e.buffer, tuple(tv.sizes), tuple(strides), offset)
 
 
+# [Note: host values] An extern may return Python values besides tensors: CUDA attention returns
+# its max sequence lengths as SymInts next to the output (and philox state, None or tensors). The
+# host program binds such a value to a local (`val7`) like a buffer, and a later extern or the
+# graph's outputs read it by name: `SizeArg(Symbol("val7"))` prints as that name. No lowering rule
+# sees one (`is_host_value` sends its consumers extern), so no kernel is built on a value known only
+# when the program runs.
+
+def host_value(name: str) -> ir.SizeArg:
+    return ir.SizeArg(sympy.Symbol(name))
+
+
+def is_host_value(v) -> bool:
+    return isinstance(v, ir.SizeArg) and isinstance(v.expr, sympy.Symbol) and v.expr.name.startswith("val")
+
+
+def _is_host_value(m) -> bool:
+    """A non-tensor an extern returns that the host program can hold: numbers, and tuples of them."""
+    if isinstance(m, (tuple, list)):
+        return all(_is_host_value(x) for x in m)
+    return isinstance(m, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     """Run `target` eagerly on whole tensors; its outputs become buffers of the meta's layout."""
     call_args = tuple(_extern_arg(ctx, a) for a in args)
@@ -275,7 +297,11 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
         elif m is None:
             names.append(None)
             values.append(None)
+        elif _is_host_value(m):
+            names.append(ctx.new_name("val"))
+            values.append(host_value(names[-1]))
         else:
-            raise LoweringError(f"extern {target} returns {type(m).__name__}, which kiln cannot hold in a buffer")
+            raise LoweringError(f"extern {target} returns {type(m).__name__}, which kiln can hold neither "
+                                "in a buffer nor as a Python value")
     ctx.nodes.append(ir.ExternKernel(tuple(names), target, call_args, call_kwargs))
     return tuple(values) if isinstance(meta, (tuple, list)) else values[0]

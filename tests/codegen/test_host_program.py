@@ -1,0 +1,105 @@
+"""The host program (kiln/codegen/host.py): what it holds alive, Python values externs return, and
+its per-call overhead. CPU only: buffers here are extern results and C++-free (no kernel builds)."""
+import dataclasses
+import weakref
+
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.host import link, plan_host
+from kiln.codegen.lowering import lower_graph
+from kiln.codegen.scheduler import schedule
+
+
+def _program(gm, example_inputs):
+    graph, constants = lower_graph(gm, example_inputs)
+    sched = schedule(graph)
+    assert not any(isinstance(s, ir.Kernel) for s in sched.steps), "these tests build no kernel"
+    program, binds = plan_host(graph, sched, takes_pointers=False)
+    return program, constants, binds
+
+
+def _watching_externs(program):
+    """The program with each extern wrapped to record, after each call, the bytes of every extern
+    result still alive (held by the host program: the test keeps only weak references)."""
+    alive: list[weakref.ref] = []
+    peaks: list[int] = []
+
+    def watch(op):
+        def call(*args, **kwargs):
+            out = op(*args, **kwargs)
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    alive.append(weakref.ref(t))
+            storages = {r().untyped_storage().data_ptr(): r().untyped_storage().nbytes()
+                        for r in alive if r() is not None}
+            peaks.append(sum(storages.values()))
+            return out
+        return call
+    externs = tuple((name, watch(op)) for name, op in program.externs)
+    return dataclasses.replace(program, externs=externs), peaks
+
+
+def test_extern_results_are_released_after_their_last_use():
+    # a chain of 8 matmuls (each an extern): eager holds two results at a time, at most
+    def chain(x, w):
+        for _ in range(8):
+            x = torch.ops.aten.mm.default(x, w)
+        return torch.ops.aten.mm.default(x, w)
+    x, w = torch.randn(256, 256) / 16, torch.randn(256, 256) / 16
+    gm = torch.fx.symbolic_trace(chain)
+    program, constants, binds = _program(gm, [x, w])
+    watched, peaks = _watching_externs(program)
+    out = link(watched, {}, constants, binds)(x, w)
+    torch.testing.assert_close(out[0], chain(x, w))
+    one = x.numel() * x.element_size()
+    assert len(peaks) == 9
+    # each call sees its input and its result; before, every result stayed bound until the return
+    assert max(peaks) <= 2 * one, (max(peaks) // one, program.source)
+
+
+def test_unused_results_of_a_multi_output_extern_are_released():
+    def top(x):
+        values, _ = torch.ops.aten.topk.default(x, 3)
+        return torch.ops.aten.mm.default(values, torch.ops.aten.t.default(values))
+    gm = torch.fx.symbolic_trace(top)
+    x = torch.randn(64, 100)
+    program, constants, binds = _program(gm, [x])
+    lines = program.source.splitlines()
+    mm = next(k for k, line in enumerate(lines) if "_extern1(" in line)
+    assert any(line.strip().startswith("del ") for line in lines[:mm]), program.source  # the indices
+    torch.testing.assert_close(link(program, {}, constants, binds)(x)[0], top(x))
+
+
+_lib = torch.library.Library("kiln_host_test", "DEF")
+_lib.define("split_count(Tensor x) -> (Tensor, SymInt)")
+_lib.define("repeat_rows(Tensor x, SymInt n) -> Tensor")
+
+
+def _split_count(x):
+    return x.flip(0), int((x.shape[0] + 1) // 2)
+
+
+def _repeat_rows(x, n):
+    return x[:n].repeat(2, 1)
+
+
+_lib.impl("split_count", _split_count, "CPU")
+_lib.impl("split_count", lambda x: (torch.empty_like(x), (x.shape[0] + 1) // 2), "Meta")
+_lib.impl("repeat_rows", _repeat_rows, "CPU")
+_lib.impl("repeat_rows", lambda x, n: x.new_empty((2 * n, x.shape[1])), "Meta")
+
+
+def test_extern_returning_an_int_hands_it_to_a_later_extern_and_the_outputs():
+    # CUDA attention returns its max sequence lengths as SymInts beside the tensors; kiln once
+    # refused such an extern ("returns int, which kiln cannot hold in a buffer")
+    def fn(x):
+        y, n = torch.ops.kiln_host_test.split_count.default(x)
+        return torch.ops.kiln_host_test.repeat_rows.default(y, n), n
+    x = torch.randn(7, 3)
+    gm = torch.fx.symbolic_trace(fn)
+    program, constants, binds = _program(gm, [x])
+    got = link(program, {}, constants, binds)(x)
+    want = fn(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1] == want[1] == 4

@@ -195,10 +195,15 @@ def _symbols_of(graph: ir.Graph, steps) -> set[sympy.Symbol]:
 
 def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -> list[str]:
     """Lines binding each size symbol at the top of `call`: from a symbolic int input (already a
-    parameter of that name), else from the first tensor input dim whose size is that symbol."""
-    bound = {sym for _, sym in graph.size_inputs}
+    parameter of that name), else from the first tensor input dim whose size is that symbol.
+    Symbols an extern returns (a host value) are bound where it runs."""
+    bound = {sym.name for _, sym in graph.size_inputs}
+    bound |= {o for step in steps if isinstance(step, ir.ExternKernel)   # host values externs return
+              for o in step.outputs if o is not None and o not in buffers}
     lines = []
-    for sym in sorted(_symbols_of(graph, steps) - bound, key=lambda s: s.name):
+    for sym in sorted(_symbols_of(graph, steps), key=lambda s: s.name):
+        if sym.name in bound:
+            continue
         for i, name in enumerate(graph.inputs):
             if name is not None and sym in buffers[name].sizes:
                 lines.append(f"    {sym} = {param_names[i]}.shape[{list(buffers[name].sizes).index(sym)}]")

@@ -55,12 +55,18 @@ def recomputable(node: fx.Node) -> bool:
 
 
 def nbytes(node: fx.Node) -> int:
+    """Bytes of a node's value, at the traced sizes when they are symbolic (a cost estimate must
+    not specialize the program to them, as int() of a SymInt would)."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return int(val.numel()) * val.element_size()
+        return _hint(val.numel()) * val.element_size()
     if isinstance(val, (tuple, list)):
-        return sum(int(v.numel()) * v.element_size() for v in val if isinstance(v, torch.Tensor))
+        return sum(_hint(v.numel()) * v.element_size() for v in val if isinstance(v, torch.Tensor))
     return 8
+
+
+def _hint(n) -> int:
+    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -86,5 +86,20 @@ class SymbolTable:
                 raise NotYetImplemented(f"kiln.aot: cannot compute the symbolic size {expr} in a graph "
                                         f"({type(expr).__name__} has no rule in kiln/aot/symbols.py)")
             node = rule(self.graph, [self._build(a) for a in expr.args])
+        _annotate(node)
         self._nodes[expr] = node
         return node
+
+
+def _annotate(node: fx.Node) -> None:
+    """Give `node` and the size nodes under it their SymInt (`meta['val']`), as every traced node
+    has its value: later passes evaluate ops on their arguments' values."""
+    if not isinstance(node, fx.Node) or "val" in node.meta:
+        return
+    for a in node.args:
+        _annotate(a)
+    args = [a.meta["val"] if isinstance(a, fx.Node) else a for a in node.args]
+    if node.target is aten.sym_size.int:
+        node.meta["val"] = args[0].shape[args[1]]
+    else:
+        node.meta["val"] = node.target(*args)

@@ -33,6 +33,9 @@ from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
+from kiln.symbolic.fake import FakeTensor
+
+aten = torch.ops.aten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +78,21 @@ class JointGraph:
 
 
 def meta_of(t: torch.Tensor) -> torch.Tensor:
-    """The metadata kept on a node (`node.meta['val']`): the tensor itself when it holds no data
-    (fake or meta), else a meta tensor with its sizes, strides, offset and dtype."""
-    if type(t) is not torch.Tensor or t.device.type == "meta":
-        return t
-    extent = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
-    storage = torch.empty(max(extent, 0) if t.numel() else t.storage_offset(), dtype=t.dtype, device="meta")
-    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+    """The metadata kept on a node (`node.meta['val']`): a data-free tensor with t's sizes, strides,
+    offset and dtype, as they are now. Never `t` itself: a later in-place metadata op on t
+    (at::matmul's `squeeze_` of its mm result, `t_`, `unsqueeze_`) would change the record. A fake
+    or meta t gives a new alias of its storage (aliasing between records is kept); a real t a meta
+    tensor of its extent."""
+    if type(t) is torch.Tensor and t.device.type != "meta":
+        extent = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
+        storage = torch.empty(max(extent, 0) if t.numel() else t.storage_offset(), dtype=t.dtype, device="meta")
+        return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+    with torch._C._DisableTorchDispatch():
+        if isinstance(t, FakeTensor):
+            return FakeTensor(aten.alias.default(t._meta), t.device, t.fake_mode, constant=t.constant)
+        if type(t) is torch.Tensor:
+            return aten.alias.default(t)
+    return t  # another tensor subclass: kept as is
 
 
 class _Recorder(TorchDispatchMode):

@@ -32,6 +32,11 @@ def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options
     hand over a graph it will reuse for other sizes (a dynamic dim). So each distinct input layout
     gets its own compiled program, and a call never runs kernels built for other sizes.
     """
+    symbolic = symbolic_examples(gm)
+    if symbolic is not None:
+        program = _compile(gm, symbolic, options)
+        program.programs = {"symbolic": program}
+        return program
     programs = {_layout_of(example_inputs): _compile(gm, example_inputs, options)}
 
     def run(*args):
@@ -43,6 +48,22 @@ def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options
 
     run.programs = programs
     return run
+
+
+def symbolic_examples(gm: torch.fx.GraphModule) -> list | None:
+    """The placeholders' example values (capture's fakes and SymInts) when some size is a symbol."""
+    examples = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+    if any(_has_symbols(x) for x in examples):
+        return examples
+    return None
+
+
+def _has_symbols(x) -> bool:
+    if isinstance(x, torch.SymInt):
+        return not x.node.expr.is_number
+    if isinstance(x, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
+    return False
 
 
 def _layout_of(args: Sequence[Any]) -> tuple:

@@ -42,10 +42,13 @@ class HostProgram:
 
 
 def _py_index(e) -> str:
+    """An index or size expression as Python over the bound size symbols (integer arithmetic)."""
+    from kiln.symbolic.sympy_ops import FloorDiv, to_python
     e = sympy.sympify(e)
     if e.is_Integer:
         return str(int(e))
-    return str(e).replace("floor", "_floor")
+    e = e.replace(sympy.floor, lambda arg: FloorDiv(*sympy.fraction(sympy.together(arg))))
+    return to_python(e, {s: s.name for s in e.free_symbols})
 
 
 def _literal(v, binds: dict, state: dict) -> str:
@@ -57,6 +60,8 @@ def _literal(v, binds: dict, state: dict) -> str:
         return f"_view({v.name}, {sizes}, {strides}, {_py_index(v.offset)})"
     if isinstance(v, ir.SizeArg):
         return _py_index(v.expr)
+    if isinstance(v, sympy.Expr):   # a size the graph returns (saved for the backward)
+        return _py_index(v)
     if isinstance(v, (list, tuple)):
         inner = ", ".join(_literal(x, binds, state) for x in v)
         return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
@@ -78,6 +83,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
     steps = list(sched.steps)
     inputs = [b for b in graph.inputs if b is not None]
     param_names = [b if b is not None else f"_unused{i}" for i, b in enumerate(graph.inputs)]
+    for i, sym in graph.size_inputs:  # a symbolic int input is its symbol's value
+        param_names[i] = sym.name
     constants = tuple(b.name for b in graph.buffers if b.name.startswith("const"))
     outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
     never_reuse = set(inputs) | set(constants) | outputs
@@ -115,19 +122,9 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
     state = {"cacheable": True}
     externs: list[tuple[str, Any]] = []
     lines = [f"def call({', '.join(param_names)}):"]
-    size_syms = sorted({s for b in graph.buffers for e in b.sizes + b.strides
-                        for s in sympy.sympify(e).free_symbols}, key=lambda s: s.name)
-    for sym in size_syms:  # bind each symbolic size from the first input dim that has it
-        for name in inputs:
-            sizes = buffers[name].sizes
-            if sym in sizes:
-                lines.append(f"    {sym} = {name}.shape[{list(sizes).index(sym)}]")
-                break
+    lines += _bind_sizes(graph, steps, buffers, param_names)
     for name in inputs:
-        buf = buffers[name]
-        if all(sympy.sympify(s).is_number for s in buf.strides):
-            strides = tuple(int(s) for s in buf.strides)
-            lines.append(f"    if {name}.stride() != {strides!r}: {name} = _restride({name}, {strides!r})")
+        lines += _layout_check(buffers[name])
     pool: dict[tuple, list[str]] = {}
     pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
     for i, step in enumerate(steps):
@@ -157,10 +154,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                 if "_" in outs:   # results nobody reads are released at once
                     lines.append("    del _")
             for o in writes(step):
-                buf = buffers[o]
-                if all(sympy.sympify(s).is_number for s in buf.strides):
-                    strides = tuple(int(s) for s in buf.strides)
-                    lines.append(f"    if {o}.stride() != {strides!r}: {o} = _restride({o}, {strides!r})")
+                lines += _layout_check(buffers[o])
         dead = []
         for b in sorted(set(reads(step) + writes(step))):
             if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
@@ -180,6 +174,54 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                                 if isinstance(k, ir.Kernel)),
                           tuple(externs), constants, state["cacheable"])
     return program, binds
+
+
+def _symbols_of(graph: ir.Graph, steps) -> set[sympy.Symbol]:
+    """The size symbols the host program reads: in buffer layouts, kernel and extern arguments."""
+    exprs = [e for b in graph.buffers for e in (*b.sizes, *b.strides, b.offset)]
+    for step in steps:
+        if isinstance(step, ir.Kernel):
+            exprs += step.size_args
+            continue
+        for a in torch.utils._pytree.tree_leaves((step.args, [v for _, v in step.kwargs]),
+                                                 is_leaf=lambda x: isinstance(x, (ir.SizeArg, ir.ViewArg))):
+            if isinstance(a, ir.SizeArg):
+                exprs.append(a.expr)
+            elif isinstance(a, ir.ViewArg):
+                exprs += [*a.sizes, *a.strides, a.offset]
+    exprs += [e for o in graph.outputs if isinstance(o, ir.ViewArg) for e in (*o.sizes, *o.strides, o.offset)]
+    return {s for e in exprs for s in sympy.sympify(e).free_symbols}
+
+
+def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -> list[str]:
+    """Lines binding each size symbol at the top of `call`: from a symbolic int input (already a
+    parameter of that name), else from the first tensor input dim whose size is that symbol.
+    Symbols an extern returns (a host value) are bound where it runs."""
+    bound = {sym.name for _, sym in graph.size_inputs}
+    bound |= {o for step in steps if isinstance(step, ir.ExternKernel)   # host values externs return
+              for o in step.outputs if o is not None and o not in buffers}
+    lines = []
+    for sym in sorted(_symbols_of(graph, steps), key=lambda s: s.name):
+        if sym.name in bound:
+            continue
+        for i, name in enumerate(graph.inputs):
+            if name is not None and sym in buffers[name].sizes:
+                lines.append(f"    {sym} = {param_names[i]}.shape[{list(buffers[name].sizes).index(sym)}]")
+                break
+        else:
+            from kiln.errors import NotYetImplemented
+            raise NotYetImplemented(f"kiln codegen: the size symbol {sym} is no dim of any tensor input and no "
+                                    "int input of the graph, so the host program cannot read it at run time")
+    return lines
+
+
+def _layout_check(buf: ir.Buffer) -> list[str]:
+    """A tensor whose strides differ from those the kernels were written for is copied into that
+    layout (symbolic strides are compared after the size symbols are bound)."""
+    strides = "(" + "".join(f"{_py_index(s)}, " for s in buf.strides) + ")"
+    if all(sympy.sympify(s).is_number for s in buf.strides):
+        strides = repr(tuple(int(s) for s in buf.strides))
+    return [f"    if {buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
 
 
 def _may_alias(op) -> bool:
@@ -238,10 +280,12 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one, "_view": _view,
-           "_floor": math.floor, "Mod": lambda a, b: a % b}
+           "math": math}
     env.update(kernels)
     env.update(dict(program.externs))
     env.update(constants)
     env.update(binds or {})
     exec(compile(program.source, "<kiln host program>", "exec"), env)
-    return env["call"]
+    call = env["call"]
+    call.host_source = program.source   # what it runs, for logs and tests
+    return call

@@ -45,26 +45,37 @@ def _split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:
     return q, r
 
 
+def _split_factor(term: sympy.Expr, kind) -> tuple | None:
+    """term = coefficient * f with f the one factor of type `kind`: (coefficient, f), else None."""
+    factors = [f for f in sympy.Mul.make_args(term) if isinstance(f, kind)]
+    if len(factors) != 1:
+        return None
+    return sympy.Mul(*[f for f in sympy.Mul.make_args(term) if f is not factors[0]]), factors[0]
+
+
 def _merge_div_mod(e: sympy.Expr) -> sympy.Expr:
-    """c*Mod(a, b) + c*b*floor(a/b) -> c*a: a split index put back together."""
+    """c*Mod(a, b) + c*b*floor(a/b) -> c*a: a split index put back together (c and b may be
+    symbolic sizes)."""
     terms = list(sympy.Add.make_args(e))
     mods = {}
     for i, t in enumerate(terms):
-        c, rest = t.as_coeff_Mul()
-        if isinstance(rest, sympy.Mod):
-            mods[(rest.args[0], rest.args[1])] = (i, c)
+        split = _split_factor(t, sympy.Mod)
+        if split is not None:
+            mods[(split[1].args[0], split[1].args[1])] = (i, split[0])
     if not mods:
         return e
     used = set()
     for j, t in enumerate(terms):
-        c2, rest = t.as_coeff_Mul()
-        if isinstance(rest, sympy.floor):
-            num, den = sympy.fraction(sympy.together(rest.args[0]))
-            hit = mods.get((num, den))
-            if hit is not None and hit[0] not in used and c2 == hit[1] * den:
-                i, c = hit
-                terms[i], terms[j] = c * num, sympy.Integer(0)
-                used.add(i)
+        split = _split_factor(t, sympy.floor)
+        if split is None:
+            continue
+        c2, rest = split
+        num, den = sympy.fraction(sympy.together(rest.args[0]))
+        hit = mods.get((num, den))
+        if hit is not None and hit[0] not in used and sympy.expand(c2 - hit[1] * den) == 0:
+            i, c = hit
+            terms[i], terms[j] = c * num, sympy.Integer(0)
+            used.add(i)
     return sympy.Add(*terms)
 
 

@@ -59,6 +59,7 @@ The host program (`kiln.codegen.host`) only needs `build`.
 Change log (keep this stable; note every change here)
 - v1: first version.
 - v2: `ViewArg` (extern arguments may be strided views of buffers; so may `Graph.outputs`).
+- v3: `Graph.size_inputs`: graph inputs that are symbolic ints, each bound to its size symbol.
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 2
+IR_VERSION = 3
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -408,12 +409,14 @@ Node = Union[ComputedBuffer, ExternKernel]
 class Graph:
     """A lowered program. `inputs` are buffer names bound to the graph's tensor inputs in order
     (None for a non-tensor input); `outputs` are buffer names, `ViewArg`s (a view of a computed
-    buffer), or constants for non-tensor outputs."""
+    buffer), or constants for non-tensor outputs. `size_inputs` maps the position of each input
+    that is a symbolic int (a size the trace saved for the backward) to its size symbol."""
 
     buffers: tuple[Buffer, ...]
     nodes: tuple[Node, ...]
     inputs: tuple[str | None, ...]
     outputs: tuple[Any, ...]
+    size_inputs: tuple[tuple[int, sympy.Symbol], ...] = ()
 
     def buffer_map(self) -> dict[str, Buffer]:
         return {b.name: b for b in self.buffers}

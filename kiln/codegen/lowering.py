@@ -26,6 +26,7 @@ import torch.fx
 
 from kiln.codegen import ir
 from kiln.codegen.ir import Constant, Load, Op, ScalarExpr, loop_var
+from kiln.errors import NotYetImplemented
 
 # Dtypes every loop printer computes in; a printer may declare more (`printer.KERNEL_DTYPES`).
 KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
@@ -75,12 +76,22 @@ def to_sympy(v: Any) -> sympy.Expr:
         node = v.node
         expr = getattr(node, "expr", None)
         if isinstance(expr, sympy.Basic):
-            return expr
+            return index_form(expr)
         hint = getattr(node, "hint", None)
         if hint is not None:
             return sympy.Integer(int(hint))
         return sympy.Integer(int(v))
     raise LoweringError(f"cannot use {v!r} as a size")
+
+
+def index_form(expr: sympy.Expr) -> sympy.Expr:
+    """A size from kiln.symbolic in the form index expressions use: its `FloorDiv(a, b)` (sizes
+    are non-negative, so Python's and C's division agree) becomes `floor(a / b)`, which the index
+    simplifier and every printer know."""
+    from kiln.symbolic.sympy_ops import FloorDiv
+    if not expr.has(FloorDiv):
+        return expr
+    return expr.replace(FloorDiv, lambda a, b: floordiv(a, b))
 
 
 def bind_arguments(target, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -206,6 +217,15 @@ def _py_value(v, dtype):
 
 def constant(value, dtype: torch.dtype) -> Constant:
     return Constant(_py_value(value, dtype), dtype)
+
+
+def size_scalar(size: sympy.Expr, dtype: torch.dtype) -> ScalarExpr:
+    """A size (a number, or an expression over size symbols) as a scalar of `dtype`: a mean's
+    count, a fill value or an offset computed from the inputs' sizes."""
+    size = to_sympy(size)
+    if size.is_Integer:
+        return constant(int(size), dtype)
+    return cast(ir.IndexValue(size), dtype)
 
 
 def floordiv(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
@@ -406,6 +426,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[str | None] = []
     constants: dict[str, torch.Tensor] = {}
+    size_inputs: list[tuple[int, sympy.Symbol]] = []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, example in zip(placeholders, example_inputs):
         if isinstance(example, torch.Tensor):
@@ -414,6 +435,10 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                                            example.device.type))
             env[node] = ctx.load_buffer(buf)
             inputs.append(buf.name)
+        elif isinstance(example, torch.SymInt) and to_sympy(example).is_Symbol:
+            env[node] = to_sympy(example)
+            size_inputs.append((len(inputs), env[node]))
+            inputs.append(None)
         else:
             env[node] = example
             inputs.append(None)
@@ -446,6 +471,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             env[node] = args[0][args[1]]
             continue
         meta = values.get(node)
+        if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its
+            # recorded expression is what consumers index with; the host binds the symbols
+            env[node] = _size_expr(node, meta)
+            continue
         rule = LOWERINGS.get(op_name(node.target))
         result = None
         if rule is not None and _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes):
@@ -473,8 +503,16 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             outputs.append(ctx.realize(value, strides).name)
         else:
             outputs.append(value)
-    graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs))
+    graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs),
+                     tuple(size_inputs))
     return graph, constants
+
+
+def _size_expr(node: torch.fx.Node, value) -> sympy.Expr:
+    if not isinstance(value, torch.SymInt):
+        raise NotYetImplemented(f"kiln codegen: {node.format_node()} computes a symbolic "
+                                f"{type(value).__name__}; only integer sizes lower to index expressions")
+    return to_sympy(value)
 
 
 def _get_attr(gm, target: str):

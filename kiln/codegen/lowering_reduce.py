@@ -12,9 +12,10 @@ import sympy
 import torch
 
 from kiln.codegen import ir
+from kiln.codegen.indexing import simplify_index
 from kiln.codegen.ir import Load, Op, indirect_var, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
-                                   register, reindex, to_sympy)
+                                   register, reindex, size_scalar, to_sympy)
 from kiln.codegen.lowering_rules import _dims, _out, _value
 
 # ---------------------------------------------------------------------------- reductions
@@ -69,9 +70,7 @@ def mean(ctx, meta, self=None, dim=None, keepdim=False, dtype=None, **_):
     count = ir.product(self.sizes[d] for d in dims)
     red = ctx.emit_reduction(TensorValue(self.sizes, m.dtype, self.device, cast(self.expr, m.dtype)), dims,
                              "sum", m.dtype)
-    if not count.is_number:
-        raise LoweringError("mean over a symbolic count")
-    expr = Op("truediv", (red.expr, constant(int(count), m.dtype)), m.dtype)
+    expr = Op("truediv", (red.expr, size_scalar(count, m.dtype)), m.dtype)
     return _keepdim(ctx, TensorValue(red.sizes, m.dtype, red.device, expr), meta, self.ndim, dims)
 
 
@@ -85,12 +84,10 @@ def var(ctx, meta, a=None, self=None, dims=None, dim=None, correction=None, unbi
     if correction is None:
         correction = 1 if unbiased in (None, True) else 0
     count = ir.product(x.sizes[d] for d in dims)
-    if not count.is_number:
-        raise LoweringError("var over a symbolic count")
     src = TensorValue(x.sizes, m.dtype, x.device, cast(x.expr, m.dtype))
     m2 = ctx.emit_reduction(src, dims, "welford_m2", m.dtype)
-    denom = max(int(count) - correction, 0)
-    expr = Op("truediv", (m2.expr, constant(denom, m.dtype)), m.dtype)
+    denom = sympy.Max(count - correction, 0)
+    expr = Op("truediv", (m2.expr, size_scalar(denom, m.dtype)), m.dtype)
     return _keepdim(ctx, TensorValue(m2.sizes, m.dtype, m2.device, expr), meta, x.ndim, dims)
 
 
@@ -222,6 +219,8 @@ def _extern_arg(ctx: LoweringContext, a):
         return view if view is not None else ir.BufferArg(ctx.realize(a).name)
     if isinstance(a, torch.SymInt):
         return ir.SizeArg(to_sympy(a))
+    if isinstance(a, sympy.Basic):   # a size computed from symbols (a lowered sym_size)
+        return int(a) if a.is_Integer else ir.SizeArg(a)
     if isinstance(a, (list, tuple)):
         return type(a)(_extern_arg(ctx, x) for x in a)
     return a
@@ -236,14 +235,15 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     e = tv.expr
     if not isinstance(e, Load) or e.indirect or e.buffer not in ctx.buffers:
         return None
-    if ctx.buffers[e.buffer].dtype != tv.dtype or not all(s.is_number for s in tv.sizes):
+    if ctx.buffers[e.buffer].dtype != tv.dtype:
         return None
     if ctx.buffer_of(tv) is not None:
         return None   # the buffer itself: a BufferArg
-    index = sympy.sympify(e.index)
     xs = [loop_var(k) for k in range(tv.ndim)]
-    if index.free_symbols - set(xs):
+    index = simplify_index(e.index, dict(zip(xs, tv.sizes)))
+    if any(ir.is_loop_var(s) for s in index.free_symbols - set(xs)):
         return None
+    symbolic = not all(sympy.sympify(s).is_number for s in tv.sizes)
     zero = {x: 0 for x in xs}
     offset = index.xreplace(zero)
     strides = []
@@ -251,6 +251,8 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
         strides.append(sympy.Integer(0) if tv.sizes[k] == 1 else index.xreplace({**zero, x: 1}) - offset)
     affine = offset + sum((x * s for x, s in zip(xs, strides)), sympy.Integer(0))
     if index.has(sympy.floor, sympy.Mod):
+        if symbolic:
+            return None   # no point-by-point check without sizes
         numel = int(ir.product(tv.sizes))
         if numel > _CHECK_POINTS or numel == 0:
             return None
@@ -262,7 +264,7 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
             return None
     elif sympy.expand(index - affine) != 0:
         return None
-    if any(int(s) < 0 for s in strides) or int(offset) < 0:
+    if any(sympy.sympify(s).is_nonnegative is not True for s in (*strides, offset)):
         return None
     return ir.ViewArg(e.buffer, tuple(tv.sizes), tuple(strides), offset)
 

@@ -18,7 +18,7 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.ir import Constant, IndexValue, Load, Op, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
-                                   register, reindex, reshape_index, to_sympy)
+                                   register, reindex, reshape_index, size_scalar, to_sympy)
 
 # ---------------------------------------------------------------------------- elementwise
 
@@ -45,6 +45,8 @@ def _operand(x, dtype: torch.dtype, sizes) -> Any:
         return cast(broadcast_to(x, sizes).expr, dtype)
     if isinstance(x, (bool, int, float)):
         return constant(x, dtype)
+    if isinstance(x, sympy.Expr):   # a symbolic size used as a number
+        return size_scalar(x, dtype)
     raise LoweringError(f"unsupported operand {type(x).__name__}")
 
 
@@ -56,6 +58,7 @@ def _common_dtype(values) -> torch.dtype:
     for v in pool[1:]:
         dtype = torch.promote_types(dtype, v.dtype)
     scalars = [v for v in values if isinstance(v, (bool, int, float)) and not isinstance(v, TensorValue)]
+    scalars += [1 for v in values if isinstance(v, sympy.Expr)]   # a symbolic size: a weak int
     for s in scalars:  # weak scalars move only across categories (int -> float)
         if isinstance(s, float) and not dtype.is_floating_point:
             dtype = torch.get_default_dtype()
@@ -256,22 +259,38 @@ def slice_(ctx, meta, self=None, a=None, dim=0, start=None, end=None, step=1, **
         raise LoweringError("slice without a tensor")
     dim = dim % x.ndim
     size = x.sizes[dim]
-    if not size.is_number:
-        raise LoweringError("slice of a symbolic dim")
-    start, _, step = slice(start, end, step).indices(int(size))
+    if size.is_number and all(isinstance(v, (int, type(None))) for v in (start, end, step)):
+        start, _, step = slice(start, end, step).indices(int(size))
+    else:
+        start, step = _symbolic_slice_start(size, start, step)
     idx = [loop_var(k) for k in range(x.ndim)]
     idx[dim] = start + step * loop_var(dim)
     return reindex(x, tuple(map(to_sympy, _out(meta).shape)), idx)
+
+
+def _symbolic_slice_start(size: sympy.Expr, start, step) -> tuple[sympy.Expr, int]:
+    """The first index a slice reads when its dim or bounds are symbolic. Only the start matters:
+    the output's size (from the trace) already says how many elements follow, and a start past
+    the end gives an empty output that reads nothing."""
+    if not isinstance(step, int) or step <= 0:
+        raise LoweringError("slice with a symbolic or non-positive step")
+    start = to_sympy(0 if start is None else start)
+    if start.is_nonnegative:
+        return start, step
+    if start.is_negative:  # counts from the end, clamped at 0 as Python does
+        return sympy.Max(size + start, 0), step
+    raise LoweringError(f"slice start {start} of unknown sign")
 
 
 @register("select")
 def select(ctx, meta, self=None, dim=0, index=0, **_):
     dim = dim % self.ndim
     size = self.sizes[dim]
-    if not isinstance(index, int):
-        raise LoweringError("symbolic select index")
-    if index < 0:
+    index = to_sympy(index)
+    if index.is_negative:
         index = index + size
+    elif not index.is_nonnegative:
+        raise LoweringError(f"select index {index} of unknown sign")
     idx = [loop_var(k if k < dim else k - 1) for k in range(self.ndim)]
     idx[dim] = to_sympy(index)
     return reindex(self, tuple(map(to_sympy, _out(meta).shape)), idx)
@@ -301,6 +320,8 @@ def full(ctx, meta, **kw):
         if value.ndim != 0:
             raise LoweringError("fill with a non-scalar tensor")
         return _value(meta, cast(broadcast_to(value, tuple(map(to_sympy, m.shape))).expr, m.dtype))
+    if isinstance(value, sympy.Expr):
+        return _value(meta, size_scalar(value, m.dtype))
     if not isinstance(value, (bool, int, float)):
         raise LoweringError("fill value is not a number")
     return _value(meta, constant(value, m.dtype))
@@ -319,8 +340,12 @@ for _n, _v in {"zeros": 0, "zeros_like": 0, "new_zeros": 0, "ones": 1, "ones_lik
 @register("iota", "arange")
 def iota(ctx, meta, start=0, step=1, end=None, **kw):
     m = _out(meta)
-    if m.dim() != 1 or not all(isinstance(v, (int, float)) for v in (start, step)):
+    if m.dim() != 1 or not all(isinstance(v, (int, float, sympy.Expr)) for v in (start, step)):
         raise LoweringError("iota arguments")
+    if any(isinstance(v, sympy.Expr) for v in (start, step)):
+        if any(isinstance(v, float) for v in (start, step)):
+            raise LoweringError("iota with a float and a symbolic argument")
+        return _value(meta, cast(IndexValue(to_sympy(start) + to_sympy(step) * loop_var(0)), m.dtype))
     if m.dtype.is_floating_point:
         scaled = Op("mul", (cast(IndexValue(loop_var(0)), m.dtype), constant(step, m.dtype)), m.dtype)
         return _value(meta, Op("add", (constant(start, m.dtype), scaled), m.dtype))

@@ -22,7 +22,7 @@ aten = torch.ops.aten
 
 # ATen ops in the forward and backward traces of transformer LMs (GPT-2, BERT, T5, LLaMA,
 # GPT-NeoX) and timm/torchvision CNNs and ViTs, fp32 and bf16 autocast, after CompositeImplicit
-# decomposition (what a dispatch mode sees).
+# decomposition (what a dispatch mode sees), on CPU and on CUDA (cuDNN batch norm).
 MODEL_OPS = [
     aten.native_layer_norm.default, aten.native_layer_norm_backward.default, aten.gelu.default,
     aten.gelu_backward.default, aten.embedding.default, aten.embedding_dense_backward.default,
@@ -31,7 +31,8 @@ MODEL_OPS = [
     aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit_no_training.default, aten._native_batch_norm_legit_functional.default,
     aten.native_batch_norm_backward.default, aten._batch_norm_with_update.default,
-    aten.batch_norm_backward.default, aten.convolution.default, aten.convolution_backward.default,
+    aten.batch_norm_backward.default, aten.cudnn_batch_norm.default, aten.cudnn_batch_norm_backward.default,
+    aten.convolution.default, aten.convolution_backward.default,
     aten.addmm.default, aten.mm.default, aten.bmm.default, aten.baddbmm.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,

@@ -221,3 +221,19 @@ def test_write_into_a_plain_tensor_attribute_is_refused():
     with pytest.raises(NotYetImplemented, match="register_buffer"):
         aot_compile(Counter(), [torch.randn(3)], fw_compiler=lambda g, _: g.forward,
                     bw_compiler=lambda g, _: g.forward)
+
+
+@pytest.mark.parametrize("fake", [True, False])
+def test_recorded_values_survive_later_inplace_metadata_changes(fake):
+    # at::matmul computes vector @ matrix as unsqueeze(0).mm(w).squeeze_(0): the mm's recorded value
+    # must keep the mm's own shape (1, 4), not follow the later squeeze_ of the same tensor
+    gm = torch.fx.symbolic_trace(lambda x, w: (torch.matmul(x, w) * 2, (x.unsqueeze(0) * 3).t_()))
+    joint = trace_joint(gm, [torch.randn(3), torch.randn(3, 4)], fake=fake)
+    values = {n: n.meta["val"] for n in joint.gm.graph.nodes if n.op == "call_function"}
+    mm = [v for n, v in values.items() if n.target is torch.ops.aten.mm.default]
+    assert [tuple(v.shape) for v in mm] == [(1, 4)]
+    # the mul's own layout, recorded before t_ transposed that tensor in place
+    muls = [v for n, v in values.items() if n.target is torch.ops.aten.mul.Tensor and v.dim() == 2]
+    assert [(tuple(v.shape), v.stride()) for v in muls] == [((1, 3), (3, 1))]
+    out = joint.gm(torch.randn(3), torch.randn(3, 4))
+    assert out[0].shape == (4,) and out[1].shape == (3, 1)

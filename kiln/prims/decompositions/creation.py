@@ -159,9 +159,13 @@ def zero(a):
 
 @register(aten.arange.start_step)
 def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    integral = all(isinstance(x, (int, torch.SymInt)) for x in (start, end, step))
     if dtype is None:
-        dtype = torch.int64 if all(isinstance(x, int) for x in (start, end, step)) else torch.get_default_dtype()
-    length = math.ceil((end - start) / step)
+        dtype = torch.int64 if integral else torch.get_default_dtype()
+    if integral and isinstance(step, int) and step > 0:
+        length = (end - start + step - 1) // step   # exact on symbolic sizes, no float round trip
+    else:
+        length = math.ceil((end - start) / step)
     if dtype.is_floating_point:
         # eager computes start + i * step in double precision, then rounds once
         ramp = p.iota(max(length, 0), start=0, step=1, dtype=torch.int64, device=_device(device))
@@ -169,7 +173,8 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
                              p.full([max(length, 0)], float(step), dtype=torch.float64, device=_device(device))),
                        p.full([max(length, 0)], float(start), dtype=torch.float64, device=_device(device)))
         return p.convert_element_type(values, dtype)
-    return p.iota(max(length, 0), start=int(start), step=int(step), dtype=dtype, device=_device(device))
+    start, step = (x if isinstance(x, torch.SymInt) else int(x) for x in (start, step))
+    return p.iota(max(length, 0), start=start, step=step, dtype=dtype, device=_device(device))
 
 
 @register(aten.arange.start)

@@ -212,6 +212,91 @@ def batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, s
                                       output_mask)
 
 
+# [Note: cuDNN and MIOpen batch norm] On CUDA, at::batch_norm picks cuDNN (`_batch_norm_impl_index`
+# is CompositeImplicit, so a dispatch mode sees `cudnn_batch_norm`, not native_batch_norm), MIOpen on
+# ROCm. Their conventions (aten/src/ATen/native/cudnn/BatchNorm.cpp, derivatives.yaml): the saved
+# statistics are the batch mean and the inverse standard deviation 1/sqrt(var + eps) (named save_var
+# but cuDNN's "SaveInvVariance"), in the weight's dtype, empty in eval; the running buffers are
+# updated in place with the unbiased variance, as native; cuDNN adds a uint8 reserve workspace that
+# only its own backward reads. Decomposed, the reserve is empty: the backward below ignores it.
+# The backward always trains (autograd calls native_batch_norm_backward for eval) and computes all
+# three gradients; note its argument order, input before grad_output.
+
+def _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, save_mean, save_invstd, new_mean, new_var = _batch_norm(a, weight, bias, running_mean, running_var,
+                                                                 training, momentum, eps)
+    if not training:
+        empty = full([0], 0, weight.dtype, a.device)
+        return out, empty, empty
+    if running_mean is not None:
+        running_mean.copy_(new_mean)
+        running_var.copy_(new_var)
+    return out, convert(save_mean, weight.dtype), convert(save_invstd, weight.dtype)
+
+
+@register(aten.cudnn_batch_norm.default)
+def cudnn_batch_norm(a, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon):
+    out, save_mean, save_invstd = _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training,
+                                                          exponential_average_factor, epsilon)
+    return out, save_mean, save_invstd, full([0], 0, torch.uint8, a.device)
+
+
+@register(aten.miopen_batch_norm.default)
+def miopen_batch_norm(a, weight, bias, running_mean, running_var, training, exponential_average_factor, epsilon):
+    return _cudnn_style_batch_norm(a, weight, bias, running_mean, running_var, training,
+                                   exponential_average_factor, epsilon)
+
+
+@register(aten.cudnn_batch_norm_backward.default)
+def cudnn_batch_norm_backward(a, grad, weight, running_mean, running_var, save_mean, save_var, epsilon,
+                              reserve):
+    return native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, True,
+                                      epsilon, [True, True, True])
+
+
+@register(aten.miopen_batch_norm_backward.default)
+def miopen_batch_norm_backward(a, grad, weight, running_mean, running_var, save_mean, save_var, epsilon):
+    return native_batch_norm_backward(grad, a, weight, running_mean, running_var, save_mean, save_var, True,
+                                      epsilon, [True, True, True])
+
+
+# On CUDA, at::rms_norm (F.rms_norm, nn.RMSNorm, timm's RmsNorm) calls `_fused_rms_norm`, whose backward
+# has CUDA kernels only; on CPU it is a composite of ordinary ops. rstd is 1/sqrt(mean(x^2) + eps) in
+# the computation dtype, shaped like layer norm's statistics; eps None means the computation dtype's
+# machine epsilon. Not in torch 2.11's every build: registered only where the op exists.
+if hasattr(aten, "_fused_rms_norm") and hasattr(aten, "_fused_rms_norm_backward"):
+    @register(aten._fused_rms_norm.default)
+    def fused_rms_norm(a, normalized_shape, weight, eps):
+        axis = a.ndim - len(normalized_shape)
+        dims, kept = list(range(axis, a.ndim)), list(range(axis))
+        compute = computation_dtype(a.dtype)
+        x = convert(a, compute)
+        mean_square = p.div(p.sum(p.mul(x, x), dims), full(a.shape[:axis], numel(normalized_shape), compute, a.device))
+        rstd = _rsqrt_eps(mean_square, torch.finfo(compute).eps if eps is None else eps)
+        out = p.mul(x, _bcast(rstd, x.shape, kept))
+        if weight is not None:
+            out = p.mul(out, broadcast_to(convert(weight, compute), x.shape))
+        return convert(out, a.dtype), p.view(rstd, list(a.shape[:axis]) + [1] * len(normalized_shape))
+
+    @register(aten._fused_rms_norm_backward.default)
+    def fused_rms_norm_backward(grad, a, normalized_shape, rstd, weight, output_mask):
+        axis = a.ndim - len(normalized_shape)
+        inner, outer = list(range(axis, a.ndim)), list(range(axis))
+        compute = computation_dtype(a.dtype)
+        x, g = convert(a, compute), convert(grad, compute)
+        r = broadcast_to(convert(rstd, compute), x.shape)
+        x_hat = p.mul(x, r)
+        grad_input = grad_weight = None
+        if output_mask[0]:
+            gw = p.mul(g, broadcast_to(convert(weight, compute), x.shape)) if weight is not None else g
+            n = full(x.shape, numel(normalized_shape), compute, a.device)
+            dot = _bcast(p.sum(p.mul(gw, x_hat), inner), x.shape, outer)
+            grad_input = convert(p.mul(r, p.sub(gw, p.div(p.mul(x_hat, dot), n))), a.dtype)
+        if output_mask[1] and weight is not None:
+            grad_weight = convert(p.sum(p.mul(g, x_hat), outer), weight.dtype)
+        return grad_input, grad_weight
+
+
 @register(aten.native_group_norm.default)
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     compute = computation_dtype(a.dtype)

@@ -10,6 +10,7 @@ the batch and channel dims ride along as one trailing dim, so one code path serv
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 
 import torch
@@ -129,6 +130,27 @@ def _pad_spatial(x, k, low, high, value):
     return p.pad(x, value, lo, hi, [0] * x.ndim)
 
 
+# [Note: unrolled max pooling] A window of at most this many elements is pooled as a running
+# `maximum` over strided slices of the padded input, one per window offset: pure views and
+# pointwise prims, so the codegen fuses the pool with its producer into one kernel reading the
+# input in place (no gather, no transposes). Larger windows take the gather path. The indices
+# still come from the gather path; inference drops them as dead code.
+UNROLL_MAX_WINDOW = 32
+
+
+def _max_pool_unrolled(xp, k, dims):
+    """max over windows of the padded `xp` (lead..., padded spatial...) -> (lead..., outputs...)."""
+    lead = xp.ndim - k
+    best = None
+    for offsets in itertools.product(*(range(w.length) for w in dims)):
+        v = xp
+        for d, (w, j) in enumerate(zip(dims, offsets)):
+            start = j * w.dilation
+            v = p.slice(v, lead + d, start, start + (w.outputs - 1) * w.stride + 1, w.stride)
+        best = v if best is None else p.maximum(best, v)
+    return best
+
+
 def _max_pool(x, k, kernel, stride, padding, dilation, ceil_mode):
     dims, low, high, *_ = _regular_dims(x, k, kernel, stride, padding, dilation, ceil_mode)
     lowest = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
@@ -137,7 +159,10 @@ def _max_pool(x, k, kernel, stride, padding, dilation, ceil_mode):
     outs = [w.outputs for w in dims]
     window = math.prod(w.length for w in dims)
     vals = reshape(contiguous(vals), outs + [window, vals.shape[-1]])
-    best = p.amax(vals, [k])
+    if 0 < window <= UNROLL_MAX_WINDOW and all(o > 0 for o in outs):
+        best = _max_pool_unrolled(xp, k, dims)
+    else:
+        best = _to_batch_first(p.amax(vals, [k]), lead, k)
     which = p.argmax(vals, k)                                  # (outputs..., B)
     # the chosen offset's position in the unpadded input, as a flat index
     idx, _ = _window_index(dims, x.device)
@@ -154,7 +179,7 @@ def _max_pool(x, k, kernel, stride, padding, dilation, ceil_mode):
                             full(padded_flat.shape, dims[d].size, torch.int64, x.device))
         coord = p.sub(coord, full(coord.shape, low[d], torch.int64, x.device))
         flat = p.add(flat, p.mul(coord, full(coord.shape, strides[d], torch.int64, x.device)))
-    return _to_batch_first(best, lead, k), _to_batch_first(flat, lead, k)
+    return best, _to_batch_first(flat, lead, k)
 
 
 def _max_pool_backward(grad, x, k, indices):

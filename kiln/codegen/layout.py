@@ -1,0 +1,130 @@
+"""The layout pass: channels-last activations around CPU convolutions.
+
+oneDNN (ATen's CPU convolution) computes in a channels-last layout; given an NCHW input it reorders
+the input and the output on every call, which costs as much as the convolution itself on small
+images. Given a channels-last (NHWC) input, it reads it in place and returns a channels-last output.
+So, on CPU, a 4-d buffer that kiln computes and a convolution reads gets NHWC strides, and so does
+that convolution's output: chains conv -> (batch norm, activation, residual add, pooling) -> conv
+then never leave NHWC, and the fused pointwise kernels between them (whose loop-order pass puts the
+channel dim innermost) read and write it at unit stride.
+
+The pass runs on the loop IR between lowering and scheduling and changes only buffer strides: a
+ComputedBuffer's store follows its buffer's strides (the scheduler computes it), and every load of a
+relaid buffer is rewritten from the old flat offset to the new one (per-dim indices recovered by
+div/mod, which the loop bounds then simplify away). Graph inputs, outputs, constants and buffers
+read through a strided view (`ViewArg`) keep their layout: their strides are a contract with code
+outside the kernels.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.indexing import simplify_index
+from kiln.codegen.ir import loop_var, reduction_var
+
+
+def channels_last_strides(sizes) -> tuple[sympy.Expr, ...]:
+    """NHWC strides of an (N, C, H, W) buffer, as torch.channels_last computes them."""
+    n, c, h, w = (sympy.sympify(s) for s in sizes)
+    return (h * w * c, sympy.Integer(1), w * c, c)
+
+
+def _is_convolution(node) -> bool:
+    return isinstance(node, ir.ExternKernel) and getattr(node.op, "__name__", "").split(".")[0] == "convolution"
+
+
+def _view_names(value) -> set[str]:
+    leaves = torch.utils._pytree.tree_leaves(value)
+    return {a.name for a in leaves if isinstance(a, ir.ViewArg)}
+
+
+def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
+    """Buffer name -> new (NHWC) strides, for the buffers the convolutions read and write."""
+    buffers = graph.buffer_map()
+    producer = {}
+    for node in graph.nodes:
+        if isinstance(node, ir.ComputedBuffer):
+            producer[node.buffer] = node
+        else:
+            for o in node.outputs:
+                if o is not None:
+                    producer[o] = node
+    pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
+    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
+    for node in graph.nodes:
+        if isinstance(node, ir.ExternKernel):
+            pinned |= _view_names((node.args, [v for _, v in node.kwargs]))
+
+    def relayable(name: str) -> bool:
+        buf = buffers[name]
+        return (name not in pinned and len(buf.sizes) == 4 and all(sympy.sympify(s).is_number for s in buf.sizes)
+                and buf.strides == ir.contiguous_strides(buf.sizes) and buf.offset == 0)
+
+    plan: dict[str, tuple] = {}
+    for node in graph.nodes:
+        if not _is_convolution(node) or not node.args or not isinstance(node.args[0], ir.BufferArg):
+            continue
+        x = node.args[0].name
+        out = node.outputs[0] if node.outputs else None
+        if out is None or len(buffers[x].sizes) != 4:
+            continue
+        source = producer.get(x)
+        if x not in plan and relayable(x) and isinstance(source, ir.ComputedBuffer) \
+                and isinstance(source.body, (ir.Pointwise, ir.Reduction)):
+            plan[x] = channels_last_strides(buffers[x].sizes)
+        if x in plan and relayable(out):
+            plan[out] = channels_last_strides(buffers[out].sizes)
+    return plan
+
+
+def _relaid_index(index, old: ir.Buffer, new_strides, upper: dict) -> sympy.Expr:
+    """The flat offset of the element at contiguous offset `index`, in the new strides."""
+    index = sympy.sympify(index)
+    out = sympy.Integer(0)
+    for d, (size, old_stride, new_stride) in enumerate(zip(old.sizes, old.strides, new_strides)):
+        i = sympy.floor(index / old_stride) if old_stride != 1 else index
+        if d > 0:
+            i = sympy.Mod(i, size)
+        out = out + i * new_stride
+    return simplify_index(out, upper)
+
+
+def _node_bounds(body) -> dict:
+    upper = {loop_var(k): sympy.sympify(r) for k, r in enumerate(body.ranges)}
+    if isinstance(body, ir.Reduction):
+        upper.update({reduction_var(k): sympy.sympify(r) for k, r in enumerate(body.reduction_ranges)})
+    elif isinstance(body, ir.Scan):
+        upper[reduction_var(0)] = sympy.sympify(body.scan_range)
+    return upper
+
+
+def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
+    """`graph` with the planned buffers restrided and every load of them re-indexed."""
+    if not plan:
+        return graph
+    old = graph.buffer_map()
+    buffers = tuple(dataclasses.replace(b, strides=tuple(plan[b.name])) if b.name in plan else b
+                    for b in graph.buffers)
+    nodes = []
+    for node in graph.nodes:
+        if isinstance(node, ir.ComputedBuffer):
+            upper = _node_bounds(node.body)
+
+            def fix(e, upper=upper):
+                if isinstance(e, ir.Load) and e.buffer in plan:
+                    return dataclasses.replace(e, index=_relaid_index(e.index, old[e.buffer], plan[e.buffer], upper))
+                return e
+            node = dataclasses.replace(node, body=dataclasses.replace(node.body, expr=ir.map_expr(node.body.expr, fix)))
+        nodes.append(node)
+    return dataclasses.replace(graph, buffers=buffers, nodes=tuple(nodes))
+
+
+def optimize_layouts(graph: ir.Graph) -> ir.Graph:
+    """The pass: channels-last around convolutions on CPU (see the module docstring)."""
+    if not any(b.device == "cpu" for b in graph.buffers):
+        return graph
+    return apply_layouts(graph, plan_channels_last(graph))

@@ -1,0 +1,119 @@
+"""CPU performance rewrites, each against eager: max pooling as one fused pointwise pass (no gather),
+channels-last buffers around convolutions (kiln.codegen.layout)."""
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.codegen import ir, layout
+
+
+def _compile_and_compare(fn, *inputs, rtol=1e-4, atol=1e-5):
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="kiln")
+    with torch.no_grad():
+        got = compiled(*inputs)
+        ref = fn(*[x.double() for x in inputs])
+    torch.testing.assert_close(got.double(), ref, rtol=rtol, atol=atol, equal_nan=True)
+    return compiled
+
+
+def _record_graphs(monkeypatch):
+    """The loop IR of every graph after the layout pass."""
+    import kiln.codegen.compile as compile_module
+    seen = []
+
+    def recording(graph):
+        out = layout.optimize_layouts(graph)
+        seen.append(out)
+        return out
+    monkeypatch.setattr(compile_module, "optimize_layouts", recording)
+    return seen
+
+
+def test_max_pool_fuses_with_its_producer_without_a_gather(monkeypatch):
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record_graphs(monkeypatch)
+
+    def f(x, scale):
+        return F.max_pool2d(torch.relu(x * scale), kernel_size=3, stride=2, padding=1)
+    x = torch.randn(2, 3, 11, 9)
+    x[0, 0, 0, 0] = float("nan")                      # NaN propagates as in eager
+    x[1, 2] = -1.0                                    # a window of equal values
+    _compile_and_compare(f, x, torch.randn(1, 3, 1, 1))
+    (graph,) = graphs
+    loads = [ld for n in graph.nodes if isinstance(n, ir.ComputedBuffer) for ld in ir.loads_of(n.body.expr)]
+    assert loads and not any(ld.indirect for ld in loads), "max pooling still gathers"
+    assert not any(isinstance(n, ir.ComputedBuffer) and isinstance(n.body, ir.Reduction) for n in graph.nodes)
+
+
+def test_max_pool_dilation_ceil_mode_and_1d_3d():
+    _compile_and_compare(lambda x: F.max_pool2d(x, 3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                         torch.randn(2, 4, 13, 10))
+    _compile_and_compare(lambda x: F.max_pool1d(x, 2), torch.randn(2, 3, 9))
+    _compile_and_compare(lambda x: F.max_pool3d(x, 2, stride=1), torch.randn(1, 2, 4, 5, 3))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.down = torch.nn.Conv2d(8, 8, 1, stride=2)
+
+    def forward(self, x):
+        y = F.max_pool2d(torch.relu(self.bn(self.conv1(x))), 3, 2, 1)
+        z = torch.relu(self.conv2(y) + y)
+        return self.down(z).mean((2, 3))
+
+
+def test_convolutions_read_and_write_channels_last(monkeypatch):
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record_graphs(monkeypatch)
+    model = _Block().eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-1, 1)
+        model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 3, 12, 12)
+    kiln.reset()
+    compiled = kiln.compile(model, backend="kiln")
+    with torch.no_grad():
+        got, ref = compiled(x), model(x)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-5)
+    (graph,) = graphs
+    buffers = graph.buffer_map()
+    convs = [n for n in graph.nodes if layout._is_convolution(n)]
+    assert len(convs) == 3
+    for conv in convs[1:]:     # the first reads the graph input, which keeps its layout
+        for name in (conv.args[0].name, conv.outputs[0]):
+            assert buffers[name].strides == layout.channels_last_strides(buffers[name].sizes), name
+
+
+def test_channels_last_training_step_matches_eager():
+    model = _Block().train()
+    ref_model = _Block().train()
+    ref_model.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 12, 12)
+    kiln.reset()
+    compiled = kiln.compile(model, backend="kiln")
+    compiled(x).sum().backward()
+    ref_model(x).sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_relaid_loads_keep_their_elements():
+    """A reduction over a relaid buffer, read through a permuted index: the pass rewrites the load."""
+    x0, x1, x2, x3 = (ir.loop_var(k) for k in range(4))
+    sizes = (2, 3, 4, 5)
+    src = ir.Buffer("buf0", sizes, ir.contiguous_strides(sizes), torch.float32)
+    plan = {"buf0": layout.channels_last_strides(sizes)}
+    # element (n, c, h, w) of buf0 read at loop index (n, h, w, c)
+    old_index = src.index([x0, x3, x1, x2])
+    body = ir.Pointwise((2, 4, 5, 3), ir.Load("buf0", old_index, torch.float32))
+    graph = ir.Graph((src, ir.Buffer("buf1", (2, 4, 5, 3), ir.contiguous_strides((2, 4, 5, 3)), torch.float32)),
+                     (ir.ComputedBuffer("buf1", body),), (), ("buf1",))
+    new = layout.apply_layouts(graph, plan)
+    load = new.nodes[0].body.expr
+    relaid = ir.Buffer("buf0", sizes, plan["buf0"], torch.float32)
+    assert load.index == relaid.index([x0, x3, x1, x2])

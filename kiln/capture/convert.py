@@ -26,9 +26,11 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
 from kiln.capture.guards import Guard, GuardKind, compile_guards
-from kiln.capture.interpreter import PY312, GraphBreak, Tracer
+from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
+from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
+from kiln.capture.semantics import python_value
 from kiln.capture.sources import ConstSource, LocalSource
 
 
@@ -125,31 +127,29 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
     native form for it. Branches are handled by the caller."""
     op = inst.opname
     callee = "__wrap(s[{}])" if wrap_callee else "s[{}]"
-    if op == "CALL":
-        argc, names = inst.arg, tuple(tx.kw_names)
+    if op in ("CALL", "CALL_KW"):
+        argc = inst.arg
+        # 3.13's CALL_KW finds the keyword names on the stack, above the arguments
+        names, top = (tuple(python_value(tx.stack[-1])), 1) if op == "CALL_KW" else (tuple(tx.kw_names), 0)
+        fn_at, self_at = call_slots(tx.stack[-argc - 2 - top], tx.stack[-argc - 1 - top])
         pos = argc - len(names)
-        # [NULL, callable, args...] or [method, self, args...]
-        below = tx.stack[-argc - 2]
-        if isinstance(below, V.Null):
-            fn, first = callee.format(1), 2
-        else:
-            fn, first = callee.format(0), 1
-        args = [f"s[{first + i}]" for i in range(pos + (first == 1))]
+        args = [f"s[{self_at}]"] * (self_at is not None) + [f"s[{2 + i}]" for i in range(pos)]
         kw = [f"{n}=s[{2 + pos + j}]" for j, n in enumerate(names)]
-        if first == 1:  # method form: self is s[1], positional args follow
-            args = [f"s[{1 + i}]" for i in range(pos + 1)]
-        return Step(argc + 2, (f"{fn}({', '.join(args + kw)})",)), []
+        return Step(argc + 2 + top, (f"{callee.format(fn_at)}({', '.join(args + kw)})",)), []
     if op == "CALL_FUNCTION_EX":
         has_kw = inst.arg & 1
-        below = tx.stack[-3 - has_kw]
+        fn_at, self_at = call_slots(tx.stack[-3 - has_kw], tx.stack[-2 - has_kw])
+        self_arg = f"s[{self_at}], " if self_at is not None else ""
         kw = ", **s[3]" if has_kw else ""
-        if isinstance(below, V.Null):
-            return Step(3 + has_kw, (f"{callee.format(1)}(*s[2]{kw})",)), []
-        return Step(3 + has_kw, (f"{callee.format(0)}(s[1], *s[2]{kw})",)), []
+        return Step(3 + has_kw, (f"{callee.format(fn_at)}({self_arg}*s[2]{kw})",)), []
     if op == "BINARY_OP":
         return Step(2, (f"__ops[{inst.arg}](s[0], s[1])",)), []
     if op == "COMPARE_OP":
-        return Step(2, (f"(s[0] {inst.argval} s[1])",)), []
+        # 3.13's bit 16 asks for a bool: its jumps take True or False only
+        as_bool = PY313 and inst.arg & 16
+        return Step(2, (f"{'bool' if as_bool else ''}(s[0] {inst.argval} s[1])",)), []
+    if op == "TO_BOOL":
+        return Step(1, ("bool(s[0])",)), []
     if op == "CONTAINS_OP":
         return Step(2, (f"(s[0] {'not in' if inst.arg else 'in'} s[1])",)), []
     if op == "BINARY_SUBSCR":
@@ -157,7 +157,8 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
     if op == "STORE_SUBSCR":
         return Step(3, ()), ["s[1][s[2]] = s[0]"]
     if op in ("LOAD_METHOD",) or op == "LOAD_ATTR" and PY312 and inst.arg & 1:
-        return Step(1, ("__NULL__", f"s[0].{inst.argval}")), []
+        attr = f"s[0].{inst.argval}"  # the bound method, with a NULL (see push_callable)
+        return Step(1, (attr, "__NULL__") if PY313 else ("__NULL__", attr)), []
     if op == "LOAD_ATTR":
         return Step(1, (f"s[0].{inst.argval}",)), []
     if op == "STORE_ATTR":
@@ -174,6 +175,12 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
         if flags & 4:
             return Step(2, (f"format(f'{{s[0]{conv}}}' if {bool(conv)} else s[0], s[1])",)), []
         return Step(1, (f"f'{{s[0]{conv}}}'",)), []
+    if op == "CONVERT_VALUE":  # 3.13 splits FORMAT_VALUE in three
+        return Step(1, (f"{('str', 'repr', 'ascii')[inst.arg - 1]}(s[0])",)), []
+    if op == "FORMAT_SIMPLE":
+        return Step(1, ("format(s[0])",)), []
+    if op == "FORMAT_WITH_SPEC":
+        return Step(2, ("format(s[0], s[1])",)), []
     return None
 
 

@@ -1,9 +1,11 @@
 """One handler per CPython opcode: `HANDLERS[opname](tx, inst)`.
 
-Handlers are written against CPython 3.11's bytecode; where 3.12 changed an opcode's meaning
-(LOAD_ATTR's method bit, LOAD_SUPER_ATTR, CALL_INTRINSIC_1, RETURN_CONST, END_FOR, LOAD_FAST_*,
-BINARY_SLICE, POP_JUMP_IF_*), the difference lives inside the handler or in an entry that only
-3.12 emits. Semantics of the operations themselves (attribute reads, calls, operators) are in
+Handlers are written against CPython 3.11's bytecode; where 3.12 or 3.13 changed an opcode's
+meaning (LOAD_ATTR's method bit, LOAD_SUPER_ATTR, CALL_INTRINSIC_1, RETURN_CONST, END_FOR,
+LOAD_FAST_*, BINARY_SLICE, POP_JUMP_IF_*, TO_BOOL, MAKE_FUNCTION's flags), the
+difference lives inside the handler or in an entry that only the newer version emits. The one
+difference that cuts across handlers, where CALL's NULL slot sits, is `push_callable` and
+`call_slots` below. Semantics of the operations themselves (attribute reads, calls, operators) are in
 `semantics.py`; these handlers only move trackers between the stack, locals and cells.
 """
 from __future__ import annotations
@@ -17,6 +19,40 @@ from kiln.capture.interpreter import PY312, PY313, FrameReturn, GraphBreak, Obse
 from kiln.capture.sources import ClosureSource, GlobalSource
 
 HANDLERS: dict = {}
+
+
+# [Note: CALL's NULL slot]
+# CALL finds two slots below its arguments. Up to 3.12 they hold [NULL, callable] or
+# [method, self]; from 3.13 [callable, NULL] or [callable, self]. LOAD_GLOBAL, LOAD_ATTR and
+# LOAD_SUPER_ATTR push the NULL on the side the version expects (`push_callable`); CALL,
+# CALL_KW, CALL_FUNCTION_EX and the native form of a call at a graph break (`convert.py`) read
+# the two slots through `call_slots`.
+def push_callable(tx, fn):
+    """Push `fn` with the NULL that says "no self": below it up to 3.12, above it from 3.13."""
+    if PY313:
+        tx.push(fn)
+        tx.push(V.Null())
+    else:
+        tx.push(V.Null())
+        tx.push(fn)
+
+
+def call_slots(first, second) -> tuple[int, int | None]:
+    """Which of the two slots below a call's arguments (0: the lower) hold the callable and the
+    `self` passed as its first argument (None: the other slot is a NULL)."""
+    if PY313:
+        return 0, None if isinstance(second, V.Null) else 1
+    if isinstance(first, V.Null):
+        return 1, None
+    return 0, 1
+
+
+def _pop_callable(tx, args: list) -> tuple:
+    """Pop the two slots below a call's arguments: (the callable, its arguments with any self)."""
+    second, first = tx.pop(), tx.pop()
+    slots = (first, second)
+    fn_at, self_at = call_slots(first, second)
+    return slots[fn_at], args if self_at is None else [slots[self_at], *args]
 
 
 def handler(*names):
@@ -62,8 +98,10 @@ def end_for(tx, inst):
 @handler("LOAD_FAST", "LOAD_FAST_CHECK")
 def load_fast(tx, inst):
     name = inst.argval
-    if name in tx.cells:  # 3.11 reads cell variables through LOAD_DEREF, but be lenient
-        tx.push(tx.cells[name].contents)
+    if name in tx.cells:
+        # a cell's slot holds the cell: 3.13 emits LOAD_CLOSURE (building a closure) as
+        # LOAD_FAST of it; 3.11 and 3.12 read cell variables through LOAD_DEREF, but be lenient
+        tx.push(tx.cells[name] if PY313 else tx.cells[name].contents)
         return
     if name not in tx.locals:
         tx.raise_(UnboundLocalError, f"local variable '{name}' referenced before assignment")
@@ -108,10 +146,11 @@ def return_value(tx, inst):
 
 @handler("LOAD_GLOBAL")
 def load_global(tx, inst):
-    name = inst.argval
+    value = S.load_global(tx, inst.argval)
     if inst.arg & 1:
-        tx.push(V.Null())
-    tx.push(S.load_global(tx, name))
+        push_callable(tx, value)
+    else:
+        tx.push(value)
 
 
 @handler("STORE_GLOBAL")
@@ -170,26 +209,26 @@ def import_from(tx, inst):
 # -- attributes ------------------------------------------------------------------------------------
 @handler("LOAD_ATTR")
 def load_attr(tx, inst):
-    obj = tx.pop()
+    value = S.getattr_var(tx, tx.pop(), inst.argval)
     if PY312 and inst.arg & 1:  # 3.12 folds LOAD_METHOD into LOAD_ATTR's low bit
-        tx.push(V.Null())
-    tx.push(S.getattr_var(tx, obj, inst.argval))
+        push_callable(tx, value)  # kiln pushes the bound method: a NULL, never [method, self]
+    else:
+        tx.push(value)
 
 
 @handler("LOAD_METHOD")  # 3.11
 def load_method(tx, inst):
-    obj = tx.pop()
-    tx.push(V.Null())
-    tx.push(S.getattr_var(tx, obj, inst.argval))
+    push_callable(tx, S.getattr_var(tx, tx.pop(), inst.argval))
 
 
 @handler("LOAD_SUPER_ATTR")  # 3.12: super().name with the two-argument form in bit 1
 def load_super_attr(tx, inst):
     self_var, cls, _super = tx.pop(), tx.pop(), tx.pop()
-    sup = V.SuperVar(S.python_value(cls), self_var)
+    value = S.getattr_var(tx, V.SuperVar(S.python_value(cls), self_var), inst.argval)
     if inst.arg & 1:
-        tx.push(V.Null())
-    tx.push(S.getattr_var(tx, sup, inst.argval))
+        push_callable(tx, value)
+    else:
+        tx.push(value)
 
 
 @handler("STORE_ATTR")
@@ -367,6 +406,7 @@ def delete_subscr(tx, inst):
 @handler("COMPARE_OP")
 def compare_op(tx, inst):
     b, a = tx.pop(), tx.pop()
+    # a tensor result stays a tensor under 3.13's bool bit: the jump that consumes it breaks
     tx.push(S.binary_op(tx, S.COMPARE_OPS[inst.argval], a, b))
 
 
@@ -486,11 +526,7 @@ def kw_names(tx, inst):
 
 @handler("CALL")
 def call(tx, inst):
-    argc = inst.arg
-    args = tx.popn(argc)
-    callable_, below = tx.pop(), tx.pop()
-    if not isinstance(below, V.Null):  # [method, self, args] form
-        callable_, args = below, [callable_, *args]
+    callable_, args = _pop_callable(tx, tx.popn(inst.arg))
     names = tx.kw_names
     tx.kw_names = ()
     kwargs = {}
@@ -503,18 +539,14 @@ def call(tx, inst):
 @handler("CALL_FUNCTION_EX")
 def call_function_ex(tx, inst):
     kwargs = S.dict_items(tx, tx.pop()) if inst.arg & 1 else []
-    args = S.iterate(tx, tx.pop())
-    fn = tx.pop()
-    null = tx.pop()
-    if not isinstance(null, V.Null):
-        fn, args = null, [fn, *args]
+    fn, args = _pop_callable(tx, S.iterate(tx, tx.pop()))
     tx.push(tx.call(fn, args, dict(kwargs)))
 
 
 @handler("MAKE_FUNCTION")
 def make_function(tx, inst):
     code = tx.pop().value
-    flags = inst.arg
+    flags = inst.arg or 0  # 3.13 sets the parts with SET_FUNCTION_ATTRIBUTE instead
     closure = tuple(tx.pop().items) if flags & 0x08 else ()
     if flags & 0x04:
         tx.pop()  # annotations
@@ -649,7 +681,10 @@ def store_fast_load_fast(tx, inst):
 
 @handler("TO_BOOL")
 def to_bool(tx, inst):
-    tx.push(V.Constant(S.truth(tx, tx.pop())))
+    value = tx.pop()
+    # a tensor's truth needs its data: leave it for the jump that follows, which breaks the
+    # graph there as 3.11 and 3.12 do
+    tx.push(value if isinstance(value, V.TensorVar) else V.Constant(S.truth(tx, value)))
 
 
 @handler("CALL_KW")

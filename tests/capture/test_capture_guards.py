@@ -132,6 +132,18 @@ def test_in_place_parameter_update_needs_no_recompile():
     assert len(rec.graphs) == 1
 
 
+def test_identity_guards_on_tensors_compare_by_identity():
+    # guards are deduplicated; Python 3.13's dataclass __eq__ compares fields with ==, which on
+    # two tensors is elementwise and has no truth value
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import GlobalSource
+    src = GlobalSource("w", "__G")
+    a, b = torch.randn(3), torch.randn(3)
+    assert Guard(GuardKind.ID, src, a) == Guard(GuardKind.ID, src, a)
+    assert Guard(GuardKind.ID, src, a) != Guard(GuardKind.ID, src, b)
+    assert len({Guard(GuardKind.ID, src, a), Guard(GuardKind.ID, src, a), Guard(GuardKind.ID, src, b)}) == 2
+
+
 def test_hook_added_after_compile_runs():
     m = nn.Linear(3, 3)
     cf, rec = compiled(m)

@@ -1,6 +1,6 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
-    lower (lowering.py) -> layouts (layout.py) -> schedule (scheduler.py) -> print + build kernels (cpp.py / triton)
+    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py) -> print + build kernels (cpp.py / triton)
     -> host program (host.py) -> link
 
 `KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import torch
 
 from kiln.codegen import ir
+from kiln.codegen.dedupe import dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import lower_graph
@@ -61,6 +62,8 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         return hit
     with _Timer("lower"):
         graph, constants = lower_graph(gm, example_inputs)
+    with _Timer("dedupe"):
+        graph = dedupe_buffers(graph)
     with _Timer("layouts"):
         graph = optimize_layouts(graph)
     _log("kernels", "loop IR", str(graph))

@@ -75,6 +75,10 @@ template <typename T> static inline T kiln_pow(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) { return std::pow(a, b); }
   else { if (b < 0) return (a == 1) ? 1 : ((a == -1) ? ((b % 2) ? -1 : 1) : 0);
          T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; } }
+// NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes max/min reduction loops
+// (OpenMP's built-in max/min drop NaNs); each lane folds its share, lanes combine with the same op.
+#pragma omp declare reduction(kiln_maxr : float, double : omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(kiln_minr : float, double : omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = INFINITY)
 template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }
@@ -152,6 +156,9 @@ SCALAR_OPS_CPP = {
 }
 
 # op -> (initial value, update) with {acc} the accumulator and {v} the value.
+# Reductions that vectorize under `omp simd` (sum: built-in; max/min: float, NaN-propagating, see PRELUDE).
+SIMD_REDUCTIONS = {"max": "kiln_maxr", "min": "kiln_minr"}
+
 REDUCTIONS_CPP = {
     "sum": ("0", "{acc} = {acc} + {v};"),
     "prod": ("1", "{acc} = {acc} * {v};"),
@@ -282,7 +289,9 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
                                    else f"std::numeric_limits<{t}>::max()")
                 decl.append(f"{t} v_{s.name} = {init};")
                 if s.op == "sum":
-                    simd_sum.append(f"v_{s.name}")
+                    simd_sum.append(f"+:v_{s.name}")
+                elif s.op in SIMD_REDUCTIONS and s.expr.dtype in (torch.float32, torch.float64):
+                    simd_sum.append(f"{SIMD_REDUCTIONS[s.op]}:v_{s.name}")
         elif isinstance(s, ScanAccumulate):
             init, _ = SCANS_CPP[s.op]
             decl.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {init};")
@@ -313,9 +322,8 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
     has_assign_only = all(isinstance(s, (Assign, Store, Accumulate)) for s in stage.body)
     if stage.is_scan or not has_assign_only:
         pragma = None
-    elif all(isinstance(s, (Assign, Store)) or (isinstance(s, Accumulate) and s.op == "sum")
-             for s in stage.body):
-        pragma = f"#pragma omp simd reduction(+:{', '.join(simd_sum)})" if simd_sum else "#pragma omp simd"
+    elif sum(isinstance(s, Accumulate) for s in stage.body) == len(simd_sum):
+        pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum)
     inner = ind
     for k, r in enumerate(stage.reduction_ranges):
         if k == len(stage.reduction_ranges) - 1 and pragma:
@@ -359,6 +367,11 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
                                                     for x in st.body)
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
+            # the outer loops share the threads as one: a small leading dim (batch 1..4) still
+            # spreads over every core; the innermost loop stays whole when it vectorizes
+            nested = n - 1 if (only_once and n > 1) else n
+            if parallel and nested > 1:
+                what += f" collapse({nested})"
             cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
             lines.append(f"{ind}#pragma omp {what}{cond}")
         lines.append(f"{ind}for (int64_t x{k} = 0; x{k} < {index_str(r)}; ++x{k}) {{")

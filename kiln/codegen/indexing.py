@@ -79,10 +79,24 @@ def _merge_div_mod(e: sympy.Expr) -> sympy.Expr:
     return sympy.Add(*terms)
 
 
+def _decide_min_max(e, upper):
+    """Min/Max whose winner the bounds decide (a clamp that never bites: `Min(15, x0)`, x0 < 16)."""
+    bounds = [_bounds(a, upper) for a in e.args]
+    if any(b is None for b in bounds):
+        return e
+    for a, (lo, hi) in zip(e.args, bounds):
+        others = [b for b2, b in zip(e.args, bounds) if b2 is not a]
+        if isinstance(e, sympy.Min) and all(hi <= o[0] for o in others):
+            return a
+        if isinstance(e, sympy.Max) and all(lo >= o[1] for o in others):
+            return a
+    return e
+
+
 def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
     """Rewrite floor/Mod sub-terms of `expr` that the bounds `upper` (var -> exclusive bound) decide."""
     expr = sympy.sympify(expr)
-    if not expr.has(sympy.floor, sympy.Mod):
+    if not expr.has(sympy.floor, sympy.Mod, sympy.Min, sympy.Max):
         return expr
 
     def visit(e):
@@ -101,6 +115,8 @@ def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr
                 split = _split(num, den, upper)
                 if split is not None:
                     return split[1]
+        elif isinstance(e, (sympy.Min, sympy.Max)):
+            return _decide_min_max(e, upper)
         elif isinstance(e, sympy.Add):
             return _merge_div_mod(e)
         return e

@@ -13,7 +13,9 @@ ComputedBuffer's store follows its buffer's strides (the scheduler computes it),
 relaid buffer is rewritten from the old flat offset to the new one (per-dim indices recovered by
 div/mod, which the loop bounds then simplify away). Graph inputs, outputs, constants and buffers
 read through a strided view (`ViewArg`) keep their layout: their strides are a contract with code
-outside the kernels.
+outside the kernels; a convolution reading such a buffer reads a channels-last copy of it instead
+(a graph's image input: one cheap pass). Upstream of a relaid buffer, a 4-d buffer of the same
+batch and channels computed elementwise (pooling's input, an activation) follows it.
 """
 from __future__ import annotations
 
@@ -76,9 +78,47 @@ def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
         if x not in plan and relayable(x) and isinstance(source, ir.ComputedBuffer) \
                 and isinstance(source.body, (ir.Pointwise, ir.Reduction)):
             plan[x] = channels_last_strides(buffers[x].sizes)
-        if x in plan and relayable(out):
+        if (x in plan or buffers[x].strides == channels_last_strides(buffers[x].sizes)) and relayable(out):
             plan[out] = channels_last_strides(buffers[out].sizes)
+    # upstream: a 4-d buffer computed elementwise (activation, pooling) from another of the same
+    # batch and channels goes channels-last with its source, so the kernel between them reads
+    # and writes both at unit stride along the channels
+    for node in reversed(graph.nodes):
+        if not isinstance(node, ir.ComputedBuffer) or node.buffer not in plan or \
+                not isinstance(node.body, ir.Pointwise):
+            continue
+        for ld in ir.loads_of(node.body.expr):
+            a = ld.buffer
+            if a in plan or not relayable(a) or buffers[a].sizes[:2] != buffers[node.buffer].sizes[:2]:
+                continue
+            source = producer.get(a)
+            if isinstance(source, ir.ComputedBuffer) and isinstance(source.body, ir.Pointwise):
+                plan[a] = channels_last_strides(buffers[a].sizes)
     return plan
+
+
+def _channels_last_inputs(graph: ir.Graph) -> ir.Graph:
+    """A convolution reading a buffer kiln does not compute (a graph input, an extern's result)
+    reads a channels-last copy of it instead, so its output can be channels-last too."""
+    buffers = graph.buffer_map()
+    computed = {n.buffer for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
+    new_buffers, nodes, copies = list(graph.buffers), [], {}
+    for node in graph.nodes:
+        if _is_convolution(node) and node.args and isinstance(node.args[0], ir.BufferArg):
+            x = buffers[node.args[0].name]
+            if x.name not in computed and len(x.sizes) == 4 and all(sympy.sympify(s).is_number for s in x.sizes) \
+                    and x.strides != channels_last_strides(x.sizes) and node.outputs and node.outputs[0]:
+                name = copies.get(x.name)
+                if name is None:
+                    name = copies[x.name] = f"{x.name}_nhwc"
+                    new_buffers.append(ir.Buffer(name, x.sizes, channels_last_strides(x.sizes), x.dtype, x.device))
+                    index = x.index([loop_var(k) for k in range(4)])
+                    nodes.append(ir.ComputedBuffer(name, ir.Pointwise(x.sizes, ir.Load(x.name, index, x.dtype))))
+                node = dataclasses.replace(node, args=(ir.BufferArg(name),) + tuple(node.args[1:]))
+        nodes.append(node)
+    if not copies:
+        return graph
+    return dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
 
 
 def _relaid_index(index, old: ir.Buffer, new_strides, upper: dict) -> sympy.Expr:
@@ -125,6 +165,7 @@ def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
 
 def optimize_layouts(graph: ir.Graph) -> ir.Graph:
     """The pass: channels-last around convolutions on CPU (see the module docstring)."""
-    if not any(b.device == "cpu" for b in graph.buffers):
-        return graph
+    if not graph.buffers or not all(b.device == "cpu" for b in graph.buffers):
+        return graph      # CUDA graphs keep ATen's layouts (cuDNN picks its own)
+    graph = _channels_last_inputs(graph)
     return apply_layouts(graph, plan_channels_last(graph))

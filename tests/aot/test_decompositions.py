@@ -1,5 +1,7 @@
 """Decompositions apply below autograd: the backward is traced on ATen ops, then decomposed."""
+import copy
 import math
+import operator
 
 import pytest
 import torch
@@ -82,3 +84,51 @@ def test_prims_table_on_a_small_mlp():
     got.backward()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close([p.grad for p in model.parameters()], want, rtol=1e-4, atol=1e-5)
+
+
+class _CudnnBatchNorm(torch.nn.Module):
+    """A BatchNorm2d that calls what at::batch_norm calls on CUDA: cudnn_batch_norm, whose autograd
+    formula calls cudnn_batch_norm_backward. Neither has a CPU kernel: traced with kiln's
+    decompositions, neither kernel ever runs, so the CUDA program's graph is testable on a CPU."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        bn = self.bn
+        return aten.cudnn_batch_norm(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, True, bn.momentum,
+                                     bn.eps)[0].relu()
+
+
+def test_cudnn_batch_norm_program_trains_as_eager_batch_norm():
+    from kiln.prims import DECOMPOSITIONS, is_prim
+    torch.manual_seed(0)
+    model = _CudnnBatchNorm(3)
+    with torch.no_grad():
+        model.bn.weight.uniform_(0.5, 1.5), model.bn.bias.normal_()
+    reference = torch.nn.Sequential(copy.deepcopy(model.bn), torch.nn.ReLU())
+    x = torch.randn(4, 3, 5, 5) * 2 + 1
+    graphs = []
+
+    def keep(g, _):
+        graphs.append(g)
+        return g.forward
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    compiled = aot_compile(model, [x.clone().requires_grad_()], fw_compiler=keep, bw_compiler=keep,
+                           decompositions=DECOMPOSITIONS)
+    out = compiled(x1)
+    out.square().sum().backward()
+    expected = reference(x2)
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x1.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close((model.bn.weight.grad, model.bn.bias.grad), (reference[0].weight.grad,
+                                                                             reference[0].bias.grad), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close((model.bn.running_mean, model.bn.running_var),
+                               (reference[0].running_mean, reference[0].running_var))
+    assert len(graphs) == 2
+    for g in graphs:   # forward and backward: prims only, no cuDNN op left
+        left = {str(n.target) for n in g.graph.nodes if n.op == "call_function" and not is_prim(n.target)
+                and n.target is not operator.getitem}
+        assert not left, left

@@ -1,9 +1,13 @@
-"""Decompositions of ATen ops that only CUDA (or ROCm) programs dispatch: cuDNN's and MIOpen's
-batch norm. Their kernels cannot run on this CPU-only CI, so each decomposition is run on CPU tensors
-and compared with what native_batch_norm / native_batch_norm_backward compute for the same inputs,
-translated into cuDNN's conventions (see [Note: cuDNN and MIOpen batch norm]): saved mean and
-inverse std in the weight's dtype (empty in eval), running buffers updated in place, an empty uint8
-reserve, and a backward taking input before grad_output that always trains."""
+"""Decompositions of ATen ops that only CUDA (or ROCm) programs dispatch, found by reading which
+CompositeImplicit ops and autograd formulas branch on the device: cuDNN's and MIOpen's batch norm
+(at::batch_norm on CUDA), _fused_rms_norm and its backward (F.rms_norm on CUDA), and _softmax /
+_log_softmax with half_to_float (softmax(x_fp16, dtype=float32) on CUDA). Their kernels do not run on
+this CPU-only CI, so each decomposition runs on CPU tensors against native_batch_norm(_backward), the
+CPU forward kernel or float64 autograd. For batch norm, cuDNN's conventions (see [Note: cuDNN and
+MIOpen batch norm]): saved mean and inverse std in the weight's dtype (empty in eval), running
+buffers updated in place, an empty uint8 reserve, and a backward taking input before grad_output
+that always trains. The tests marked `cuda` run on a CUDA machine only: the decomposition against
+the real cuDNN kernels, and the attention externs' meta rules against the CUDA kernels."""
 import pytest
 import torch
 
@@ -181,3 +185,23 @@ def test_fused_rms_norm_matches_eager(dtype, with_weight, eps):
         torch.testing.assert_close(got[1], expected[1].to(dtype), **_tol(dtype))
     else:
         assert got[1] is None
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_half_to_float_softmax_matches_eager(log):
+    # softmax(x, dtype=float32) of a float16 CUDA tensor (LLaMA's eager attention under fp16) calls
+    # _softmax(x, dim, half_to_float=True), which has no CPU kernel; its backward gets input_dtype=half
+    torch.manual_seed(0)
+    x = (torch.randn(3, 7) * 4).half()
+    x64 = x.double().requires_grad_()
+    ref = torch.log_softmax(x64, -1) if log else torch.softmax(x64, -1)
+    grad = torch.randn(3, 7)
+    expected_grad = torch.autograd.grad(ref, x64, grad.double())[0]
+    forward = aten._log_softmax.default if log else aten._softmax.default
+    backward = aten._log_softmax_backward_data.default if log else aten._softmax_backward_data.default
+    with PrimEvaluator(strict=True):
+        out = DECOMPOSITIONS[forward](x, -1, True)
+        got_grad = DECOMPOSITIONS[backward](grad, out, -1, torch.float16)
+    assert out.dtype == torch.float32 and got_grad.dtype == torch.float16
+    torch.testing.assert_close(out, ref.float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_grad, expected_grad.half(), rtol=2e-3, atol=2e-3)

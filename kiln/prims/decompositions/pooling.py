@@ -138,12 +138,14 @@ def _pad_spatial(x, k, low, high, value):
 UNROLL_MAX_WINDOW = 32
 
 
-def _max_pool_unrolled(xp, k, dims):
-    """max over windows of the padded `xp` (lead..., padded spatial...) -> (lead..., outputs...)."""
-    lead = xp.ndim - k
+def _max_pool_unrolled(x, k, dims, low, high, lowest):
+    """max over the windows of `x` (lead..., spatial...) padded with `lowest` -> (lead..., outputs...).
+    Each window offset pads `x` anew, so every pad has one reader and stays an inlined masked read,
+    and `x` itself (read once per offset) is what the codegen materializes, unpadded."""
+    lead = x.ndim - k
     best = None
     for offsets in itertools.product(*(range(w.length) for w in dims)):
-        v = xp
+        v = _pad_spatial(x, k, low, high, lowest)
         for d, (w, j) in enumerate(zip(dims, offsets)):
             start = j * w.dilation
             v = p.slice(v, lead + d, start, start + (w.outputs - 1) * w.stride + 1, w.stride)
@@ -160,7 +162,7 @@ def _max_pool(x, k, kernel, stride, padding, dilation, ceil_mode):
     window = math.prod(w.length for w in dims)
     vals = reshape(contiguous(vals), outs + [window, vals.shape[-1]])
     if 0 < window <= UNROLL_MAX_WINDOW and all(o > 0 for o in outs):
-        best = _max_pool_unrolled(xp, k, dims)
+        best = _max_pool_unrolled(x, k, dims, low, high, lowest)
     else:
         best = _to_batch_first(p.amax(vals, [k]), lead, k)
     which = p.argmax(vals, k)                                  # (outputs..., B)

@@ -1,10 +1,11 @@
-"""CPU performance rewrites, each against eager: max pooling as one fused pointwise pass (no gather),
-channels-last buffers around convolutions (kiln.codegen.layout)."""
+"""Performance rewrites, each against eager: max pooling as one fused pointwise pass (no gather),
+channels-last buffers around CPU convolutions (kiln.codegen.layout), common buffers computed once
+(kiln.codegen.dedupe)."""
 import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln.codegen import ir, layout
+from kiln.codegen import dedupe, ir, layout
 
 
 def _compile_and_compare(fn, *inputs, rtol=1e-4, atol=1e-5):
@@ -84,7 +85,8 @@ def test_convolutions_read_and_write_channels_last(monkeypatch):
     buffers = graph.buffer_map()
     convs = [n for n in graph.nodes if layout._is_convolution(n)]
     assert len(convs) == 3
-    for conv in convs[1:]:     # the first reads the graph input, which keeps its layout
+    assert graph.inputs[0] == "arg0" and graph.buffer_map()["arg0"].strides == (432, 144, 12, 1)
+    for conv in convs:         # the first reads a channels-last copy of the graph input
         for name in (conv.args[0].name, conv.outputs[0]):
             assert buffers[name].strides == layout.channels_last_strides(buffers[name].sizes), name
 
@@ -117,3 +119,38 @@ def test_relaid_loads_keep_their_elements():
     load = new.nodes[0].body.expr
     relaid = ir.Buffer("buf0", sizes, plan["buf0"], torch.float32)
     assert load.index == relaid.index([x0, x3, x1, x2])
+
+
+def test_a_value_several_matmuls_read_is_computed_once(monkeypatch):
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record_graphs(monkeypatch)
+
+    def f(x, w1, w2, w3):
+        y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+        return (y @ w1) * torch.sigmoid(y @ w2) + y @ w3
+    x = torch.randn(2, 5, 8)
+    _compile_and_compare(f, x, torch.randn(8, 4), torch.randn(8, 4), torch.randn(8, 4))
+    (graph,) = graphs
+    mm_inputs = {n.args[0].name for n in graph.nodes if isinstance(n, ir.ExternKernel)
+                 and isinstance(n.args[0], (ir.BufferArg, ir.ViewArg))}
+    assert len(mm_inputs) == 1, graph
+    bodies = [n.body for n in graph.nodes if isinstance(n, ir.ComputedBuffer)]
+    assert len(bodies) == len(set(bodies)), "two buffers still compute the same values"
+
+
+def test_dedupe_renames_loads_externs_and_keeps_outputs():
+    x0 = ir.loop_var(0)
+    buf = lambda name: ir.Buffer(name, (4,), (1,), torch.float32)
+    body = ir.Pointwise((4,), ir.Op("exp", (ir.Load("arg0", x0, torch.float32),), torch.float32))
+    nodes = (ir.ComputedBuffer("buf0", body), ir.ComputedBuffer("buf1", body),      # buf1 = buf0
+             ir.ExternKernel(("buf2",), torch.ops.aten.neg.default, (ir.BufferArg("buf1"),)),
+             ir.ComputedBuffer("buf3", ir.Pointwise((4,), ir.Load("buf1", x0, torch.float32))),
+             ir.ComputedBuffer("buf4", body))                                        # an output: kept
+    graph = ir.Graph(tuple(buf(n) for n in ("arg0", "buf0", "buf1", "buf2", "buf3", "buf4")), nodes,
+                     ("arg0",), ("buf2", "buf3", "buf4"))
+    new = dedupe.dedupe_buffers(graph)
+    assert [n.buffer if isinstance(n, ir.ComputedBuffer) else n.outputs[0] for n in new.nodes] == \
+        ["buf0", "buf2", "buf3", "buf4"]
+    assert new.nodes[1].args == (ir.BufferArg("buf0"),)
+    assert new.nodes[2].body.expr == ir.Load("buf0", x0, torch.float32)
+    assert "buf1" not in new.buffer_map()

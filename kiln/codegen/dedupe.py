@@ -1,0 +1,65 @@
+"""Common buffers: a computed buffer equal to an earlier one is dropped and its readers read the earlier.
+
+Lowering realizes a value once per extern that needs it whole, so a value three matmuls read (the
+normalized hidden state before q, k and v projections) used to be computed and stored three times.
+The loop IR is functional (every buffer is written by one node, once), so two `ComputedBuffer`s
+with equal bodies and equal layouts hold equal values: the later one goes, and every load, extern
+argument and graph output naming it is renamed. Bodies are compared after earlier renames, so
+chains of copies collapse in one pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from kiln.codegen import ir
+
+
+def _rename_expr(expr, rename: dict[str, str]):
+    def fn(e):
+        if isinstance(e, ir.Load) and e.buffer in rename:
+            return dataclasses.replace(e, buffer=rename[e.buffer])
+        return e
+    return ir.map_expr(expr, fn)
+
+
+def _rename_arg(value, rename: dict[str, str]):
+    def fn(a):
+        if isinstance(a, (ir.BufferArg, ir.ViewArg)) and a.name in rename:
+            return dataclasses.replace(a, name=rename[a.name])
+        return a
+    return torch.utils._pytree.tree_map(fn, value)
+
+
+def dedupe_buffers(graph: ir.Graph) -> ir.Graph:
+    buffers = graph.buffer_map()
+    outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
+    rename: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    nodes = []
+    for node in graph.nodes:
+        if isinstance(node, ir.ComputedBuffer):
+            if rename:
+                node = dataclasses.replace(node, body=dataclasses.replace(node.body, expr=_rename_expr(node.body.expr, rename)))
+            buf = buffers[node.buffer]
+            key = (node.body, buf.sizes, buf.strides, buf.offset, buf.dtype, buf.device)
+            try:
+                first = seen.get(key)
+            except TypeError:      # an unhashable constant somewhere in the body
+                nodes.append(node)
+                continue
+            if first is not None and node.buffer not in outputs:
+                rename[node.buffer] = first
+                continue
+            seen.setdefault(key, node.buffer)
+        elif rename:
+            node = dataclasses.replace(node, args=_rename_arg(node.args, rename),
+                                       kwargs=tuple((k, _rename_arg(v, rename)) for k, v in node.kwargs))
+        nodes.append(node)
+    if not rename:
+        return graph
+    return dataclasses.replace(graph, nodes=tuple(nodes),
+                               buffers=tuple(b for b in graph.buffers if b.name not in rename),
+                               outputs=tuple(_rename_arg(o, rename) if isinstance(o, ir.ViewArg) else o
+                                             for o in graph.outputs))

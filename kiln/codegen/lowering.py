@@ -75,7 +75,10 @@ def to_sympy(v: Any) -> sympy.Expr:
         node = v.node
         expr = getattr(node, "expr", None)
         if isinstance(expr, sympy.Basic):
-            return index_form(expr)
+            # the equalities the guards check (s2 == 16, s3 == s0) are applied, so one size
+            # has one name: fewer kernel arguments, more buffer reuse, simpler indices
+            shape_env = getattr(node, "shape_env", None)
+            return index_form(shape_env.simplify(expr) if shape_env is not None else expr)
         hint = getattr(node, "hint", None)
         if hint is not None:
             return sympy.Integer(int(hint))
@@ -88,9 +91,18 @@ def index_form(expr: sympy.Expr) -> sympy.Expr:
     are non-negative, so Python's and C's division agree) becomes `floor(a / b)`, which the index
     simplifier and every printer know."""
     from kiln.symbolic.sympy_ops import FloorDiv
+    if expr.has(sympy.Max):   # contiguous strides of a symbolic size: max(1, s) is s
+        expr = expr.replace(lambda e: isinstance(e, sympy.Max), _drop_unit_max)
     if not expr.has(FloorDiv):
         return expr
     return expr.replace(FloorDiv, lambda a, b: floordiv(a, b))
+
+
+def _drop_unit_max(e: sympy.Max) -> sympy.Expr:
+    rest = [a for a in e.args if not (a.is_number and a <= 1)]
+    if rest and len(rest) < len(e.args) and all(a.is_integer and a.is_positive for a in rest):
+        return sympy.Max(*rest)
+    return e
 
 
 def bind_arguments(target, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -339,6 +351,10 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     recorded = all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes)
     if recorded and any(_has_symbols(n.meta["val"]) for n in nodes):
         return {n: n.meta["val"] for n in nodes}
+    if not recorded and any(_has_symbols(x) for x in example_inputs):
+        missing = [n.format_node() for n in nodes if n.meta.get("val") is None and n.op == "call_function"]
+        raise NotYetImplemented("kiln codegen: a graph with symbolic sizes needs every node's traced value "
+                                f"(meta['val']); these have none: {missing[:3]}")
     # With static sizes the values are recomputed: a recorded value can be stale. aot keeps a fake
     # tensor itself as its node's value, so a later in-place view of it (at::matmul's squeeze_ for
     # vector @ matrix) reshapes an earlier node's value and its extern would get a wrong buffer.

@@ -251,7 +251,9 @@ class _KernelPrinter:
         if v.deps != deps:
             value = f"tl.full({shape}, 0, {ops.tl_dtype(compute)}) + {value}" \
                 if not v.deps else f"tl.broadcast_to({value}, {shape})"
-        if buf.dtype != compute:
+        if buf.dtype in ops.HALF_DTYPES and compute != buf.dtype:
+            value = ops.to_half(value, compute, buf.dtype)
+        elif buf.dtype != compute:
             value = f"({value}).to({ops.tl_dtype(buf.dtype)})"
         self.out.line(f"tl.store({pointer}, {value}, {self.mask(deps)})")
         self.stores_to[s.buffer] = self.stores_to.get(s.buffer, 0) + 1

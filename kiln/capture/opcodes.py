@@ -2,11 +2,11 @@
 
 Handlers are written against CPython 3.11's bytecode; where 3.12 or 3.13 changed an opcode's
 meaning (LOAD_ATTR's method bit, LOAD_SUPER_ATTR, CALL_INTRINSIC_1, RETURN_CONST, END_FOR,
-LOAD_FAST_*, BINARY_SLICE, POP_JUMP_IF_*, TO_BOOL, MAKE_FUNCTION's flags), the
-difference lives inside the handler or in an entry that only the newer version emits. The one
-difference that cuts across handlers, where CALL's NULL slot sits, is `push_callable` and
-`call_slots` below. Semantics of the operations themselves (attribute reads, calls, operators) are in
-`semantics.py`; these handlers only move trackers between the stack, locals and cells.
+LOAD_FAST_*, BINARY_SLICE, POP_JUMP_IF_*, TO_BOOL, MAKE_FUNCTION's flags), the difference lives
+inside the handler or in an entry that only the newer version emits. The one difference that cuts
+across handlers, where CALL's NULL slot sits, is `push_callable` and `call_slots` below.
+Semantics of the operations themselves (attribute reads, calls, operators) are in `semantics.py`;
+these handlers only move trackers between the stack, locals and cells.
 """
 from __future__ import annotations
 

@@ -28,9 +28,17 @@ def _compiler(options: Options):
 def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
     """Compile a captured torch-level graph; returns a callable with the graph's signature.
 
-    The kernels are specialized to the sizes and strides they were traced with, while capture may
-    hand over a graph it will reuse for other sizes (a dynamic dim). So each distinct input layout
-    gets its own compiled program, and a call never runs kernels built for other sizes.
+    [Note: one program per symbolic graph] When capture made some dims symbolic (dynamic=True, or
+    a dim that changed between compilations), the placeholders' `example_value`s are its fake
+    tensors with SymInt sizes. The graph is traced by aot on those fakes, so every size stays an
+    expression over the symbols down to the loop IR; kernels take the symbols as int arguments and
+    the host program reads them from the inputs' shapes at each call: one program serves every size
+    the capture guards accept. The guards the trace adds (a size the backend had to specialize on)
+    join capture's ShapeEnv, whose guard function is built after this returns.
+
+    A graph without symbols is compiled for its inputs' sizes and strides; capture reuses it only
+    for those, but a program per input layout keeps a call from ever running kernels built for
+    other sizes.
     """
     symbolic = symbolic_examples(gm)
     if symbolic is not None:
@@ -59,10 +67,13 @@ def symbolic_examples(gm: torch.fx.GraphModule) -> list | None:
 
 
 def _has_symbols(x) -> bool:
+    """Whether x has a size that is a symbol of kiln's capture (torch.compile's dynamo hands its own
+    fakes, which kiln's tracer does not run on: those graphs take the per-layout path)."""
+    from kiln.symbolic import SymNode
     if isinstance(x, torch.SymInt):
-        return not x.node.expr.is_number
+        return isinstance(x.node, SymNode) and not x.node.expr.is_number
     if isinstance(x, torch.Tensor):
-        return any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
+        return any(_has_symbols(d) for d in (*x.shape, *x.stride()))
     return False
 
 

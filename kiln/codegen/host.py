@@ -41,7 +41,7 @@ class HostProgram:
         return self.source
 
 
-def _py_index(e) -> str:
+def py_index(e) -> str:
     """An index or size expression as Python over the bound size symbols (integer arithmetic)."""
     from kiln.symbolic.sympy_ops import FloorDiv, to_python
     e = sympy.sympify(e)
@@ -55,13 +55,13 @@ def _literal(v, binds: dict, state: dict) -> str:
     if isinstance(v, ir.BufferArg):
         return v.name
     if isinstance(v, ir.ViewArg):
-        sizes = "(" + "".join(f"{_py_index(x)}, " for x in v.sizes) + ")"
-        strides = "(" + "".join(f"{_py_index(x)}, " for x in v.strides) + ")"
-        return f"_view({v.name}, {sizes}, {strides}, {_py_index(v.offset)})"
+        sizes = "(" + "".join(f"{py_index(x)}, " for x in v.sizes) + ")"
+        strides = "(" + "".join(f"{py_index(x)}, " for x in v.strides) + ")"
+        return f"_view({v.name}, {sizes}, {strides}, {py_index(v.offset)})"
     if isinstance(v, ir.SizeArg):
-        return _py_index(v.expr)
+        return py_index(v.expr)
     if isinstance(v, sympy.Expr):   # a size the graph returns (saved for the backward)
-        return _py_index(v)
+        return py_index(v)
     if isinstance(v, (list, tuple)):
         inner = ", ".join(_literal(x, binds, state) for x in v)
         return f"[{inner}]" if isinstance(v, list) else f"({inner}{',' if len(v) == 1 else ''})"
@@ -138,7 +138,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                     del pooled_at[old]
                     lines.append(f"    del {old}")
             args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
-            args += [_py_index(s) for s in step.size_args]
+            args += [py_index(s) for s in step.size_args]
             lines.append(f"    {step.name}({', '.join(args)})")
         else:
             gname = f"_extern{len(externs)}"
@@ -153,8 +153,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                 lines.append(f"    {', '.join(outs)} = {call}")
                 if "_" in outs:   # results nobody reads are released at once
                     lines.append("    del _")
-            for o in writes(step):
-                lines += _layout_check(buffers[o])
+            for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
+                lines += _layout_check(buffers[o], may_be_none=True)
         dead = []
         for b in sorted(set(reads(step) + writes(step))):
             if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
@@ -215,13 +215,14 @@ def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -
     return lines
 
 
-def _layout_check(buf: ir.Buffer) -> list[str]:
+def _layout_check(buf: ir.Buffer, may_be_none: bool = False) -> list[str]:
     """A tensor whose strides differ from those the kernels were written for is copied into that
     layout (symbolic strides are compared after the size symbols are bound)."""
-    strides = "(" + "".join(f"{_py_index(s)}, " for s in buf.strides) + ")"
+    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
     if all(sympy.sympify(s).is_number for s in buf.strides):
         strides = repr(tuple(int(s) for s in buf.strides))
-    return [f"    if {buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
+    none = f"{buf.name} is not None and " if may_be_none else ""
+    return [f"    if {none}{buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
 
 
 def _may_alias(op) -> bool:
@@ -252,8 +253,8 @@ def _storage_key(buf: ir.Buffer) -> tuple:
 
 def _alloc(buf: ir.Buffer, pool: dict) -> tuple[str, str | None]:
     """The line allocating `buf`, and the pooled buffer whose storage it takes (None: a new one)."""
-    sizes = "(" + "".join(f"{_py_index(s)}, " for s in buf.sizes) + ")"
-    strides = "(" + "".join(f"{_py_index(s)}, " for s in buf.strides) + ")"
+    sizes = "(" + "".join(f"{py_index(s)}, " for s in buf.sizes) + ")"
+    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
     free = pool.get(_storage_key(buf))
     if free:
         old = free.pop()

@@ -9,8 +9,9 @@ pointwise ops inline into their consumer for free. A value becomes a buffer (`re
 reduction/scan produces it, an extern call needs it whole, it is a graph output, or several
 consumers would each recompute an expensive expression.
 
-Ops without a rule, and dtypes no printer handles (half, bfloat16, complex on CPU), become
-`ExternKernel`s that call the op eagerly on whole tensors: always correct, never fused.
+Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`: the
+C++ printer has no half types, the Triton printer has), become `ExternKernel`s that call the op
+eagerly on whole tensors: always correct, never fused.
 The rules live in `lowering_rules.py`; this module holds the machinery they use.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from kiln.codegen import ir
 from kiln.codegen.ir import Constant, Load, Op, ScalarExpr, loop_var
 from kiln.errors import NotYetImplemented
 
-# Dtypes the loop printers compute in; anything else goes extern.
+# Dtypes every loop printer computes in; a printer may declare more (`printer.KERNEL_DTYPES`).
 KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
                            torch.uint8, torch.bool})
 
@@ -75,7 +76,10 @@ def to_sympy(v: Any) -> sympy.Expr:
         node = v.node
         expr = getattr(node, "expr", None)
         if isinstance(expr, sympy.Basic):
-            return index_form(expr)
+            # the equalities the guards check (s2 == 16, s3 == s0) are applied, so one size
+            # has one name: fewer kernel arguments, more buffer reuse, simpler indices
+            shape_env = getattr(node, "shape_env", None)
+            return index_form(shape_env.simplify(expr) if shape_env is not None else expr)
         hint = getattr(node, "hint", None)
         if hint is not None:
             return sympy.Integer(int(hint))
@@ -88,9 +92,18 @@ def index_form(expr: sympy.Expr) -> sympy.Expr:
     are non-negative, so Python's and C's division agree) becomes `floor(a / b)`, which the index
     simplifier and every printer know."""
     from kiln.symbolic.sympy_ops import FloorDiv
+    if expr.has(sympy.Max):   # contiguous strides of a symbolic size: max(1, s) is s
+        expr = expr.replace(lambda e: isinstance(e, sympy.Max), _drop_unit_max)
     if not expr.has(FloorDiv):
         return expr
     return expr.replace(FloorDiv, lambda a, b: floordiv(a, b))
+
+
+def _drop_unit_max(e: sympy.Max) -> sympy.Expr:
+    rest = [a for a in e.args if not (a.is_number and a <= 1)]
+    if rest and len(rest) < len(e.args) and all(a.is_integer and a.is_positive for a in rest):
+        return sympy.Max(*rest)
+    return e
 
 
 def bind_arguments(target, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -339,6 +352,10 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     recorded = all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes)
     if recorded and any(_has_symbols(n.meta["val"]) for n in nodes):
         return {n: n.meta["val"] for n in nodes}
+    if not recorded and any(_has_symbols(x) for x in example_inputs):
+        missing = [n.format_node() for n in nodes if n.meta.get("val") is None and n.op == "call_function"]
+        raise NotYetImplemented("kiln codegen: a graph with symbolic sizes needs every node's traced value "
+                                f"(meta['val']); these have none: {missing[:3]}")
     # With static sizes the values are recomputed: a recorded value can be stale. aot keeps a fake
     # tensor itself as its node's value, so a later in-place view of it (at::matmul's squeeze_ for
     # vector @ matrix) reshapes an earlier node's value and its extern would get a wrong buffer.
@@ -412,8 +429,10 @@ def _is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
-    """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name."""
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                kernel_dtypes: frozenset = KERNEL_DTYPES) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
+    """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name.
+    Ops on dtypes outside `kernel_dtypes` (the target printer's) run as externs."""
     from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
     from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
@@ -475,7 +494,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tupl
             continue
         rule = LOWERINGS.get(op_name(node.target))
         result = None
-        if rule is not None and _kernel_dtypes_ok(args, kwargs, meta):
+        if rule is not None and _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes):
             try:
                 result = rule(ctx, meta, **bind_arguments(node.target, args, kwargs))
             except LoweringError:
@@ -525,13 +544,13 @@ def _flat_outputs(out) -> list:
     return [out]
 
 
-def _kernel_dtypes_ok(args, kwargs, meta) -> bool:
+def _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes: frozenset) -> bool:
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
     if any(isinstance(v, ir.SizeArg) for v in leaves):  # a value an extern returns at run time
         return False
     tensors = [v for v in leaves if isinstance(v, TensorValue)]
     metas = [v for v in torch.utils._pytree.tree_leaves(meta) if isinstance(v, torch.Tensor)]
-    return all(t.dtype in KERNEL_DTYPES for t in tensors) and all(m.dtype in KERNEL_DTYPES for m in metas)
+    return all(t.dtype in kernel_dtypes for t in tensors) and all(m.dtype in kernel_dtypes for m in metas)
 
 
 def _should_realize(node: torch.fx.Node, tv: TensorValue) -> bool:

@@ -44,10 +44,8 @@ def _sizes_function(layout: KernelLayout, extent: sympy.Expr) -> Callable[..., t
 
 
 def _py(e) -> str:
-    e = sympy.sympify(e)
-    if e.free_symbols:
-        return f"int({sympy.pycode(e)})"
-    return str(int(e))
+    from kiln.codegen.host import py_index   # integer Python: floor(a/b) prints as a // b
+    return py_index(e)
 
 
 def _extent(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> sympy.Expr:

@@ -182,7 +182,7 @@ def _is_nested_break(code, offset, where) -> bool:
     """Did the break happen inside a function called at `offset` (not at that instruction itself)?"""
     import dis
     inst = next(i for i in dis.get_instructions(code) if i.offset == offset)
-    if inst.opname not in ("CALL", "CALL_FUNCTION_EX"):
+    if inst.opname not in ("CALL", "CALL_KW", "CALL_FUNCTION_EX"):  # CALL_KW: 3.13
         return False
     line = inst.positions.lineno if inst.positions else None
     return not (where or "").startswith(f"{code.co_filename}:{line} in {code.co_name}")

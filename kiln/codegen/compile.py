@@ -19,7 +19,7 @@ from kiln.codegen import ir
 from kiln.codegen.dedupe import dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
-from kiln.codegen.lowering import lower_graph
+from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.scheduler import schedule
 
 
@@ -52,16 +52,23 @@ def printer_for(device: str):
     return triton_printer
 
 
-def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-    """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`."""
+def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None):
+    """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`.
+
+    `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
+    tensors (Triton's interpreter). Such a program bypasses the warm-start cache."""
     from kiln.runtime import cache
 
-    key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs)
-    hit = cache.load(key, gm)
-    if hit is not None:
-        return hit
+    chosen = printer
+    if chosen is None:
+        key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs)
+        hit = cache.load(key, gm)
+        if hit is not None:
+            return hit
+    # the target printer's dtype policy decides what lowering leaves to externs
+    policy = chosen or printer_for(_graph_device(gm, example_inputs))
     with _Timer("lower"):
-        graph, constants = lower_graph(gm, example_inputs)
+        graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES))
     with _Timer("dedupe"):
         graph = dedupe_buffers(graph)
     with _Timer("layouts"):
@@ -71,7 +78,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         sched = schedule(graph)
     _log("kernels", "schedule", str(sched))
     device = next((b.device for b in graph.buffers), "cpu")
-    printer = printer_for(device)
+    printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
     buffers = graph.buffer_map()
     with _Timer("codegen"):
@@ -82,7 +89,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
     with _Timer("build"):
         fns = printer.build(kernels, buffers) if kernels else {}
     call = link(program, fns, constants, binds)
-    if program.cacheable and device == "cpu":
+    if chosen is None and program.cacheable and device == "cpu":
         cache.store(key, program, module_source, gm, constants)
     return _boxed(call)
 
@@ -99,6 +106,15 @@ def _size_facts_key(example_inputs: Sequence[Any]) -> str:
                 facts = repr(sorted((str(k), str(v)) for k, v in env.replacements.items()))
                 return "-" + hashlib.sha256(facts.encode()).hexdigest()[:16]
     return ""
+
+
+def _graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """The device of the graph's tensors: its inputs', else its values' (a graph of factories)."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes]
+    for v in torch.utils._pytree.tree_leaves((list(example_inputs), vals)):
+        if isinstance(v, torch.Tensor) and v.device.type != "meta":
+            return v.device.type
+    return "cpu"
 
 
 def _boxed(call):

@@ -153,8 +153,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
                 lines.append(f"    {', '.join(outs)} = {call}")
                 if "_" in outs:   # results nobody reads are released at once
                     lines.append("    del _")
-            for o in writes(step):
-                lines += _layout_check(buffers[o])
+            for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
+                lines += _layout_check(buffers[o], may_be_none=True)
         dead = []
         for b in sorted(set(reads(step) + writes(step))):
             if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
@@ -215,13 +215,14 @@ def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -
     return lines
 
 
-def _layout_check(buf: ir.Buffer) -> list[str]:
+def _layout_check(buf: ir.Buffer, may_be_none: bool = False) -> list[str]:
     """A tensor whose strides differ from those the kernels were written for is copied into that
     layout (symbolic strides are compared after the size symbols are bound)."""
     strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
     if all(sympy.sympify(s).is_number for s in buf.strides):
         strides = repr(tuple(int(s) for s in buf.strides))
-    return [f"    if {buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
+    none = f"{buf.name} is not None and " if may_be_none else ""
+    return [f"    if {none}{buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
 
 
 def _may_alias(op) -> bool:

@@ -12,10 +12,11 @@ The pass runs on the loop IR between lowering and scheduling and changes only bu
 ComputedBuffer's store follows its buffer's strides (the scheduler computes it), and every load of a
 relaid buffer is rewritten from the old flat offset to the new one (per-dim indices recovered by
 div/mod, which the loop bounds then simplify away). Graph inputs, outputs, constants and buffers
-read through a strided view (`ViewArg`) keep their layout: their strides are a contract with code
-outside the kernels; a convolution reading such a buffer reads a channels-last copy of it instead
-(a graph's image input: one cheap pass). Upstream of a relaid buffer, a 4-d buffer of the same
-batch and channels computed elementwise (pooling's input, an activation) follows it.
+read through a strided view (`ViewArg`) or by an extern other than a convolution keep their
+layout: their strides are a contract with code outside the kernels. A convolution reading a buffer
+kiln does not compute (a graph's image input) reads a channels-last copy of it (one cheap pass).
+Upstream of a relaid buffer, a 4-d buffer of the same batch and channels computed elementwise
+(pooling's input, an activation) follows it.
 """
 from __future__ import annotations
 
@@ -60,6 +61,9 @@ def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
     for node in graph.nodes:
         if isinstance(node, ir.ExternKernel):
             pinned |= _view_names((node.args, [v for _, v in node.kwargs]))
+            if not _is_convolution(node):     # an eager op may care about its input's strides
+                pinned |= {a.name for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs]))
+                           if isinstance(a, ir.BufferArg)}
 
     def relayable(name: str) -> bool:
         buf = buffers[name]

@@ -9,8 +9,9 @@ pointwise ops inline into their consumer for free. A value becomes a buffer (`re
 reduction/scan produces it, an extern call needs it whole, it is a graph output, or several
 consumers would each recompute an expensive expression.
 
-Ops without a rule, and dtypes no printer handles (half, bfloat16, complex on CPU), become
-`ExternKernel`s that call the op eagerly on whole tensors: always correct, never fused.
+Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`: the
+C++ printer has no half types, the Triton printer has), become `ExternKernel`s that call the op
+eagerly on whole tensors: always correct, never fused.
 The rules live in `lowering_rules.py`; this module holds the machinery they use.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from kiln.codegen import ir
 from kiln.codegen.ir import Constant, Load, Op, ScalarExpr, loop_var
 from kiln.errors import NotYetImplemented
 
-# Dtypes the loop printers compute in; anything else goes extern.
+# Dtypes every loop printer computes in; a printer may declare more (`printer.KERNEL_DTYPES`).
 KERNEL_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
                            torch.uint8, torch.bool})
 
@@ -428,8 +429,10 @@ def _is_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
-    """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name."""
+def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                kernel_dtypes: frozenset = KERNEL_DTYPES) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
+    """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name.
+    Ops on dtypes outside `kernel_dtypes` (the target printer's) run as externs."""
     from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
     from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
@@ -491,7 +494,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> tupl
             continue
         rule = LOWERINGS.get(op_name(node.target))
         result = None
-        if rule is not None and _kernel_dtypes_ok(args, kwargs, meta):
+        if rule is not None and _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes):
             try:
                 result = rule(ctx, meta, **bind_arguments(node.target, args, kwargs))
             except LoweringError:
@@ -541,13 +544,13 @@ def _flat_outputs(out) -> list:
     return [out]
 
 
-def _kernel_dtypes_ok(args, kwargs, meta) -> bool:
+def _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes: frozenset) -> bool:
     leaves = torch.utils._pytree.tree_leaves((args, kwargs))
     if any(isinstance(v, ir.SizeArg) for v in leaves):  # a value an extern returns at run time
         return False
     tensors = [v for v in leaves if isinstance(v, TensorValue)]
     metas = [v for v in torch.utils._pytree.tree_leaves(meta) if isinstance(v, torch.Tensor)]
-    return all(t.dtype in KERNEL_DTYPES for t in tensors) and all(m.dtype in KERNEL_DTYPES for m in metas)
+    return all(t.dtype in kernel_dtypes for t in tensors) and all(m.dtype in kernel_dtypes for m in metas)
 
 
 def _should_realize(node: torch.fx.Node, tv: TensorValue) -> bool:

@@ -163,6 +163,7 @@ def index(ctx, meta, a=None, self=None, indices=None, **_):
         raise LoweringError("boolean mask indexing")
     m = _out(meta)
     out = tuple(map(to_sympy, m.shape))
+    indices = [_direct_index(ctx, i) for i in indices]
     k = len(indices)
     bnd = len(out) - (x.ndim - k)
     bshape = out[:bnd]
@@ -172,9 +173,18 @@ def index(ctx, meta, a=None, self=None, indices=None, **_):
     return _value(meta, _gather_load(table, list(range(k)), exprs, other))
 
 
+def _direct_index(ctx, index: TensorValue) -> TensorValue:
+    """An index tensor that is itself gathered (BERT's token types: a gather by position ids) is
+    stored first: a load may bind one level of indirection, not two."""
+    if any(ld.indirect for ld in ir.loads_of(index.expr)):
+        return ctx.load_buffer(ctx.realize(index))
+    return index
+
+
 @register("embedding")
 def embedding(ctx, meta, weight=None, indices=None, **_):
     m = _out(meta)
+    indices = _direct_index(ctx, indices)
     table = ctx.load_buffer(ctx.realize(weight))
     n = indices.ndim
     index_expr = indices.expr  # over x0..x{n-1}

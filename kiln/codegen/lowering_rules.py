@@ -176,7 +176,9 @@ def convert(ctx, meta, **kw):
     x = kw.get("a", kw.get("self"))
     if not isinstance(x, TensorValue):
         raise LoweringError("convert of a non-tensor")
-    if m.device.type != x.device:
+    # values are traced on meta tensors, so the call's own device argument tells a device copy
+    device = kw.get("device") or (m.device if m.device.type != "meta" else None)
+    if device is not None and torch.device(device).type != x.device:
         raise LoweringError("device copy")
     return _value(meta, cast(broadcast_to(x, tuple(map(to_sympy, m.shape))).expr, m.dtype))
 

@@ -69,6 +69,29 @@ def nested_function_break(x):
     return z.exp()
 
 
+class _Scaler:
+    def scaled(self, y, *, scale):
+        return _helper_with_branch(y) * scale
+
+
+_SCALER = _Scaler()
+
+
+# the callee's frame is captured too when the call passes keywords (3.13: CALL_KW) or *args
+@brk(graphs=6, breaks=3, inputs=signed)
+def nested_break_through_keyword_call(x):
+    y = x.sin()
+    z = _SCALER.scaled(y, scale=2.0)
+    return z.exp()
+
+
+@brk(graphs=5, breaks=2, inputs=signed)
+def nested_break_through_star_call(x):
+    y = x.sin()
+    z = _helper_with_branch(*[y])
+    return z.exp()
+
+
 @brk(graphs=2, breaks=1)
 def break_keeps_locals(x):
     a = x + 1

@@ -154,3 +154,23 @@ def test_dedupe_renames_loads_externs_and_keeps_outputs():
     assert new.nodes[1].args == (ir.BufferArg("buf0"),)
     assert new.nodes[2].body.expr == ir.Load("buf0", x0, torch.float32)
     assert "buf1" not in new.buffer_map()
+
+
+def test_a_buffer_another_extern_reads_keeps_its_layout(monkeypatch):
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record_graphs(monkeypatch)
+
+    def f(x, w):
+        y = torch.relu(x * 2)
+        return F.conv2d(y, w, padding=1), torch.sort(y, -1).values
+    x, w = torch.randn(2, 3, 6, 5), torch.randn(4, 3, 3, 3)
+    kiln.reset()
+    with torch.no_grad():
+        got = kiln.compile(f, backend="kiln")(x, w)
+    for a, b in zip(got, f(x, w)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    (graph,) = graphs
+    buffers = graph.buffer_map()
+    sort = next(n for n in graph.nodes if isinstance(n, ir.ExternKernel) and not layout._is_convolution(n))
+    read = sort.args[0].name
+    assert buffers[read].strides == ir.contiguous_strides(buffers[read].sizes)

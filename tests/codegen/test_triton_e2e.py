@@ -18,7 +18,7 @@ def triton_compiler(kernels_seen: list):
     from kiln.codegen.scheduler import schedule
 
     def compile_one(gm, example_inputs):
-        graph, constants = lower_graph(gm, example_inputs)
+        graph, constants = lower_graph(gm, example_inputs, triton_printer.KERNEL_DTYPES)
         sched = schedule(graph)
         kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
         fns = triton_printer.build(kernels, graph.buffer_map())

@@ -28,20 +28,9 @@ SUBSET = ["abs", "atan2", "clamp", "div.floor_rounding", "remainder", "sigmoid",
 
 def triton_prim_compiler(gm, example_inputs):
     """`compile_prim_graph` with the Triton printer: lower, schedule, print, host program, link."""
-    from kiln.codegen import ir
     from kiln.codegen import triton as triton_printer
-    from kiln.codegen.host import link, plan_host
-    from kiln.codegen.lowering import lower_graph
-    from kiln.codegen.scheduler import schedule
-
-    graph, constants = lower_graph(gm, example_inputs)
-    sched = schedule(graph)
-    kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
-    fns = triton_printer.build(kernels, graph.buffer_map()) if kernels else {}
-    program, binds = plan_host(graph, sched, takes_pointers=False)
-    call = link(program, fns, constants, binds)
-    call.kiln_compiled = True
-    return call
+    from kiln.codegen.compile import compile_prim_graph
+    return compile_prim_graph(gm, example_inputs, printer=triton_printer)
 
 
 @contextlib.contextmanager

@@ -11,10 +11,18 @@
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
 - `op_sweep.md`: the op sweep through Triton kernels (tests/codegen/test_triton_sweep.py).
 """
+import torch
+
+from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
 from kiln.codegen.triton.launcher import TritonKernel, build
 from kiln.codegen.triton.printer import print_kernel, print_module
 
 # The host program passes tensors (Triton takes them as pointers itself), not data_ptr() ints.
 TAKES_POINTERS = False
 
-__all__ = ["TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]
+# The dtype policy: float16/bfloat16 buffers are loaded, computed in float32 and rounded on store
+# (and at each explicit conversion), as Inductor does; so under bf16 autocast the casts, fills,
+# views, pads and reductions between the matmuls and convolutions are kernels, not ATen calls.
+KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
+
+__all__ = ["KERNEL_DTYPES", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]

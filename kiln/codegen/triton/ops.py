@@ -78,6 +78,30 @@ def {name}(x):
 """)
 
 
+# float32 -> bfloat16 rounded to nearest even, as eager's casts. On a GPU that is `.to()`; Triton's
+# interpreter truncates (its numpy cast drops the low bits), so its flavour rounds the bits itself
+# (adding 0x7FFF plus the kept lowest bit) and then truncates exactly. NaN stays NaN.
+_helper("_k_to_bf16", """
+@triton.jit
+def _k_to_bf16(x):
+    return x.to(tl.bfloat16)
+""", """
+@triton.jit
+def _k_to_bf16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    rounded = bits.to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, rounded).to(tl.bfloat16)
+""")
+
+
+def to_half(text: str, src: torch.dtype, out: torch.dtype) -> str:
+    """Printed `text` (a value of compute dtype `src`) rounded to the half type `out`."""
+    if out == torch.bfloat16:
+        return f"_k_to_bf16({text if src == torch.float32 else f'({text}).to(tl.float32)'})"
+    return f"({text}).to({tl_dtype(out)})"
+
+
 # NaN-propagating max/min, as torch's: `tl.maximum` leaves NaN handling to the hardware.
 _helper("_k_maximum", """
 @triton.jit
@@ -362,7 +386,7 @@ def _to_dtype(args, dtypes, out):
         return f"({args[0]} != 0)"
     if out in HALF_DTYPES:
         # Round as eager would, then keep computing in float32.
-        return f"{args[0]}.to({tl_dtype(out)}).to(tl.float32)"
+        return f"{to_half(args[0], compute_dtype(src), out)}.to(tl.float32)"
     if src == out or (src in HALF_DTYPES and out == torch.float32):
         return args[0]
     return f"{args[0]}.to({tl_dtype(out)})"
@@ -411,7 +435,13 @@ def _sign(args, dtypes, out):
 def _logical(op: str) -> Printer:
     # Through int8: Triton's interpreter fails `&` between a scalar and a block of int1 (GPU
     # code is the same either way: the casts fold away).
-    return lambda args, dtypes, out: (f"((({args[0]} != 0).to(tl.int8) {op} ({args[1]} != 0).to(tl.int8)) != 0)")
+    return lambda args, dtypes, out: f"(({_int8_truth(args[0])} {op} {_int8_truth(args[1])}) != 0)"
+
+
+def _int8_truth(text: str) -> str:
+    if text in ("True", "False"):   # a constant prints as a Python bool, which has no `.to`
+        return f"tl.full([1], {int(text == 'True')}, tl.int8)"
+    return f"({text} != 0).to(tl.int8)"
 
 
 def _bitwise(op: str) -> Printer:

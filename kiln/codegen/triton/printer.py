@@ -182,7 +182,9 @@ class _KernelPrinter:
             text = f"tl.load({self.ptr(e.buffer)} + ({offset}))"
         else:
             text = f"tl.load({self.ptr(e.buffer)} + ({offset}), {mask}, other=0)"
-        if dtype in ops.HALF_DTYPES:
+        if dtype in ops.HALF_DTYPES or e.dtype == torch.float32:
+            # widen half types to the float32 they are computed in; a no-op cast for float32 buffers, and
+            # the right one where the buffer map lacks the buffer (its dtype then unknown here)
             text += ".to(tl.float32)"
         # A store to the buffer since an identical load was printed makes that load stale.
         name = self.out.let(text + f"  # gen {generation}" if generation else text)
@@ -251,7 +253,9 @@ class _KernelPrinter:
         if v.deps != deps:
             value = f"tl.full({shape}, 0, {ops.tl_dtype(compute)}) + {value}" \
                 if not v.deps else f"tl.broadcast_to({value}, {shape})"
-        if buf.dtype != compute:
+        if buf.dtype in ops.HALF_DTYPES and compute != buf.dtype:
+            value = ops.to_half(value, compute, buf.dtype)
+        elif buf.dtype != compute:
             value = f"({value}).to({ops.tl_dtype(buf.dtype)})"
         self.out.line(f"tl.store({pointer}, {value}, {self.mask(deps)})")
         self.stores_to[s.buffer] = self.stores_to.get(s.buffer, 0) + 1

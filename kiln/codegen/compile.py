@@ -61,7 +61,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 
     chosen = printer
     if chosen is None:
-        key = cache.graph_key(gm, example_inputs)
+        key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs)
         hit = cache.load(key, gm)
         if hit is not None:
             return hit
@@ -92,6 +92,20 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     if chosen is None and program.cacheable and device == "cpu":
         cache.store(key, program, module_source, gm, constants)
     return _boxed(call)
+
+
+def _size_facts_key(example_inputs: Sequence[Any]) -> str:
+    """Lowering applies the equalities the guards check (s2 == 16) to symbolic sizes, which the
+    inputs' shapes do not show: they are part of what a cached program was built for."""
+    import hashlib
+    for x in example_inputs:
+        sizes = (*x.shape, *x.stride()) if isinstance(x, torch.Tensor) else (x,)
+        for d in sizes:
+            env = getattr(getattr(d, "node", None), "shape_env", None) if isinstance(d, torch.SymInt) else None
+            if env is not None and getattr(env, "replacements", None):
+                facts = repr(sorted((str(k), str(v)) for k, v in env.replacements.items()))
+                return "-" + hashlib.sha256(facts.encode()).hexdigest()[:16]
+    return ""
 
 
 def _graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:

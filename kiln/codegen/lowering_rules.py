@@ -383,7 +383,9 @@ def cat(ctx, meta, tensors=None, dim=0, **_):
     pieces = []
     for t in parts:
         idx = [loop_var(k) for k in range(t.ndim)]
-        idx[dim] = var - offset
+        # every piece's load is evaluated (a GPU load is not skipped by the `where` around it), so its
+        # index is clamped into the piece: unclamped, LLaMA's rotary cat read out of bounds on the H200
+        idx[dim] = sympy.Max(0, sympy.Min(var - offset, t.sizes[dim] - 1))
         shifted = ir.subs_index(cast(t.expr, m.dtype), {loop_var(k): idx[k] for k in range(t.ndim)})
         pieces.append((offset + t.sizes[dim], shifted))
         offset = offset + t.sizes[dim]

@@ -67,18 +67,23 @@ def check_bf16(model, *inputs):
     return programs
 
 
+def _compiled_to_kernels_only(fn, x):
+    """fn(x) through kiln's Triton path, which must leave no op to ATen, and eagerly."""
+    programs: list = []
+    kiln.reset()
+    with triton_programs(programs):
+        got = kiln.compile(fn, backend="kiln")(x)
+    assert _kernels(programs) and not _externs(programs), _externs(programs)
+    return got, fn(x)
+
+
 def test_bf16_cast_rounds_to_nearest_even_like_eager():
     # Triton's interpreter truncates float32 -> bfloat16; eager (and the GPU) round to nearest even
     x = torch.randn(1000) * 3
 
     def fn(x):
         return x.to(torch.bfloat16) * 2, (x + 1).to(torch.bfloat16)
-    programs: list = []
-    kiln.reset()
-    with triton_programs(programs):
-        got = kiln.compile(fn, backend="kiln")(x)
-    want = fn(x)
-    assert _kernels(programs) and not _externs(programs), _externs(programs)
+    got, want = _compiled_to_kernels_only(fn, x)
     for g, w in zip(got, want):
         assert g.dtype == torch.bfloat16
         torch.testing.assert_close(g, w, rtol=0, atol=0)
@@ -89,12 +94,7 @@ def test_bf16_pool_pad_and_reduction_are_kernels():
         y = torch.nn.functional.max_pool2d(x.relu(), 3, 2, 1)
         return torch.nn.functional.pad(y, (1, 1)).amax(dim=(2, 3)), y.sum(1)
     x = torch.randn(2, 4, 9, 9).bfloat16()
-    programs: list = []
-    kiln.reset()
-    with triton_programs(programs):
-        got = kiln.compile(fn, backend="kiln")(x)
-    want = fn(x)
-    assert _kernels(programs) and not _externs(programs), _externs(programs)
+    got, want = _compiled_to_kernels_only(fn, x)
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)     # max and pad are exact
     torch.testing.assert_close(got[1], want[1], rtol=2e-2, atol=2e-2)
 

@@ -4,7 +4,8 @@
     -> host program (host.py) -> link
 
 `KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
-program; every pass logs its name and time under `KILN_LOG=perf`.
+program; every pass logs its name and time under `KILN_LOG=perf`. `KILN_CHECK=kernels` checks every
+buffer a kernel writes against the graph run eagerly (`check.py`).
 """
 from __future__ import annotations
 
@@ -57,10 +58,12 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
     tensors (Triton's interpreter). Such a program bypasses the warm-start cache."""
+    from kiln.codegen import check
     from kiln.runtime import cache
 
     chosen = printer
-    if chosen is None:
+    probe = check.enabled()
+    if chosen is None and not probe:
         key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs)
         hit = cache.load(key, gm)
         if hit is not None:
@@ -83,12 +86,15 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     buffers = graph.buffer_map()
     with _Timer("codegen"):
         module_source = printer.print_module(kernels, buffers) if kernels else ""
-        program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False))
+        program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
+                                   probe=probe)
     _log("kernels", "kernel source", module_source)
     _log("kernels", "host program", program.source)
     with _Timer("build"):
         fns = printer.build(kernels, buffers) if kernels else {}
     call = link(program, fns, constants, binds)
+    if probe:
+        return _boxed(check.checked(call, gm, dict(graph.origins), fns))
     if chosen is None and program.cacheable and device == "cpu":
         cache.store(key, program, module_source, gm, constants)
     return _boxed(call)

@@ -77,8 +77,11 @@ def _literal(v, binds: dict, state: dict) -> str:
     return name
 
 
-def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> tuple[HostProgram, dict]:
-    """The host program for `graph` as scheduled; also returns the non-serializable globals."""
+def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
+              probe: bool = False) -> tuple[HostProgram, dict]:
+    """The host program for `graph` as scheduled; also returns the non-serializable globals.
+    `probe`: after each kernel, hand every buffer it wrote to `_probe(kernel, name, tensor)`
+    (`kiln.codegen.check` binds it)."""
     buffers = graph.buffer_map()
     steps = list(sched.steps)
     inputs = [b for b in graph.inputs if b is not None]
@@ -140,6 +143,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True) -> 
             args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
             args += [py_index(s) for s in step.size_args]
             lines.append(f"    {step.name}({', '.join(args)})")
+            if probe:
+                lines += [f"    _probe({step.name!r}, {b!r}, {b})" for b in writes(step) if b not in sched.local_buffers]
         else:
             gname = f"_extern{len(externs)}"
             externs.append((gname, _direct_op(step.op)))

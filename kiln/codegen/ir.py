@@ -60,6 +60,8 @@ Change log (keep this stable; note every change here)
 - v1: first version.
 - v2: `ViewArg` (extern arguments may be strided views of buffers; so may `Graph.outputs`).
 - v3: `Graph.size_inputs`: graph inputs that are symbolic ints, each bound to its size symbol.
+- v4: `Graph.origins` (which graph node's value a buffer holds, for `kiln.codegen.check`);
+  `canonical_kernel`: a kernel with positional buffer names, so equal loop nests print equal text.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 3
+IR_VERSION = 4
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -417,6 +419,7 @@ class Graph:
     inputs: tuple[str | None, ...]
     outputs: tuple[Any, ...]
     size_inputs: tuple[tuple[int, sympy.Symbol], ...] = ()
+    origins: tuple[tuple[str, str], ...] = ()   # (buffer, FX node name): the buffer holds that node's value
 
     def buffer_map(self) -> dict[str, Buffer]:
         return {b.name: b for b in self.buffers}
@@ -500,3 +503,37 @@ class Kernel:
         sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""
         head = f"kernel {self.name}({', '.join(self.buffer_args)}{sizes}) for x in {_fmt_ranges(self.ranges)}:"
         return "\n".join([head] + [str(s) for s in self.stages])
+
+
+def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
+    """`kernel` with every buffer (and the kernel-local value named after a buffer) renamed by
+    `names`, and called `name`; origins are dropped with the old names."""
+    def expr(e: ScalarExpr) -> ScalarExpr:
+        def fn(node):
+            if isinstance(node, Load):
+                return dataclasses.replace(node, buffer=names[node.buffer])
+            if isinstance(node, Var):
+                return dataclasses.replace(node, name=names.get(node.name, node.name))
+            return node
+        return map_expr(e, fn)
+
+    def stmt(s: Stmt) -> Stmt:
+        if isinstance(s, Store):
+            return Store(names[s.buffer], s.index, expr(s.expr))
+        return dataclasses.replace(s, name=names.get(s.name, s.name), expr=expr(s.expr))
+
+    stages = tuple(Stage(st.reduction_ranges, tuple(stmt(s) for s in st.body)) for st in kernel.stages)
+    return Kernel(name, kernel.ranges, stages, tuple(names[b] for b in kernel.buffer_args), kernel.size_args)
+
+
+def canonical_kernel(kernel: Kernel, name: str = "kernel") -> tuple[Kernel, dict[str, str]]:
+    """`kernel` with its buffers named by position (`in0, in1, ...` in argument order, `t0, t1, ...`
+    for kernel-local values), and the renaming. Two kernels that do the same work on buffers of the
+    same layouts are then equal and print the same source: a model's repeated layers compile each
+    kernel once."""
+    names = {b: f"in{i}" for i, b in enumerate(kernel.buffer_args)}
+    for stage in kernel.stages:
+        for s in stage.body:
+            if not isinstance(s, Store) and s.name not in names:
+                names[s.name] = f"t{len(names) - len(kernel.buffer_args)}"
+    return rename_buffers(kernel, names, name), names

@@ -142,6 +142,8 @@ class LoweringContext:
         self.buffers: dict[str, ir.Buffer] = {}
         self.nodes: list[ir.Node] = []
         self._count = 0
+        self.node_of: dict[TensorValue, str] = {}   # a graph node's value -> the node's name
+        self.origins: dict[str, str] = {}            # buffer -> the graph node whose value it holds
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -176,6 +178,8 @@ class LoweringContext:
         strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
         buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
         self.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
+        if tv in self.node_of:
+            self.origins[buf.name] = self.node_of[tv]
         return buf
 
     def emit_reduction(self, tv: TensorValue, reduce_dims: Sequence[int], op: str,
@@ -439,6 +443,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     values = _node_values(gm, example_inputs)
     device = _device_of(example_inputs)
     ctx = LoweringContext(device)
+    from kiln.codegen import check
+    track_origins = check.enabled()    # hashing every node's value costs lowering time: only to check
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[str | None] = []
     constants: dict[str, torch.Tensor] = {}
@@ -504,6 +510,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         if isinstance(result, TensorValue) and _should_realize(node, result):
             result = ctx.load_buffer(ctx.realize(result))
         env[node] = result
+        if track_origins and isinstance(result, TensorValue):   # for `ir.Graph.origins` (KILN_CHECK)
+            ctx.node_of.setdefault(result, node.name)
+            holder = ctx.buffer_of(result)
+            if holder is not None:
+                ctx.origins.setdefault(holder.name, node.name)
 
     outputs = []
     for out_node, value in zip(_flat_outputs(output_node.args[0]), arg(_flat_outputs(output_node.args[0]))):
@@ -520,7 +531,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         else:
             outputs.append(value)
     graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs),
-                     tuple(size_inputs))
+                     tuple(size_inputs), tuple(ctx.origins.items()))
     return graph, constants
 
 

@@ -49,8 +49,28 @@ def test_one_kernel_serves_every_size_of_symbolic_dims():
         ta, tb, out = torch.randn(shape), torch.randn(shape[1]), torch.full(shape, float("nan"))
         fn(ta, tb, out, *shape)
         torch.testing.assert_close(out, torch.sigmoid(ta) * (ta + tb))
-    # The source is printed with the sizes as arguments: nothing size-specific in it.
-    assert "129" not in fn.source and "def silu_bias(p_a, p_b, p_out, s0, s1, xnumel" in fn.source
+    # The source is printed with the sizes as arguments: nothing size-specific in it, and buffers
+    # are named by position, not by the graph.
+    assert "129" not in fn.source and "def kernel(p_in0, p_in1, p_in2, s0, s1, xnumel" in fn.source
+
+
+def test_equal_kernels_of_other_buffers_share_one_source_and_function():
+    # a model's repeated layers give kernels equal up to buffer names: one source, one compile
+    def layer(i):
+        bufs = {f"x{i}": contiguous(f"x{i}", (s0, s1)), f"y{i}": contiguous(f"y{i}", (s0, s1))}
+        load = ir.Load(f"x{i}", x0 * s1 + x1, F32)
+        stage = ir.Stage((), (ir.Assign(f"t{i}", ir.Op("exp", (load,), F32)),
+                              ir.Store(f"y{i}", x0 * s1 + x1, ir.Op("mul", (ir.Var(f"t{i}", F32), load), F32))))
+        return ir.Kernel(f"k{i}", (s0, s1), (stage,), (f"x{i}", f"y{i}"), (s0, s1)), bufs
+
+    (k1, b1), (k2, b2) = layer(1), layer(2)
+    fns = build([k1, k2], {**b1, **b2})
+    assert print_kernel(k1, b1) == print_kernel(k2, b2)
+    assert fns["k1"].persistent_fn is fns["k2"].persistent_fn
+    for name in ("k1", "k2"):
+        x, y = torch.randn(4, 6), torch.full((4, 6), float("nan"))
+        fns[name](x, y, 4, 6)
+        torch.testing.assert_close(y, torch.exp(x) * x)
 
 
 UNARY_DOMAIN = {  # op -> (input transform into the op's domain, torch reference)
@@ -225,7 +245,7 @@ def test_softmax_one_kernel_reads_input_once_when_persistent(config):
         a, out = torch.randn(shape) * 4, torch.empty(shape)
         fn = run(kernel, bufs, [a, out], shape, config)
         torch.testing.assert_close(out, torch.softmax(a.double(), 1).float())
-    persistent = fn.source.split("def softmax_looped")[0]
+    persistent = fn.source.split("def kernel_looped")[0]
     assert persistent.count("tl.load(") == 1, "the persistent body must load the row once"
 
 

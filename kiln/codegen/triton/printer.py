@@ -352,25 +352,34 @@ def _scan_stmt(p: _KernelPrinter, s) -> None:  # ScanAccumulates are printed by 
 _STMT = {ir.Assign: _KernelPrinter.assign, ir.Store: _KernelPrinter.store, ir.ScanAccumulate: _scan_stmt}
 
 
+FUNCTION = "kernel"      # every printed kernel's function name (`kernel_looped`: its looped form)
+
+
+def canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> tuple[ir.Kernel, dict[str, ir.Buffer]]:
+    """The kernel as printed: buffers named by position, function named `FUNCTION`
+    (`ir.canonical_kernel`), and the buffer map under those names."""
+    shape, names = ir.canonical_kernel(kernel, FUNCTION)
+    return shape, {new: buffers[old] for old, new in names.items() if old in buffers}
+
+
 def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool | None = None) -> str:
     """Triton source for `kernel`. `interpret`: print for Triton's interpreter (CPU tensors); by
-    default, when none of the kernel's buffers lives on a CUDA device."""
+    default, when none of the kernel's buffers lives on a CUDA device.
+
+    The source names nothing of the graph it came from (see `canonical`): a kernel repeated in every
+    layer of a model prints, loads and compiles once, and a second process finds its binary in
+    Triton's cache whatever the graph's buffers were called."""
     if interpret is None:
         interpret = not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args
                             if b in buffers)
-    name = _ident(kernel.name)
-    functions = []
-    layout = layout_of(kernel)
-    if layout.kind == "pointwise":
-        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(name))
-    else:
-        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(name))
+    kernel, buffers = canonical(kernel, buffers)
+    functions = [_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(FUNCTION)]
+    if layout_of(kernel).kind != "pointwise":
         functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)
-                         .print_function(f"{name}_looped"))
+                         .print_function(f"{FUNCTION}_looped"))
     body = "\n\n".join(functions)
     helpers = ops.helper_source(ops.helpers_in(body), interpret)
-    header = [f"# kiln Triton kernel {kernel.name}" + (f" (fuses {', '.join(kernel.origins)})" if kernel.origins else ""),
-              f"# printed for {'the Triton interpreter' if interpret else 'CUDA'}; loop IR:"]
+    header = [f"# kiln Triton kernel, printed for {'the Triton interpreter' if interpret else 'CUDA'}; loop IR:"]
     header += ["# " + line for line in str(kernel).splitlines()]
     header += ["import triton", "import triton.language as tl"]
     if not interpret:
@@ -383,5 +392,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
 
 
 def print_module(kernels, buffers: Mapping[str, ir.Buffer]) -> str:
-    """Every kernel's source, one after another (for logs and reports; `build` loads each alone)."""
-    return "\n\n\n".join(print_kernel(k, buffers) for k in kernels)
+    """Every kernel's source under its graph name and what it fuses, one after another (for logs and
+    reports; `build` loads each alone)."""
+    return "\n\n\n".join(f"# ---- {k.name}" + (f" (fuses {', '.join(k.origins)})" if k.origins else "")
+                            + "\n" + print_kernel(k, buffers) for k in kernels)

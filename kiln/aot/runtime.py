@@ -22,7 +22,7 @@ import torch.utils._pytree as pytree
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition
 from kiln.aot.rng import new_seed
-from kiln.aot.trace import JointGraph, trace_joint
+from kiln.aot.trace import JointGraph, autocast_off, trace_joint
 from kiln.aot.views import replay
 from kiln.errors import NotYetImplemented
 
@@ -61,7 +61,8 @@ class _CompiledFunction(torch.autograd.Function):
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
             saved[slot] = t
         tangents = [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
-        got = runtime.bw(*saved, *tangents)
+        with autocast_off():      # [Note: compiled graphs run with autocast off]
+            got = runtime.bw(*saved, *tangents)
         result = [None] * runtime.num_primals
         for index, g in zip(runtime.grad_inputs, got):
             result[index] = g
@@ -84,15 +85,22 @@ class AotRuntime:
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
 
     def __call__(self, *args):
+        """[Note: compiled graphs run with autocast off] The joint graph was traced below autocast:
+        its ops are the ones autocast chose, casts included. Run under the caller's autocast, the
+        ATen kernels a compiled graph calls (matmuls, convolutions, attention) would be cast a second
+        time: an fp32 matmul the model wrote inside `autocast(enabled=False)` (LLaMA's and
+        GPT-NeoX's rotary frequencies) would run in bf16. So the graphs run with autocast off,
+        forward and backward, as torch's own AOTAutograd does."""
         primals = list(args) + [getattr(module, name) for module, name in self.state]
         if self.seed_at is not None:
             primals.insert(self.seed_at, new_seed())
-        if self.bw is not None and torch.is_grad_enabled() and any(
-                isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
-            outs = _CompiledFunction.apply(self, *primals)
-        else:
-            with torch.no_grad() if self.bw is not None else contextlib.nullcontext():
-                outs = self.fw(*primals)[:self.info.num_fw_outputs]
+        with autocast_off():
+            if self.bw is not None and torch.is_grad_enabled() and any(
+                    isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
+                outs = _CompiledFunction.apply(self, *primals)
+            else:
+                with torch.no_grad() if self.bw is not None else contextlib.nullcontext():
+                    outs = self.fw(*primals)[:self.info.num_fw_outputs]
         return self._epilogue(primals, list(outs))
 
     def _epilogue(self, primals: list, outs: list):

@@ -340,7 +340,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
             specs.append(InputSpec("tangent", str(len(tangents))))
             tangents.append(t)
         if diff_out and wrt:
-            with faking, recorder, _autocast_off():
+            with faking, recorder, autocast_off():
                 got = torch.autograd.grad(diff_out, [p for _, p in wrt], tangents, allow_unused=True)
             for (i, _), g in zip(wrt, got):
                 outputs.append(OutputSpec("grad", i))
@@ -371,8 +371,10 @@ def _seed_input(recorder: _Recorder, graph: fx.Graph, specs: list[InputSpec], ma
 
 
 @contextlib.contextmanager
-def _autocast_off():
-    """Backward runs outside autocast in eager (it is called after the autocast block)."""
+def autocast_off():
+    """Turn off autocast on every device where it is on. Backward runs outside autocast in eager
+    (it is called after the autocast block), and a traced graph runs without it (see
+    [Note: compiled graphs run with autocast off] in runtime.py)."""
     with contextlib.ExitStack() as stack:
         for device in ("cpu", "cuda"):
             if torch.is_autocast_enabled(device):

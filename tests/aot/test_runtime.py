@@ -95,3 +95,31 @@ def test_zoo_model_traced_once_with_a_symbolic_batch(name):
         torch.testing.assert_close(got, expected)
         torch.testing.assert_close([p.grad for p in model.parameters()], [p.grad for p in reference.parameters()],
                                    rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_fp32_matmul_the_model_keeps_out_of_autocast_stays_fp32(backend, grad):
+    # LLaMA's rotary frequencies: inside a bf16 autocast block, a matmul under autocast(enabled=False).
+    # The compiled graph holds autocast's choices already; run under the caller's autocast, its mm would
+    # be cast to bf16 a second time (GPT-NeoX's generate() then picked other tokens).
+    def f(x, w):
+        with torch.autocast("cpu", enabled=False):
+            freqs = x.float() @ w.float()
+        return torch.cos(freqs) + (x @ w).float()
+
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 32), (torch.randn(32, 24) * 3).requires_grad_(grad)
+    kiln.reset()
+    compiled = kiln.compile(f, backend=backend)
+    with torch.autocast("cpu", torch.bfloat16):
+        want, got = f(x, w), compiled(x, w)
+    assert got.dtype == want.dtype == torch.float32
+    # the fp32 part alone: the bf16 matmul agrees to bf16's precision in both
+    keep = torch.cos(x @ w)
+    torch.testing.assert_close(got - (x.bfloat16() @ w.bfloat16()).float(), keep, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    if grad:
+        g_want, = torch.autograd.grad(want.sum(), w)
+        g_got, = torch.autograd.grad(got.sum(), w)
+        torch.testing.assert_close(g_got, g_want, rtol=2e-2, atol=2e-2)

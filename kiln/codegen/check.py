@@ -30,10 +30,22 @@ class Mismatch:
     ref_max_abs: float
     source: str | None
 
+    producers: str = ""     # the graph lines computing the node, a few levels up
+
     def __str__(self):
         where = f" (source {self.source})" if self.source else ""
         return (f"kernel {self.kernel} wrote {self.buffer} = node {self.node}: max |diff| {self.max_abs_diff:.4g} "
                 f"where max |eager| is {self.ref_max_abs:.4g}{where}")
+
+
+def producers(node: torch.fx.Node, depth: int = 4) -> str:
+    """The graph lines that compute `node`, `depth` levels up, in graph order."""
+    seen, frontier = {node}, [node]
+    for _ in range(depth):
+        frontier = [a for n in frontier for a in n.all_input_nodes if a not in seen]
+        seen.update(frontier)
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return "\n".join(n.format_node() for n in sorted(seen, key=order.get))
 
 
 def enabled() -> bool:
@@ -63,7 +75,8 @@ def checked(call, gm: torch.fx.GraphModule, origins: dict[str, str], kernels: di
             scale = float(want[finite].abs().max()) if finite.any() else 0.0
         if diff > 0.01 * scale + 1e-3:
             fn = kernels.get(kernel)
-            found.append(Mismatch(kernel, buffer, node, diff, scale, getattr(fn, "path", None)))
+            found.append(Mismatch(kernel, buffer, node, diff, scale, getattr(fn, "path", None),
+                                  producers(nodes[node]) if not found else ""))
 
     call.__globals__["_probe"] = probe
 
@@ -75,6 +88,7 @@ def checked(call, gm: torch.fx.GraphModule, origins: dict[str, str], kernels: di
         if found:
             lines = [f"[kiln check] {len(found)} buffers differ from eager; the first is the one to look at:"]
             lines += [f"  {m}" for m in found]
+            lines += ["the graph computing the first:", found[0].producers]
             print("\n".join(lines), file=report or sys.stderr)
         run.mismatches = list(found)
         return out

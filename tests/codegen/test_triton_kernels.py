@@ -51,7 +51,8 @@ def test_one_kernel_serves_every_size_of_symbolic_dims():
         torch.testing.assert_close(out, torch.sigmoid(ta) * (ta + tb))
     # The source is printed with the sizes as arguments: nothing size-specific in it, and buffers
     # are named by position, not by the graph.
-    assert "129" not in fn.source and "def kernel(p_in0, p_in1, p_in2, s0, s1, xnumel" in fn.source
+    assert "129" not in fn.source and f"def {fn.function}(p_in0, p_in1, p_in2, s0, s1, xnumel" in fn.source
+    assert fn.function.startswith("kiln_poi_") and "sigmoid" in fn.function   # a profile tells kernels apart
 
 
 def test_equal_kernels_of_other_buffers_share_one_source_and_function():
@@ -245,7 +246,7 @@ def test_softmax_one_kernel_reads_input_once_when_persistent(config):
         a, out = torch.randn(shape) * 4, torch.empty(shape)
         fn = run(kernel, bufs, [a, out], shape, config)
         torch.testing.assert_close(out, torch.softmax(a.double(), 1).float())
-    persistent = fn.source.split("def kernel_looped")[0]
+    persistent = fn.source.split(f"def {fn.function}_looped")[0]
     assert persistent.count("tl.load(") == 1, "the persistent body must load the row once"
 
 

@@ -29,7 +29,7 @@ import triton.language as tl
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
-from kiln.codegen.triton.printer import FUNCTION, KernelLayout, layout_of, print_kernel
+from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_kernel
 from kiln.codegen.triton.source_cache import load_module, source_path
 
 
@@ -92,8 +92,9 @@ class TritonKernel:
         self.layout = layout_of(kernel)
         self.path = source_path(source)
         module = load_module(source, interpret)
-        self.persistent_fn = getattr(module, FUNCTION)
-        self.looped_fn = getattr(module, f"{FUNCTION}_looped", None)
+        self.function = canonical(kernel, buffers or {})[0].name     # the printed function's name
+        self.persistent_fn = getattr(module, self.function)
+        self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
         self.n_buffers = len(kernel.buffer_args)
         self.arg_dtypes = [(buffers or {})[b].dtype if b in (buffers or {}) else torch.float32

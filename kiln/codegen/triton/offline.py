@@ -25,7 +25,7 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.launcher import _extent, _sizes_function
-from kiln.codegen.triton.printer import FUNCTION, canonical, layout_of, print_kernel
+from kiln.codegen.triton.printer import canonical, layout_of, print_kernel
 from kiln.codegen.triton.source_cache import load_module
 
 POINTER_TYPE = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
@@ -89,12 +89,12 @@ def compile_for_gpu(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], sizes: 
     config = config or heuristics.choose(layout.kind, numels[0], max(numels[1:], default=1), layout.rows_contiguous)
     module = load_module(print_kernel(kernel, buffers, interpret=False), interpret=False)
     persistent = layout.kind == "pointwise" or (config.persistent and config.RBLOCK >= max(numels[1:], default=1))
-    name = FUNCTION if persistent else f"{FUNCTION}_looped"
+    printed, printed_buffers = canonical(kernel, buffers)   # the function and parameter names the source has
+    name = printed.name if persistent else f"{printed.name}_looped"
     signature, constexprs, attrs = {}, {}, {}
     ints = list(sizes) + list(numels)
     int_names = [s.name for s in kernel.size_args] + ["xnumel"] + [f"rnumel{g}" for g in range(len(numels) - 1)]
     position = 0
-    printed, printed_buffers = canonical(kernel, buffers)   # the parameter names the source has
     for b in printed.buffer_args:
         signature[f"p_{b}"] = POINTER_TYPE[printed_buffers[b].dtype]
         attrs[(position,)] = [["tt.divisibility", 16]]

@@ -352,13 +352,18 @@ def _scan_stmt(p: _KernelPrinter, s) -> None:  # ScanAccumulates are printed by 
 _STMT = {ir.Assign: _KernelPrinter.assign, ir.Store: _KernelPrinter.store, ir.ScanAccumulate: _scan_stmt}
 
 
-FUNCTION = "kernel"      # every printed kernel's function name (`kernel_looped`: its looped form)
-
-
 def canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> tuple[ir.Kernel, dict[str, ir.Buffer]]:
-    """The kernel as printed: buffers named by position, function named `FUNCTION`
-    (`ir.canonical_kernel`), and the buffer map under those names."""
-    shape, names = ir.canonical_kernel(kernel, FUNCTION)
+    """The kernel as printed (`ir.canonical_kernel`: buffers named by position), and the buffer map
+    under those names. Its name, the printed function's (`<name>_looped`: the looped form), is made
+    of what it computes: its kind, its first ops and a hash of its loop IR, so a profile tells
+    kernels apart and equal kernels still print equal source."""
+    import hashlib
+    shape, names = ir.canonical_kernel(kernel)
+    ops_used = list(dict.fromkeys(e.name for stage in shape.stages for stmt in stage.body
+                                  for e in ir.walk(stmt.expr) if isinstance(e, ir.Op)))
+    digest = hashlib.sha256(str(shape).encode()).hexdigest()[:8]
+    name = "_".join(["kiln", layout_of(shape).kind[:3], *ops_used[:4], digest])
+    shape = dataclasses.replace(shape, name=name)
     return shape, {new: buffers[old] for old, new in names.items() if old in buffers}
 
 
@@ -373,10 +378,10 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
         interpret = not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args
                             if b in buffers)
     kernel, buffers = canonical(kernel, buffers)
-    functions = [_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(FUNCTION)]
+    functions = [_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(kernel.name)]
     if layout_of(kernel).kind != "pointwise":
         functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)
-                         .print_function(f"{FUNCTION}_looped"))
+                         .print_function(f"{kernel.name}_looped"))
     body = "\n\n".join(functions)
     helpers = ops.helper_source(ops.helpers_in(body), interpret)
     header = [f"# kiln Triton kernel, printed for {'the Triton interpreter' if interpret else 'CUDA'}; loop IR:"]

@@ -1,0 +1,57 @@
+"""Where a kiln step spends its time on the GPU: the step's wall time against the summed time of the
+kernels it ran (the difference is host time: Python, launches), and the kernels that take the most,
+for eager and kiln side by side. bf16 autocast.
+
+    python bench/gpu_profile.py timm:convnext_tiny:infer hf:GPT2LMHeadModel:train
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import kiln
+from kiln.bench.case import Case, make_step
+from kiln.bench.suites import disable_dropout, get_model
+
+
+def _wall_ms(step, n: int = 10) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / n * 1e3
+
+
+def profile_one(suite: str, name: str, mode: str, top: int = 12) -> None:
+    model, args, kwargs = get_model(suite, name).make("cuda")
+    if mode == "train":
+        model.train()
+        disable_dropout(model)
+    case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device="cuda")
+    params = [p for p in model.parameters() if p.requires_grad]
+    kiln.reset()
+    for label, fn in (("eager", model), ("kiln", kiln.compile(model))):
+        step = make_step(fn, args, kwargs, case, params, True)
+        for _ in range(3):
+            step()
+        wall = _wall_ms(step)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+        events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+        gpu_ms = sum(e.self_device_time_total for e in events) / 1e3
+        launches = sum(e.count for e in events)
+        print(f"== {suite}:{name}:{mode} {label}: step {wall:.2f} ms wall, {gpu_ms:.2f} ms in {launches} kernels "
+              f"(host-bound share {max(0.0, 1 - gpu_ms / wall):.0%})")
+        for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+            print(f"   {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    for spec in sys.argv[1:]:
+        profile_one(*spec.split(":"))

@@ -47,9 +47,24 @@ def profile_one(suite: str, name: str, mode: str, top: int = 12) -> None:
         launches = sum(e.count for e in events)
         print(f"== {suite}:{name}:{mode} {label}: step {wall:.2f} ms wall, {gpu_ms:.2f} ms in {launches} kernels "
               f"(host-bound share {max(0.0, 1 - gpu_ms / wall):.0%})")
-        for e in sorted(events, key=lambda e: -e.self_device_time_total)[:top]:
+        ranked = sorted(events, key=lambda e: -e.self_device_time_total)
+        for e in ranked[:top]:
             print(f"   {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
+        if label == "kiln":
+            _print_sources([e.key for e in ranked[:3]])
         sys.stdout.flush()
+
+
+def _print_sources(names: list[str]) -> None:
+    """The source and launch plans of kiln's Triton kernels among `names` (the slowest)."""
+    from kiln.codegen.triton.launcher import BUILT
+    shown = set()
+    for kernel in list(BUILT):
+        if kernel.function in shown or not any(n.startswith(kernel.function) for n in names):
+            continue
+        shown.add(kernel.function)
+        plans = {sizes: (p.numels, p.config) for sizes, p in kernel.plans.items() if p is not None}
+        print(f"---- {kernel.function}: plans {plans}\n{kernel.source}")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def _literal(v, binds: dict, state: dict) -> str:
 def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
               probe: bool = False) -> tuple[HostProgram, dict]:
     """The host program for `graph` as scheduled; also returns the non-serializable globals.
-    `probe`: after each kernel, hand every buffer it wrote to `_probe(kernel, name, tensor)`
+    `probe`: after each kernel or extern, hand every buffer it wrote to `_probe(step, name, tensor)`
     (`kiln.codegen.check` binds it)."""
     buffers = graph.buffer_map()
     steps = list(sched.steps)
@@ -160,6 +160,9 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                     lines.append("    del _")
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
                 lines += _layout_check(buffers[o], may_be_none=True)
+            if probe:
+                lines += [f"    if {o} is not None: _probe({gname + ':' + str(step.op)!r}, {o!r}, {o})"
+                          for o in writes(step)]
         dead = []
         for b in sorted(set(reads(step) + writes(step))):
             if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:

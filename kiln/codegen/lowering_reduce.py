@@ -215,7 +215,7 @@ def gather(ctx, meta, self=None, a=None, dim=0, index=None, **_):
 
 def _extern_arg(ctx: LoweringContext, a):
     if isinstance(a, TensorValue):
-        view = strided_view(ctx, a)
+        view = strided_view(ctx, a) or broadcast_view(ctx, a)
         return view if view is not None else ir.BufferArg(ctx.realize(a).name)
     if isinstance(a, torch.SymInt):
         return ir.SizeArg(to_sympy(a))
@@ -224,6 +224,31 @@ def _extern_arg(ctx: LoweringContext, a):
     if isinstance(a, (list, tuple)):
         return type(a)(_extern_arg(ctx, x) for x in a)
     return a
+
+
+def broadcast_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
+    """A value broadcast along some dims (its expression reads none of their loop variables),
+    realized without them and handed on as a stride-0 view, as eager's `expand` is.
+
+    `matmul` of a 4-D activation by a weight reaches ATen as `bmm` of the weight expanded to the
+    batch: realized whole, convnext's MLP weights became 1 GB buffers written by a kernel each
+    call (0.06x eager)."""
+    read = set()
+    for node in ir.walk(tv.expr):
+        if isinstance(node, (Load, ir.IndexValue)):
+            read |= sympy.sympify(node.index).free_symbols
+    xs = [loop_var(k) for k in range(tv.ndim)]
+    broadcast = [k for k, x in enumerate(xs) if x not in read and tv.sizes[k] != 1]
+    if not broadcast:
+        return None
+    kept = [k for k in range(tv.ndim) if k not in broadcast]
+    compact = TensorValue(tuple(tv.sizes[k] for k in kept), tv.dtype, tv.device,
+                          ir.subs_index(tv.expr, {xs[k]: loop_var(i) for i, k in enumerate(kept)}))
+    buf = ctx.realize(compact)
+    strides = [sympy.Integer(0)] * tv.ndim
+    for i, k in enumerate(kept):
+        strides[k] = buf.strides[i]
+    return ir.ViewArg(buf.name, tuple(tv.sizes), tuple(strides), sympy.Integer(0))
 
 
 # Largest view whose div/mod index is checked point by point for being affine.

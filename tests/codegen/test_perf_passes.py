@@ -174,3 +174,20 @@ def test_a_buffer_another_extern_reads_keeps_its_layout(monkeypatch):
     sort = next(n for n in graph.nodes if isinstance(n, ir.ExternKernel) and not layout._is_convolution(n))
     read = sort.args[0].name
     assert buffers[read].strides == ir.contiguous_strides(buffers[read].sizes)
+
+
+def test_a_weight_expanded_for_bmm_reaches_it_as_a_stride_0_view(monkeypatch):
+    # F.linear on a channels-last activation reaches ATen as bmm of the weight expanded to the batch
+    # (convnext's MLP): the cast weight is written once, not once per batch entry
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record_graphs(monkeypatch)
+
+    def f(x, w):
+        return F.gelu(F.linear(x.permute(0, 2, 3, 1), w * 2))
+    x, w = torch.randn(4, 8, 6, 6), torch.randn(16, 8)
+    _compile_and_compare(f, x, w)
+    buffers = [b for g in graphs for b in g.buffers]
+    assert max(int(ir.product(b.sizes)) for b in buffers) <= 4 * 6 * 6 * 16, [str(b) for b in buffers]
+    views = [a for g in graphs for n in g.nodes if isinstance(n, ir.ExternKernel) for a in n.args
+             if isinstance(a, ir.ViewArg) and 0 in a.strides]
+    assert views, "the expanded weight should reach bmm as a view with a zero stride"

@@ -251,6 +251,31 @@ def test_softmax_one_kernel_reads_input_once_when_persistent(config):
 
 
 @pytest.mark.parametrize("config", [None, LOOPED], ids=["persistent", "looped"])
+def test_a_value_stored_then_read_back_is_forwarded_when_persistent(config):
+    # softmax as T5's decoder got it: exp stored, then read back to divide by the sum (bf16 buffer)
+    bufs = {"a": contiguous("a", (s0, s1)), "e": contiguous("e", (s0, s1), torch.bfloat16),
+            "out": contiguous("out", (s0, s1))}
+    load = ir.Load("a", x0 * s1 + r0, F32)
+    m, s = ir.Var("m", F32), ir.Var("s", F32)
+    kernel = ir.Kernel("softmax_stored", (s0,), (
+        ir.Stage((s1,), (ir.Accumulate("m", "max", load),)),
+        ir.Stage((s1,), (ir.Assign("e", ir.Op("exp", (ir.Op("sub", (load, m), F32),), F32)),
+                         ir.Store("e", x0 * s1 + r0, ir.Var("e", F32)), ir.Accumulate("s", "sum", ir.Var("e", F32)))),
+        ir.Stage((s1,), (ir.Store("out", x0 * s1 + r0,
+                                  ir.Op("truediv", (ir.Load("e", x0 * s1 + r0, F32), s), F32)),)),
+    ), ("a", "e", "out"), (s0, s1))
+    for shape in [(6, 50), (3, 7)]:
+        a, e, out = torch.randn(shape) * 4, torch.empty(shape, dtype=torch.bfloat16), torch.empty(shape)
+        fn = run(kernel, bufs, [a, e, out], shape, config)
+        exp = torch.exp(a.double() - a.double().amax(1, keepdim=True))
+        torch.testing.assert_close(e, exp.bfloat16())
+        # the divisor sums unrounded values, the dividend is what the bf16 buffer holds
+        torch.testing.assert_close(out, (exp.bfloat16().double() / exp.sum(1, keepdim=True)).float())
+    persistent = fn.source.split(f"def {fn.function}_looped")[0]
+    assert persistent.count("tl.load(") == 1, "the stored exp must be forwarded, not read back"
+
+
+@pytest.mark.parametrize("config", [None, LOOPED], ids=["persistent", "looped"])
 def test_scans_match_eager(config):
     ops = {"cumsum": torch.cumsum, "cumprod": torch.cumprod, "cummax": lambda t, d: torch.cummax(t, d).values,
            "cummin": lambda t, d: torch.cummin(t, d).values, "logcumsumexp": torch.logcumsumexp}

@@ -143,6 +143,12 @@ class _KernelPrinter:
         self.vars: dict[str, Value] = {}
         self.group = 0                  # the reduction-range group of the stage being printed
         self.stores_to: dict[str, int] = {}
+        # [Note: stored values are forwarded] A load of what this kernel stored at the same offset
+        # (softmax's exp, stored, then read back to divide) takes the stored value from registers:
+        # no second read, and no reliance on another thread of the program seeing the store, which
+        # Triton does not promise without a barrier. (buffer, offset) -> (value as the buffer holds
+        # it, its dims); a loop's values are not forwarded past it.
+        self.stored: dict[tuple[str, str], tuple[str, frozenset]] = {}
         self.groups_opened: set[int] = set()
 
     def size_name(self, s: sympy.Symbol) -> str:
@@ -176,6 +182,12 @@ class _KernelPrinter:
         deps |= self.index.dims(e.index)
         buf = self.buffers.get(e.buffer)
         dtype = buf.dtype if buf is not None else e.dtype
+        forwarded = self.stored.get((e.buffer, offset)) if not e.indirect else None
+        if forwarded is not None and forwarded[1] == frozenset(deps | {"x"}):
+            text = forwarded[0]
+            if dtype in ops.HALF_DTYPES or e.dtype == torch.float32:
+                text = f"{text}.to(tl.float32)"
+            return Value(self.out.let(text), frozenset(forwarded[1]), e.dtype)
         mask = self.mask(deps)
         generation = self.stores_to.get(e.buffer, 0)
         if mask is None:
@@ -257,8 +269,11 @@ class _KernelPrinter:
             value = ops.to_half(value, compute, buf.dtype)
         elif buf.dtype != compute:
             value = f"({value}).to({ops.tl_dtype(buf.dtype)})"
+        value = self.out.let(value)
         self.out.line(f"tl.store({pointer}, {value}, {self.mask(deps)})")
         self.stores_to[s.buffer] = self.stores_to.get(s.buffer, 0) + 1
+        self.stored = {k: v for k, v in self.stored.items() if k[0] != s.buffer}
+        self.stored[(s.buffer, offset)] = (value, frozenset(deps))
 
     # -- structure
     def print_function(self, name: str) -> str:
@@ -309,6 +324,8 @@ class _KernelPrinter:
             o.lines[start:start] = self._r_defs(space)
             return
         # Looped: accumulators before the loop, a fresh CSE scope inside it, finals after it.
+        # Values stored by an earlier loop hold only its last chunk: none is forwarded across loops.
+        self.stored = {}
         for acc in stage_plan:
             acc.init(self)
         outer_cse = o.cse
@@ -322,6 +339,7 @@ class _KernelPrinter:
         o.lines[start:start] = ["    " * o.indent + line.strip() for line in self._r_defs(space)]
         o.indent -= 1
         o.cse = outer_cse
+        self.stored = {}
         for acc in stage_plan:
             acc.finish(self)
 

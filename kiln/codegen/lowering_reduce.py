@@ -213,17 +213,26 @@ def gather(ctx, meta, self=None, a=None, dim=0, index=None, **_):
 
 # ---------------------------------------------------------------------------- extern calls
 
-def _extern_arg(ctx: LoweringContext, a):
+def _extern_arg(ctx: LoweringContext, a, broadcast: bool = False):
     if isinstance(a, TensorValue):
-        view = strided_view(ctx, a) or broadcast_view(ctx, a)
+        view = strided_view(ctx, a) or (broadcast_view(ctx, a) if broadcast else None)
         return view if view is not None else ir.BufferArg(ctx.realize(a).name)
     if isinstance(a, torch.SymInt):
         return ir.SizeArg(to_sympy(a))
     if isinstance(a, sympy.Basic):   # a size computed from symbols (a lowered sym_size)
         return int(a) if a.is_Integer else ir.SizeArg(a)
     if isinstance(a, (list, tuple)):
-        return type(a)(_extern_arg(ctx, x) for x in a)
+        return type(a)(_extern_arg(ctx, x, broadcast) for x in a)
     return a
+
+
+def _matmuls() -> set:
+    from kiln.prims.externs import EXTERN_OF_ATEN
+    aten = torch.ops.aten
+    return {aten.bmm.default, aten.mm.default, EXTERN_OF_ATEN[aten.bmm.default], EXTERN_OF_ATEN[aten.mm.default]}
+
+
+_TAKES_BROADCAST_VIEWS = _matmuls()
 
 
 def broadcast_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
@@ -318,8 +327,11 @@ def _is_host_value(m) -> bool:
 
 def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     """Run `target` eagerly on whole tensors; its outputs become buffers of the meta's layout."""
-    call_args = tuple(_extern_arg(ctx, a) for a in args)
-    call_kwargs = tuple((k, _extern_arg(ctx, v)) for k, v in kwargs.items())
+    # Only matmuls take broadcast views: other kernels have layout demands of their own (CUDA
+    # attention's bias must be aligned; a stride-0 one failed with a misaligned address).
+    broadcast = target in _TAKES_BROADCAST_VIEWS
+    call_args = tuple(_extern_arg(ctx, a, broadcast) for a in args)
+    call_kwargs = tuple((k, _extern_arg(ctx, v, broadcast)) for k, v in kwargs.items())
     flat = list(meta) if isinstance(meta, (tuple, list)) else [meta]
     names, values = [], []
     for m in flat:

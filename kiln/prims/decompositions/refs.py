@@ -227,13 +227,32 @@ def reshape(a: torch.Tensor, shape) -> torch.Tensor:
 
 
 def _viewable(a: torch.Tensor, shape) -> bool:
-    if a.is_contiguous():
-        return True
-    try:  # a view is possible without a copy for some strided inputs; the meta rule knows
-        torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta").view(shape)
-        return True
-    except RuntimeError:
-        return False
+    return a.is_contiguous() or view_strides(list(a.shape), list(a.stride()), list(shape)) is not None
+
+
+def view_strides(sizes: list, strides: list, shape: list) -> list | None:
+    """The strides of a view of (sizes, strides) as `shape`, or None when no view has that shape
+    (the rule ATen's `view` applies). Each run of dims that is contiguous with itself must split or
+    merge into whole dims of the new shape. Computed here, not by asking `view` on a meta tensor:
+    what a meta `view` accepts depends on which meta kernels other libraries registered (after
+    torch.compile ran in the process, one accepted BERT's batch-expanded position ids)."""
+    if math.prod(sizes) == 0 or not sizes:
+        return contiguous_strides(shape)
+    out = [0] * len(shape)
+    view_d = len(shape) - 1
+    chunk_stride, tensor_numel, view_numel = strides[-1], 1, 1
+    for d in reversed(range(len(sizes))):
+        tensor_numel *= sizes[d]
+        if d == 0 or (sizes[d - 1] != 1 and strides[d - 1] != tensor_numel * chunk_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or shape[view_d] == 1):
+                out[view_d] = view_numel * chunk_stride
+                view_numel *= shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if d > 0:
+                chunk_stride, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
 
 
 def infer_size(shape, total):

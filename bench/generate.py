@@ -7,6 +7,7 @@ how many graphs kiln compiled (capture) and how many programs its backend built 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 import torch
@@ -31,24 +32,28 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=50)
     p.add_argument("--prompt", type=int, default=16, help="prompt length in tokens")
     p.add_argument("--backend", default="kiln")
+    p.add_argument("--dtype", default=None, help="bfloat16 or float32 (default: bfloat16 on cuda, float32 on cpu)")
     a = p.parse_args()
     ensure_torchvision_importable()
     import transformers
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if a.device == "cuda" else torch.float32
+    dtype = getattr(torch, a.dtype) if a.dtype else (torch.bfloat16 if a.device == "cuda" else torch.float32)
     with torch.device(a.device):
         model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**SIZES[a.size])).to(dtype).eval()
     ids = torch.randint(0, model.config.vocab_size, (1, a.prompt), device=a.device)
 
-    def generate():
+    def generate(scores: bool = False):
         start = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False)
+            out = model.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False,
+                                 output_scores=scores, return_dict_in_generate=scores)
         if a.device == "cuda":
             torch.cuda.synchronize()
         return out, time.perf_counter() - start
 
-    expected, eager_s = generate()
+    generate()                                   # warm-up: the timed eager run is a steady one
+    eager, eager_s = generate(scores=True)
+    expected = eager.sequences
     graphs = []
 
     def counting_backend(gm, example_inputs):
@@ -65,6 +70,21 @@ def main() -> None:
     print(f"  compilations (captured graphs): {len(graphs)}; backend programs per graph: {programs}")
     print(f"  generate() seconds: eager {eager_s:.2f}, compiled first (compiles included) {first_s:.2f}, "
           f"compiled second {second_s:.2f}")
+    if not torch.equal(first, expected):
+        print("  " + first_difference(expected, first, eager.scores, a.prompt))
+
+
+def first_difference(expected: torch.Tensor, got: torch.Tensor, scores, prompt: int) -> str:
+    """Where the compiled tokens leave eager's, and how close eager's own choice was there: the gap
+    between eager's logits for its token and for the compiled one, against the spacing of bfloat16
+    numbers at that magnitude (a gap within it is a tie that rounding decides)."""
+    k = int((expected[0] != got[0]).nonzero()[0])
+    step = scores[k - prompt][0].float()
+    want, chose = int(expected[0, k]), int(got[0, k])
+    gap = float(step[want] - step[chose])
+    spacing = 2.0 ** (math.floor(math.log2(max(abs(float(step[want])), 1e-30))) - 7)
+    return (f"first different token: position {k - prompt} of {expected.shape[1] - prompt}; eager's logit gap "
+            f"between its token and the compiled one there: {gap:.4g} (bfloat16 spacing at that magnitude: {spacing:.4g})")
 
 
 if __name__ == "__main__":

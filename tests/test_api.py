@@ -195,3 +195,14 @@ def test_torch_compile_with_kiln_backend_matches_eager():
     model = small_model()
     out = torch.compile(model, backend="kiln")(torch.randn(6, 8, generator=torch.Generator().manual_seed(1)))
     torch.testing.assert_close(out, model(torch.randn(6, 8, generator=torch.Generator().manual_seed(1))))
+
+
+def test_torch_compile_dynamic_with_kiln_backend_matches_eager():
+    # dynamo hands its own SymInts and symbolic fakes: kiln compiles per layout of the real arguments
+    def f(x, y):
+        return (x * 2 + y).relu().sum(-1)
+
+    compiled = torch.compile(f, backend="kiln", dynamic=True)
+    for n in (4, 7, 9):
+        x, y = torch.randn(n, 5), torch.randn(n, 5)
+        torch.testing.assert_close(compiled(x, y), f(x, y))

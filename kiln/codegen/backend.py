@@ -45,7 +45,11 @@ def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options
         program = _compile(gm, symbolic, options)
         program.programs = {"symbolic": program}
         return program
-    programs = {_layout_of(example_inputs): _compile(gm, example_inputs, options)}
+    programs = {}
+    if not any(_is_foreign_symbolic(x) for x in example_inputs):
+        programs[_layout_of(example_inputs)] = _compile(gm, example_inputs, options)
+    # else torch.compile(dynamic=True) handed its own SymInts: compile at the first call, per
+    # layout of the real arguments (kiln's tracer runs on kiln's symbols only)
 
     def run(*args):
         key = _layout_of(args)
@@ -75,6 +79,13 @@ def _has_symbols(x) -> bool:
     if isinstance(x, torch.Tensor):
         return any(_has_symbols(d) for d in (*x.shape, *x.stride()))
     return False
+
+
+def _is_foreign_symbolic(x) -> bool:
+    """A SymInt, or a tensor with a symbolic size, that is not kiln's (torch.compile's dynamo)."""
+    if isinstance(x, torch.SymInt):
+        return True
+    return isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
 
 
 def _layout_of(args: Sequence[Any]) -> tuple:

@@ -132,7 +132,8 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict, example_fn=None) -> Any:
         """Add a node; returns (node, example result). `args` hold nodes and constants."""
         node = self.graph.create_node(kind, target, args, kwargs)
-        ex_args, ex_kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta["example_value"], (args, kwargs))
+        # map_arg, not pytree: it also looks inside slices (`x[s - t:s]` with symbolic bounds)
+        ex_args, ex_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["example_value"])
         if kind == "call_method":
             result = self.examples.run(getattr(ex_args[0], target), ex_args[1:], ex_kwargs)
         else:

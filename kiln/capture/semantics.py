@@ -167,6 +167,8 @@ def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
 def make_slice(tx, parts: list) -> V.Variable:
     if all(is_python_constant(p) for p in parts):
         return V.Constant(slice(*[python_value(p) for p in parts]))
+    if all(isinstance(p, V.SymNumber) or is_python_constant(p) for p in parts):
+        return V.SliceVar(list(parts))    # symbolic sizes: the slice goes into the graph as it is
     raise tx.unsupported("a slice with tensor bounds")
 
 

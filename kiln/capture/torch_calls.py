@@ -73,9 +73,11 @@ _TO_FX = {
     V.TensorVar: lambda tx, v: v.node,
     V.SymNumber: lambda tx, v: v.node,
     V.Constant: lambda tx, v: v.value,
-    V.TupleVar: lambda tx, v: (v.cls if v.cls is torch.Size else tuple)(to_fx(tx, i) for i in v.items)
-    if v.cls in (tuple, torch.Size) else tuple(to_fx(tx, i) for i in v.items),
+    # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them
+    V.TupleVar: lambda tx, v: (torch.Size if v.cls is torch.Size and v.is_constant() else tuple)(
+        to_fx(tx, i) for i in v.items),
     V.ListVar: lambda tx, v: [to_fx(tx, i) for i in v.items],
+    V.SliceVar: lambda tx, v: slice(*(to_fx(tx, i) for i in v.items)),
     V.DictVar: lambda tx, v: {k: to_fx(tx, i) for k, i in v.items.items()},
     V.ObjectVar: _object_to_fx,
     V.FunctionVar: lambda tx, v: v.fn if v.fn is not None and _printable(v.fn) else _no_fn(tx),

@@ -60,6 +60,15 @@ class SymNumber(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class SliceVar(Variable):
+    """A slice whose bounds include sizes that live in the graph (`mask[s - t:s]` with dynamic dims)."""
+    items: list      # start, stop, step trackers
+
+    def python_type(self):
+        return slice
+
+
+@dataclasses.dataclass(eq=False)
 class Null(Variable):
     """The NULL CPython pushes below a callable for CALL."""
 

@@ -52,6 +52,33 @@ def test_dynamic_true_is_symbolic_from_the_start():
     assert len(rec.graphs) == 1
 
 
+_CAUSAL = torch.tril(torch.ones(32, 32, dtype=torch.bool))
+
+
+def mask_by_sizes(x, past):
+    # what decoders do with a KV cache: slice a mask by run-time lengths, and build sizes from shape slices
+    s, t = past.shape[1] + x.shape[1], x.shape[1]
+    m = _CAUSAL[s - t:s, :s].float()
+    y = torch.cat([past, x], 1)[:, -t:] * m[:, :1].sum()
+    return y.view(*x.shape[:-1], -1) + x.new_zeros(x.shape[-1:])
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+def test_a_slice_by_symbolic_sizes_and_a_shape_slice_stay_in_one_graph(backend):
+    kiln.capture.reset()
+    graphs = []
+    compile_graph = kiln.backends.resolve(backend, kiln.config.Options())
+
+    def recording(gm, example_inputs):
+        graphs.append(gm)
+        return compile_graph(gm, example_inputs)
+    compiled = kiln.compile(mask_by_sizes, backend=recording, dynamic=True, fullgraph=True)
+    for t, past in ((3, 5), (4, 6), (2, 9)):
+        x, p = torch.randn(2, t, 4), torch.randn(2, past, 4)
+        assert_same(compiled(x, p), mask_by_sizes(x, p))
+    assert len(graphs) == 1
+
+
 def test_dynamic_false_stays_static():
     kiln.capture.reset()
     rec = Recorder()

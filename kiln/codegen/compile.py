@@ -71,7 +71,8 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     # the target printer's dtype policy decides what lowering leaves to externs
     policy = chosen or printer_for(_graph_device(gm, example_inputs))
     with _Timer("lower"):
-        graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES))
+        graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
+                                       getattr(policy, "SPLIT_REDUCTIONS", False))
     with _Timer("dedupe"):
         graph = dedupe_buffers(graph)
     with _Timer("layouts"):

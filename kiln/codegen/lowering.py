@@ -137,8 +137,9 @@ def op_name(target) -> str:
 class LoweringContext:
     """The state of lowering one graph: buffers and nodes emitted so far. Passed to every rule."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, split_reductions: bool = False):
         self.device = device
+        self.split_reductions = split_reductions   # see [Note: split reductions]
         self.buffers: dict[str, ir.Buffer] = {}
         self.nodes: list[ir.Node] = []
         self._count = 0
@@ -188,12 +189,46 @@ class LoweringContext:
         kept = [d for d in range(tv.ndim) if d not in reduce_dims]
         mapping = {loop_var(d): loop_var(k) for k, d in enumerate(kept)}
         mapping.update({loop_var(d): ir.reduction_var(k) for k, d in enumerate(reduce_dims)})
-        expr = ir.subs_index(tv.expr, mapping)
         ranges = tuple(tv.sizes[d] for d in kept)
-        body = ir.Reduction(ranges, tuple(tv.sizes[d] for d in reduce_dims), op, expr)
-        buf = self.add_buffer(ir.Buffer(self.new_name(), ranges, ir.contiguous_strides(ranges), dtype, tv.device))
-        self.nodes.append(ir.ComputedBuffer(buf.name, body))
-        return self.load_buffer(buf)
+        reduced = tuple(tv.sizes[d] for d in reduce_dims)
+        split = self._split_of(ranges, reduced, op)
+        if split is not None:
+            # [Note: split reductions] partial results over `split` chunks of the first reduced
+            # dim, a new first dim of a partial buffer (neighbouring outputs stay neighbours in
+            # memory), then the same op over the chunks.
+            split, chunk = sympy.Integer(split), sympy.Integer(int(reduced[0]) // split)
+            mapping.update({loop_var(d): loop_var(k + 1) for k, d in enumerate(kept)})
+            mapping[loop_var(reduce_dims[0])] = loop_var(0) * chunk + ir.reduction_var(0)
+            partial = self._reduction_buffer((split, *ranges), (chunk, *reduced[1:]), op,
+                                             ir.subs_index(tv.expr, mapping), dtype, tv.device)
+            index = partial.index([ir.reduction_var(0), *(loop_var(k) for k in range(len(ranges)))])
+            return self.load_buffer(self._reduction_buffer(ranges, (split,), op, Load(partial.name, index, dtype),
+                                                           dtype, tv.device))
+        return self.load_buffer(self._reduction_buffer(ranges, reduced, op, ir.subs_index(tv.expr, mapping),
+                                                       dtype, tv.device))
+
+    def _reduction_buffer(self, ranges, reduced, op, expr, dtype, device) -> ir.Buffer:
+        buf = self.add_buffer(ir.Buffer(self.new_name(), ranges, ir.contiguous_strides(ranges), dtype, device))
+        self.nodes.append(ir.ComputedBuffer(buf.name, ir.Reduction(ranges, reduced, op, expr)))
+        return buf
+
+    def _split_of(self, ranges, reduced, op) -> int | None:
+        """[Note: split reductions] A GPU reduction with few outputs and long rows runs on few
+        programs (a bias gradient: 768 outputs of 4096 rows each is 12 programs on 132 SMs), so
+        it is split into partial reductions over chunks of its first reduced dim, enough of
+        them for about 16384 partial outputs, each chunk still at least 256 elements long. Only for
+        static sizes, ops that combine with themselves, and a chunk count that divides the dim
+        (a masked tail would need a load that is never out of bounds)."""
+        if not self.split_reductions or op not in SPLITTABLE_REDUCTIONS or not reduced:
+            return None
+        if not all(sympy.sympify(s).is_Integer for s in (*ranges, *reduced)):
+            return None
+        outputs, total, first = int(ir.product(ranges)), int(ir.product(reduced)), int(reduced[0])
+        if outputs * total < 1 << 18 or outputs >= 4096:
+            return None
+        target = -(-16384 // outputs)
+        options = [s for s in range(4, first + 1) if first % s == 0 and total // s >= 256]
+        return min(options, key=lambda s: abs(s - target), default=None)
 
     def emit_scan(self, tv: TensorValue, dim: int, op: str) -> TensorValue:
         """Scan `tv` along `dim`; the result has `tv`'s shape."""
@@ -211,6 +246,9 @@ class LoweringContext:
         idx = [loop_var(d) for d in order]
         return dataclasses.replace(loaded, sizes=tuple(tv.sizes),
                                    expr=ir.subs_index(loaded.expr, {loop_var(k): idx[k] for k in range(len(idx))}))
+
+
+SPLITTABLE_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "any", "all"})
 
 
 # ---------------------------------------------------------------------------- expression helpers
@@ -434,15 +472,17 @@ def _is_dense(t: torch.Tensor) -> bool:
 
 
 def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                kernel_dtypes: frozenset = KERNEL_DTYPES) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
+                kernel_dtypes: frozenset = KERNEL_DTYPES,
+                split_reductions: bool = False) -> tuple[ir.Graph, dict[str, torch.Tensor]]:
     """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name.
-    Ops on dtypes outside `kernel_dtypes` (the target printer's) run as externs."""
+    Ops on dtypes outside `kernel_dtypes` (the target printer's) run as externs; `split_reductions`
+    (the target's too) splits reductions with few outputs ([Note: split reductions])."""
     from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
     from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
     values = _node_values(gm, example_inputs)
     device = _device_of(example_inputs)
-    ctx = LoweringContext(device)
+    ctx = LoweringContext(device, split_reductions)
     from kiln.codegen import check
     track_origins = check.enabled()    # hashing every node's value costs lowering time: only to check
     env: dict[torch.fx.Node, Any] = {}

@@ -25,4 +25,8 @@ TAKES_POINTERS = False
 # views, pads and reductions between the matmuls and convolutions are kernels, not ATen calls.
 KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 
-__all__ = ["KERNEL_DTYPES", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]
+# Reductions with few outputs are split in two passes, so they run on more than a few programs
+# ([Note: split reductions] in kiln.codegen.lowering); C++ kernels need no such thing on 2 cores.
+SPLIT_REDUCTIONS = True
+
+__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]

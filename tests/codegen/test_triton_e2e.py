@@ -12,13 +12,15 @@ from kiln.codegen import ir
 from kiln.codegen import triton as triton_printer
 
 
-def triton_compiler(kernels_seen: list):
+def triton_compiler(kernels_seen: list, split_reductions: bool = False, graphs: list | None = None):
     from kiln.codegen.host import link, plan_host
     from kiln.codegen.lowering import lower_graph
     from kiln.codegen.scheduler import schedule
 
     def compile_one(gm, example_inputs):
-        graph, constants = lower_graph(gm, example_inputs, triton_printer.KERNEL_DTYPES)
+        graph, constants = lower_graph(gm, example_inputs, triton_printer.KERNEL_DTYPES, split_reductions)
+        if graphs is not None:
+            graphs.append(graph)
         sched = schedule(graph)
         kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
         fns = triton_printer.build(kernels, graph.buffer_map())
@@ -90,25 +92,12 @@ def test_cumsum_forward_backward():
 
 
 def _split_compiled(fn, inputs):
-    """`fn` through kiln with the Triton printer and split reductions, and the kernels built."""
+    """`fn` through kiln with the Triton printer and split reductions, and the loop IR of its graphs."""
     from kiln.aot import aot_compile
-    from kiln.codegen.host import link, plan_host
-    from kiln.codegen.lowering import lower_graph
-    from kiln.codegen.scheduler import schedule
     from kiln.prims import decompositions_for
-    seen, graphs = [], []
-
-    def compile_one(gm, example_inputs):
-        graph, constants = lower_graph(gm, example_inputs, triton_printer.KERNEL_DTYPES, split_reductions=True)
-        graphs.append(graph)
-        sched = schedule(graph)
-        kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
-        fns = triton_printer.build(kernels, graph.buffer_map())
-        seen.extend(fns.values())
-        program, binds = plan_host(graph, sched, takes_pointers=False)
-        return link(program, fns, constants, binds)
-    gm = torch.fx.symbolic_trace(fn)
-    return aot_compile(gm, list(inputs), fw_compiler=compile_one, bw_compiler=compile_one,
+    graphs = []
+    compiler = triton_compiler([], split_reductions=True, graphs=graphs)
+    return aot_compile(torch.fx.symbolic_trace(fn), list(inputs), fw_compiler=compiler, bw_compiler=compiler,
                        decompositions=decompositions_for(set())), graphs
 
 

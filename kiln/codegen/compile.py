@@ -53,23 +53,26 @@ def printer_for(device: str):
     return triton_printer
 
 
-def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None):
+def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None,
+                       use_cache: bool | None = None):
     """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`.
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
-    tensors (Triton's interpreter). Such a program bypasses the warm-start cache."""
+    tensors (Triton's interpreter). `use_cache`: look the program up in, and store it into, the
+    warm-start cache (default: unless a printer is chosen)."""
     from kiln.codegen import check
     from kiln.runtime import cache
 
     chosen = printer
     probe = check.enabled()
-    if chosen is None and not probe:
-        key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs)
+    use_cache = (chosen is None if use_cache is None else use_cache) and not probe
+    # the target printer's dtype policy decides what lowering leaves to externs
+    policy = chosen or printer_for(_graph_device(gm, example_inputs))
+    if use_cache:
+        key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
         hit = cache.load(key, gm)
         if hit is not None:
             return hit
-    # the target printer's dtype policy decides what lowering leaves to externs
-    policy = chosen or printer_for(_graph_device(gm, example_inputs))
     with _Timer("lower"):
         graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
                                        getattr(policy, "SPLIT_REDUCTIONS", False))
@@ -86,18 +89,19 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
     buffers = graph.buffer_map()
     with _Timer("codegen"):
-        module_source = printer.print_module(kernels, buffers) if kernels else ""
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe)
-    _log("kernels", "kernel source", module_source)
+        built = printer.saved(kernels, buffers) if kernels else None
+    if _log_enabled("kernels"):
+        _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     _log("kernels", "host program", program.source)
     with _Timer("build"):
-        fns = printer.build(kernels, buffers) if kernels else {}
+        fns = printer.restore(built) if kernels else {}
     call = link(program, fns, constants, binds)
     if probe:
         return _boxed(check.checked(call, gm, dict(graph.origins), fns))
-    if chosen is None and program.cacheable and device == "cpu":
-        cache.store(key, program, module_source, gm, constants)
+    if use_cache and program.cacheable:
+        cache.store(key, program, printer.__name__, built, gm, constants)
     return _boxed(call)
 
 

@@ -391,7 +391,18 @@ def print_module(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer])
 
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
     """Compile all `kernels` into one shared library; return name -> callable(tensors..., ints...)."""
-    from kiln.runtime.cpp_build import load_library
+    return restore(saved(kernels, buffers))
 
-    lib = load_library(print_module(kernels, buffers))
-    return {k.name: lib.function(k.name, len(k.buffer_args), len(k.size_args)) for k in kernels}
+
+def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
+    """What the warm-start cache keeps of built kernels (JSON): the library's source (its binary is
+    cached by source hash) and each kernel's name and arity."""
+    return {"module": print_module(kernels, buffers),
+            "kernels": [(k.name, len(k.buffer_args), len(k.size_args)) for k in kernels]}
+
+
+def restore(entry: dict) -> dict:
+    """`build`'s result again from what `saved` kept."""
+    from kiln.runtime.cpp_build import load_library
+    lib = load_library(entry["module"])
+    return {name: lib.function(name, n_ptr, n_int) for name, n_ptr, n_int in entry["kernels"]}

@@ -1,9 +1,10 @@
 """The warm start: compiled graphs on disk, so a second process skips lowering, codegen and g++.
 
-An entry is keyed by (graph code, input metadata, kiln/torch versions, device) and holds the host
-program's source, the kernel module's source (its library is cached by source hash in
-`cpp_build`), and how to re-link both: kernels by name and arity, extern ops by qualified name,
-constants by graph attribute. Only graphs whose host program is fully serializable are stored.
+An entry is keyed by (graph code, input metadata, kiln/torch versions, device, printer) and holds
+the host program's source, the kernels as their printer saved them (C++: the library's source,
+whose binary `cpp_build` caches by source hash; Triton: the kernels' loop IR, whose binaries
+Triton's cache holds), and how to re-link the rest: extern ops by qualified name, constants by
+graph attribute. Only graphs whose host program is fully serializable are stored.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import torch
 
 from kiln.runtime.cpp_build import cache_dir
 
-FORMAT = 1
+FORMAT = 2
 
 
 _CODE_HASH: list[str] = []
@@ -88,7 +89,9 @@ def _resolve_op(name: str):
     return getattr(getattr(getattr(torch.ops, ns), packet), overload)
 
 
-def store(key: str, program, module_source: str, gm: torch.fx.GraphModule, constants: dict) -> None:
+def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.GraphModule, constants: dict) -> None:
+    """Keep `program` under `key`: its host source, the kernels as the printer module named
+    `printer` saved them (`printer.saved`), and how to re-link externs and constants."""
     externs = [(g, _op_name(op)) for g, op in program.externs]
     if any(n is None for _, n in externs):
         return
@@ -100,7 +103,7 @@ def store(key: str, program, module_source: str, gm: torch.fx.GraphModule, const
                     targets[cname] = node.target
     if set(targets) != set(constants):
         return
-    entry = {"host": program.source, "module": module_source, "kernels": program.kernels,
+    entry = {"host": program.source, "printer": printer, "built": built, "kernels": program.kernels,
              "externs": externs, "constants": targets}
     tmp = _path(key) + f".{os.getpid()}.tmp"
     with open(tmp, "w") as f:
@@ -115,15 +118,14 @@ def load(key: str, gm: torch.fx.GraphModule):
     path = _path(key)
     if not os.path.exists(path):
         return None
+    import importlib
     from kiln.codegen.host import HostProgram, link
-    from kiln.runtime.cpp_build import load_library
     try:
         with open(path) as f:
             entry = json.load(f)
         fns = {}
-        if entry["kernels"]:
-            lib = load_library(entry["module"])
-            fns = {name: lib.function(name, n_ptr, n_int) for name, n_ptr, n_int in entry["kernels"]}
+        if entry["built"] is not None:
+            fns = importlib.import_module(entry["printer"]).restore(entry["built"])
         externs = tuple((g, _resolve_op(n)) for g, n in entry["externs"])
         constants = {c: _attr(gm, t) for c, t in entry["constants"].items()}
         program = HostProgram(entry["host"], tuple(map(tuple, entry["kernels"])), externs,

@@ -81,6 +81,32 @@ def test_warm_start_in_a_second_process(tmp_path):
     assert "lowered 0" in runs[1].stdout   # the second process skipped lowering, codegen and g++
 
 
+def test_warm_start_of_triton_kernels_in_a_second_process(tmp_path):
+    # Triton kernels (here under the interpreter, on CPU tensors) come back from the cache as their
+    # loop IR: the second process skips lowering and scheduling and gives the same results
+    script = textwrap.dedent("""
+        import torch
+        from kiln.codegen import compile as c, triton as triton_printer
+        calls = []
+        orig = c.lower_graph
+        c.lower_graph = lambda *a: (calls.append(1), orig(*a))[1]
+        def f(x, w):
+            a = torch.ops.aten.softmax.int(torch.ops.aten.mul.Tensor(x, 2.0), -1)
+            return (torch.ops.aten.sum.dim_IntList(torch.ops.aten.mm.default(a, w), [0]),)
+        gm = torch.fx.symbolic_trace(f)
+        x, w = torch.arange(12.).reshape(3, 4) / 7, torch.ones(4, 2)
+        call = c.compile_prim_graph(gm, [x, w], printer=triton_printer, use_cache=True)
+        torch.testing.assert_close(call(x, w)[0], f(x, w)[0])
+        print("lowered", len(calls))
+    """)
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1", TRITON_INTERPRET="1")
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert "lowered 1" in runs[0].stdout
+    assert "lowered 0" in runs[1].stdout
+
+
 def test_kernel_log_prints_source(capfd, monkeypatch):
     monkeypatch.setenv("KILN_LOG", "kernels")
     monkeypatch.setenv("KILN_DISABLE_CACHE", "1")   # a warm hit would skip codegen and print nothing

@@ -14,7 +14,7 @@
 import torch
 
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
-from kiln.codegen.triton.launcher import TritonKernel, build
+from kiln.codegen.triton.launcher import TritonKernel, build, restore, saved
 from kiln.codegen.triton.printer import print_kernel, print_module
 
 # The host program passes tensors (Triton takes them as pointers itself), not data_ptr() ints.
@@ -29,4 +29,5 @@ KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 # ([Note: split reductions] in kiln.codegen.lowering); C++ kernels need no such thing on 2 cores.
 SPLIT_REDUCTIONS = True
 
-__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel", "print_module"]
+__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel",
+           "print_module", "restore", "saved"]

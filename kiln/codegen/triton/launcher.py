@@ -250,6 +250,25 @@ def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
     return not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args if b in buffers)
 
 
+def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
+    """What the warm-start cache keeps of built kernels (JSON): the kernels' loop IR and the
+    layouts of their buffers, pickled; `restore` prints and loads them again, and Triton's own
+    cache has their binaries."""
+    import base64
+    import pickle
+    used = {b for k in kernels for b in k.buffer_args if b in buffers}
+    blob = pickle.dumps((list(kernels), {b: buffers[b] for b in used}))
+    return {"kernels": base64.b64encode(blob).decode()}
+
+
+def restore(entry: dict, workers: int | None = None) -> dict[str, "TritonKernel"]:
+    """`build`'s result again from what `saved` kept."""
+    import base64
+    import pickle
+    kernels, buffers = pickle.loads(base64.b64decode(entry["kernels"]))
+    return build(kernels, buffers, workers=workers)
+
+
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotune: bool = False,
           workers: int | None = None) -> dict[str, TritonKernel]:
     """Print and load every kernel, then compile the static-size CUDA ones in parallel

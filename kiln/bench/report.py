@@ -114,7 +114,8 @@ class ResultFiles:
     def __init__(self, out_dir: str, device: str, suites: list[str], argv: list[str]):
         os.makedirs(out_dir, exist_ok=True)
         self.started = datetime.datetime.now(datetime.timezone.utc)
-        stem = f"{self.started:%Y%m%d-%H%M%S}_{device.replace(':', '')}_{'+'.join(suites)}"
+        # letters, digits, '.', '_' and '-' only: a name a copying tool will not refuse
+        stem = f"{self.started:%Y%m%d-%H%M%S}_{device.replace(':', '')}_{'-'.join(suites)}"
         self.jsonl = os.path.join(out_dir, stem + ".jsonl")
         self.markdown = os.path.join(out_dir, stem + ".md")
         self.command = "kiln bench " + " ".join(shlex.quote(a) for a in argv)
@@ -166,7 +167,7 @@ def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
         raise ValueError(f"no kiln bench run records in {paths}")
     now = datetime.datetime.now(datetime.timezone.utc)
     devices = sorted({r.get("device", "cpu").replace(":", "") for r in runs})
-    stem = os.path.join(out_dir, f"{now:%Y%m%d-%H%M%S}_{'+'.join(devices)}_merged")
+    stem = os.path.join(out_dir, f"{now:%Y%m%d-%H%M%S}_{'-'.join(devices)}_merged")
     os.makedirs(out_dir, exist_ok=True)
     command = "kiln bench " + " ".join(shlex.quote(a) for a in argv)
     with open(stem + ".jsonl", "w") as f:

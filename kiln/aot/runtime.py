@@ -180,6 +180,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
               f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
+    # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
+    fw_gm.meta["kiln_static_inputs"] = tuple(joint.input_indices("param", "buffer"))
     fw = fw_compiler(fw_gm, examples)
     bw = None
     if joint.input_indices("tangent") and joint.output_indices("grad"):

@@ -21,7 +21,12 @@ BACKEND_OPS: frozenset = frozenset()
 
 def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        return compile_prim_graph(gm, example_inputs)
+        program = compile_prim_graph(gm, example_inputs)
+        on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+        if options.cudagraphs and on_cuda:   # mode="reduce-overhead": [Note: CUDA graphs]
+            from kiln.runtime.cudagraphs import CudaGraphed
+            return CudaGraphed(program, gm.meta.get("kiln_static_inputs", ()))
+        return program
     return compile_one
 
 

@@ -1,0 +1,103 @@
+"""`mode="reduce-overhead"`: a compiled program recorded once as a CUDA graph and replayed.
+
+[Note: CUDA graphs] A host program launches tens to hundreds of kernels per call; for a small
+batch their launch cost, not their work, is the step time. Replaying a recorded CUDA graph launches
+them all at once. What makes a replay right:
+
+- Addresses are baked in. Inputs the caller owns and passes anew each call (activations, token
+  ids) are copied into static tensors recorded in the graph; inputs marked static (parameters and
+  buffers, whose storage lives as long as the module) are used in place, and a call whose static
+  input moved (a parameter replaced) records again.
+- A graph is recorded per input layout (shapes, strides, dtypes, scalar arguments): a program with
+  symbolic sizes gets one graph per size it is called with.
+- The kernels must be compiled and the allocator warm before recording: the first call of each
+  layout runs the program as it is, the second records, later ones replay.
+- The outputs live in the graph's memory pool and the next replay overwrites them, so a replay
+  returns copies.
+- A program that cannot be recorded (it reads a tensor on the host, holds a CPU tensor, or calls
+  something that synchronizes) runs without graphs from then on, with a warning saying why.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Sequence
+
+import torch
+
+
+class CudaGraphed:
+    """`program` (a compiled prim graph's callable) run through recorded CUDA graphs."""
+
+    def __init__(self, program: Callable, static_inputs: Sequence[int] = ()):
+        self.program = program
+        self.static_inputs = frozenset(static_inputs)
+        self.recorded: dict[tuple, _Recording] = {}
+        self.seen: set[tuple] = set()
+        self.disabled: str | None = None          # why graphs are off, once they are
+        self.kiln_compiled = True
+        self.programs = getattr(program, "programs", None)
+
+    def __call__(self, *args):
+        if self.disabled is not None:
+            return self.program(*args)
+        key = _layout(args)
+        recording = self.recorded.get(key)
+        if recording is not None and recording.static_inputs_unmoved(args):
+            return recording.replay(args)
+        if key not in self.seen:                   # warm-up: compile kernels, fill the allocator
+            self.seen.add(key)
+            return self.program(*args)
+        reason = _unrecordable(args)
+        if reason is None:
+            try:
+                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs)
+                return recording.replay(args)
+            except Exception as e:       # a sync, a host read, an op CUDA graphs refuse: run without
+                reason = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        self.disabled = reason
+        warnings.warn(f"kiln: mode='reduce-overhead' runs this graph without CUDA graphs: {reason}")
+        return self.program(*args)
+
+
+def _layout(args: Sequence[Any]) -> tuple:
+    return tuple((tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+                 for a in args)
+
+
+def _unrecordable(args: Sequence[Any]) -> str | None:
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if not tensors or any(t.device.type != "cuda" for t in tensors):
+        return "an input is not a CUDA tensor"
+    return None
+
+
+class _Recording:
+    """One CUDA graph of the program, for one input layout."""
+
+    def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset):
+        self.static_inputs = static_inputs
+        self.pointers = {i: args[i].data_ptr() for i in static_inputs if isinstance(args[i], torch.Tensor)}
+        # the caller's tensors: copied into these before each replay
+        self.copied = {i: torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+                       for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static_inputs}
+        graph_args = [self.copied.get(i, a) for i, a in enumerate(args)]
+        for i, t in self.copied.items():
+            t.copy_(args[i])
+        # torch's recipe: a run on a side stream first, then the recording
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            program(*graph_args)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = program(*graph_args)
+
+    def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
+        return all(args[i].data_ptr() == p for i, p in self.pointers.items())
+
+    def replay(self, args: Sequence[Any]):
+        for i, t in self.copied.items():
+            t.copy_(args[i])
+        self.graph.replay()
+        return type(self.outputs)(o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs)

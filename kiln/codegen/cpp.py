@@ -61,7 +61,33 @@ PRELUDE = r"""
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+#include <cstring>
+#include <type_traits>
 """ + VECTOR_MATH + r"""
+// exp in float that g++ inlines and vectorizes: glibc's vector expf takes its scalar path for a
+// whole vector when one lane is special (masked attention's -inf), and cannot be inlined. Cephes'
+// polynomial after a Cody-Waite reduction, within 1 ulp; 2^n is applied in two halves so results
+// reach FLT_MAX and the subnormals; inf, -inf and NaN come out as std::exp's.
+static inline float kiln_expf(float x) {
+  const float lo = -104.0f, hi = 88.72283935546875f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  n = (n == n) ? n : 0.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500E-4f;
+  y = y * r + 1.3981999507E-3f; y = y * r + 8.3334519073E-3f; y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f; y = y * r + 5.0000001201E-1f;
+  y = y * (r * r) + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  float p1, p2; std::memcpy(&p1, &b1, 4); std::memcpy(&p2, &b2, 4);
+  y = y * p1 * p2;
+  y = x < lo ? 0.0f : y;
+  return x > hi ? INFINITY : y;
+}
+template <typename T> static inline T kiln_exp(T a) {
+  if constexpr (std::is_same<T, float>::value) { return kiln_expf(a); } else { return std::exp(a); } }
 template <typename T> static inline T kiln_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T kiln_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <typename T> static inline T kiln_floordiv(T a, T b) {
@@ -84,7 +110,7 @@ template <typename T> static inline T kiln_pow(T a, T b) {
 // `where` with both branches evaluated: a select g++ vectorizes (a `?:` whose branch loads memory
 // it cannot prove readable is never if-converted); printed only when both branches are safe to run.
 template <typename T> static inline T kiln_where(bool c, T a, T b) { return c ? a : b; }
-template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + kiln_exp<T>(-a)); }
 template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }
 template <typename T> static inline T kiln_round(T a) { return std::nearbyint(a); }
@@ -143,7 +169,7 @@ SCALAR_OPS_CPP = {
     "gt": _f("({0} > {1})"), "ge": _f("({0} >= {1})"),
     "logical_and": _f("({0} && {1})"), "logical_or": _f("({0} || {1})"), "logical_xor": _f("((bool){0} != (bool){1})"),
     "where": _f("({0} ? {1} : {2})"),
-    "neg": _f("(-{0})"), "abs": _f("std::abs({0})"), "exp": _f("std::exp({0})"), "exp2": _f("std::exp2({0})"),
+    "neg": _f("(-{0})"), "abs": _f("std::abs({0})"), "exp": _f("kiln_exp<{t}>({0})"), "exp2": _f("std::exp2({0})"),
     "expm1": _f("std::expm1({0})"), "log": _f("std::log({0})"), "log2": _f("std::log2({0})"),
     "log10": _f("std::log10({0})"), "log1p": _f("std::log1p({0})"), "sqrt": _f("std::sqrt({0})"),
     "rsqrt": _f("kiln_rsqrt<{t}>({0})"), "sin": _f("std::sin({0})"), "cos": _f("std::cos({0})"),

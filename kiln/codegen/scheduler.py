@@ -26,9 +26,9 @@ import sympy
 import torch
 
 from kiln.codegen import ir
-from kiln.codegen.ir import Accumulate, Assign, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
-from kiln.codegen.indexing import simplify_index
-from kiln.codegen.lowering import reshape_index
+from kiln.codegen.ir import Accumulate, Assign, Constant, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
+from kiln.codegen.indexing import index_bounds, simplify_index
+from kiln.codegen.lowering import EXPENSIVE_OPS, reshape_index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +61,61 @@ def _bounds(outer: Sequence, inner: Sequence | None) -> dict:
     return out
 
 
+_COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
+            "gt": lambda lo, hi, c: (lo > c, hi <= c), "ge": lambda lo, hi, c: (lo >= c, hi < c)}
+
+
+def _fold_compare(e: ir.Op, upper: dict):
+    """A comparison of two indices (or constants) that the loop bounds decide (a padded window's
+    `2*x1 + 1 < 32` for x1 < 16) becomes that constant; masks then keep only the tests that bite."""
+    def index_of(x):
+        if isinstance(x, ir.IndexValue):
+            return sympy.sympify(x.index)
+        if isinstance(x, Constant) and isinstance(x.value, int) and not isinstance(x.value, bool):
+            return sympy.Integer(x.value)
+        return None
+    a, b = (index_of(x) for x in e.args)
+    if a is None or b is None:
+        return e
+    bounds = index_bounds(sympy.expand(a - b), upper)
+    if bounds is None:
+        return e
+    true, false = _COMPARE[e.name](bounds[0], bounds[1], 0)
+    return Constant(True, torch.bool) if true else Constant(False, torch.bool) if false else e
+
+
+def _fold_logic(e: ir.Op):
+    """and/or/not/where with a constant operand (left by _fold_compare)."""
+    consts = [a.value if isinstance(a, Constant) and a.dtype == torch.bool else None for a in e.args]
+    if e.name == "logical_and" and e.dtype == torch.bool:
+        if False in consts:
+            return Constant(False, torch.bool)
+        if consts[0] is True:
+            return e.args[1]
+        if consts[1] is True:
+            return e.args[0]
+    elif e.name == "logical_or" and e.dtype == torch.bool:
+        if True in consts:
+            return Constant(True, torch.bool)
+        if consts[0] is False:
+            return e.args[1]
+        if consts[1] is False:
+            return e.args[0]
+    elif e.name == "logical_not" and consts[0] is not None:
+        return Constant(not consts[0], torch.bool)
+    elif e.name == "where" and consts[0] is not None and e.args[1].dtype == e.args[2].dtype == e.dtype:
+        return e.args[1] if consts[0] else e.args[2]
+    return e
+
+
 def _simplify_expr(expr, upper: dict):
     def fn(e):
         if isinstance(e, (Load, ir.IndexValue)):
             return dataclasses.replace(e, index=simplify_index(e.index, upper))
+        if isinstance(e, ir.Op) and e.name in _COMPARE:
+            return _fold_compare(e, upper)
+        if isinstance(e, ir.Op):
+            return _fold_logic(e)
         return e
     return ir.map_expr(expr, fn)
 
@@ -287,12 +338,6 @@ def _localize(expr, local_vars: dict[str, torch.dtype]):
 # A value whose expression (inlined down to memory loads) is bigger than this is stored, not recomputed.
 MAX_RECOMPUTE_NODES = 64
 
-# Scalar ops that cost more than a store and a reload of their result (transcendentals): a value
-# computing one is kept in memory for a later stage rather than recomputed.
-COSTLY_OPS = frozenset("exp exp2 expm1 log log2 log10 log1p tanh sinh cosh sin cos tan asin acos atan asinh "
-                       "acosh atanh erf erfc erfinv pow sigmoid lgamma digamma atan2 hypot".split())
-
-
 def _inline_earlier(expr, recompute: dict, stage_scope: dict):
     """Loads of inner values an earlier stage computed (and did not store) become their expressions."""
     def fn(e):
@@ -360,7 +405,7 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
             # its expression for a later stage: this stage's values inlined too
             again = _localize(_inline_earlier(expr, recompute, {}), in_scope)
             if sum(1 for _ in ir.walk(again)) > MAX_RECOMPUTE_NODES or \
-                    any(isinstance(e, ir.Op) and e.name in COSTLY_OPS for e in ir.walk(again)):
+                    any(isinstance(e, ir.Op) and e.name in EXPENSIVE_OPS for e in ir.walk(again)):
                 again, keep_in = None, _scratch_for(p, plan, planner)
         expr = _localize(expr, {**in_scope, **stage_scope})
         is_local = planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)

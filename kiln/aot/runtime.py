@@ -84,7 +84,9 @@ class AotRuntime:
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
 
     def __call__(self, *args):
-        primals = list(args) + [getattr(module, name) for module, name in self.state]
+        # the owning dict's entry, not `getattr` (nn.Module.__getattr__ runs in Python per name)
+        primals = list(args) + [v if (v := d.get(name)) is not None else getattr(module, name)
+                                for module, d, name in self.state]
         if self.seed_at is not None:
             primals.insert(self.seed_at, new_seed())
         if self.bw is not None and torch.is_grad_enabled() and any(
@@ -113,12 +115,14 @@ class AotRuntime:
 
 
 def _attribute_ref(root: torch.nn.Module, qualified: str):
-    """(owning module, attribute name) of a parameter or buffer, resolved once."""
+    """(owning module, the dict holding it, attribute name) of a parameter or buffer, resolved once."""
     *path, name = qualified.split(".")
     module = root
     for part in path:
         module = getattr(module, part)
-    return module, name
+    owner = next((d for d in (getattr(module, "_parameters", None), getattr(module, "_buffers", None))
+                  if isinstance(d, dict) and name in d), {})
+    return module, owner, name
 
 
 def _example(node: fx.Node):

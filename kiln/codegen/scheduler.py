@@ -380,6 +380,7 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
     stage_scope: dict[str, torch.dtype] = {}  # readable as Var in the current inner stage only
     recompute: dict[str, ir.ScalarExpr] = {}  # inner values of earlier stages, by expression
     scratch: dict[str, tuple[str, sympy.Expr]] = {}   # inner values of earlier stages, in another buffer
+    holders: set[str] = set()                 # buffers holding another value: stored, hold one only
     pending: list[Store] = []                 # reduction results to store once their stage ends
     current = -1
     for p in plan:
@@ -401,14 +402,17 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
                 stage_scope[ld.buffer] = ld.dtype
         expr = _inline_earlier(expr, recompute, stage_scope)
         again, keep_in = None, None
-        if isinstance(body, ir.Pointwise) and p.kind == "inner":
+        if isinstance(body, ir.Pointwise) and p.kind == "inner" and buf.name not in holders:
             # its expression for a later stage: this stage's values inlined too
             again = _localize(_inline_earlier(expr, recompute, {}), in_scope)
             if sum(1 for _ in ir.walk(again)) > MAX_RECOMPUTE_NODES or \
                     any(isinstance(e, ir.Op) and e.name in EXPENSIVE_OPS for e in ir.walk(again)):
                 again, keep_in = None, _scratch_for(p, plan, planner)
+                if keep_in in holders:
+                    keep_in = None
         expr = _localize(expr, {**in_scope, **stage_scope})
-        is_local = planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)
+        is_local = buf.name not in holders and \
+            planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)
         if is_local:
             locals_.add(buf.name)
             if again is not None:
@@ -424,6 +428,7 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
             if not is_local:
                 body_list.append(Store(buf.name, p.store_index, Var(buf.name, buf.dtype)))
             elif keep_in is not None:
+                holders.add(keep_in)
                 scratch[buf.name] = (keep_in, p.store_index)
                 body_list.append(Store(keep_in, p.store_index, Var(buf.name, buf.dtype)))
     if pending:

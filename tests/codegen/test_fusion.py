@@ -133,3 +133,26 @@ def test_float_exp_matches_eager_on_special_values():
     want = torch.exp(x.double())
     torch.testing.assert_close(got.double(), want.float().double(), rtol=2.4e-7, atol=1e-44, equal_nan=True)
     assert torch.equal(torch.isinf(got), torch.isinf(torch.exp(x)))
+
+
+def test_softmax_computes_each_exp_once_on_cpu(graphs):
+    """Lowering realizes a value with an exp that two consumers read (on CPU, an exp costs about a
+    store and a reload); the scheduler keeps it in the output's buffer: one exp per element."""
+    x = torch.randn(6, 40)
+    (g, examples), _ = graphs(lambda x: torch.softmax(x * 0.5, -1), x)
+    kernels, sched = _kernels(g, examples)
+    assert len(kernels) == 1, str(sched)
+    exps = [e for st in kernels[0].stages for s in st.body if hasattr(s, "expr")
+            for e in ir.walk(s.expr) if isinstance(e, ir.Op) and e.name == "exp"]
+    assert len(exps) == 1, str(kernels[0])
+    _check_runs(g, examples)
+
+
+def test_chained_costly_values_each_find_memory(graphs):
+    """sin(x) * 2 kept for the exp's stage, the exp kept for the normalization: a buffer holding
+    one value is stored, and holds no other (it was once left unallocated)."""
+    x = torch.randn(5, 12)
+    (g, examples), _ = graphs(lambda x: torch.softmax(x.sin() * 2, -1) + x.sin(), x)
+    kernels, sched = _kernels(g, examples)
+    assert len(kernels) == 1, str(sched)
+    _check_runs(g, examples)

@@ -91,7 +91,9 @@ class AotRuntime:
         time: an fp32 matmul the model wrote inside `autocast(enabled=False)` (LLaMA's and
         GPT-NeoX's rotary frequencies) would run in bf16. So the graphs run with autocast off,
         forward and backward, as torch's own AOTAutograd does."""
-        primals = list(args) + [getattr(module, name) for module, name in self.state]
+        # the owning dict's entry, not `getattr` (nn.Module.__getattr__ runs in Python per name)
+        primals = list(args) + [v if (v := d.get(name)) is not None else getattr(module, name)
+                                for module, d, name in self.state]
         if self.seed_at is not None:
             primals.insert(self.seed_at, new_seed())
         with autocast_off():
@@ -121,12 +123,14 @@ class AotRuntime:
 
 
 def _attribute_ref(root: torch.nn.Module, qualified: str):
-    """(owning module, attribute name) of a parameter or buffer, resolved once."""
+    """(owning module, the dict holding it, attribute name) of a parameter or buffer, resolved once."""
     *path, name = qualified.split(".")
     module = root
     for part in path:
         module = getattr(module, part)
-    return module, name
+    owner = next((d for d in (getattr(module, "_parameters", None), getattr(module, "_buffers", None))
+                  if isinstance(d, dict) and name in d), {})
+    return module, owner, name
 
 
 def _example(node: fx.Node):

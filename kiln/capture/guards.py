@@ -154,6 +154,49 @@ def sort_guards(guards) -> list[Guard]:
                                          _ORDER[g.kind]))
 
 
+_STEP = r"(?:\.[A-Za-z_]\w*(?!\w|\s*\()|\[[^\[\]()]*\])"   # `.attr` (not a method call) or `[key]`
+
+
+def share_reads(conditions: list[str], params: list[str]) -> list[str]:
+    """[Note: guard reads shared] A module's guards re-read the same attribute chains from the
+    frame's parameters hundreds of times (`self._modules['stages']._modules['0']...` for every
+    parameter and flag of a ResNet). Each chain prefix read at least twice is bound once, with
+    `:=` at its first read, and named after that: the `and` chain evaluates left to right, and a
+    read comes after the guards that protect it, so a later use always finds the name bound.
+    Guards only read, so one evaluation sees one object per chain."""
+    import re
+    if not params:
+        return conditions
+    chain = re.compile(r"(?<![\w.'\]])(?:" + "|".join(map(re.escape, params)) + r")" + _STEP + "+")
+    step = re.compile(_STEP)
+    counts: dict[str, int] = {}
+    for cond in conditions:
+        for m in chain.finditer(cond):
+            text, ends = m.group(0), [s.end() for s in step.finditer(m.group(0), len(m.group(0).split(".")[0].split("[")[0]))]
+            for end in ends[:-1]:        # proper prefixes: the full chain is read once per condition
+                counts[text[:end]] = counts.get(text[:end], 0) + 1
+    shared = {prefix: f"__r{i}" for i, prefix in enumerate(p for p, n in counts.items() if n >= 2)}
+    if not shared:
+        return conditions
+    bound: set[str] = set()
+
+    def rewrite(m):
+        text = m.group(0)
+        head = len(text.split(".")[0].split("[")[0])
+        out, start = text[:head], head
+        for s in step.finditer(text, head):
+            prefix = text[:s.end()]
+            out += s.group(0)
+            if prefix in shared:
+                if prefix in bound:
+                    out = shared[prefix]
+                else:
+                    bound.add(prefix)
+                    out = f"({shared[prefix]} := {out})"
+        return out
+    return [chain.sub(rewrite, cond) for cond in conditions]
+
+
 def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
                    name: str = "__kiln_guard") -> Callable[..., bool]:
     """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss."""
@@ -165,6 +208,7 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
         return consts[id(value)][0]
 
     conditions = [c for g in sort_guards(guards) for c in guard_code(g, const)] or ["True"]
+    conditions = share_reads(conditions, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
     body = " and\n            ".join(conditions)
     names = ["__grad_enabled", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"

@@ -11,6 +11,7 @@ All kernels of one graph go in one translation unit (`print_module`), compiled o
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Mapping, Sequence
 
@@ -19,6 +20,7 @@ import torch
 from sympy.printing.c import C99CodePrinter
 
 from kiln.codegen import ir
+from kiln.codegen.indexing import index_bounds
 from kiln.codegen.ir import Accumulate, Assign, Constant, IndexValue, Load, Op, ScanAccumulate, Store, Var
 
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
@@ -59,7 +61,33 @@ PRELUDE = r"""
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+#include <cstring>
+#include <type_traits>
 """ + VECTOR_MATH + r"""
+// exp in float that g++ inlines and vectorizes: glibc's vector expf takes its scalar path for a
+// whole vector when one lane is special (masked attention's -inf), and cannot be inlined. Cephes'
+// polynomial after a Cody-Waite reduction, within 1 ulp; 2^n is applied in two halves so results
+// reach FLT_MAX and the subnormals; inf, -inf and NaN come out as std::exp's.
+static inline float kiln_expf(float x) {
+  const float lo = -104.0f, hi = 88.72283935546875f;
+  float xc = x < lo ? lo : (x > hi ? hi : x);
+  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
+  n = (n == n) ? n : 0.0f;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500E-4f;
+  y = y * r + 1.3981999507E-3f; y = y * r + 8.3334519073E-3f; y = y * r + 4.1665795894E-2f;
+  y = y * r + 1.6666665459E-1f; y = y * r + 5.0000001201E-1f;
+  y = y * (r * r) + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
+  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  float p1, p2; std::memcpy(&p1, &b1, 4); std::memcpy(&p2, &b2, 4);
+  y = y * p1 * p2;
+  y = x < lo ? 0.0f : y;
+  return x > hi ? INFINITY : y;
+}
+template <typename T> static inline T kiln_exp(T a) {
+  if constexpr (std::is_same<T, float>::value) { return kiln_expf(a); } else { return std::exp(a); } }
 template <typename T> static inline T kiln_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T kiln_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 template <typename T> static inline T kiln_floordiv(T a, T b) {
@@ -79,7 +107,10 @@ template <typename T> static inline T kiln_pow(T a, T b) {
 // (OpenMP's built-in max/min drop NaNs); each lane folds its share, lanes combine with the same op.
 #pragma omp declare reduction(kiln_maxr : float, double : omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 #pragma omp declare reduction(kiln_minr : float, double : omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = INFINITY)
-template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+// `where` with both branches evaluated: a select g++ vectorizes (a `?:` whose branch loads memory
+// it cannot prove readable is never if-converted); printed only when both branches are safe to run.
+template <typename T> static inline T kiln_where(bool c, T a, T b) { return c ? a : b; }
+template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + kiln_exp<T>(-a)); }
 template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }
 template <typename T> static inline T kiln_round(T a) { return std::nearbyint(a); }
@@ -138,7 +169,7 @@ SCALAR_OPS_CPP = {
     "gt": _f("({0} > {1})"), "ge": _f("({0} >= {1})"),
     "logical_and": _f("({0} && {1})"), "logical_or": _f("({0} || {1})"), "logical_xor": _f("((bool){0} != (bool){1})"),
     "where": _f("({0} ? {1} : {2})"),
-    "neg": _f("(-{0})"), "abs": _f("std::abs({0})"), "exp": _f("std::exp({0})"), "exp2": _f("std::exp2({0})"),
+    "neg": _f("(-{0})"), "abs": _f("std::abs({0})"), "exp": _f("kiln_exp<{t}>({0})"), "exp2": _f("std::exp2({0})"),
     "expm1": _f("std::expm1({0})"), "log": _f("std::log({0})"), "log2": _f("std::log2({0})"),
     "log10": _f("std::log10({0})"), "log1p": _f("std::log1p({0})"), "sqrt": _f("std::sqrt({0})"),
     "rsqrt": _f("kiln_rsqrt<{t}>({0})"), "sin": _f("std::sin({0})"), "cos": _f("std::cos({0})"),
@@ -238,10 +269,43 @@ class CppUnsupported(Exception):
     """An IR feature the C++ printer does not print (the backend runs the graph another way)."""
 
 
-def expr_str(e: ir.ScalarExpr) -> str:
+# Ops that may trap (integer division by zero) when evaluated on values a `where` did not select.
+_MAY_TRAP_INT = frozenset({"truediv", "floordiv", "remainder", "fmod"})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """What the printer knows about a kernel's loops: variable bounds (exclusive) and buffers, so a
+    load can be proved in bounds."""
+    upper: Mapping
+    buffers: Mapping[str, ir.Buffer]
+
+    def in_bounds(self, ld: Load) -> bool:
+        buf = self.buffers.get(ld.buffer)
+        if ld.indirect or buf is None or sympy.sympify(buf.offset) != 0:
+            return False
+        strides = [sympy.sympify(st) for st in buf.strides]
+        sizes = [sympy.sympify(sz) for sz in buf.sizes]
+        if not all(x.is_number for x in strides + sizes) or any(x < 0 for x in strides):
+            return False
+        last = sum((int(sz) - 1) * int(st) for sz, st in zip(sizes, strides))
+        b = index_bounds(ld.index, self.upper)
+        return b is not None and b[0] >= 0 and b[1] <= last
+
+    def safe(self, e: ir.ScalarExpr) -> bool:
+        """Whether `e` may be evaluated even where its value is not used."""
+        for sub in ir.walk(e):
+            if isinstance(sub, Load) and not self.in_bounds(sub):
+                return False
+            if isinstance(sub, Op) and sub.name in _MAY_TRAP_INT and not sub.dtype.is_floating_point:
+                return False
+        return True
+
+
+def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None) -> str:
     if isinstance(e, Load):
         if e.indirect:
-            binds = " ".join(f"int64_t {s} = {expr_str(x)};" for s, x in e.indirect)
+            binds = " ".join(f"int64_t {s} = {expr_str(x, ctx)};" for s, x in e.indirect)
             return f"({{ {binds} {e.buffer}[{index_str(e.index)}]; }})"
         return f"{e.buffer}[{index_str(e.index)}]"
     if isinstance(e, Constant):
@@ -256,7 +320,11 @@ def expr_str(e: ir.ScalarExpr) -> str:
             raise CppUnsupported(f"scalar op {e.name}")
         if e.dtype not in CTYPES or any(a.dtype not in CTYPES for a in e.args):
             raise CppUnsupported(f"dtype {e.dtype}")
-        return fmt([expr_str(a) for a in e.args], e.dtype)
+        args = [expr_str(a, ctx) for a in e.args]
+        if e.name == "where" and ctx is not None and any(ir.loads_of(a) for a in e.args[1:]) \
+                and all(ctx.safe(a) for a in e.args[1:]):
+            return f"kiln_where<{CTYPES[e.dtype]}>({args[0]}, {args[1]}, {args[2]})"
+        return fmt(args, e.dtype)
     raise CppUnsupported(f"expression {type(e).__name__}")
 
 
@@ -267,7 +335,7 @@ def _flat_r(ranges) -> str:
     return index_str(flat)
 
 
-def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
+def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list[str]:
     lines: list[str] = []
     decl: list[str] = []
     simd_sum = []
@@ -298,11 +366,11 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
     body: list[str] = []
     for s in stage.body:
         if isinstance(s, Assign):
-            body.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {expr_str(s.expr)};")
+            body.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {expr_str(s.expr, ctx)};")
         elif isinstance(s, Store):
-            body.append(f"{s.buffer}[{index_str(s.index)}] = {expr_str(s.expr)};")
+            body.append(f"{s.buffer}[{index_str(s.index)}] = {expr_str(s.expr, ctx)};")
         elif isinstance(s, Accumulate):
-            v, t, acc = expr_str(s.expr), CTYPES[s.expr.dtype], f"v_{s.name}"
+            v, t, acc = expr_str(s.expr, ctx), CTYPES[s.expr.dtype], f"v_{s.name}"
             if s.op in ("argmax", "argmin"):
                 cmp = ">" if s.op == "argmax" else "<"
                 body.append(f"{{ {t} v_ = {v}; if (!{acc}_seen || ({acc}_v == {acc}_v && (v_ != v_ || v_ {cmp} "
@@ -314,7 +382,7 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
             else:
                 body.append(REDUCTIONS_CPP[s.op][1].format(acc=acc, v=v, t=t))
         elif isinstance(s, ScanAccumulate):
-            body.append(SCANS_CPP[s.op][1].format(acc=f"v_{s.name}", v=expr_str(s.expr), t=CTYPES[s.expr.dtype]))
+            body.append(SCANS_CPP[s.op][1].format(acc=f"v_{s.name}", v=expr_str(s.expr, ctx), t=CTYPES[s.expr.dtype]))
     if not stage.reduction_ranges:
         return [ind + line for line in decl + body]
     lines = [ind + d for d in decl]
@@ -340,6 +408,23 @@ def _stage_lines(stage: ir.Stage, ind: str) -> list[str]:
             part = "mean" if s.op == "welford_mean" else "m2"
             lines.append(f"{ind}{CTYPES[s.expr.dtype]} v_{s.name} = v_{s.name}_{part};")
     return lines
+
+
+# Outer iterations a parallel loop should offer the threads: enough to balance a few cores.
+PARALLEL_MIN_CHUNKS = 16
+
+
+def _collapse_depth(ranges, most: int) -> int:
+    """How many leading loops `omp parallel for` collapses: the fewest (up to `most`) whose
+    iterations reach PARALLEL_MIN_CHUNKS; all `most` when a range is symbolic."""
+    count = sympy.Integer(1)
+    for k in range(most):
+        count = count * sympy.sympify(ranges[k])
+        if not count.is_number:
+            return most
+        if int(count) >= PARALLEL_MIN_CHUNKS:
+            return k + 1
+    return most
 
 
 def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
@@ -368,20 +453,30 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
             # the outer loops share the threads as one: a small leading dim (batch 1..4) still
-            # spreads over every core; the innermost loop stays whole when it vectorizes
-            nested = n - 1 if (only_once and n > 1) else n
+            # spreads over every core; the innermost loop stays whole when it vectorizes. Only as
+            # many loops as that needs: g++ leaves some inner `simd` loops of a collapsed nest
+            # unvectorized (max pooling's window loads ran 10x slower under collapse(3)).
+            nested = _collapse_depth(kernel.ranges, n - 1 if (only_once and n > 1) else n)
             if parallel and nested > 1:
                 what += f" collapse({nested})"
             cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
             lines.append(f"{ind}#pragma omp {what}{cond}")
         lines.append(f"{ind}for (int64_t x{k} = 0; x{k} < {index_str(r)}; ++x{k}) {{")
         ind += "  "
+    outer_upper = {ir.loop_var(k): sympy.sympify(r) for k, r in enumerate(kernel.ranges)}
     for st in kernel.stages:
-        lines += _stage_lines(st, ind)
+        upper = {**outer_upper, **{ir.reduction_var(k): sympy.sympify(r) for k, r in enumerate(st.reduction_ranges)}}
+        lines += _stage_lines(st, ind, _Context(upper, buffers))
     for k in range(n):
         ind = ind[:-2]
         lines.append(ind + "}")
     lines.append("}")
+    if only_once and any("kiln_where<" in line for line in lines):
+        # g++'s tree-PRE, once float compares may be speculated (-fno-trapping-math), turns a
+        # pointwise nest of selects between loads (max pooling's padded window) into loads it no
+        # longer sees as affine, and the loop stays scalar (10x slower); reductions keep PRE (it
+        # is worth 30% to a masked softmax)
+        lines[1] = lines[1].replace('extern "C" void', 'extern "C" __attribute__((optimize("no-tree-pre"))) void', 1)
     return "\n".join(lines)
 
 

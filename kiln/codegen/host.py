@@ -101,7 +101,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
 
     def writes(step) -> list[str]:
         if isinstance(step, ir.Kernel):
-            return [s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)]
+            return list(dict.fromkeys(s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)))
         return [o for o in step.outputs if o is not None and o in buffers]  # not host values
 
     last_use: dict[str, int] = {}     # the last step naming a buffer: its name is dropped after it

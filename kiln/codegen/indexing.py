@@ -14,20 +14,58 @@ import sympy
 
 
 def _bounds(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> tuple | None:
-    """(min, max) of an affine `expr` over loop variables in [0, upper), or None if unknown."""
-    expr = sympy.expand(expr)
-    lo = hi = sympy.Integer(0)
-    for term in sympy.Add.make_args(expr):
-        coeff, rest = term.as_coeff_Mul()
-        if rest == 1:
-            lo, hi = lo + coeff, hi + coeff
-            continue
-        bound = sympy.sympify(upper.get(rest)) if isinstance(rest, sympy.Symbol) else None
+    """(min, max) of an index `expr` over loop variables in [0, upper), or None if unknown.
+
+    Interval arithmetic over sums, constant multiples, Min/Max (a clamped window index:
+    pooling's `Max(0, 2*x1 - 1)`), floor division and Mod by positive integers."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return expr, expr
+    if isinstance(expr, sympy.Symbol):
+        bound = sympy.sympify(upper.get(expr)) if expr in upper else None
         if bound is None or not bound.is_number:
             return None
-        top = coeff * (bound - 1)
-        lo, hi = lo + min(0, top), hi + max(0, top)
-    return lo, hi
+        return sympy.Integer(0), bound - 1
+    if isinstance(expr, sympy.Add):
+        lo = hi = sympy.Integer(0)
+        for term in expr.args:
+            b = _bounds(term, upper)
+            if b is None:
+                return None
+            lo, hi = lo + b[0], hi + b[1]
+        return lo, hi
+    if isinstance(expr, sympy.Mul):
+        coeff, rest = expr.as_coeff_Mul()
+        if not coeff.is_Rational or coeff == 1:
+            return None
+        b = _bounds(rest, upper)
+        if b is None:
+            return None
+        return (coeff * b[0], coeff * b[1]) if coeff > 0 else (coeff * b[1], coeff * b[0])
+    if isinstance(expr, (sympy.Min, sympy.Max)):
+        bs = [_bounds(a, upper) for a in expr.args]
+        if any(b is None for b in bs):
+            return None
+        pick = min if isinstance(expr, sympy.Min) else max
+        return pick(b[0] for b in bs), pick(b[1] for b in bs)
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        b = _bounds(num, upper) if den.is_Integer and den > 0 else None
+        if b is None:
+            return None
+        return sympy.floor(b[0] / den), sympy.floor(b[1] / den)
+    if isinstance(expr, sympy.Mod):
+        num, den = expr.args
+        b = _bounds(num, upper) if den.is_Integer and den > 0 else None
+        if b is None or b[0] < 0:
+            return None
+        if b[1] < den:
+            return b
+        return sympy.Integer(0), den - 1
+    return None
+
+
+index_bounds = _bounds   # the printers prove loads in bounds with it
 
 
 def _split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:

@@ -167,9 +167,43 @@ def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
     return dataclasses.replace(graph, buffers=buffers, nodes=tuple(nodes))
 
 
+def _is_channels_last(buf: ir.Buffer) -> bool:
+    """Whether `buf` is laid out as NHWC, ignoring the strides of size-1 dims (as torch does)."""
+    want = channels_last_strides(buf.sizes)
+    return all(sympy.sympify(size) == 1 or sympy.sympify(a) == sympy.sympify(b)
+               for size, a, b in zip(buf.sizes, buf.strides, want))
+
+
+def _channels_last_weights(graph: ir.Graph) -> ir.Graph:
+    """A convolution whose input is channels-last reads a channels-last copy of its weight.
+
+    ATen's CPU convolution converts an NCHW weight to the input's layout on every call (a clone
+    through the dispatcher); a fused copy kernel of kiln's does the same work for less."""
+    buffers = graph.buffer_map()
+    computed = {n.buffer for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
+    new_buffers, nodes, copies = list(graph.buffers), [], {}
+    for node in graph.nodes:
+        if _is_convolution(node) and len(node.args) > 1 and all(isinstance(a, ir.BufferArg) for a in node.args[:2]):
+            x, w = buffers[node.args[0].name], buffers[node.args[1].name]
+            if len(x.sizes) == 4 and _is_channels_last(x) and len(w.sizes) == 4 and w.name not in computed \
+                    and all(sympy.sympify(s).is_number for s in w.sizes) and not _is_channels_last(w):
+                name = copies.get(w.name)
+                if name is None:
+                    name = copies[w.name] = f"{w.name}_nhwc"
+                    new_buffers.append(ir.Buffer(name, w.sizes, channels_last_strides(w.sizes), w.dtype, w.device))
+                    index = w.index([loop_var(k) for k in range(4)])
+                    nodes.append(ir.ComputedBuffer(name, ir.Pointwise(w.sizes, ir.Load(w.name, index, w.dtype))))
+                node = dataclasses.replace(node, args=(node.args[0], ir.BufferArg(name)) + tuple(node.args[2:]))
+        nodes.append(node)
+    if not copies:
+        return graph
+    return dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
+
+
 def optimize_layouts(graph: ir.Graph) -> ir.Graph:
     """The pass: channels-last around convolutions on CPU (see the module docstring)."""
     if not graph.buffers or not all(b.device == "cpu" for b in graph.buffers):
         return graph      # CUDA graphs keep ATen's layouts (cuDNN picks its own)
     graph = _channels_last_inputs(graph)
-    return apply_layouts(graph, plan_channels_last(graph))
+    graph = apply_layouts(graph, plan_channels_last(graph))
+    return _channels_last_weights(graph)

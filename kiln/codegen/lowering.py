@@ -547,7 +547,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 result = None
         if result is None:
             result = extern_fallback(ctx, node.target, args, kwargs, meta)
-        if isinstance(result, TensorValue) and _should_realize(node, result):
+        if isinstance(result, TensorValue) and _should_realize(node, result, device):
             result = ctx.load_buffer(ctx.realize(result))
         env[node] = result
         if track_origins and isinstance(result, TensorValue):   # for `ir.Graph.origins` (KILN_CHECK)
@@ -604,8 +604,13 @@ def _kernel_dtypes_ok(args, kwargs, meta, kernel_dtypes: frozenset) -> bool:
     return all(t.dtype in kernel_dtypes for t in tensors) and all(m.dtype in kernel_dtypes for m in metas)
 
 
-def _should_realize(node: torch.fx.Node, tv: TensorValue) -> bool:
+def _should_realize(node: torch.fx.Node, tv: TensorValue, device: str = "cpu") -> bool:
     users = len(node.users)
     if users <= 1 or isinstance(tv.expr, (Load, Constant)) and not getattr(tv.expr, "indirect", ()):
         return False
+    if device == "cpu" and any(isinstance(x, Op) and x.name in EXPENSIVE_OPS for x in ir.walk(tv.expr)):
+        # a CPU core computes a float exp in about the time it stores and reloads it (a GPU
+        # recomputes it for free): softmax's exp is computed once, and kept in its output's
+        # buffer between the sum and the normalization (scheduler [Note: inner values ...])
+        return True
     return not is_cheap(tv) or (users >= REALIZE_USERS and ir.op_count(tv.expr) > 2)

@@ -26,9 +26,9 @@ import sympy
 import torch
 
 from kiln.codegen import ir
-from kiln.codegen.ir import Accumulate, Assign, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
-from kiln.codegen.indexing import simplify_index
-from kiln.codegen.lowering import reshape_index
+from kiln.codegen.ir import Accumulate, Assign, Constant, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
+from kiln.codegen.indexing import index_bounds, simplify_index
+from kiln.codegen.lowering import EXPENSIVE_OPS, reshape_index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +61,61 @@ def _bounds(outer: Sequence, inner: Sequence | None) -> dict:
     return out
 
 
+_COMPARE = {"lt": lambda lo, hi, c: (hi < c, lo >= c), "le": lambda lo, hi, c: (hi <= c, lo > c),
+            "gt": lambda lo, hi, c: (lo > c, hi <= c), "ge": lambda lo, hi, c: (lo >= c, hi < c)}
+
+
+def _fold_compare(e: ir.Op, upper: dict):
+    """A comparison of two indices (or constants) that the loop bounds decide (a padded window's
+    `2*x1 + 1 < 32` for x1 < 16) becomes that constant; masks then keep only the tests that bite."""
+    def index_of(x):
+        if isinstance(x, ir.IndexValue):
+            return sympy.sympify(x.index)
+        if isinstance(x, Constant) and isinstance(x.value, int) and not isinstance(x.value, bool):
+            return sympy.Integer(x.value)
+        return None
+    a, b = (index_of(x) for x in e.args)
+    if a is None or b is None:
+        return e
+    bounds = index_bounds(sympy.expand(a - b), upper)
+    if bounds is None:
+        return e
+    true, false = _COMPARE[e.name](bounds[0], bounds[1], 0)
+    return Constant(True, torch.bool) if true else Constant(False, torch.bool) if false else e
+
+
+def _fold_logic(e: ir.Op):
+    """and/or/not/where with a constant operand (left by _fold_compare)."""
+    consts = [a.value if isinstance(a, Constant) and a.dtype == torch.bool else None for a in e.args]
+    if e.name == "logical_and" and e.dtype == torch.bool:
+        if False in consts:
+            return Constant(False, torch.bool)
+        if consts[0] is True:
+            return e.args[1]
+        if consts[1] is True:
+            return e.args[0]
+    elif e.name == "logical_or" and e.dtype == torch.bool:
+        if True in consts:
+            return Constant(True, torch.bool)
+        if consts[0] is False:
+            return e.args[1]
+        if consts[1] is False:
+            return e.args[0]
+    elif e.name == "logical_not" and consts[0] is not None:
+        return Constant(not consts[0], torch.bool)
+    elif e.name == "where" and consts[0] is not None and e.args[1].dtype == e.args[2].dtype == e.dtype:
+        return e.args[1] if consts[0] else e.args[2]
+    return e
+
+
 def _simplify_expr(expr, upper: dict):
     def fn(e):
         if isinstance(e, (Load, ir.IndexValue)):
             return dataclasses.replace(e, index=simplify_index(e.index, upper))
+        if isinstance(e, ir.Op) and e.name in _COMPARE:
+            return _fold_compare(e, upper)
+        if isinstance(e, ir.Op):
+            return _fold_logic(e)
         return e
     return ir.map_expr(expr, fn)
 
@@ -158,8 +209,9 @@ class _Planner:
             out.append(p)
         return out
 
-    def is_local(self, p: _Placed, group: list[_Placed]) -> bool:
-        """Does `p`'s buffer stay inside the kernel?"""
+    def is_local(self, p: _Placed, group: list[_Placed], recomputable: bool = True) -> bool:
+        """Does `p`'s buffer stay inside the kernel? (`recomputable`: a later inner stage may
+        recompute it, see [Note: recomputed inner values])"""
         name = p.node.buffer
         if name in self.outputs:
             return False
@@ -168,7 +220,9 @@ class _Planner:
             q = members.get(reader)
             if q is None:
                 return False
-            if isinstance(p.node.body, ir.Pointwise) and p.kind == "inner" and q.stage != p.stage:
+            # an inner value a later inner stage reads is recomputed there (see _emit_kernel)
+            if isinstance(p.node.body, ir.Pointwise) and p.kind == "inner" and q.stage != p.stage \
+                    and (q.kind != "inner" or not recomputable):
                 return False
         return True
 
@@ -281,13 +335,52 @@ def _localize(expr, local_vars: dict[str, torch.dtype]):
     return ir.map_expr(expr, fn)
 
 
+# A value whose expression (inlined down to memory loads) is bigger than this is stored, not recomputed.
+MAX_RECOMPUTE_NODES = 64
+
+def _inline_earlier(expr, recompute: dict, stage_scope: dict):
+    """Loads of inner values an earlier stage computed (and did not store) become their expressions."""
+    def fn(e):
+        if isinstance(e, Load) and e.buffer in recompute and e.buffer not in stage_scope:
+            return recompute[e.buffer]
+        return e
+    return ir.map_expr(expr, fn)
+
+
+def _scratch_for(p: _Placed, plan: list[_Placed], planner: _Planner) -> str | None:
+    """A buffer that can hold inner value `p` from its stage until the later stage that reads it:
+    the buffer of its last reader there, when that reader is stored anyway, at the same index, in
+    the same dtype, and every later-stage read of `p` comes in that stage, at or before it (the
+    value is reloaded at the stage's first read, before the reader overwrites it)."""
+    if planner.buffers[p.node.buffer].device != "cpu":
+        return None      # a Triton program's threads would need a barrier between store and reload
+    later = [q for q in plan if q.stage != p.stage and p.node.buffer in _reads(q.node)]
+    if not later or len({q.stage for q in later}) != 1:
+        return None
+    q = later[-1]
+    buf, qbuf = planner.buffers[p.node.buffer], planner.buffers[q.node.buffer]
+    if q.kind != "inner" or not isinstance(q.node.body, ir.Pointwise) or qbuf.dtype != buf.dtype \
+            or sympy.expand(q.store_index - p.store_index) != 0 or planner.is_local(q, plan, recomputable=False):
+        return None
+    return q.node.buffer
+
+
 def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
+    """[Note: inner values a later stage reads] An inner pointwise value that a later inner stage
+    reads (softmax's exp(x - max), read again to normalize) is, when cheap, recomputed there from
+    its expression (`recompute`: over memory loads and outer-scope values); when costly (an exp),
+    written to the buffer of its reader in that stage and reloaded from there (`scratch`: the
+    reader overwrites it in place, so the row stays in cache and no buffer of its own is
+    allocated); failing both, stored in its own buffer."""
     outer, inner = space
     upper = _bounds(outer, inner)
     emitted: list[tuple[str, list]] = []
     locals_: set[str] = set()
     in_scope: dict[str, torch.dtype] = {}     # readable as Var in every later stage
     stage_scope: dict[str, torch.dtype] = {}  # readable as Var in the current inner stage only
+    recompute: dict[str, ir.ScalarExpr] = {}  # inner values of earlier stages, by expression
+    scratch: dict[str, tuple[str, sympy.Expr]] = {}   # inner values of earlier stages, in another buffer
+    holders: set[str] = set()                 # buffers holding another value: stored, hold one only
     pending: list[Store] = []                 # reduction results to store once their stage ends
     current = -1
     for p in plan:
@@ -302,10 +395,28 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
         buf = planner.buffers[p.node.buffer]
         body = p.node.body
         expr = _simplify_expr(ir.subs_index(body.expr, p.mapping), upper)
+        for ld in ir.loads_of(expr):    # a value kept in a scratch buffer: reloaded once per stage
+            if ld.buffer in scratch and ld.buffer not in stage_scope:
+                where, index = scratch[ld.buffer]
+                body_list.append(Assign(ld.buffer, Load(where, index, ld.dtype)))
+                stage_scope[ld.buffer] = ld.dtype
+        expr = _inline_earlier(expr, recompute, stage_scope)
+        again, keep_in = None, None
+        if isinstance(body, ir.Pointwise) and p.kind == "inner" and buf.name not in holders:
+            # its expression for a later stage: this stage's values inlined too
+            again = _localize(_inline_earlier(expr, recompute, {}), in_scope)
+            if sum(1 for _ in ir.walk(again)) > MAX_RECOMPUTE_NODES or \
+                    any(isinstance(e, ir.Op) and e.name in EXPENSIVE_OPS for e in ir.walk(again)):
+                again, keep_in = None, _scratch_for(p, plan, planner)
+                if keep_in in holders:
+                    keep_in = None
         expr = _localize(expr, {**in_scope, **stage_scope})
-        is_local = planner.is_local(p, plan)
+        is_local = buf.name not in holders and \
+            planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)
         if is_local:
             locals_.add(buf.name)
+            if again is not None:
+                recompute[buf.name] = again
         if isinstance(body, ir.Reduction):
             body_list.append(Accumulate(buf.name, body.op, expr))
             in_scope[buf.name] = buf.dtype
@@ -316,6 +427,10 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
             (in_scope if p.kind == "once" else stage_scope)[buf.name] = buf.dtype
             if not is_local:
                 body_list.append(Store(buf.name, p.store_index, Var(buf.name, buf.dtype)))
+            elif keep_in is not None:
+                holders.add(keep_in)
+                scratch[buf.name] = (keep_in, p.store_index)
+                body_list.append(Store(keep_in, p.store_index, Var(buf.name, buf.dtype)))
     if pending:
         emitted.append(("once", pending))
     stages = tuple(Stage(tuple(inner) if kind == "inner" else (), tuple(body)) for kind, body in emitted)

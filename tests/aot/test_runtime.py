@@ -35,6 +35,21 @@ def _dynamic_program(x, w):
     return h.reshape(x.shape[0] * w.shape[1]).sum() + h.mean(0).sum()
 
 
+def test_parameters_and_buffers_are_read_from_their_modules_at_each_call(aot_backend):
+    """The runtime reads each parameter and buffer from its owning dict at every call: a new
+    tensor assigned to `.data`, a buffer replaced in place of the old one, are what it uses."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)).eval()
+    compiled = kiln.compile(model, backend=aot_backend)
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        model[0].weight.data = torch.randn(4, 4)
+        model[1].running_mean.copy_(torch.randn(4))
+        model[1].running_var = torch.rand(4) + 0.5
+        torch.testing.assert_close(compiled(x), model(x))
+    assert aot_backend.runtimes
+
+
 def test_symbolic_batch_size():
     mode = FakeTensorMode()
     w = torch.randn(5, 3, requires_grad=True)

@@ -205,6 +205,28 @@ def test_guard_function_is_one_function():
     assert src.count("def __kiln_guard") == 1 and "x.size() == (2,)" in src
 
 
+def test_nested_module_guards_read_each_chain_once():
+    """[Note: guard reads shared] the chains to nested submodules are bound once; a change deep
+    inside (a replaced weight, a flipped flag, a swapped submodule) still misses the entry."""
+    m = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4)), nn.Dropout(0.5)).eval()
+    cf, rec = compiled(m)
+    x = torch.randn(2, 4)
+    check(cf, m, x)
+    src = cf.compiled.entries[0].check.__kiln_source__
+    assert ":=" in src and src.count("._modules['0']._modules['0']") <= 1, src
+    check(cf, m, x)
+    assert len(rec.graphs) == 1
+    m[0][2].weight = nn.Parameter(torch.randn(4, 4))
+    check(cf, m, x)
+    assert len(rec.graphs) == 2
+    m[0][0] = nn.Linear(4, 4)
+    check(cf, m, x)
+    assert len(rec.graphs) == 3
+    m[0][1] = nn.Tanh()
+    check(cf, m, x)
+    assert len(rec.graphs) == 4
+
+
 def test_compiled_function_called_from_captured_code_is_inlined():
     inner = kiln.capture.capture(double, Recorder(), CaptureConfig())
 

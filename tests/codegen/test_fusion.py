@@ -65,3 +65,94 @@ def test_views_become_index_expressions(graphs):
     kernels, sched = _kernels(*fw)
     assert len(kernels) == 1 and not any(isinstance(s, ir.ExternKernel) for s in sched.steps), str(sched)
     _check_runs(*fw)
+
+
+def _stored(kernel: ir.Kernel) -> list[str]:
+    return [s.buffer for st in kernel.stages for s in st.body if isinstance(s, ir.Store)]
+
+
+def test_softmax_keeps_exp_in_its_output_buffer(graphs):
+    """[Note: inner values a later stage reads] The exp a masked softmax normalizes in its last
+    stage is written to the output's buffer and reloaded there (no buffer of its own); a fully
+    masked row (all -inf) gives eager's NaNs."""
+    x = torch.randn(2, 3, 16, 16)
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+
+    def f(x, mask):
+        return torch.softmax(x.masked_fill(~mask, float("-inf")) / 4.0, -1)
+    (g, examples), _ = graphs(f, x, mask)
+    kernels, sched = _kernels(g, examples)
+    assert len(kernels) == 1, str(sched)
+    (out,) = set(_stored(kernels[0]))
+    assert _stored(kernels[0]) == [out, out], str(kernels[0])
+    x[0, 1, 3] = float("-inf")
+    (got,) = compile_prim_graph(g, [x, mask])(x, mask)
+    torch.testing.assert_close(got, f(x, mask), rtol=1e-6, atol=1e-7, equal_nan=True)
+    assert got[0, 1, 3].isnan().all() and not got[0, 1, 2].isnan().any()
+
+
+def test_a_cheap_inner_value_is_recomputed_in_a_later_stage():
+    """buf0 = a + b, realized, read by a row sum (stage 0) and by buf0 - sum (stage 1): recomputed
+    in stage 1, never stored. (Lowering inlines most such values itself; this builds the IR.)"""
+    from kiln.codegen import cpp
+    from kiln.codegen.host import link, plan_host
+    x0, x1, r0 = ir.loop_var(0), ir.loop_var(1), ir.reduction_var(0)
+    f32 = torch.float32
+
+    def buf(name, sizes):
+        return ir.Buffer(name, sizes, ir.contiguous_strides(sizes), f32)
+    load = lambda name, index: ir.Load(name, index, f32)
+    nodes = (
+        ir.ComputedBuffer("buf0", ir.Pointwise((8, 32), ir.Op("add", (load("arg0", 32 * x0 + x1),
+                                                                       load("arg1", 32 * x0 + x1)), f32))),
+        ir.ComputedBuffer("buf1", ir.Reduction((8,), (32,), "sum", load("buf0", 32 * x0 + r0))),
+        ir.ComputedBuffer("buf2", ir.Pointwise((8, 32), ir.Op("sub", (load("buf0", 32 * x0 + x1),
+                                                                       load("buf1", x0)), f32))),
+    )
+    graph = ir.Graph((buf("arg0", (8, 32)), buf("arg1", (8, 32)), buf("buf0", (8, 32)), buf("buf1", (8,)),
+                      buf("buf2", (8, 32))), nodes, ("arg0", "arg1"), ("buf2",))
+    sched = schedule(graph)
+    (kernel,) = [s for s in sched.steps if isinstance(s, ir.Kernel)]
+    assert _stored(kernel) == ["buf2"], str(kernel)
+    program, binds = plan_host(graph, sched, takes_pointers=True)
+    call = link(program, cpp.build([kernel], graph.buffer_map()), {}, binds)
+    a, b = torch.randn(8, 32), torch.randn(8, 32)
+    (got,) = call(a, b)
+    torch.testing.assert_close(got, (a + b) - (a + b).sum(-1, keepdim=True), rtol=1e-5, atol=1e-5)
+
+
+def test_float_exp_matches_eager_on_special_values():
+    """kiln's inlined float exp (cpp.PRELUDE): within 1 ulp of float64, and eager's inf, 0, NaN,
+    subnormals and FLT_MAX at the ends of its range."""
+    import kiln
+    x = torch.cat([torch.linspace(-110, 95, 100_003),
+                   torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 88.72, 88.7228,
+                                 88.73, -87.3, -103.9, -104.1, 1e-8, -1e-8])])
+    kiln.reset()
+    got = kiln.compile(lambda t: torch.exp(t) + 0.0, backend="kiln")(x)
+    want = torch.exp(x.double())
+    torch.testing.assert_close(got.double(), want.float().double(), rtol=2.4e-7, atol=1e-44, equal_nan=True)
+    assert torch.equal(torch.isinf(got), torch.isinf(torch.exp(x)))
+
+
+def test_softmax_computes_each_exp_once_on_cpu(graphs):
+    """Lowering realizes a value with an exp that two consumers read (on CPU, an exp costs about a
+    store and a reload); the scheduler keeps it in the output's buffer: one exp per element."""
+    x = torch.randn(6, 40)
+    (g, examples), _ = graphs(lambda x: torch.softmax(x * 0.5, -1), x)
+    kernels, sched = _kernels(g, examples)
+    assert len(kernels) == 1, str(sched)
+    exps = [e for st in kernels[0].stages for s in st.body if hasattr(s, "expr")
+            for e in ir.walk(s.expr) if isinstance(e, ir.Op) and e.name == "exp"]
+    assert len(exps) == 1, str(kernels[0])
+    _check_runs(g, examples)
+
+
+def test_chained_costly_values_each_find_memory(graphs):
+    """sin(x) * 2 kept for the exp's stage, the exp kept for the normalization: a buffer holding
+    one value is stored, and holds no other (it was once left unallocated)."""
+    x = torch.randn(5, 12)
+    (g, examples), _ = graphs(lambda x: torch.softmax(x.sin() * 2, -1) + x.sin(), x)
+    kernels, sched = _kernels(g, examples)
+    assert len(kernels) == 1, str(sched)
+    _check_runs(g, examples)

@@ -89,6 +89,52 @@ def test_convolutions_read_and_write_channels_last(monkeypatch):
     for conv in convs:         # the first reads a channels-last copy of the graph input
         for name in (conv.args[0].name, conv.outputs[0]):
             assert buffers[name].strides == layout.channels_last_strides(buffers[name].sizes), name
+        weight = buffers[conv.args[1].name]   # a channels-last copy too (ATen would clone it per call)
+        assert layout._is_channels_last(weight), weight
+    assert sum(conv.args[1].name.endswith("_nhwc") for conv in convs) == 2   # the 1x1 weight needs none
+
+
+def _record_sources(monkeypatch):
+    """The C++ source of every module kiln prints."""
+    from kiln.codegen import cpp
+    seen = []
+    original = cpp.print_module
+
+    def recording(kernels, buffers):
+        seen.append(original(kernels, buffers))
+        return seen[-1]
+    monkeypatch.setattr(cpp, "print_module", recording)
+    return seen
+
+
+def test_channels_last_max_pool_indexes_without_div_mod_and_selects(monkeypatch):
+    """Max pooling of a channels-last buffer: the window's clamped indices (`Max(0, 2*h - 1)`) are
+    bounded, so the relaid loads lose their div/mod, and the padded window's loads, provably in
+    bounds, print as selects that vectorize."""
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    sources = _record_sources(monkeypatch)
+    def f(x, w):
+        return F.max_pool2d(torch.relu(F.conv2d(x, w, padding=1)), 3, 2, 1) * 2
+    _compile_and_compare(f, torch.randn(4, 3, 10, 10), torch.randn(8, 3, 3, 3))
+    kernels = [k.split("\n}\n")[0] for src in sources for k in src.split('extern "C" ')[1:] if ' void kernel' in k[:60]]
+    pool = [k for k in kernels if "-INFINITY" in k]
+    assert pool, sources
+    assert "%" not in pool[0] and "kiln_where" in pool[0], pool[0]
+    assert 'optimize("no-tree-pre")' in pool[0], pool[0]    # else g++ leaves the loop scalar
+    assert ">= static_cast<int64_t>(10)" not in pool[0] and "< static_cast<int64_t>(10)" not in pool[0], \
+        "the bounds decide a padded window's upper tests"
+
+
+def test_a_big_leading_loop_is_parallel_alone(monkeypatch):
+    """`omp parallel for` collapses only the loops it needs to spread over the threads."""
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    sources = _record_sources(monkeypatch)
+    x = torch.randn(32, 17, 11, 12).permute(0, 2, 3, 1)   # three outer loops, one inner
+    _compile_and_compare(lambda a: (a * 3).relu() + 1, x)
+    assert sources and all("collapse" not in s and "#pragma omp parallel for" in s for s in sources), sources
+    sources.clear()
+    _compile_and_compare(lambda a: (a * 3).relu() + 1, torch.randn(2, 64, 8, 64))
+    assert sources and all("collapse(2)" in s for s in sources), sources
 
 
 def test_channels_last_training_step_matches_eager():

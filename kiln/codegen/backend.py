@@ -53,7 +53,7 @@ def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options
     programs = {}
     if not any(_is_foreign_symbolic(x) for x in example_inputs):
         programs[_layout_of(example_inputs)] = _compile(gm, example_inputs, options)
-    # else torch.compile(dynamic=True) handed its own SymInts: compile at the first call, per
+    # else torch.compile with dynamic=True handed its own SymInts: compile at the first call, per
     # layout of the real arguments (kiln's tracer runs on kiln's symbols only)
 
     def run(*args):

@@ -112,12 +112,7 @@ def _channels_last_inputs(graph: ir.Graph) -> ir.Graph:
             x = buffers[node.args[0].name]
             if x.name not in computed and len(x.sizes) == 4 and all(sympy.sympify(s).is_number for s in x.sizes) \
                     and x.strides != channels_last_strides(x.sizes) and node.outputs and node.outputs[0]:
-                name = copies.get(x.name)
-                if name is None:
-                    name = copies[x.name] = f"{x.name}_nhwc"
-                    new_buffers.append(ir.Buffer(name, x.sizes, channels_last_strides(x.sizes), x.dtype, x.device))
-                    index = x.index([loop_var(k) for k in range(4)])
-                    nodes.append(ir.ComputedBuffer(name, ir.Pointwise(x.sizes, ir.Load(x.name, index, x.dtype))))
+                name = _channels_last_copy(x, copies, new_buffers, nodes)
                 node = dataclasses.replace(node, args=(ir.BufferArg(name),) + tuple(node.args[1:]))
         nodes.append(node)
     if not copies:
@@ -187,12 +182,7 @@ def _channels_last_weights(graph: ir.Graph) -> ir.Graph:
             x, w = buffers[node.args[0].name], buffers[node.args[1].name]
             if len(x.sizes) == 4 and _is_channels_last(x) and len(w.sizes) == 4 and w.name not in computed \
                     and all(sympy.sympify(s).is_number for s in w.sizes) and not _is_channels_last(w):
-                name = copies.get(w.name)
-                if name is None:
-                    name = copies[w.name] = f"{w.name}_nhwc"
-                    new_buffers.append(ir.Buffer(name, w.sizes, channels_last_strides(w.sizes), w.dtype, w.device))
-                    index = w.index([loop_var(k) for k in range(4)])
-                    nodes.append(ir.ComputedBuffer(name, ir.Pointwise(w.sizes, ir.Load(w.name, index, w.dtype))))
+                name = _channels_last_copy(w, copies, new_buffers, nodes)
                 node = dataclasses.replace(node, args=(node.args[0], ir.BufferArg(name)) + tuple(node.args[2:]))
         nodes.append(node)
     if not copies:
@@ -207,3 +197,14 @@ def optimize_layouts(graph: ir.Graph) -> ir.Graph:
     graph = _channels_last_inputs(graph)
     graph = apply_layouts(graph, plan_channels_last(graph))
     return _channels_last_weights(graph)
+
+
+def _channels_last_copy(x: ir.Buffer, copies: dict, new_buffers: list, nodes: list) -> str:
+    """The name of a channels-last copy of `x`, adding the copy (once per buffer) to the graph."""
+    name = copies.get(x.name)
+    if name is None:
+        name = copies[x.name] = f"{x.name}_nhwc"
+        new_buffers.append(ir.Buffer(name, x.sizes, channels_last_strides(x.sizes), x.dtype, x.device))
+        index = x.index([loop_var(k) for k in range(4)])
+        nodes.append(ir.ComputedBuffer(name, ir.Pointwise(x.sizes, ir.Load(x.name, index, x.dtype))))
+    return name

@@ -87,19 +87,13 @@ def _fold_compare(e: ir.Op, upper: dict):
 def _fold_logic(e: ir.Op):
     """and/or/not/where with a constant operand (left by _fold_compare)."""
     consts = [a.value if isinstance(a, Constant) and a.dtype == torch.bool else None for a in e.args]
-    if e.name == "logical_and" and e.dtype == torch.bool:
-        if False in consts:
-            return Constant(False, torch.bool)
-        if consts[0] is True:
+    if e.name in ("logical_and", "logical_or") and e.dtype == torch.bool:
+        absorbing = e.name == "logical_or"     # x or True is True; x and False is False
+        if absorbing in consts:
+            return Constant(absorbing, torch.bool)
+        if consts[0] is (not absorbing):         # the neutral constant drops out
             return e.args[1]
-        if consts[1] is True:
-            return e.args[0]
-    elif e.name == "logical_or" and e.dtype == torch.bool:
-        if True in consts:
-            return Constant(True, torch.bool)
-        if consts[0] is False:
-            return e.args[1]
-        if consts[1] is False:
+        if consts[1] is (not absorbing):
             return e.args[0]
     elif e.name == "logical_not" and consts[0] is not None:
         return Constant(not consts[0], torch.bool)

@@ -227,7 +227,7 @@ class LoweringContext:
         if outputs * total < 1 << 18 or outputs >= 4096:
             return None
         target = -(-16384 // outputs)
-        options = [s for s in range(4, first + 1) if first % s == 0 and total // s >= 256]
+        options = [s for s in sympy.divisors(first) if s >= 4 and total // s >= 256]   # not a loop over `first`
         return min(options, key=lambda s: abs(s - target), default=None)
 
     def emit_scan(self, tv: TensorValue, dim: int, op: str) -> TensorValue:

@@ -29,7 +29,7 @@ import triton.language as tl
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
-from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_kernel
+from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_canonical
 from kiln.codegen.triton.source_cache import load_module, source_path
 
 
@@ -85,14 +85,15 @@ class TritonKernel:
     """One printed kernel, callable as `kernel(*tensors, *size_ints)`."""
 
     def __init__(self, kernel: ir.Kernel, source: str, interpret: bool, autotune: bool = False,
-                 buffers: Mapping[str, ir.Buffer] | None = None):
+                 buffers: Mapping[str, ir.Buffer] | None = None, function: str | None = None):
         self.kernel = kernel
         self.source = source
         self.interpret = interpret
         self.layout = layout_of(kernel)
         self.path = source_path(source)
         module = load_module(source, interpret)
-        self.function = canonical(kernel, buffers or {})[0].name     # the printed function's name
+        # the printed function's name (`printer.canonical`; `build` knows it already)
+        self.function = function or canonical(kernel, buffers or {})[0].name
         self.persistent_fn = getattr(module, self.function)
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
@@ -278,7 +279,9 @@ def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotu
 
     def one(kernel: ir.Kernel) -> TritonKernel:
         interpret = interpret_for(kernel, buffers)
-        return TritonKernel(kernel, print_kernel(kernel, buffers, interpret), interpret, autotune, buffers)
+        printed, printed_buffers = canonical(kernel, buffers)
+        return TritonKernel(kernel, print_canonical(printed, printed_buffers, interpret), interpret, autotune,
+                            buffers, printed.name)
 
     built = [one(k) for k in kernels]
     precompile(built, workers)

@@ -395,7 +395,11 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
     if interpret is None:
         interpret = not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args
                             if b in buffers)
-    kernel, buffers = canonical(kernel, buffers)
+    return print_canonical(*canonical(kernel, buffers), interpret)
+
+
+def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    """`print_kernel` of a kernel `canonical` made already."""
     functions = [_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(kernel.name)]
     if layout_of(kernel).kind != "pointwise":
         functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)

@@ -206,3 +206,25 @@ def test_torch_compile_dynamic_with_kiln_backend_matches_eager():
     for n in (4, 7, 9):
         x, y = torch.randn(n, 5), torch.randn(n, 5)
         torch.testing.assert_close(compiled(x, y), f(x, y))
+
+
+def test_saved_tensor_hooks_of_the_caller_see_real_tensors_only():
+    # Capture and the aot trace run autograd on fake tensors; the caller's hooks (activation
+    # offloading, a storage-pointer hook) must not see them, and must see every real saved tensor.
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    packed = []
+
+    def pack(t):
+        packed.append(t.untyped_storage().data_ptr())   # fails on a fake tensor
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x).sum().backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        eager_packed, packed[:] = len(packed), []
+        model.zero_grad()
+        kiln.compile(model, fullgraph=True)(x).sum().backward()
+    assert packed, "the compiled step saved nothing through the caller's hooks"
+    assert len(packed) <= eager_packed
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, e)

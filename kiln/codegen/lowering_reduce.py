@@ -229,7 +229,8 @@ def _extern_arg(ctx: LoweringContext, a, broadcast: bool = False):
 def _matmuls() -> set:
     from kiln.prims.externs import EXTERN_OF_ATEN
     aten = torch.ops.aten
-    return {aten.bmm.default, aten.mm.default, EXTERN_OF_ATEN[aten.bmm.default], EXTERN_OF_ATEN[aten.mm.default]}
+    ops = (aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default)
+    return set(ops) | {EXTERN_OF_ATEN[op] for op in ops}
 
 
 _TAKES_BROADCAST_VIEWS = _matmuls()

@@ -18,6 +18,8 @@ aten = torch.ops.aten
 EXTERNS = {
     aten.mm.default: "matrix multiply (cuBLAS / MKL)",
     aten.bmm.default: "batched matrix multiply",
+    aten.addmm.default: "beta * input + alpha * (m1 @ m2), rounded once as cuBLAS's / MKL's epilogue does",
+    aten.baddbmm.default: "batched addmm, rounded once",
     aten.convolution.default: "N-d convolution, transposed or not, with groups",
     aten.convolution_backward.default: "gradients of convolution for input, weight and bias",
     aten._scaled_dot_product_flash_attention_for_cpu.default: "fused attention (CPU flash kernel)",

@@ -111,6 +111,10 @@ def _mode_of(args, kwargs) -> "FakeTensorMode":
     raise AssertionError("FakeTensor.__torch_dispatch__ without a FakeTensor argument")
 
 
+def _same(t):
+    return t
+
+
 class FakeTensorMode(TorchDispatchMode):
     """Makes and runs fake tensors; owns the ShapeEnv their symbolic sizes live in."""
 
@@ -124,6 +128,22 @@ class FakeTensorMode(TorchDispatchMode):
         self._storages: dict[int, tuple[torch.UntypedStorage, torch.UntypedStorage]] = {}
         self._unnamed = 0
         self._cache: dict[tuple, tuple] = {}       # see dispatch_cache.py
+        self._hooks: list = []
+
+    def __enter__(self):
+        """Also hides the caller's saved-tensor hooks: autograd would hand them fake tensors to pack
+        (`torch.autograd.graph.save_on_cpu` copies each one to host memory, a data-pointer hook
+        fails on them). Autograd applies only the innermost hooks, so an identity pair hides them."""
+        hooks = torch.autograd.graph.saved_tensors_hooks(_same, _same)
+        hooks.__enter__()
+        self._hooks.append(hooks)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._hooks.pop().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.run(func, args, kwargs or {})

@@ -1,7 +1,9 @@
 """ATen ops that become extern prims: one row each, the same arguments passed through.
 
-Matmul-like ATen ops that are not themselves externs (addmm, baddbmm, mv, dot, ...) decompose into
-`mm`/`bmm` plus elementwise prims in nn.py, so a backend sees one matmul extern and fusible epilogues.
+`addmm` and `baddbmm` stay externs: eager's cuBLAS / MKL call adds the bias before rounding the
+product, and `mm` then `add` rounds twice. In bfloat16 that moved a quarter of GPT-NeoX's linear
+outputs by one step in every layer, and generate() picked other tokens at near ties. Other
+matmul-like ops (addbmm, mv, dot, ...) decompose into `mm`/`bmm` plus elementwise prims in nn.py.
 """
 from __future__ import annotations
 

@@ -37,16 +37,6 @@ def _epilogue(product, bias, beta, alpha):
     return p.add(_scale(b, beta), out)
 
 
-@register(aten.addmm.default)
-def addmm(bias, m1, m2, *, beta=1, alpha=1):
-    return _epilogue(p.mm(m1, m2), bias, beta, alpha)
-
-
-@register(aten.baddbmm.default)
-def baddbmm(bias, b1, b2, *, beta=1, alpha=1):
-    return _epilogue(p.bmm(b1, b2), bias, beta, alpha)
-
-
 @register(aten.addbmm.default)
 def addbmm(bias, b1, b2, *, beta=1, alpha=1):
     # sum_b b1[b] @ b2[b] is one matmul over the joined (batch, inner) dim: one accumulation, as eager

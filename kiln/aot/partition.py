@@ -39,12 +39,13 @@ _RECOMPUTABLE = {
 }
 
 
-def recomputable(node: fx.Node) -> bool:
-    """Whether the backward may run `node` again instead of having it saved."""
+def recomputable(node: fx.Node, also: frozenset = frozenset()) -> bool:
+    """Whether the backward may run `node` again instead of having it saved (`also`: more ops the
+    caller knows to be cheap, such as a prim set's copying movement ops)."""
     if node.op != "call_function":
         return node.op == "get_attr"
     target = node.target
-    if target is operator.getitem or target in _RECOMPUTABLE:
+    if target is operator.getitem or target in _RECOMPUTABLE or target in also:
         return True
     if getattr(target, "namespace", None) == "kiln" and "philox" in str(target):
         return True   # functional rng: same (seed, offset), same bits
@@ -134,8 +135,9 @@ class _JointParts:
         return values | {o for o in self.bw_outputs if isinstance(o, fx.Node) and o not in self.backward}
 
 
-def min_cut_partition(joint: JointGraph):
-    """Split `joint` (functional) into (fw_gm, bw_gm, SavedInfo); see [Note: min-cut partition]."""
+def min_cut_partition(joint: JointGraph, recomputable_ops: frozenset = frozenset()):
+    """Split `joint` (functional) into (fw_gm, bw_gm, SavedInfo); see [Note: min-cut partition].
+    `recomputable_ops` are ops to treat as cheap besides the built-in rule."""
     parts = _JointParts.of(joint)
     drains = {n for n in parts.needed_by_bw if n in parts.backward}
     drains |= {o for o in parts.bw_outputs if isinstance(o, fx.Node)}
@@ -147,7 +149,7 @@ def min_cut_partition(joint: JointGraph):
         flow.add_edge(f"{n.name}_in", f"{n.name}_out", capacity=nbytes(n))
         if n in drains:
             flow.add_edge(f"{n.name}_out", "sink")
-        if n.op == "placeholder" or not recomputable(n):
+        if n.op == "placeholder" or not recomputable(n, recomputable_ops):
             flow.add_edge("source", f"{n.name}_in")
         for user in n.users:
             if user in parts.needed_by_bw:

@@ -57,12 +57,19 @@ class _CompiledFunction(torch.autograd.Function):
             raise NotYetImplemented(
                 "kiln.aot: double backward (backward with create_graph=True, or a gradient of a gradient) "
                 "through a compiled graph is not supported; compile with backend='eager' for this code")
-        saved = list(ctx.others)
+        args = list(ctx.others)
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
-            saved[slot] = t
-        tangents = [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
+            args[slot] = t
+        args += [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
+        del grads
         with autocast_off():      # [Note: compiled graphs run with autocast off]
-            got = runtime.bw(*saved, *tangents)
+            if getattr(runtime.bw, "boxed", False):
+                # autograd's own references go too (unless retain_graph): the program frees each
+                # saved value after its last use, as eager's backward does
+                ctx.maybe_clear_saved_tensors()
+                got = runtime.bw(args)
+            else:
+                got = runtime.bw(*args)
         result = [None] * runtime.num_primals
         for index, g in zip(runtime.grad_inputs, got):
             result[index] = g
@@ -186,6 +193,9 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
     # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
     fw_gm.meta["kiln_static_inputs"] = tuple(joint.input_indices("param", "buffer"))
+    # the backward's caller keeps none of its inputs: a compiler may take them as a list it empties
+    # and free each after its last use (returning a callable with `boxed = True`)
+    bw_gm.meta["kiln_boxed"] = True
     fw = fw_compiler(fw_gm, examples)
     bw = None
     if joint.input_indices("tangent") and joint.output_indices("grad"):

@@ -7,6 +7,8 @@ with `compile_prim_graph`: C++ kernels for CPU tensors, Triton kernels for CUDA 
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Sequence
 
 import torch
@@ -21,9 +23,10 @@ BACKEND_OPS: frozenset = frozenset()
 
 def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        program = compile_prim_graph(gm, example_inputs)
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
-        if options.cudagraphs and on_cuda:   # mode="reduce-overhead": [Note: CUDA graphs]
+        graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
+        program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed)
+        if graphed:
             from kiln.runtime.cudagraphs import CudaGraphed
             return CudaGraphed(program, gm.meta.get("kiln_static_inputs", ()))
         return program
@@ -98,9 +101,10 @@ def _layout_of(args: Sequence[Any]) -> tuple:
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
-    from kiln.aot import aot_compile
-    from kiln.prims import decompositions_for
+    from kiln.aot import aot_compile, min_cut_partition
+    from kiln.prims import COPYING_MOVEMENT, decompositions_for
 
     compiler = _compiler(options)
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                       decompositions=decompositions_for(set(BACKEND_OPS)))
+                       decompositions=decompositions_for(set(BACKEND_OPS)),
+                       partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))

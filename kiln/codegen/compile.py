@@ -54,8 +54,9 @@ def printer_for(device: str):
 
 
 def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None,
-                       use_cache: bool | None = None):
-    """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`.
+                       use_cache: bool | None = None, boxed: bool = False):
+    """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`, or
+    `call(inputs: list) -> tuple` when `boxed` (see host.py's [Note: boxed programs]).
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
     tensors (Triton's interpreter). `use_cache`: look the program up in, and store it into, the
@@ -66,10 +67,12 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     chosen = printer
     probe = check.enabled()
     use_cache = (chosen is None if use_cache is None else use_cache) and not probe
+    boxed = boxed and not probe   # the checker calls the program with the inputs it keeps
     # the target printer's dtype policy decides what lowering leaves to externs
     policy = chosen or printer_for(_graph_device(gm, example_inputs))
     if use_cache:
-        key = cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
+        key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
+               + ("-boxed" if boxed else ""))
         hit = cache.load(key, gm)
         if hit is not None:
             return hit
@@ -90,7 +93,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     buffers = graph.buffer_map()
     with _Timer("codegen"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
-                                   probe=probe)
+                                   probe=probe, boxed=boxed)
         built = printer.saved(kernels, buffers) if kernels else None
     if _log_enabled("kernels"):
         _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")

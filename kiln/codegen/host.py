@@ -11,6 +11,14 @@ inputs live as long as its outputs, and its outputs are released at their last u
 (their storage may be shared). Graph outputs and inputs are never reused. So the program holds
 only live buffers, as eager does: peak memory follows liveness, not the number of steps.
 
+[Note: boxed programs] A backward's inputs are mostly saved activations, and eager frees each
+once the node reading it has run. A program called as `call(*inputs)` cannot free any: the
+caller's argument tuple holds them to the end, so a training step's backward peak held every
+saved value at once. A boxed program, `call(args)`, takes a list, empties it, and drops each
+input's name after its last use, so the caching allocator gets the storage back (never pooled for
+reuse: the caller may hold another reference). The source says so with `_BOXED = True`, and the
+linked callable with `call.boxed`.
+
 The source is self-contained apart from the names in `HostProgram.globals_spec` (kernels by name,
 extern ops by qualified name, constants by graph attribute), which is what lets the warm-start
 cache (`kiln.runtime.cache`) store and re-link it in another process.
@@ -78,10 +86,10 @@ def _literal(v, binds: dict, state: dict) -> str:
 
 
 def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
-              probe: bool = False) -> tuple[HostProgram, dict]:
+              probe: bool = False, boxed: bool = False) -> tuple[HostProgram, dict]:
     """The host program for `graph` as scheduled; also returns the non-serializable globals.
     `probe`: after each kernel or extern, hand every buffer it wrote to `_probe(step, name, tensor)`
-    (`kiln.codegen.check` binds it)."""
+    (`kiln.codegen.check` binds it). `boxed`: see [Note: boxed programs]."""
     buffers = graph.buffer_map()
     steps = list(sched.steps)
     inputs = [b for b in graph.inputs if b is not None]
@@ -91,6 +99,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     constants = tuple(b.name for b in graph.buffers if b.name.startswith("const"))
     outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
     never_reuse = set(inputs) | set(constants) | outputs
+    held_to_end = never_reuse - (set(inputs) - outputs if boxed else set())
 
     def reads(step) -> list[str]:
         if isinstance(step, ir.Kernel):
@@ -108,7 +117,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     for i, step in enumerate(steps):
         for b in reads(step) + writes(step):
             last_use[b] = i
-    for b in never_reuse:
+    for b in held_to_end:
         last_use[b] = len(steps)
     # A storage may be overwritten only once every view of it is dead: an extern that may return a
     # view of its inputs keeps them until its outputs die. (Dropping a name is always safe: a view
@@ -124,10 +133,17 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     binds: dict[str, Any] = {}
     state = {"cacheable": True}
     externs: list[tuple[str, Any]] = []
-    lines = [f"def call({', '.join(param_names)}):"]
+    if boxed:
+        lines = ["_BOXED = True", "def call(args):",
+                 f"    {''.join(n + ', ' for n in param_names)}= args", "    args.clear()"]
+    else:
+        lines = [f"def call({', '.join(param_names)}):"]
     lines += _bind_sizes(graph, steps, buffers, param_names)
     for name in inputs:
         lines += _layout_check(buffers[name])
+    unread = [n for n in param_names if n not in last_use and n not in held_to_end and n in inputs]
+    if boxed and unread:
+        lines.append(f"    del {', '.join(unread)}")
     pool: dict[tuple, list[str]] = {}
     pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
     for i, step in enumerate(steps):
@@ -165,8 +181,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                           for o in writes(step)]
         dead = []
         for b in sorted(set(reads(step) + writes(step))):
-            if last_use.get(b) == i and b not in never_reuse and b not in sched.local_buffers:
-                if b in extern_outputs or storage_end[b] != i:   # not a storage of our own to reuse
+            if last_use.get(b) == i and b not in held_to_end and b not in sched.local_buffers:
+                if b in never_reuse or b in extern_outputs or storage_end[b] != i:   # not ours to reuse
                     dead.append(b)
                 else:
                     pool.setdefault(_storage_key(buffers[b]), []).append(b)
@@ -297,4 +313,5 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     exec(compile(program.source, "<kiln host program>", "exec"), env)
     call = env["call"]
     call.host_source = program.source   # what it runs, for logs and tests
+    call.boxed = env.get("_BOXED", False)
     return call

@@ -8,6 +8,8 @@ Public API (names kept stable for aot/ and codegen/):
     DECOMPOSITIONS: dict[OpOverload, Callable]   ATen overload -> Python function over prims
     decompositions_for(backend_ops)    the table minus the ops a backend implements itself
     is_prim(op), is_extern(op)
+    COPYING_MOVEMENT                   movement prims that copy (cat, pad, flip, copy_strided): cheap
+                                       to recompute in a backward, as views are
     PrimEvaluator                      TorchDispatchMode: decompose every ATen op, run prim references
     undecomposed_ops(fn, *args)        ATen ops that would reach a backend undecomposed
 
@@ -29,5 +31,8 @@ def is_extern(op) -> bool:
     return prim is not None and prim.category is Category.EXTERN
 
 
-__all__ = ["PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
+COPYING_MOVEMENT = frozenset(p.op for p in PRIMS.values()
+                             if p.category is Category.VIEW and p.name in ("cat", "copy_strided", "flip", "pad"))
+
+__all__ = ["COPYING_MOVEMENT", "PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
            "PrimEvaluator", "UndecomposedOp", "undecomposed_ops", "PrimArgumentError"]

@@ -116,3 +116,25 @@ def test_kernel_log_prints_source(capfd, monkeypatch):
     torch.testing.assert_close(f(x), x.relu() + 1)
     err = capfd.readouterr().err
     assert 'extern "C" void kernel0' in err and "def call(" in err
+
+
+def test_backward_with_retain_graph_runs_twice_and_frees_after():
+    # the backward program frees saved values after their last use; with retain_graph=True autograd
+    # must still hold them for the second backward, and refuse a third as eager does
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8)
+    model(x).sum().backward()
+    want = model[0].weight.grad.clone()
+    model.zero_grad()
+    out = kiln.compile(model, backend="kiln")(x).sum()
+    out.backward(retain_graph=True)
+    torch.testing.assert_close(model[0].weight.grad, want)
+    out.backward()
+    torch.testing.assert_close(model[0].weight.grad, 2 * want)
+    try:
+        out.backward()
+    except RuntimeError as e:
+        assert "second time" in str(e)
+    else:
+        raise AssertionError("a third backward through freed saved values must fail as eager's does")

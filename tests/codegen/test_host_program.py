@@ -103,3 +103,37 @@ def test_extern_returning_an_int_hands_it_to_a_later_extern_and_the_outputs():
     want = fn(x)
     torch.testing.assert_close(got[0], want[0])
     assert got[1] == want[1] == 4
+
+
+def test_boxed_program_frees_each_input_after_its_last_use():
+    # a backward's saved activations: eager frees each once its node has run; a boxed program
+    # (a list it empties) must drop each input after its last reader, not hold all to the end
+    def chain(w, a0, a1, a2, a3, a4, a5):
+        g = w
+        for a in (a0, a1, a2, a3, a4, a5):
+            g = torch.ops.aten.mm.default(a, g)
+        return (g,)
+    w = torch.randn(256, 256) / 16
+    acts = [torch.randn(256, 256) / 16 for _ in range(6)]
+    gm = torch.fx.symbolic_trace(chain)
+    graph, constants = lower_graph(gm, [w, *acts])
+    program, binds = plan_host(graph, schedule(graph), takes_pointers=False, boxed=True)
+    alive_per_call: list[int] = []
+    refs = [weakref.ref(a) for a in acts]
+
+    def watch(op):
+        def call(*args, **kwargs):
+            alive_per_call.append(sum(r() is not None for r in refs))
+            return op(*args, **kwargs)
+        return call
+    watched = dataclasses.replace(program, externs=tuple((n, watch(op)) for n, op in program.externs))
+    call = link(watched, {}, constants, binds)
+    assert call.boxed
+    want = chain(w, *acts)[0]
+    args = [w, *acts]
+    del acts
+    got = call(args)[0]
+    assert args == [], "a boxed program empties the list it is given"
+    torch.testing.assert_close(got, want)
+    # before the k-th matmul, only inputs k.. are alive: the earlier ones were freed after their use
+    assert alive_per_call == [6, 5, 4, 3, 2, 1], (alive_per_call, program.source)

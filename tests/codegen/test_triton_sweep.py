@@ -26,11 +26,11 @@ SUBSET = ["abs", "atan2", "clamp", "div.floor_rounding", "remainder", "sigmoid",
           "log_softmax", "nn.functional.layer_norm", "index_select", "std_mean"]
 
 
-def triton_prim_compiler(gm, example_inputs):
+def triton_prim_compiler(gm, example_inputs, **options):
     """`compile_prim_graph` with the Triton printer: lower, schedule, print, host program, link."""
     from kiln.codegen import triton as triton_printer
     from kiln.codegen.compile import compile_prim_graph
-    return compile_prim_graph(gm, example_inputs, printer=triton_printer)
+    return compile_prim_graph(gm, example_inputs, printer=triton_printer, **options)
 
 
 @contextlib.contextmanager

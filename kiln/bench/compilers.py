@@ -34,7 +34,7 @@ class GraphCounter:
 
     def finish(self, compiler: str) -> None:
         """Read the breaks after the first compiled call, the way each compiler counts them."""
-        if compiler == "inductor":
+        if compiler.startswith("inductor"):
             from torch._dynamo.utils import counters   # bench only: reading torch.compile's own counters
             self.graphs = counters["stats"]["unique_graphs"]
             self.breaks = sum(counters["graph_break"].values())
@@ -56,27 +56,33 @@ def _eager(model: torch.nn.Module, counter: GraphCounter) -> Callable:
     return model
 
 
-def _inductor(model: torch.nn.Module, counter: GraphCounter) -> Callable:
-    # backend="inductor" by name, exactly as users call it (the named path sets Inductor's own
-    # wrapper up); its graphs are read from dynamo's counters in GraphCounter.finish.
-    return torch.compile(model, backend="inductor")
+def _inductor(mode: str | None = None) -> Callable[[torch.nn.Module, GraphCounter], Callable]:
+    def compile_with_inductor(model: torch.nn.Module, counter: GraphCounter) -> Callable:
+        # backend="inductor" by name, exactly as users call it (the named path sets Inductor's own
+        # wrapper up); its graphs are read from dynamo's counters in GraphCounter.finish.
+        return torch.compile(model, backend="inductor", mode=mode)
+    return compile_with_inductor
 
 
-def _kiln_backend(name: str) -> Callable[[torch.nn.Module, GraphCounter], Callable]:
+def _kiln_backend(name: str, mode: str | None = None) -> Callable[[torch.nn.Module, GraphCounter], Callable]:
     def compile_with_kiln(model: torch.nn.Module, counter: GraphCounter) -> Callable:
         import kiln
         from kiln import backends
         from kiln.config import Options
         # resolve() keeps kiln's error handling (NotYetImplemented stays NotYetImplemented).
-        backend = backends.resolve(name, Options())
+        backend = backends.resolve(name, Options.from_user(mode, None))
         return kiln.compile(model, backend=counter.wrap(backend))
     return compile_with_kiln
 
 
 COMPILERS: dict[str, Compiler] = {c.name: c for c in (
     Compiler("eager", _eager, compiles=False, description="the model as written"),
-    Compiler("inductor", _inductor, description="torch.compile (TorchDynamo + Inductor)"),
+    Compiler("inductor", _inductor(), description="torch.compile (TorchDynamo + Inductor)"),
     Compiler("kiln", _kiln_backend("kiln"), description="kiln.compile, kiln's own backend"),
+    Compiler("inductor-reduce-overhead", _inductor("reduce-overhead"),
+             description="torch.compile(mode='reduce-overhead'): Inductor with CUDA graphs"),
+    Compiler("kiln-reduce-overhead", _kiln_backend("kiln", "reduce-overhead"),
+             description="kiln.compile(mode='reduce-overhead'): kiln with CUDA graphs"),
     Compiler("kiln-aot_eager", _kiln_backend("aot_eager"), description="kiln capture + AOT autograd, run as FX"),
 )}
 

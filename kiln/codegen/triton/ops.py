@@ -266,6 +266,7 @@ def _k_round(x):
     odd = (r % 2.0) != 0.0
     return tl.where(tie & odd, r - 1.0, r)
 """)
+_libdevice_1("_k_exp", "exp", "tl.exp(x)")   # libdevice's expf, as eager's kernels: [Note: eager's CUDA math]
 _libdevice_1("_k_trunc", "trunc", "tl.where(x < 0, tl.ceil(x), tl.floor(x))")
 _libdevice_1("_k_tanh", "tanh", "1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)")
 _libdevice_1("_k_expm1", "expm1",
@@ -375,6 +376,17 @@ def _by_kind(float_text: Printer, int_text: Printer) -> Printer:
     return lambda args, dtypes, out: (float_text if _is_float(dtypes[0]) else int_text)(args, dtypes, out)
 
 
+def _by_float32(fp32_text: str, other_text: str) -> Printer:
+    """[Note: eager's CUDA math] For float32 (and half types, computed in it) Triton's `/` and
+    `tl.sqrt` are approximations (PTX div.full, sqrt.approx) and `tl.exp` a bare ex2.approx; eager's
+    CUDA kernels divide and take roots correctly rounded and call libdevice's expf. Printing the
+    same operations gives eager's values bit for bit, so a bf16 result rounds as eager's does (in
+    GPT-NeoX's generate() the tokens depend on it). float64 `/` and `sqrt` are IEEE already."""
+    def printer(args, dtypes, out):
+        return (fp32_text if compute_dtype(dtypes[0]) == torch.float32 else other_text).format(*args)
+    return printer
+
+
 def _float_only(text: str) -> Printer:
     # floor/ceil/round/trunc of an integer is the integer itself.
     return _by_kind(_template(text), _template("{0}"))
@@ -455,14 +467,14 @@ def _bitwise(op: str) -> Printer:
 OPS: dict[str, Printer] = {
     "neg": _template("(-{0})"),
     "abs": _template("tl.abs({0})"),
-    "exp": _template("tl.exp({0})"),
+    "exp": _call("_k_exp"),
     "exp2": _template("tl.exp2({0})"),
     "expm1": _call("_k_expm1"),
     "log": _template("tl.log({0})"),
     "log2": _template("tl.log2({0})"),
     "log10": _template("(tl.log({0}) * 0.4342944819032518)"),
     "log1p": _call("_k_log1p"),
-    "sqrt": _template("tl.sqrt({0})"),
+    "sqrt": _by_float32("tl.sqrt_rn({0})", "tl.sqrt({0})"),
     "rsqrt": _template("tl.rsqrt({0})"),
     "sin": _template("tl.sin({0})"),
     "cos": _template("tl.cos({0})"),
@@ -480,8 +492,8 @@ OPS: dict[str, Printer] = {
     "erfc": _call("_k_erfc"),
     "erfinv": _template("libdevice.erfinv({0})"),
     "lgamma": _template("libdevice.lgamma({0})"),
-    "sigmoid": _template("(1.0 / (1.0 + tl.exp(-{0})))"),
-    "reciprocal": _template("(1.0 / {0})"),
+    "sigmoid": _by_float32("tl.div_rn(1.0, 1.0 + _k_exp(-{0}))", "(1.0 / (1.0 + _k_exp(-{0})))"),
+    "reciprocal": _by_float32("tl.div_rn(1.0, {0})", "(1.0 / {0})"),
     "floor": _float_only("tl.floor({0})"),
     "ceil": _float_only("tl.ceil({0})"),
     "round": _float_only("_k_round({0})"),
@@ -502,7 +514,7 @@ OPS: dict[str, Printer] = {
     "mul": _template("({0} * {1})"),
     # On integers (a prim `div` without rounding mode) truediv truncates, as C division and
     # Triton's integer `//` do.
-    "truediv": _by_kind(_template("({0} / {1})"), _template("({0} // {1})")),
+    "truediv": _by_kind(_by_float32("tl.div_rn({0}, {1})", "({0} / {1})"), _template("({0} // {1})")),
     "floordiv": _by_kind(_template("tl.floor({0} / {1})"), _call("_k_floordiv_int")),
     "remainder": _by_kind(_call("_k_remainder_float"), _call("_k_remainder_int")),
     "fmod": _template("({0} % {1})"),

@@ -1,0 +1,65 @@
+"""Which parts of GPT-NeoX (dolly-v2-3b's shape, bf16 weights) kiln computes bit for bit as eager
+does: each part compiled alone on the same random input, the share of output elements that differ
+from eager's and the largest difference. generate() picks the same tokens only if the whole model
+does, and a part that differs points at the kernel to look at.
+
+    python bench/gpu_bitwise.py [--device cuda] [--layers 32]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import os
+
+import torch
+
+import kiln
+
+sys.path.insert(0, os.path.dirname(__file__))
+from generate import SIZES  # noqa: E402
+
+
+def compare(name: str, fn, *args) -> None:
+    with torch.no_grad():
+        want = fn(*args)
+        kiln.reset()
+        got = kiln.compile(fn)(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    for i, (w, g) in enumerate(zip(want, got)):
+        w, g = getattr(w, "logits", w), getattr(g, "logits", g)
+        differ = (w != g).float().mean().item()
+        worst = (w.float() - g.float()).abs().max().item()
+        print(f"| {name}{f'[{i}]' if len(want) > 1 else ''} | {tuple(w.shape)} | {differ:.2%} | {worst:.3g} |",
+              flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--tokens", type=int, default=16)
+    a = p.parse_args()
+    from kiln.bench.suites import ensure_torchvision_importable
+    ensure_torchvision_importable()
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(**{**SIZES["dolly"], "num_hidden_layers": a.layers})
+    with torch.device(a.device):
+        model = transformers.GPTNeoXForCausalLM(config).to(torch.bfloat16).eval()
+    layer = model.gpt_neox.layers[0]
+    hidden = torch.randn(1, a.tokens, config.hidden_size, device=a.device, dtype=torch.bfloat16)
+    ids = torch.randint(0, config.vocab_size, (1, a.tokens), device=a.device)
+    positions = torch.arange(a.tokens, device=a.device)[None]
+    print("| part | shape | elements differing | max abs diff |")
+    print("|---|---|---|---|")
+    compare("layer_norm", layer.input_layernorm, hidden)
+    compare("gelu", lambda x: torch.nn.functional.gelu(x), hidden)
+    compare("linear with bias", layer.mlp.dense_h_to_4h, hidden)
+    compare("mlp", layer.mlp, hidden)
+    compare("rotary cos/sin", model.gpt_neox.rotary_emb, hidden, positions)
+    compare(f"model ({a.layers} layers) logits", lambda i: model(input_ids=i, use_cache=False).logits, ids)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,11 +19,45 @@ sys.path.insert(0, os.path.dirname(__file__))
 from generate import SIZES  # noqa: E402
 
 
+class _AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The attention kernels eager runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if "attention" in str(func):
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _kiln_externs(fn, *args) -> tuple:
+    """fn compiled by kiln, run once; the attention externs its programs call."""
+    import kiln.codegen.backend as backend
+    programs, saved = [], backend.compile_prim_graph
+
+    def keep(gm, example_inputs, **options):
+        programs.append(saved(gm, example_inputs, **options))
+        return programs[-1]
+    backend.compile_prim_graph = keep
+    try:
+        got = kiln.compile(fn)(*args)
+    finally:
+        backend.compile_prim_graph = saved
+    externs = [str(v) for call in programs for k, v in getattr(call, "__globals__", {}).items()
+               if k.startswith("_extern") and "attention" in str(v)]
+    return got, externs
+
+
 def compare(name: str, fn, *args) -> None:
     with torch.no_grad():
-        want = fn(*args)
+        with _AttentionOps() as eager_ops:
+            want = fn(*args)
         kiln.reset()
-        got = kiln.compile(fn)(*args)
+        got, kiln_ops = _kiln_externs(fn, *args)
+    if eager_ops.ops or kiln_ops:
+        print(f"  {name}: eager runs {sorted(set(eager_ops.ops))}, kiln calls {sorted(set(kiln_ops))}")
     want = want if isinstance(want, tuple) else (want,)
     got = got if isinstance(got, tuple) else (got,)
     for i, (w, g) in enumerate(zip(want, got)):
@@ -32,6 +66,10 @@ def compare(name: str, fn, *args) -> None:
         worst = (w.float() - g.float()).abs().max().item()
         print(f"| {name}{f'[{i}]' if len(want) > 1 else ''} | {tuple(w.shape)} | {differ:.2%} | {worst:.3g} |",
               flush=True)
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
 
 
 def main() -> None:
@@ -58,6 +96,10 @@ def main() -> None:
     compare("linear with bias", layer.mlp.dense_h_to_4h, hidden)
     compare("mlp", layer.mlp, hidden)
     compare("rotary cos/sin", model.gpt_neox.rotary_emb, hidden, positions)
+    cos, sin = model.gpt_neox.rotary_emb(hidden, positions)
+    compare("attention", lambda h, c, s: layer.attention(h, None, position_embeddings=(c, s))[0], hidden, cos, sin)
+    compare("layer", lambda h, c, s: _first(layer(h, position_embeddings=(c, s))), hidden, cos, sin)
+    compare("embedding", model.gpt_neox.embed_in, ids)
     compare(f"model ({a.layers} layers) logits", lambda i: model(input_ids=i, use_cache=False).logits, ids)
 
 

@@ -19,6 +19,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 from generate import SIZES  # noqa: E402
 
 
+def _layouts(args) -> str:
+    """(shape, strides) of the tensor arguments: a kernel's choice (cuDNN's) may depend on them."""
+    return str([(tuple(a.shape), a.stride()) for a in args if isinstance(a, torch.Tensor)])
+
+
 class _AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
     """The attention kernels eager runs."""
 
@@ -28,7 +33,7 @@ class _AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if "attention" in str(func):
-            self.ops.append(str(func))
+            self.ops.append(f"{func}{_layouts(args)}")
         return func(*args, **(kwargs or {}))
 
 
@@ -42,12 +47,23 @@ def _kiln_externs(fn, *args) -> tuple:
         return programs[-1]
     backend.compile_prim_graph = keep
     try:
-        got = kiln.compile(fn)(*args)
+        compiled = kiln.compile(fn)
+        compiled(*args)
     finally:
         backend.compile_prim_graph = saved
-    externs = [str(v) for call in programs for k, v in getattr(call, "__globals__", {}).items()
-               if k.startswith("_extern") and "attention" in str(v)]
-    return got, externs
+    externs = []
+
+    def recording(op):
+        def call(*a, **kw):
+            externs.append(f"{op}{_layouts(a)}")
+            return op(*a, **kw)
+        return call
+    for call in programs:
+        g = getattr(call, "__globals__", {})
+        for k, v in list(g.items()):
+            if k.startswith("_extern") and "attention" in str(v):
+                g[k] = recording(v)
+    return compiled(*args), externs
 
 
 def compare(name: str, fn, *args) -> None:
@@ -98,6 +114,12 @@ def main() -> None:
     compare("rotary cos/sin", model.gpt_neox.rotary_emb, hidden, positions)
     cos, sin = model.gpt_neox.rotary_emb(hidden, positions)
     compare("attention", lambda h, c, s: layer.attention(h, None, position_embeddings=(c, s))[0], hidden, cos, sin)
+    q, k, v = torch.randn(3, 1, 32, 16, 80, device=a.device, dtype=torch.bfloat16).unbind(0)
+    with torch.no_grad():
+        views = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v,
+                                                                 is_causal=True)
+        dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    print(f"  eager sdpa, q transposed-contiguous against contiguous: {(views != dense).float().mean():.2%} differ")
     compare("layer", lambda h, c, s: _first(layer(h, position_embeddings=(c, s))), hidden, cos, sin)
     compare("embedding", model.gpt_neox.embed_in, ids)
     compare(f"model ({a.layers} layers) logits", lambda i: model(input_ids=i, use_cache=False).logits, ids)

@@ -267,6 +267,7 @@ def _k_round(x):
     return tl.where(tie & odd, r - 1.0, r)
 """)
 _libdevice_1("_k_exp", "exp", "tl.exp(x)")   # libdevice's expf, as eager's kernels: [Note: eager's CUDA math]
+_libdevice_1("_k_rcp", "rcp_rn", "1.0 / x")    # 1 / x rounded once, as div_rn(1, x), in fewer instructions
 _libdevice_1("_k_trunc", "trunc", "tl.where(x < 0, tl.ceil(x), tl.floor(x))")
 _libdevice_1("_k_tanh", "tanh", "1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)")
 _libdevice_1("_k_expm1", "expm1",
@@ -492,8 +493,8 @@ OPS: dict[str, Printer] = {
     "erfc": _call("_k_erfc"),
     "erfinv": _template("libdevice.erfinv({0})"),
     "lgamma": _template("libdevice.lgamma({0})"),
-    "sigmoid": _by_float32("tl.div_rn(1.0, 1.0 + _k_exp(-{0}))", "(1.0 / (1.0 + _k_exp(-{0})))"),
-    "reciprocal": _by_float32("tl.div_rn(1.0, {0})", "(1.0 / {0})"),
+    "sigmoid": _by_float32("_k_rcp(1.0 + _k_exp(-{0}))", "(1.0 / (1.0 + _k_exp(-{0})))"),
+    "reciprocal": _by_float32("_k_rcp({0})", "(1.0 / {0})"),
     "floor": _float_only("tl.floor({0})"),
     "ceil": _float_only("tl.ceil({0})"),
     "round": _float_only("_k_round({0})"),

@@ -281,10 +281,18 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     symbolic = not all(sympy.sympify(s).is_number for s in tv.sizes)
     zero = {x: 0 for x in xs}
     offset = index.xreplace(zero)
+    # A dim of size 1 reads only its index 0: it does not count in the affine check, and keeps the
+    # stride its variable has (eager's view has that stride; cuDNN's plan depends on strides).
+    ones = {x: 0 for k, x in enumerate(xs) if tv.sizes[k] == 1}
+    index = sympy.sympify(index.xreplace(ones))
     strides = []
     for k, x in enumerate(xs):
-        strides.append(sympy.Integer(0) if tv.sizes[k] == 1 else index.xreplace({**zero, x: 1}) - offset)
-    affine = offset + sum((x * s for x, s in zip(xs, strides)), sympy.Integer(0))
+        if tv.sizes[k] == 1:
+            step = sympy.expand(sympy.sympify(e.index).xreplace({**zero, x: 1}) - offset)
+            strides.append(step if step.is_Integer and step >= 0 else sympy.Integer(0))
+        else:
+            strides.append(index.xreplace({**zero, x: 1}) - offset)
+    affine = offset + sum((x * s for k, (x, s) in enumerate(zip(xs, strides)) if tv.sizes[k] != 1), sympy.Integer(0))
     if index.has(sympy.floor, sympy.Mod):
         if symbolic:
             return None   # no point-by-point check without sizes

@@ -137,3 +137,21 @@ def test_boxed_program_frees_each_input_after_its_last_use():
     torch.testing.assert_close(got, want)
     # before the k-th matmul, only inputs k.. are alive: the earlier ones were freed after their use
     assert alive_per_call == [6, 5, 4, 3, 2, 1], (alive_per_call, program.source)
+
+
+def test_views_with_a_size_one_dim_reach_externs_and_outputs_without_copies():
+    # a batch of one: a (1, 4, 8, 16) chunk of a matmul result, as GPT-NeoX's v is, is a strided
+    # view of the buffer. Realized as a copy, cuDNN attention got other strides than eager's and
+    # picked another plan (46% of its bf16 outputs differed on the H200); outputs were copied too.
+    aten = torch.ops.aten
+
+    def fn(x, w):
+        qkv = aten.mm.default(x, w)
+        v = aten.slice.Tensor(aten.permute.default(aten.view.default(qkv, [1, 8, 4, 48]), [0, 2, 1, 3]), 3, 32, 48)
+        return v, aten.view.default(qkv, [1, 8, 192])
+    x, w = torch.randn(8, 32), torch.randn(32, 192)
+    program, constants, binds = _program(torch.fx.symbolic_trace(fn), [x, w])   # asserts: no kernel
+    got = link(program, {}, constants, binds)(x, w)
+    for g, e in zip(got, fn(x, w)):
+        torch.testing.assert_close(g, e)
+        assert g.stride() == e.stride(), (g.stride(), e.stride())

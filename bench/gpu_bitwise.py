@@ -113,6 +113,10 @@ def main() -> None:
     compare("mlp", layer.mlp, hidden)
     compare("rotary cos/sin", model.gpt_neox.rotary_emb, hidden, positions)
     cos, sin = model.gpt_neox.rotary_emb(hidden, positions)
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+    q, k = torch.randn(2, 1, 32, a.tokens, 80, device=a.device, dtype=torch.bfloat16).unbind(0)
+    compare("rotary applied", lambda q, k, c, s: apply_rotary_pos_emb(q, k, c, s), q, k, cos, sin)
+    compare("sdpa", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, k)
     compare("attention", lambda h, c, s: layer.attention(h, None, position_embeddings=(c, s))[0], hidden, cos, sin)
     q, k, v = torch.randn(3, 1, 32, 16, 80, device=a.device, dtype=torch.bfloat16).unbind(0)
     with torch.no_grad():

@@ -61,7 +61,6 @@ class _CompiledFunction(torch.autograd.Function):
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
             args[slot] = t
         args += [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
-        del grads
         with autocast_off():      # [Note: compiled graphs run with autocast off]
             if getattr(runtime.bw, "boxed", False):
                 # autograd's own references go too (unless retain_graph): the program frees each

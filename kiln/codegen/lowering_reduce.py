@@ -283,12 +283,12 @@ def strided_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     offset = index.xreplace(zero)
     # A dim of size 1 reads only its index 0: it does not count in the affine check, and keeps the
     # stride its variable has (eager's view has that stride; cuDNN's plan depends on strides).
-    ones = {x: 0 for k, x in enumerate(xs) if tv.sizes[k] == 1}
-    index = sympy.sympify(index.xreplace(ones))
+    full = sympy.sympify(index)
+    index = sympy.sympify(full.xreplace({x: 0 for k, x in enumerate(xs) if tv.sizes[k] == 1}))
     strides = []
     for k, x in enumerate(xs):
         if tv.sizes[k] == 1:
-            step = sympy.expand(sympy.sympify(e.index).xreplace({**zero, x: 1}) - offset)
+            step = sympy.expand(full.xreplace({**zero, x: 1}) - offset)
             strides.append(step if step.is_Integer and step >= 0 else sympy.Integer(0))
         else:
             strides.append(index.xreplace({**zero, x: 1}) - offset)

@@ -126,7 +126,56 @@ def main() -> None:
     print(f"  eager sdpa, q transposed-contiguous against contiguous: {(views != dense).float().mean():.2%} differ")
     compare("layer", lambda h, c, s: _first(layer(h, position_embeddings=(c, s))), hidden, cos, sin)
     compare("embedding", model.gpt_neox.embed_in, ids)
+    masks(q, k, v, a.tokens)
+    gelu_differences(hidden.device, torch.bfloat16)
+    gelu_differences(hidden.device, torch.float32)
     compare(f"model ({a.layers} layers) logits", lambda i: model(input_ids=i, use_cache=False).logits, ids)
+    # Under compilation HF cannot look at the padding mask's values, so it builds the causal mask
+    # that eager skips (`is_causal=True`): eager on the compiled path shows what that costs.
+    from transformers import masking_utils
+    plain = masking_utils._ignore_causal_mask_sdpa
+    masking_utils._ignore_causal_mask_sdpa = lambda *args, **kwargs: False
+    try:
+        with torch.no_grad():
+            masked = model(input_ids=ids, use_cache=False).logits
+        compare(f"model ({a.layers} layers) logits, both with HF's explicit mask",
+                lambda i: model(input_ids=i, use_cache=False).logits, ids)
+    finally:
+        masking_utils._ignore_causal_mask_sdpa = plain
+    with torch.no_grad():
+        eager = model(input_ids=ids, use_cache=False).logits
+    print(f"  eager with HF's explicit mask against eager: {(masked != eager).float().mean():.2%} of logits differ")
+
+
+def masks(q, k, v, tokens: int) -> None:
+    """Does a boolean mask change eager's attention numerics against `is_causal` / no mask?"""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with torch.no_grad():
+        causal = torch.ones(tokens, tokens, dtype=torch.bool, device=q.device).tril()[None, None]
+        by_flag, by_mask = sdpa(q, k, v, is_causal=True), sdpa(q, k, v, attn_mask=causal)
+        q1 = q[:, :, -1:]
+        ones = torch.ones(1, 1, 1, tokens, dtype=torch.bool, device=q.device)
+        none, all_true = sdpa(q1, k, v), sdpa(q1, k, v, attn_mask=ones)
+    print(f"  eager sdpa, prefill: a causal bool mask against is_causal: {(by_flag != by_mask).float().mean():.2%} differ;"
+          f" decode: an all-true mask against none: {(none != all_true).float().mean():.2%} differ")
+
+
+def gelu_differences(device, dtype) -> None:
+    """The elements where kiln's gelu differs from eager's, against a float64 reference. (On the
+    H200 Triton's erf, libdevice's erff, differs from the ::erff eager's CUDA kernels inline by an
+    ulp near +-1 in 13% of float32 values, with or without fp fusion.)"""
+    fn = torch.nn.functional.gelu
+    x = torch.randn(1 << 22, device=device, dtype=dtype) * 3
+    with torch.no_grad():
+        want = fn(x)
+        kiln.reset()
+        got = kiln.compile(lambda t: fn(t))(x)
+        exact = fn(x.double())
+    bad = (want != got).nonzero().flatten()
+    print(f"  gelu on {x.numel()} {dtype} values: {bad.numel()} differ; eager nearer the float64 value in "
+          f"{int(((want.double() - exact).abs() < (got.double() - exact).abs())[bad].sum())}")
+    for i in bad[:6].tolist():
+        print(f"    x={x[i].item():.8g} eager={want[i].item():.8g} kiln={got[i].item():.8g} float64={exact[i].item():.8g}")
 
 
 if __name__ == "__main__":

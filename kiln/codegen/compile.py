@@ -93,7 +93,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     buffers = graph.buffer_map()
     with _Timer("codegen"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
-                                   probe=probe, boxed=boxed)
+                                   probe=probe, boxed=boxed, keep=device == "cpu")
         built = printer.saved(kernels, buffers) if kernels else None
     if _log_enabled("kernels"):
         _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")

@@ -19,6 +19,16 @@ input's name after its last use, so the caching allocator gets the storage back 
 reuse: the caller may hold another reference). The source says so with `_BOXED = True`, and the
 linked callable with `call.boxed`.
 
+[Note: kept buffers] On CPU every allocation the program makes is fresh memory from malloc, and
+the kernel that first writes it page-faults on every 4 KiB page: on vit, 1,500 faults per call,
+a third of its time on this project's 2-core CI machine. So a CPU program keeps the storage of its
+internal buffers between calls, per thread (`_keep(slot, ...)`, grown when a dynamic size needs
+more): a storage chain (a fresh allocation and the buffers reusing its storage) is internal when
+no buffer of it is a graph output or input, nor read by an extern that may return a view of it.
+A matmul writes its result into a buffer of ours through its `out=` overload, so that buffer
+joins the pool like a kernel's. Memory held between calls is the program's internal peak under
+[Note: buffer reuse]; outputs stay fresh tensors.
+
 The source is self-contained apart from the names in `HostProgram.globals_spec` (kernels by name,
 extern ops by qualified name, constants by graph attribute), which is what lets the warm-start
 cache (`kiln.runtime.cache`) store and re-link it in another process.
@@ -26,6 +36,7 @@ cache (`kiln.runtime.cache`) store and re-link it in another process.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import sympy
@@ -86,10 +97,11 @@ def _literal(v, binds: dict, state: dict) -> str:
 
 
 def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
-              probe: bool = False, boxed: bool = False) -> tuple[HostProgram, dict]:
+              probe: bool = False, boxed: bool = False, keep: bool = False) -> tuple[HostProgram, dict]:
     """The host program for `graph` as scheduled; also returns the non-serializable globals.
     `probe`: after each kernel or extern, hand every buffer it wrote to `_probe(step, name, tensor)`
-    (`kiln.codegen.check` binds it). `boxed`: see [Note: boxed programs]."""
+    (`kiln.codegen.check` binds it). `boxed`: see [Note: boxed programs]. `keep`: see
+    [Note: kept buffers]."""
     buffers = graph.buffer_map()
     steps = list(sched.steps)
     inputs = [b for b in graph.inputs if b is not None]
@@ -128,7 +140,18 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             end = max((storage_end.get(o, i) for o in writes(steps[i])), default=i)
             for b in reads(steps[i]):
                 storage_end[b] = max(storage_end.get(b, i), end)
-    extern_outputs = {o for step in steps if isinstance(step, ir.ExternKernel) for o in writes(step)}
+    seen_by_views = {b for step in steps if isinstance(step, ir.ExternKernel) and _may_alias(step.op)
+                     for b in reads(step)}
+    escaping = never_reuse | seen_by_views
+    # externs writing into a buffer of ours through `out=` (the buffer is then pooled like a kernel's)
+    into_out = {i: op for i, step in enumerate(steps) if keep and not probe and isinstance(step, ir.ExternKernel)
+                for op in [_out_overload(step.op)] if op is not None and len(step.outputs) == 1
+                and step.outputs[0] in buffers and step.outputs[0] not in escaping}
+    extern_outputs = {o for i, step in enumerate(steps) if isinstance(step, ir.ExternKernel) and i not in into_out
+                      for o in writes(step)}
+    chain: dict[str, str] = {}         # buffer -> the fresh allocation whose storage it holds
+    fresh_at: dict[str, int] = {}      # fresh allocation -> its line, rewritten to `_keep` if internal
+    chain_escapes: set[str] = set()
 
     binds: dict[str, Any] = {}
     state = {"cacheable": True}
@@ -146,16 +169,23 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
         lines.append(f"    del {', '.join(unread)}")
     pool: dict[tuple, list[str]] = {}
     pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
+    def allocate(b: str) -> None:
+        line, old = _alloc(buffers[b], pool)
+        chain[b] = b if old is None else chain[old]
+        if old is None:
+            fresh_at[b] = len(lines)
+        if b in escaping:
+            chain_escapes.add(chain[b])
+        lines.append(line)
+        if old is not None:   # the new name holds the storage now
+            del pooled_at[old]
+            lines.append(f"    del {old}")
+
     for i, step in enumerate(steps):
         if isinstance(step, ir.Kernel):
             for b in writes(step):
-                if b in sched.local_buffers:
-                    continue
-                line, old = _alloc(buffers[b], pool)
-                lines.append(line)
-                if old is not None:   # the new name holds the storage now
-                    del pooled_at[old]
-                    lines.append(f"    del {old}")
+                if b not in sched.local_buffers:
+                    allocate(b)
             args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
             args += [py_index(s) for s in step.size_args]
             lines.append(f"    {step.name}({', '.join(args)})")
@@ -167,6 +197,10 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             args = [_literal(a, binds, state) for a in step.args]
             args += [f"{k}={_literal(v, binds, state)}" for k, v in step.kwargs]
             outs = [o if o is not None else "_" for o in step.outputs]
+            if i in into_out:
+                externs[-1] = (gname, into_out[i])
+                allocate(outs[0])
+                args.append(f"out={outs[0]}")
             call = f"{gname}({', '.join(args)})"
             if len(outs) == 1:
                 lines.append(f"    {outs[0]} = _one({call})")
@@ -189,6 +223,10 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                     pooled_at[b] = len(lines)
         if dead:
             lines.append(f"    del {', '.join(dead)}")
+    if keep and not probe:
+        for b, at in fresh_at.items():
+            if b not in chain_escapes:
+                lines[at] = f"    {b} = {_keep_call(buffers[b], at)}"   # a slot per fresh allocation
     for b, at in sorted(pooled_at.items(), key=lambda kv: -kv[1]):   # never taken: release
         lines.insert(at, f"    del {b}")
     outs = [o if isinstance(o, str) else _literal(o, binds, state) for o in graph.outputs]
@@ -287,6 +325,40 @@ def _alloc(buf: ir.Buffer, pool: dict) -> tuple[str, str | None]:
             f"device={str(buf.device)!r})"), None
 
 
+# ATen matmuls whose `out=` overload is a kernel of its own (autogenerated ones compute into a
+# temporary and copy it over)
+_WRITES_INTO_OUT = ("mm", "bmm", "addmm", "baddbmm")
+
+
+def _out_overload(op):
+    """The `out=` overload of an extern that writes a kept buffer (see [Note: kept buffers])."""
+    aten_op = _direct_op(op)
+    if not isinstance(aten_op, torch._ops.OpOverload) or aten_op.overloadpacket.__name__ not in _WRITES_INTO_OUT:
+        return None
+    return getattr(aten_op.overloadpacket, "out", None)
+
+
+def _keep_call(buf: ir.Buffer, slot: int) -> str:
+    sizes = "(" + "".join(f"{py_index(s)}, " for s in buf.sizes) + ")"
+    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
+    return f"_keep({slot}, {sizes}, {strides}, {buf.dtype!r})"
+
+
+class _KeptStorage(threading.local):
+    """A program's kept buffers ([Note: kept buffers]): per thread, so concurrent calls of one
+    compiled function never share one."""
+
+    def __init__(self):
+        self.slots: dict[int, torch.Tensor] = {}
+
+    def keep(self, slot: int, sizes: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+        extent = 1 + sum((n - 1) * st for n, st in zip(sizes, strides)) if all(sizes) else 0
+        flat = self.slots.get(slot)
+        if flat is None or flat.numel() < extent or flat.dtype != dtype:
+            flat = self.slots[slot] = torch.empty(extent, dtype=dtype)
+        return flat.as_strided(sizes, strides)
+
+
 def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
@@ -305,7 +377,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one, "_view": _view,
-           "math": math}
+           "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update(dict(program.externs))
     env.update(constants)

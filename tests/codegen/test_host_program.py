@@ -155,3 +155,76 @@ def test_views_with_a_size_one_dim_reach_externs_and_outputs_without_copies():
     for g, e in zip(got, fn(x, w)):
         torch.testing.assert_close(g, e)
         assert g.stride() == e.stride(), (g.stride(), e.stride())
+
+
+# ------------------------------------------------------------- kept buffers ([Note: kept buffers])
+
+def _cpu_program(fn, *inputs):
+    """`fn` through aot, prims and the C++ code generator: the linked forward host program."""
+    from kiln.codegen.compile import compile_prim_graph
+    from tests.codegen.conftest import prim_graphs
+    (gm, examples), _ = prim_graphs(fn, *inputs)
+    return compile_prim_graph(gm, examples, use_cache=False)
+
+
+def _mlp(x, w1, b1, w2, b2):
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(x, w1, b1))
+    return torch.nn.functional.linear(h, w2, b2).relu(), h.sum(0)
+
+
+def _mlp_inputs(rows=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, 64, generator=g), torch.randn(128, 64, generator=g) / 8,
+            torch.randn(128, generator=g), torch.randn(64, 128, generator=g) / 8, torch.randn(64, generator=g))
+
+
+def test_cpu_program_keeps_internal_buffers_and_matmuls_write_into_them():
+    call = _cpu_program(_mlp, *_mlp_inputs())
+    source = call.host_source
+    assert "_keep(" in source and "out=" in source, source
+    first_inputs, second_inputs = _mlp_inputs(seed=1), _mlp_inputs(seed=2)
+    first = call(*first_inputs)
+    kept = [t.clone() for t in first]
+    second = call(*second_inputs)
+    # outputs are fresh each call: the second call left the first's results alone
+    for got, want in zip(first, kept):
+        assert torch.equal(got, want)
+    for got, want in zip(first, _mlp(*first_inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for got, want in zip(second, _mlp(*second_inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not {t.untyped_storage().data_ptr() for t in first} & {t.untyped_storage().data_ptr() for t in second}
+
+
+def test_outputs_viewing_a_matmul_result_are_not_kept():
+    def fn(x, w, b):
+        y = torch.nn.functional.linear(x, w, b)
+        return y.t(), (y * 2).sum(1)
+    x, w, b = torch.randn(16, 32), torch.randn(24, 32), torch.randn(24)
+    call = _cpu_program(fn, x, w, b)
+    first = call(x, w, b)[0]
+    kept = first.clone()
+    call(x + 1, w, b)
+    assert torch.equal(first, kept)
+    torch.testing.assert_close(first, fn(x, w, b)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_kept_buffers_are_per_thread():
+    import concurrent.futures
+    call = _cpu_program(_mlp, *_mlp_inputs(rows=256))
+    seeds = list(range(16))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda s: call(*_mlp_inputs(rows=256, seed=s)), seeds))
+    for seed, got in zip(seeds, results):
+        for g, w in zip(got, _mlp(*_mlp_inputs(rows=256, seed=seed))):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_kept_buffers_grow_with_a_dynamic_size():
+    import kiln
+    kiln.reset()
+    fast = kiln.compile(_mlp, dynamic=True)
+    for rows in (8, 40, 12, 96, 33):
+        inputs = _mlp_inputs(rows=rows, seed=rows)
+        for got, want in zip(fast(*inputs), _mlp(*inputs)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

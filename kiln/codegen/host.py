@@ -170,7 +170,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     pool: dict[tuple, list[str]] = {}
     pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
     def allocate(b: str) -> None:
-        line, old = _alloc(buffers[b], pool)
+        line, old = _alloc(buffers[b], pool, buffers)
         chain[b] = b if old is None else chain[old]
         if old is None:
             fresh_at[b] = len(lines)
@@ -313,13 +313,15 @@ def _storage_key(buf: ir.Buffer) -> tuple:
     return (buf.dtype, buf.device, sympy.expand(extent))
 
 
-def _alloc(buf: ir.Buffer, pool: dict) -> tuple[str, str | None]:
+def _alloc(buf: ir.Buffer, pool: dict, layouts: dict) -> tuple[str, str | None]:
     """The line allocating `buf`, and the pooled buffer whose storage it takes (None: a new one)."""
     sizes = "(" + "".join(f"{py_index(s)}, " for s in buf.sizes) + ")"
     strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
     free = pool.get(_storage_key(buf))
     if free:
         old = free.pop()
+        if (buf.sizes, buf.strides) == (layouts[old].sizes, layouts[old].strides):
+            return f"    {buf.name} = {old}  # reuses {old}'s storage", old
         return f"    {buf.name} = {old}.as_strided({sizes}, {strides})  # reuses {old}'s storage", old
     return (f"    {buf.name} = _empty({sizes}, {strides}, dtype={buf.dtype!r}, "
             f"device={str(buf.device)!r})"), None
@@ -346,17 +348,23 @@ def _keep_call(buf: ir.Buffer, slot: int) -> str:
 
 class _KeptStorage(threading.local):
     """A program's kept buffers ([Note: kept buffers]): per thread, so concurrent calls of one
-    compiled function never share one."""
+    compiled function never share one. A slot remembers the view it last handed out, which a call
+    with the same sizes (every call, for static shapes) takes as it is."""
 
     def __init__(self):
-        self.slots: dict[int, torch.Tensor] = {}
+        self.slots: dict[int, tuple[tuple, tuple, torch.Tensor]] = {}
 
     def keep(self, slot: int, sizes: tuple, strides: tuple, dtype: torch.dtype) -> torch.Tensor:
+        held = self.slots.get(slot)
+        if held is not None and held[0] == sizes and held[1] == strides:
+            return held[2]
         extent = 1 + sum((n - 1) * st for n, st in zip(sizes, strides)) if all(sizes) else 0
-        flat = self.slots.get(slot)
-        if flat is None or flat.numel() < extent or flat.dtype != dtype:
-            flat = self.slots[slot] = torch.empty(extent, dtype=dtype)
-        return flat.as_strided(sizes, strides)
+        flat = held[2] if held is not None else None
+        if flat is None or flat.untyped_storage().nbytes() < extent * flat.element_size():
+            flat = torch.empty(extent, dtype=dtype)
+        view = flat.as_strided(sizes, strides, 0)
+        self.slots[slot] = (sizes, strides, view)
+        return view
 
 
 def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:

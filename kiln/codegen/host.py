@@ -20,8 +20,8 @@ reuse: the caller may hold another reference). The source says so with `_BOXED =
 linked callable with `call.boxed`.
 
 [Note: kept buffers] On CPU every allocation the program makes is fresh memory from malloc, and
-the kernel that first writes it page-faults on every 4 KiB page: on vit, 1,500 faults per call,
-a third of its time on this project's 2-core CI machine. So a CPU program keeps the storage of its
+the kernel that first writes it page-faults on every 4 KiB page: on the zoo's vit, 1,500 faults
+per call and a fifth of its single-threaded time on this project's 2-core CI machine. So a CPU program keeps the storage of its
 internal buffers between calls, per thread (`_keep(slot, ...)`, grown when a dynamic size needs
 more): a storage chain (a fresh allocation and the buffers reusing its storage) is internal when
 no buffer of it is a graph output or input, nor read by an extern that may return a view of it.

@@ -367,7 +367,7 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
 def addmm(ctx, meta, self=None, mat1=None, mat2=None, beta=1, alpha=1, **_):
     """On CPU in float32 and float64, `bias + m1 @ m2` is the matmul and a pointwise add that fuses
     into its consumer (gelu, the residual add): MKL's addmm first copies the broadcast bias into
-    the output, a whole pass over it (14% of vit's time). Elsewhere the extern stays: cuBLAS's
+    the output, a whole pass over it (14% of the zoo vit's ATen time). Elsewhere the extern stays: cuBLAS's
     epilogue adds the bias for free, and in bfloat16 it rounds the sum once as eager does (mm then
     add rounds twice)."""
     from kiln.prims.externs import EXTERN_OF_ATEN

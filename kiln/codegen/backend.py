@@ -8,7 +8,6 @@ with `compile_prim_graph`: C++ kernels for CPU tensors, Triton kernels for CUDA 
 from __future__ import annotations
 
 import functools
-
 from typing import Any, Sequence
 
 import torch

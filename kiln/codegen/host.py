@@ -70,13 +70,16 @@ def py_index(e) -> str:
     return to_python(e, {s: s.name for s in e.free_symbols})
 
 
+def py_tuple(exprs) -> str:
+    """A tuple of index or size expressions as Python source: `(16, s0*3, )`."""
+    return "(" + "".join(f"{py_index(e)}, " for e in exprs) + ")"
+
+
 def _literal(v, binds: dict, state: dict) -> str:
     if isinstance(v, ir.BufferArg):
         return v.name
     if isinstance(v, ir.ViewArg):
-        sizes = "(" + "".join(f"{py_index(x)}, " for x in v.sizes) + ")"
-        strides = "(" + "".join(f"{py_index(x)}, " for x in v.strides) + ")"
-        return f"_view({v.name}, {sizes}, {strides}, {py_index(v.offset)})"
+        return f"_view({v.name}, {py_tuple(v.sizes)}, {py_tuple(v.strides)}, {py_index(v.offset)})"
     if isinstance(v, ir.SizeArg):
         return py_index(v.expr)
     if isinstance(v, sympy.Expr):   # a size the graph returns (saved for the backward)
@@ -102,6 +105,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     `probe`: after each kernel or extern, hand every buffer it wrote to `_probe(step, name, tensor)`
     (`kiln.codegen.check` binds it). `boxed`: see [Note: boxed programs]. `keep`: see
     [Note: kept buffers]."""
+    keep = keep and not probe   # the checker compares what each step wrote, call by call
     buffers = graph.buffer_map()
     steps = list(sched.steps)
     inputs = [b for b in graph.inputs if b is not None]
@@ -144,9 +148,12 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                      for b in reads(step)}
     escaping = never_reuse | seen_by_views
     # externs writing into a buffer of ours through `out=` (the buffer is then pooled like a kernel's)
-    into_out = {i: op for i, step in enumerate(steps) if keep and not probe and isinstance(step, ir.ExternKernel)
-                for op in [_out_overload(step.op)] if op is not None and len(step.outputs) == 1
-                and step.outputs[0] in buffers and step.outputs[0] not in escaping}
+    into_out: dict[int, Any] = {}
+    for i, step in enumerate(steps):
+        if keep and isinstance(step, ir.ExternKernel) and len(step.outputs) == 1:
+            out, op = step.outputs[0], _out_overload(step.op)
+            if op is not None and out in buffers and out not in escaping:
+                into_out[i] = op
     extern_outputs = {o for i, step in enumerate(steps) if isinstance(step, ir.ExternKernel) and i not in into_out
                       for o in writes(step)}
     chain: dict[str, str] = {}         # buffer -> the fresh allocation whose storage it holds
@@ -223,7 +230,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                     pooled_at[b] = len(lines)
         if dead:
             lines.append(f"    del {', '.join(dead)}")
-    if keep and not probe:
+    if keep:
         for b, at in fresh_at.items():
             if b not in chain_escapes:
                 lines[at] = f"    {b} = {_keep_call(buffers[b], at)}"   # a slot per fresh allocation
@@ -280,7 +287,7 @@ def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -
 def _layout_check(buf: ir.Buffer, may_be_none: bool = False) -> list[str]:
     """A tensor whose strides differ from those the kernels were written for is copied into that
     layout (symbolic strides are compared after the size symbols are bound)."""
-    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
+    strides = py_tuple(buf.strides)
     if all(sympy.sympify(s).is_number for s in buf.strides):
         strides = repr(tuple(int(s) for s in buf.strides))
     none = f"{buf.name} is not None and " if may_be_none else ""
@@ -315,8 +322,7 @@ def _storage_key(buf: ir.Buffer) -> tuple:
 
 def _alloc(buf: ir.Buffer, pool: dict, layouts: dict) -> tuple[str, str | None]:
     """The line allocating `buf`, and the pooled buffer whose storage it takes (None: a new one)."""
-    sizes = "(" + "".join(f"{py_index(s)}, " for s in buf.sizes) + ")"
-    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
+    sizes, strides = py_tuple(buf.sizes), py_tuple(buf.strides)
     free = pool.get(_storage_key(buf))
     if free:
         old = free.pop()
@@ -341,9 +347,7 @@ def _out_overload(op):
 
 
 def _keep_call(buf: ir.Buffer, slot: int) -> str:
-    sizes = "(" + "".join(f"{py_index(s)}, " for s in buf.sizes) + ")"
-    strides = "(" + "".join(f"{py_index(s)}, " for s in buf.strides) + ")"
-    return f"_keep({slot}, {sizes}, {strides}, {buf.dtype!r})"
+    return f"_keep({slot}, {py_tuple(buf.sizes)}, {py_tuple(buf.strides)}, {buf.dtype!r})"
 
 
 class _KeptStorage(threading.local):

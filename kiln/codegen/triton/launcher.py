@@ -29,6 +29,7 @@ import triton.language as tl
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
+from kiln.codegen.triton.libdevice import link_options
 from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_canonical
 from kiln.codegen.triton.source_cache import load_module, source_path
 
@@ -97,6 +98,7 @@ class TritonKernel:
         self.persistent_fn = getattr(module, self.function)
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
+        self.link = {} if interpret else link_options()   # [Note: libdevice]
         self.n_buffers = len(kernel.buffer_args)
         self.arg_dtypes = [(buffers or {})[b].dtype if b in (buffers or {}) else torch.float32
                            for b in kernel.buffer_args]
@@ -144,7 +146,7 @@ class TritonKernel:
         fn = self.persistent_fn if persistent else self.looped_fn
         grid = ((numels[0] + config.XBLOCK - 1) // config.XBLOCK,)
         fn[grid](*args, *numels, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK, INDEX_DTYPE=tl.int32,
-                 num_warps=config.num_warps, num_stages=config.num_stages)
+                 num_warps=config.num_warps, num_stages=config.num_stages, **self.link)
 
     def warmup(self) -> None:
         """Compile the first launch's binary of a kernel with static sizes, without launching."""
@@ -153,7 +155,8 @@ class TritonKernel:
             return
         c = plan.config
         plan.fn.warmup(*self.arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
-                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages)
+                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages,
+                       **self.link)
 
     def __call__(self, *args):
         sizes = args[self.n_buffers:]
@@ -169,7 +172,7 @@ class TritonKernel:
         c = plan.config
         compiled = plan.fn[plan.grid](*args, *plan.numels, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
                                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps,
-                                      num_stages=c.num_stages)
+                                      num_stages=c.num_stages, **self.link)
         if not self.interpret and direct is None and hasattr(compiled, "packed_metadata"):
             self.direct[sizes] = _DirectLaunch(compiled, plan, args[:self.n_buffers])
 

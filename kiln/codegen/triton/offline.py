@@ -25,6 +25,7 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.launcher import _extent, _sizes_function
+from kiln.codegen.triton.libdevice import link_options
 from kiln.codegen.triton.printer import canonical, layout_of, print_kernel
 from kiln.codegen.triton.source_cache import load_module
 
@@ -115,7 +116,8 @@ def compile_for_gpu(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], sizes: 
         signature[param] = "constexpr"
         constexprs[param] = value
     compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
-                              options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+                              options={"num_warps": config.num_warps, "num_stages": config.num_stages,
+                                       **link_options()})
     ptx = compiled.asm["ptx"]
     registers, spills = _ptxas_report(ptx, arch)
     return GpuBuild(name, config, ptx, registers, spills)

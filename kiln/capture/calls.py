@@ -336,12 +336,13 @@ _SPECIAL_FUNCTIONS = {
 }
 
 
-def _register_model_output_methods():
-    from kiln.capture import model_outputs
+def _register_special_calls():
+    from kiln.capture import masks, model_outputs
     _SPECIAL_FUNCTIONS[model_outputs._to_tuple] = model_outputs.to_tuple
+    _SPECIAL_FUNCTIONS[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 
 
-_register_model_output_methods()
+_register_special_calls()
 
 
 def as_exception(tx, v: V.Variable) -> V.ExceptionVar:

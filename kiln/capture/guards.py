@@ -28,12 +28,15 @@ class GuardKind(enum.Enum):
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     SAME = "same"            # value is the object another source reads (aliased inputs)
     SHAPES = "shapes"        # the ShapeEnv's guard function holds over the tensor inputs
+    VALUE = "value"          # a function of tensor inputs' values holds ([Note: mask elision])
 
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
           GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
-          GuardKind.SHAPES: 6}
+          GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
+# ...and the ones that compute, once every cheap check passed: shapes, then tensor values
+_LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Guard:
             return f"{where} is {self.expected.describe()}"
         if self.kind is GuardKind.SHAPES:
             return "symbolic sizes satisfy: " + (self.expected[2].replace("\n", "; ") or "their ranges")
+        if self.kind is GuardKind.VALUE:
+            return self.expected[2]
         text = {GuardKind.TYPE: "type is {}", GuardKind.ID: "is the same object ({})",
                 GuardKind.CONST: "== {!r}", GuardKind.LEN: "has length {}", GuardKind.DICT_KEYS: "has keys {}",
                 GuardKind.EMPTY: "is empty{}"}[self.kind]
@@ -142,7 +147,7 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
-    if kind is GuardKind.SHAPES:
+    if kind in (GuardKind.SHAPES, GuardKind.VALUE):
         fn, sources, _ = x
         return [f"{const(fn)}({', '.join(s.expr() for s in sources)})"]
     raise AssertionError(kind)
@@ -150,7 +155,7 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
 
 def sort_guards(guards) -> list[Guard]:
     unique = list(dict.fromkeys(guards))
-    return sorted(unique, key=lambda g: (g.kind is GuardKind.SHAPES, len(g.source.expr()) if g.source else 0,
+    return sorted(unique, key=lambda g: (_LAST.get(g.kind, 0), len(g.source.expr()) if g.source else 0,
                                          _ORDER[g.kind]))
 
 

@@ -58,6 +58,8 @@ class OutputGraph:
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
         self.inputs: list[tuple[Source, V.TensorVar]] = []
+        self.input_values: dict[torch.fx.Node, torch.Tensor] = {}  # placeholder -> this call's tensor
+        self.mask_verdicts: dict[torch.fx.Node, str | None] = {}  # [Note: mask elision] in masks.py
         self.tensor_by_id: dict[int, V.Variable] = {}  # one tracker per real object (aliasing)
         self.guards: list[Guard] = []
         self.side_effects: list[Any] = []
@@ -97,6 +99,7 @@ class OutputGraph:
         node.meta["source"] = source
         var = V.TensorVar(node, example, source=source)
         self.inputs.append((source, var))
+        self.input_values[node] = value
         # isinstance(x, nn.Parameter) and friends were answered from this type
         self.guard(Guard(GuardKind.TYPE, source, type(value)))
         sizes = tuple(None if d in dims and n > 1 else n for d, n in enumerate(value.size()))

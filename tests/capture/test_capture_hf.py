@@ -206,3 +206,33 @@ def test_values_read_before_side_effects_are_replayed():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert_same(cf(x, s=s, t=1), _pop_then_break(x, s=s, t=1))
+
+
+def test_gpt_neox_generate_takes_eagers_attention_path():
+    """generate() with the compiled forward, as the PyTorch 2.0 announcement's dolly example:
+    the captured graphs run HF's masks through SDPA's own causal path ([Note: mask elision]), so
+    each step's scores equal eager's bit for bit, in at most 3 compilations."""
+    t = transformers
+    torch.manual_seed(0)
+    model = t.GPTNeoXForCausalLM(t.GPTNeoXConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=4, intermediate_size=64,
+                                                 max_position_embeddings=64, rotary_pct=0.25)).eval()
+    ids = torch.randint(0, 500, (1, 7), generator=torch.Generator().manual_seed(1))
+
+    def generate():
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                                  output_scores=True, return_dict_in_generate=True)
+    expected = generate()
+    rec = Recorder()
+    kiln.reset()
+    model.forward = kiln.compile(model.forward, backend=rec)
+    try:
+        actual = generate()
+    finally:
+        del model.forward
+    assert torch.equal(actual.sequences, expected.sequences)
+    assert all(torch.equal(a, e) for a, e in zip(actual.scores, expected.scores))
+    assert 1 <= len(rec.graphs) <= 3, f"{len(rec.graphs)} compilations"
+    calls = [n.kwargs for gm in rec.graphs for n in gm.graph.nodes if "scaled_dot" in str(n.target)]
+    assert calls and all(c.get("attn_mask") is None for c in calls)

@@ -1,0 +1,161 @@
+"""Attention masks that are all true or causal: SDPA's own path instead of an explicit mask.
+
+[Note: mask elision] Compiled, a Hugging Face model builds the causal (or all-true) mask that eager
+skips. Eager looks at the padding mask's values (`padding_mask.all()`) and, with no padding, calls
+`scaled_dot_product_attention(q, k, v, is_causal=True)` without a mask; a traced program is not
+allowed to look (`is_tracing()`), so it passes the mask. The two calls run different SDPA kernels:
+on the H200 dolly-v2-3b's logits differ in 63% of elements between them, and generate() picks other
+tokens. The masked kernel is also the slower one.
+
+kiln looks for the model. When a boolean `attn_mask` is computed in the graph from the frame's
+inputs by a few pure ops, capture runs those ops on the call's real inputs. A mask that is all true
+is dropped; a mask that is the lower triangle of a square score matrix becomes `is_causal=True`,
+which is SDPA's upper-left causal mask. A VALUE guard re-runs the ops on every call and holds only
+while the mask is still that; a miss recompiles, and that capture passes the mask as it is. A mask
+built from constants and static sizes alone needs no guard. The guard costs what eager's own check
+costs: a few small kernels and one device sync.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Callable
+
+import torch
+import torch.fx
+
+from kiln.capture import variables as V
+from kiln.capture.guards import Guard, GuardKind
+from kiln.capture.torch_calls import call_torch
+
+MAX_NODES = 64   # a mask's ops; more and it is not worth re-running in a guard
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+_RANDOM = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
+           "normal", "poisson", "randperm", "dropout"}
+_IN_PLACE_OPERATORS = {operator.setitem, operator.iand, operator.ior, operator.ixor, operator.iadd,
+                       operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
+                       operator.ilshift, operator.irshift, operator.ipow}
+
+
+def sdpa(tx, args: list, kwargs: dict) -> V.Variable:
+    """`F.scaled_dot_product_attention` in traced code: a graph node, its mask elided if trivial."""
+    if len(args) > len(_SDPA_PARAMS) or set(kwargs) - set(_SDPA_PARAMS):
+        return call_torch(tx, "call_function", torch.nn.functional.scaled_dot_product_attention, args, kwargs)
+    bound = {**dict(zip(_SDPA_PARAMS, args)), **kwargs}
+    mask, causal = bound.get("attn_mask"), bound.get("is_causal")
+    if isinstance(mask, V.TensorVar) and mask.example.dtype is torch.bool and \
+            (causal is None or isinstance(causal, V.Constant) and causal.value is False):
+        verdict = _verdict(tx, mask)
+        if verdict is not None:
+            bound["attn_mask"], bound["is_causal"] = V.Constant(None), V.Constant(verdict == "causal")
+    qkv = [bound.pop(name) for name in _SDPA_PARAMS[:3] if name in bound]
+    return call_torch(tx, "call_function", torch.nn.functional.scaled_dot_product_attention, qkv, bound)
+
+
+def _verdict(tx, mask: V.TensorVar) -> str | None:
+    """"all" or "causal" for a mask proven so on this call (guarded), else None."""
+    out = tx.out
+    if mask.node in out.mask_verdicts:
+        return out.mask_verdicts[mask.node]
+    out.mask_verdicts[mask.node] = None
+    nodes = _producers(mask.node)
+    if nodes is None or _mutated(out.graph, nodes):
+        return None
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    compute = _subgraph(nodes, inputs, mask.node)
+    try:
+        verdict = classify(compute(*(out.input_values[n] for n in inputs)))
+    except Exception:       # the ops do not run eagerly on these values: keep the mask
+        return None
+    if verdict is None:
+        return None
+    if inputs:
+        check = _guard_function(compute, verdict)
+        what = "all true" if verdict == "all" else "causal"
+        out.guard(Guard(GuardKind.VALUE, None, (check, tuple(n.meta["source"] for n in inputs),
+                                                f"the attention mask at {tx.where()} is {what}")))
+    out.mask_verdicts[mask.node] = verdict
+    return verdict
+
+
+def classify(mask: torch.Tensor) -> str | None:
+    """"all" if every element is true; "causal" if the last two dims are a square lower triangle."""
+    if bool(mask.all()):
+        return "all"
+    return "causal" if _is_causal(mask) else None
+
+
+def _is_causal(mask: torch.Tensor) -> bool:
+    n = mask.shape[-1] if mask.dim() >= 2 else 0
+    if n < 2 or mask.shape[-2] != n:
+        return False
+    tril = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    return bool((mask == tril).all())
+
+
+def _guard_function(compute: Callable, verdict: str) -> Callable[..., bool]:
+    if verdict == "all":
+        return lambda *tensors: bool(compute(*tensors).all())
+    return lambda *tensors: _is_causal(compute(*tensors))
+
+
+def _producers(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The pure nodes `node` is computed from, in graph order; None if impure or too many."""
+    seen: set[torch.fx.Node] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        if not _pure(n):
+            return None
+        seen.add(n)
+        if len(seen) > MAX_NODES:
+            return None
+        stack.extend(n.all_input_nodes)
+    return [n for n in node.graph.nodes if n in seen]
+
+
+def _pure(n: torch.fx.Node) -> bool:
+    """Reads its inputs and nothing else: no writes, no random numbers, no modules or attributes."""
+    if n.op == "placeholder":
+        return isinstance(n.meta.get("example_value"), torch.Tensor) and "source" in n.meta
+    if n.op == "call_method":
+        return not n.target.endswith("_") or n.target.startswith("__")
+    if n.op != "call_function" or n.target in _IN_PLACE_OPERATORS or "out" in n.kwargs:
+        return False
+    name = getattr(n.target, "__name__", "")
+    if n.target in (operator.and_, operator.or_, operator.not_):
+        return True
+    return name not in _RANDOM and not name.endswith("_")
+
+
+def _mutated(graph: torch.fx.Graph, nodes: list[torch.fx.Node]) -> bool:
+    """Does an op so far write into one of `nodes`, or into a view of one (`m[0][...] = x`)?"""
+    inside = set(nodes)
+    for n in graph.nodes:
+        if n.op in ("call_method", "call_function") and not _pure(n) and n.args \
+                and isinstance(n.args[0], torch.fx.Node) and _reaches(n.args[0], inside):
+            return True
+    return False
+
+
+def _reaches(node: torch.fx.Node, targets: set) -> bool:
+    seen, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n in targets:
+            return True
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return False
+
+
+def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
+    """A callable that computes `result` from `inputs`' values with `nodes`' ops, eagerly."""
+    g = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in nodes:
+        env[n] = g.placeholder(n.name) if n.op == "placeholder" else g.node_copy(n, env.__getitem__)
+    g.output(env[result])
+    return torch.fx.GraphModule(torch.nn.Module(), g)

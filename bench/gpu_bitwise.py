@@ -84,6 +84,13 @@ def compare(name: str, fn, *args) -> None:
               flush=True)
 
 
+def _two_layers(model, h, positions):
+    cos_sin = model.gpt_neox.rotary_emb(h, positions)
+    for layer in model.gpt_neox.layers[:2]:
+        h = _first(layer(h, position_embeddings=cos_sin))
+    return h
+
+
 def _first(out):
     return out[0] if isinstance(out, tuple) else out
 
@@ -93,6 +100,7 @@ def main() -> None:
     p.add_argument("--device", default="cuda")
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--divergence", action="store_true", help="only find the first layer that differs")
     a = p.parse_args()
     from kiln.bench.suites import ensure_torchvision_importable
     ensure_torchvision_importable()
@@ -107,6 +115,8 @@ def main() -> None:
     positions = torch.arange(a.tokens, device=a.device)[None]
     print("| part | shape | elements differing | max abs diff |")
     print("|---|---|---|---|")
+    if a.divergence:
+        return first_divergence(model, ids, positions)
     compare("layer_norm", layer.input_layernorm, hidden)
     compare("gelu", lambda x: torch.nn.functional.gelu(x), hidden)
     compare("linear with bias", layer.mlp.dense_h_to_4h, hidden)
@@ -126,10 +136,24 @@ def main() -> None:
     print(f"  eager sdpa, q transposed-contiguous against contiguous: {(views != dense).float().mean():.2%} differ")
     compare("layer", lambda h, c, s: _first(layer(h, position_embeddings=(c, s))), hidden, cos, sin)
     compare("embedding", model.gpt_neox.embed_in, ids)
+    compare("linear without bias (lm_head)", model.lm_head, hidden)
+    compare("final norm and head", lambda h: model.lm_head(model.gpt_neox.final_layer_norm(h)), hidden)
+    ln_in, ln_post = layer.input_layernorm, layer.post_attention_layernorm
+    r1, r2 = torch.randn_like(hidden), torch.randn_like(hidden)
+    compare("residual sum", lambda x, y, z: x + y + z, hidden, r1, r2)
+    compare("layer_norm of a residual sum", lambda x, y, z: ln_in(x + y + z), hidden, r1, r2)
+    compare("sum and two layer_norms of it", lambda x, y, z: ((h := x + y + z), ln_in(h), ln_post(h)), hidden, r1, r2)
+    second = model.gpt_neox.layers[1]
+    compare("two layers", lambda h, c, s: _first(second(_first(layer(h, position_embeddings=(c, s))),
+                                                        position_embeddings=(c, s))), hidden, cos, sin)
+    compare("two layers, rotary inside", lambda h, p: _two_layers(model, h, p), hidden, positions)
     masks(q, k, v, a.tokens)
     gelu_differences(hidden.device, torch.bfloat16)
     gelu_differences(hidden.device, torch.float32)
     compare(f"model ({a.layers} layers) logits", lambda i: model(input_ids=i, use_cache=False).logits, ids)
+    compare(f"model ({a.layers} layers) hidden states", lambda i: model(
+        input_ids=i, use_cache=False, output_hidden_states=True).hidden_states, ids)
+    first_divergence(model, ids, positions)
     # Under compilation HF cannot look at the padding mask's values, so it builds the causal mask
     # that eager skips (`is_causal=True`); kiln elides it again ([Note: mask elision]). Eager on
     # the masked path shows what the mask alone would cost.
@@ -144,6 +168,34 @@ def main() -> None:
     with torch.no_grad():
         eager = model(input_ids=ids, use_cache=False).logits
     print(f"  eager with HF's explicit mask against eager: {(masked != eager).float().mean():.2%} of logits differ")
+
+
+def first_divergence(model, ids, positions) -> None:
+    """The first layer whose compiled output differs from eager's (each layer compiled with its
+    whole-model context), and its parts on eager's input to that layer."""
+    with torch.no_grad():
+        states = model(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states
+        kiln.reset()
+        got = kiln.compile(lambda i: model(input_ids=i, use_cache=False, output_hidden_states=True))(ids).hidden_states
+    bad = [i for i, (w, g) in enumerate(zip(states, got)) if not torch.equal(w, g)]
+    if not bad:
+        print("  every hidden state bit-equal")
+        return
+    n = bad[0] - 1
+    layer, h = model.gpt_neox.layers[n], states[n]
+    cos, sin = model.gpt_neox.rotary_emb(h, positions)
+    print(f"  first different hidden state: {bad[0]}; layer {n}'s parts on eager's input to it:")
+    compare(f"layer {n} input_layernorm", layer.input_layernorm, h)
+    compare(f"layer {n} post_attention_layernorm", layer.post_attention_layernorm, h)
+    compare(f"layer {n} attention", lambda x, c, s: layer.attention(layer.input_layernorm(x), None,
+                                                                    position_embeddings=(c, s))[0], h, cos, sin)
+    compare(f"layer {n} mlp", lambda x: layer.mlp(layer.post_attention_layernorm(x)), h)
+    compare(f"layer {n} whole", lambda x, c, s: _first(layer(x, position_embeddings=(c, s))), h, cos, sin)
+    with torch.no_grad():
+        x = layer.mlp.dense_h_to_4h(layer.post_attention_layernorm(h))
+    print(f"  layer {n} mlp pre-activation range: [{x.min().item():.4g}, {x.max().item():.4g}]")
+    compare(f"layer {n} gelu on its pre-activations", lambda t: torch.nn.functional.gelu(t), x)
+    compare(f"layer {n} dense_4h_to_h", layer.mlp.dense_4h_to_h, torch.nn.functional.gelu(x))
 
 
 def masks(q, k, v, tokens: int) -> None:

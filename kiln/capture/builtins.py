@@ -462,7 +462,7 @@ def _list_pop(tx, args, kwargs):
     return out
 
 
-@method(list.clear, dict.clear)
+@method(list.clear, dict.clear, collections.OrderedDict.clear)
 def _clear(tx, args, kwargs):
     c = args[0]
     c.items.clear()
@@ -514,22 +514,22 @@ def _dict_get(tx, args, kwargs):
     return d.items.get(key, args[2] if len(args) > 2 else V.Constant(None))
 
 
-@method(dict.items)
+@method(dict.items, collections.OrderedDict.items)
 def _dict_items(tx, args, kwargs):
     return V.ListVar([V.TupleVar([V.Constant(k), v]) for k, v in args[0].items.items()])
 
 
-@method(dict.keys)
+@method(dict.keys, collections.OrderedDict.keys)
 def _dict_keys(tx, args, kwargs):
     return V.ListVar([V.Constant(k) for k in args[0].items])
 
 
-@method(dict.values)
+@method(dict.values, collections.OrderedDict.values)
 def _dict_values(tx, args, kwargs):
     return V.ListVar(list(args[0].items.values()))
 
 
-@method(dict.update)
+@method(dict.update, collections.OrderedDict.update)
 def _dict_update(tx, args, kwargs):
     from kiln.capture.semantics import dict_items
     d = args[0]
@@ -539,7 +539,7 @@ def _dict_update(tx, args, kwargs):
     return V.Constant(None)
 
 
-@method(dict.pop)
+@method(dict.pop, collections.OrderedDict.pop)
 def _dict_pop(tx, args, kwargs):
     d, key = args[0], key_of(tx, args[1])
     if key not in d.items:
@@ -550,7 +550,7 @@ def _dict_pop(tx, args, kwargs):
     return d.items.pop(key)
 
 
-@method(dict.setdefault)
+@method(dict.setdefault, collections.OrderedDict.setdefault)
 def _dict_setdefault(tx, args, kwargs):
     d, key = args[0], key_of(tx, args[1])
     if key not in d.items:
@@ -558,7 +558,7 @@ def _dict_setdefault(tx, args, kwargs):
     return d.items[key]
 
 
-@method(dict.copy)
+@method(dict.copy, collections.OrderedDict.copy)
 def _dict_copy(tx, args, kwargs):
     return V.DictVar(dict(args[0].items), args[0].cls)
 
@@ -574,7 +574,7 @@ def _getitem(tx, args, kwargs):
     return getitem(tx, args[0], args[1])
 
 
-@method(dict.__setitem__, list.__setitem__)
+@method(dict.__setitem__, collections.OrderedDict.__setitem__, list.__setitem__)
 def _setitem(tx, args, kwargs):
     from kiln.capture.semantics import setitem
     setitem(tx, args[0], args[1], args[2])

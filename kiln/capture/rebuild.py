@@ -104,6 +104,8 @@ class Rebuilder:
                 items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
                 # the new contents may read the old ones (`kwargs.pop("x")` keeps kwargs['y']):
                 # build them before clearing
+                if is_model_output(t.cls):  # a ModelOutput forbids clear() and update(): key by key
+                    return [f"__kiln_new = {{{items}}}", f"for __k, __v in __kiln_new.items(): {target}[__k] = __v"]
                 return [f"__kiln_new = {{{items}}}", f"{target}.clear()", f"{target}.update(__kiln_new)"]
             if isinstance(t, V.SetVar):
                 return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{target}.clear()",

@@ -236,3 +236,45 @@ def test_gpt_neox_generate_takes_eagers_attention_path():
     assert 1 <= len(rec.graphs) <= 3, f"{len(rec.graphs)} compilations"
     calls = [n.kwargs for gm in rec.graphs for n in gm.graph.nodes if "scaled_dot" in str(n.target)]
     assert calls and all(c.get("attn_mask") is None for c in calls)
+
+
+def _set_output_key(out, x):
+    out["logits"] = x * 2
+    out["hidden"] = (x,)
+    return out.logits + 1
+
+
+def test_writes_into_an_input_model_output_replay_key_by_key():
+    """ModelOutput forbids clear() and update(): its writes replay through __setitem__."""
+    x = torch.randn(3)
+    eager_out, compiled_out = _Out(loss=x.sum()), _Out(loss=x.sum())
+    fn, rec = _capture(_set_output_key)
+    assert_same(fn(compiled_out, x), _set_output_key(eager_out, x))
+    assert list(compiled_out.keys()) == list(eager_out.keys()) == ["loss", "logits", "hidden"]
+    assert_same(compiled_out.logits, eager_out.logits)
+    assert_same(compiled_out.hidden, eager_out.hidden)
+    assert len(rec.graphs) == 1
+
+
+@pytest.mark.parametrize("name", ["gpt_neox", "llama"])
+def test_output_hidden_states_hooks_are_inlined_into_one_graph(name):
+    """output_hidden_states=True collects layer outputs through forward hooks (OrderedDicts)."""
+    t = transformers
+    torch.manual_seed(0)
+    if name == "gpt_neox":
+        model = t.GPTNeoXForCausalLM(t.GPTNeoXConfig(vocab_size=500, hidden_size=32, num_hidden_layers=2,
+                                                     num_attention_heads=4, intermediate_size=64,
+                                                     max_position_embeddings=64, rotary_pct=0.25))
+    else:
+        model, _ = _tiny("llama")
+    model.eval()
+    ids = torch.randint(0, 500, (2, 9), generator=torch.Generator().manual_seed(2))
+    fn, rec = _capture(lambda i: model(input_ids=i, use_cache=False, output_hidden_states=True))
+    with torch.no_grad():
+        expected = model(input_ids=ids, use_cache=False, output_hidden_states=True)
+        actual = fn(ids)
+    assert_same(actual.logits, expected.logits)
+    assert len(actual.hidden_states) == len(expected.hidden_states) == 3
+    for a, e in zip(actual.hidden_states, expected.hidden_states):
+        assert_same(a, e)
+    assert len(rec.graphs) == 1

@@ -101,6 +101,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--divergence", action="store_true", help="only find the first layer that differs")
+    p.add_argument("--decode", action="store_true", help="only compare generate()'s steps and attention kernels")
     a = p.parse_args()
     from kiln.bench.suites import ensure_torchvision_importable
     ensure_torchvision_importable()
@@ -117,6 +118,8 @@ def main() -> None:
     print("|---|---|---|---|")
     if a.divergence:
         return first_divergence(model, ids, positions)
+    if a.decode:
+        return decode_steps(model, ids)
     compare("layer_norm", layer.input_layernorm, hidden)
     compare("gelu", lambda x: torch.nn.functional.gelu(x), hidden)
     compare("linear with bias", layer.mlp.dense_h_to_4h, hidden)
@@ -168,6 +171,48 @@ def main() -> None:
     with torch.no_grad():
         eager = model(input_ids=ids, use_cache=False).logits
     print(f"  eager with HF's explicit mask against eager: {(masked != eager).float().mean():.2%} of logits differ")
+
+
+def decode_steps(model, ids, steps: int = 12) -> None:
+    """generate()'s scores step by step, eager against kiln, and the attention kernels each ran."""
+    import kiln.codegen.backend as backend
+
+    def generate():
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
+                                  output_scores=True, return_dict_in_generate=True).scores
+    with _AttentionOps() as eager_ops:
+        want = generate()
+    kiln_ops, saved = [], backend.compile_prim_graph
+
+    def recording(op):
+        def call(*args, **kwargs):
+            kiln_ops.append(f"{op}{_layouts(args)}")
+            return op(*args, **kwargs)
+        return call
+
+    def keep(gm, example_inputs, **options):
+        program = saved(gm, example_inputs, **options)
+        g = getattr(program, "__globals__", {})
+        for k, v in list(g.items()):
+            if k.startswith("_extern") and "attention" in str(v):
+                g[k] = recording(v)
+        return program
+    backend.compile_prim_graph = keep
+    kiln.reset()
+    forward = model.forward
+    model.forward = kiln.compile(forward)
+    try:
+        got = generate()
+    finally:
+        model.forward = forward
+        backend.compile_prim_graph = saved
+    for i, (w, g) in enumerate(zip(want, got)):
+        finite = torch.isfinite(w) & torch.isfinite(g)
+        worst = torch.where(finite, w.float() - g.float(), 0.0).abs().max().item()
+        print(f"| decode step {i} scores | {tuple(w.shape)} | {(w != g).float().mean().item():.2%} | {worst:.3g} |")
+    print("  eager attention kernels:", sorted(set(eager_ops.ops)))
+    print("  kiln attention kernels:", sorted(set(kiln_ops)))
 
 
 def first_divergence(model, ids, positions) -> None:

@@ -113,5 +113,28 @@ def main() -> None:
         print("best", key, sorted(scores)[0])
 
 
+def kiln_warps() -> None:
+    """Time kiln's layer_norm kernel on 8192 x 8192 float32 rows at each warp count."""
+    import dataclasses
+    import kiln
+    from kiln.codegen.triton import heuristics
+    x = torch.randn(8192, 8192, device="cuda")
+    w, b = torch.randn(8192, device="cuda"), torch.randn(8192, device="cuda")
+
+    def fn(t):
+        return torch.nn.functional.layer_norm(t, (8192,), w, b)
+    copy = triton.testing.do_bench(lambda: x.clone())
+    print(f"eager layer_norm {triton.testing.do_bench(lambda: fn(x)):.3f} ms, copy {copy:.3f} ms")
+    plain = heuristics.reduction
+    for warps in (4, 8, 16, 32):
+        heuristics.HEURISTICS["reduction"] = lambda *a, warps=warps: dataclasses.replace(plain(*a), num_warps=warps)
+        kiln.reset()
+        compiled = kiln.compile(fn)
+        same = torch.equal(compiled(x), fn(x))
+        print(f"kiln warps={warps}: {triton.testing.do_bench(lambda: compiled(x)):.3f} ms, equal to eager: {same}")
+    heuristics.HEURISTICS["reduction"] = plain
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+    kiln_warps() if "--kiln-warps" in sys.argv else main()

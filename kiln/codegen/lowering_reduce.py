@@ -91,6 +91,25 @@ def var(ctx, meta, a=None, self=None, dims=None, dim=None, correction=None, unbi
     return _keepdim(ctx, TensorValue(m2.sizes, m.dtype, m2.device, expr), meta, x.ndim, dims)
 
 
+@register("var_mean")
+def var_mean(ctx, meta, a=None, dims=None, **_):
+    """(biased variance, mean) from one Welford pass: both halves of the pair reduce the same
+    value, so printers compute them together (Triton's in eager's layer_norm order)."""
+    var_meta, mean_meta = meta
+    dtype = mean_meta.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise LoweringError("var_mean of a non-float")
+    dims = _dims(dims, a.ndim)
+    if not dims:
+        return _value(var_meta, constant(0.0, dtype)), _value(mean_meta, cast(a.expr, dtype))
+    src = TensorValue(a.sizes, dtype, a.device, cast(a.expr, dtype))
+    m2 = ctx.emit_reduction(src, dims, "welford_m2", dtype)
+    mean = ctx.emit_reduction(src, dims, "welford_mean", dtype)
+    count = ir.product(a.sizes[d] for d in dims)
+    var = TensorValue(m2.sizes, dtype, m2.device, Op("truediv", (m2.expr, size_scalar(count, dtype)), dtype))
+    return var, mean
+
+
 def _arg_reduce(op):
     def rule(ctx, meta, self=None, a=None, dim=None, keepdim=False, **_):
         x = self if self is not None else a

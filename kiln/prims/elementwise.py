@@ -77,7 +77,6 @@ UNARY = {
     "log10": ("base-10 logarithm", torch.log10, FLOAT),
     "sqrt": ("square root", torch.sqrt, FLOAT),
     "rsqrt": ("1 / sqrt(x)", torch.rsqrt, FLOAT),
-    "reciprocal": ("1 / x", torch.reciprocal, FLOAT),
     "sin": ("sine", torch.sin, FLOAT),
     "cos": ("cosine", torch.cos, FLOAT),
     "tan": ("tangent", torch.tan, FLOAT),

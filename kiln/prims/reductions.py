@@ -65,6 +65,23 @@ for _name, (_doc, _ref) in REDUCTIONS.items():
            _checked_reduction(_name, _ref), (torch.Tag.reduction,))
 
 
+def _var_mean_meta(a, dims):
+    shape = _reduced_shape("var_mean", a, dims)
+    return a.new_empty(shape), a.new_empty(shape)
+
+
+def _var_mean(a, dims):
+    if not dims:
+        return torch.zeros_like(a), a.clone()
+    return tuple(torch.var_mean(a, list(dims), correction=0))
+
+
+# One pass over the data for both statistics, so a backend can reproduce the order of eager's own
+# kernel (layer_norm's: [Note: eager's layer_norm statistics] in kiln/codegen/triton/reductions.py).
+define("var_mean(Tensor a, int[] dims) -> (Tensor, Tensor)", Category.REDUCTION,
+       "biased variance and mean over dims, in one pass", _var_mean_meta, _var_mean, (torch.Tag.reduction,))
+
+
 def _arg_meta(name: str):
     def meta(a, dim):
         check(a.ndim > 0, name, "needs at least one dimension (decompositions flatten 0-d inputs)")

@@ -216,6 +216,42 @@ def _k_rwelford(mean, m2, n):
     spread = tl.reduce(m2 + n * dev * dev, 1, tl.standard._sum_combine)[:, None]
     return avg, spread
 """)
+# [Note: eager's layer_norm statistics] (kiln/codegen/triton/reductions.py): the combine of two
+# per-thread Welford states as eager's CUDA layer_norm writes it, multiply-adds included.
+_helper("_k_ln_combine", """
+@triton.jit
+def _k_ln_combine(own_m, own_s, own_n, oth_m, oth_s, oth_n):
+    delta = own_m - oth_m
+    count = oth_n + own_n
+    coef = tl.where(count > 0, tl.div_rn(1.0, tl.where(count > 0, count, 1.0)), 0.0)
+    n_oth = oth_n * coef
+    mean = tl.fma(n_oth, oth_m, (own_n * coef) * own_m)
+    m2 = tl.fma((delta * delta) * oth_n, own_n * coef, oth_s + own_s)
+    return tl.where(count > 0, mean, 0.0), tl.where(count > 0, m2, 0.0), count
+""")
+# Lanes as [XBLOCK, W, 2, K] -> [XBLOCK, W, K]: lane i takes in lane i + K, as a shuffle down by K does.
+_helper("_k_ln_halve", """
+@triton.jit
+def _k_ln_halve(m, s, n, XBLOCK: tl.constexpr, W: tl.constexpr, K: tl.constexpr):
+    m_lo, m_hi = tl.split(tl.permute(tl.reshape(m, (XBLOCK, W, 2, K)), (0, 1, 3, 2)))
+    s_lo, s_hi = tl.split(tl.permute(tl.reshape(s, (XBLOCK, W, 2, K)), (0, 1, 3, 2)))
+    n_lo, n_hi = tl.split(tl.permute(tl.reshape(n, (XBLOCK, W, 2, K)), (0, 1, 3, 2)))
+    return _k_ln_combine(m_lo, s_lo, n_lo, m_hi, s_hi, n_hi)
+""")
+# 128 per-thread states [XBLOCK, 128] -> [XBLOCK, 1]: each warp's 32 lanes by shuffles (16, 8, 4, 2,
+# 1), then its four warps in a tree (2, 1).
+_helper("_k_ln_tree", """
+@triton.jit
+def _k_ln_tree(m, s, n, XBLOCK: tl.constexpr):
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 4, 16)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 4, 8)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 4, 4)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 4, 2)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 4, 1)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 1, 2)
+    m, s, n = _k_ln_halve(m, s, n, XBLOCK, 1, 1)
+    return tl.reshape(m, (XBLOCK, 1)), tl.reshape(s, (XBLOCK, 1))
+""")
 _helper("_k_floordiv_int", """
 @triton.jit
 def _k_floordiv_int(a, b):
@@ -360,6 +396,8 @@ HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan"
                "_k_atan2": ("_k_atan", "_k_atan_poly"), "_k_randn": ("_k_rand",)}
 GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rmax": ("_k_maximum",), "_k_rmin": ("_k_minimum",),
                                                 "_k_rargmax": ("_k_argmax",), "_k_rargmin": ("_k_argmin",)}
+for _deps in (HELPER_DEPS, GPU_HELPER_DEPS):
+    _deps.update({"_k_ln_tree": ("_k_ln_combine", "_k_ln_halve"), "_k_ln_halve": ("_k_ln_combine",)})
 # Ops only libdevice provides; under the interpreter they raise a clear error at print time.
 LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "nextafter": "nextafter"}
 

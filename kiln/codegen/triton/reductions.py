@@ -67,6 +67,23 @@ def _acc_dtype(op: str, dtype: torch.dtype) -> torch.dtype:
     return ops.compute_dtype(dtype)
 
 
+def _row_free(e: ir.ScalarExpr, p, assigns: dict) -> ir.ScalarExpr | None:
+    """`e` with each whole-row `Var` replaced by the expression assigned to it, so it can be read
+    again at other offsets; None if one is not an `Assign` of the kernel. Reduction results (one
+    value a row) stay `Var`s."""
+    if isinstance(e, ir.Var):
+        if "r" not in p.vars[e.name].deps:
+            return e
+        return _row_free(assigns[e.name], p, assigns) if e.name in assigns else None
+    if isinstance(e, ir.Op):
+        args = [_row_free(a, p, assigns) for a in e.args]
+        return None if any(a is None for a in args) else ir.Op(e.name, tuple(args), e.dtype)
+    if isinstance(e, ir.Load) and e.indirect:
+        subs = [(sym, _row_free(sub, p, assigns)) for sym, sub in e.indirect]
+        return None if any(sub is None for _, sub in subs) else ir.Load(e.buffer, e.index, e.dtype, tuple(subs))
+    return e
+
+
 def _mask(p) -> str:
     return f"xmask & rmask{p.group}"
 
@@ -192,6 +209,12 @@ class WelfordReducer(_Reducer):
 
     def update(self, p) -> None:
         dtype = ops.compute_dtype(self.stmt.expr.dtype)
+        if p.persistent and dtype == torch.float32:
+            assigns = {s.name: s.expr for stage in p.kernel.stages for s in stage.body if isinstance(s, ir.Assign)}
+            expr = _row_free(self.stmt.expr, p, assigns)
+            if expr is not None:
+                self.eager_order(p, expr)   # before the whole row is read: it need not stay live across the loop
+                return
         x = self.block(p.value(self.stmt.expr), dtype)
         k, mask, o = self.key, _mask(p), p.out
         if p.persistent:
@@ -206,6 +229,56 @@ class WelfordReducer(_Reducer):
         o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
         o.line(f"wmean_{k} = tl.where({mask}, wmean_{k} + wdelta_{k} / tl.where({mask}, wn_{k}, 1.0), wmean_{k})")
         o.line(f"wm2_{k} = tl.where({mask}, wm2_{k} + wdelta_{k} * (wx_{k} - wmean_{k}), wm2_{k})")
+
+    def eager_order(self, p, expr: ir.ScalarExpr) -> None:
+        """[Note: eager's layer_norm statistics] Eager's CUDA layer_norm (rows of N % 4 == 0, 128
+        threads a row) has thread t run an online Welford update over elements 4i .. 4i + 3 for
+        i = t, t + 128, ...; a warp then combines its lanes by shuffles and the four warps in a tree
+        (`_k_ln_tree`). A row held in registers is summed the same way here: the statement's value
+        is read again, 128 lanes at a time, in the order a thread reads it, so mean and m2 come out
+        bit for bit as eager's (bench/results/20261201-145500_cuda_ln_probe.md shows the order on
+        the H200). Values assigned earlier in the kernel are computed again from their expressions
+        (`_row_free`): their `Var`s hold the whole row.
+
+        Exact, not yet fast: with it, layer_norm over 8192 x 8192 float32 took 6.1 ms at 8 warps
+        (11.8 at 4, 8.2 at 16) where eager takes 0.22 ms and a copy 0.13 ms (`bench/ln_probe.py
+        --kiln-warps`, with `1 / count` still divided per element and the whole row live across the
+        loop; both are gone since, unmeasured). So layer_norm's decomposition keeps two passes, and
+        only the `var_mean` prim itself reaches this path."""
+        k, o, g = self.key, p.out, p.group
+        space = p.index.spaces["r"]
+        outer_cse, outer_stored = o.cse, p.stored
+        o.cse, p.stored = {}, {}
+        for part in ("wmean", "wm2", "wn"):
+            o.line(f"{part}_{k} = tl.full([XBLOCK, 128], 0, tl.float32)")
+        o.line("wlane = tl.arange(0, 128)[None, :]")
+        o.line("for lnj in tl.static_range((RBLOCK + 511) // 512):")
+        o.indent += 1
+        o.line("for lne in tl.static_range(4):")
+        o.indent += 1
+        o.line("rindex = (lnj * 128 + wlane) * 4 + lne")
+        o.line(f"rmask{g} = rindex < rnumel{g}")
+        start = len(o.lines)
+        v = p.value(expr)
+        x = v.text if ops.compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
+        o.lines[start:start] = ["    " * o.indent + line.strip() for line in p._r_defs(space)]
+        o.line(f"ok_{k} = {_mask(p)}")
+        o.line(f"wx_{k} = {x}")
+        o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
+        # a lane that reads this element has read every one before it: its count is a constant,
+        # and so is 1 / count (folded at compile time, rounded once as eager's division)
+        o.line("wcount = (lnj * 4 + lne + 1) * 1.0")
+        o.line(f"wmean1_{k} = tl.fma(wdelta_{k}, tl.div_rn(1.0, wcount), wmean_{k})")
+        o.line(f"wm2_{k} = tl.where(ok_{k}, tl.fma(wdelta_{k}, wx_{k} - wmean1_{k}, wm2_{k}), wm2_{k})")
+        o.line(f"wmean_{k} = tl.where(ok_{k}, wmean1_{k}, wmean_{k})")
+        o.line(f"wn_{k} = tl.where(ok_{k}, wcount, wn_{k})")
+        o.indent -= 2
+        o.cse, p.stored = outer_cse, outer_stored
+        o.line("rindex = rbase")                      # the whole row again, for what follows
+        o.line(f"rmask{g} = rindex < rnumel{g}")
+        o.lines += p._r_defs(space)
+        o.line(f"mean_{k}, m2_{k} = _k_ln_tree(wmean_{k}, wm2_{k}, wn_{k}, XBLOCK)")
+        self.publish(p, f"mean_{k}", f"m2_{k}")
 
     def init(self, p) -> None:
         dtype = ops.tl_dtype(ops.compute_dtype(self.stmt.expr.dtype))

@@ -24,7 +24,7 @@ UNARY = {
     aten.abs: (p.abs, N), aten.neg: (p.neg, N),
     aten.exp: (p.exp, F), aten.exp2: (p.exp2, F), aten.expm1: (p.expm1, F), aten.log: (p.log, F),
     aten.log1p: (p.log1p, F), aten.log2: (p.log2, F), aten.log10: (p.log10, F), aten.sqrt: (p.sqrt, F),
-    aten.rsqrt: (p.rsqrt, F), aten.reciprocal: (p.reciprocal, F), aten.sin: (p.sin, F), aten.cos: (p.cos, F),
+    aten.rsqrt: (p.rsqrt, F), aten.sin: (p.sin, F), aten.cos: (p.cos, F),
     aten.tan: (p.tan, F), aten.asin: (p.asin, F), aten.acos: (p.acos, F), aten.atan: (p.atan, F),
     aten.sinh: (p.sinh, F), aten.cosh: (p.cosh, F), aten.tanh: (p.tanh, F), aten.asinh: (p.asinh, F),
     aten.acosh: (p.acosh, F), aten.atanh: (p.atanh, F), aten.sigmoid: (p.sigmoid, F), aten.erf: (p.erf, F),
@@ -93,6 +93,13 @@ def _binary_row(prim, promotion):
     return decomposition
 
 
+def _reciprocal(x):
+    """1 / x: one correctly rounded division, which is what a reciprocal prim would compute."""
+    return p.div(p.full(list(x.shape), 1, dtype=x.dtype, device=x.device), x)
+
+
+_reciprocal.__name__ = "reciprocal"
+UNARY[aten.reciprocal] = (_reciprocal, F)
 for _packet, (_prim, _promotion) in UNARY.items():
     register(*_rows(_packet))(_unary_row(_prim, _promotion))
 for _packet, (_prim, _promotion) in BINARY.items():

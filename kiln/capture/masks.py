@@ -157,5 +157,6 @@ def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: t
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for n in nodes:
         env[n] = g.placeholder(n.name) if n.op == "placeholder" else g.node_copy(n, env.__getitem__)
+        env[n].meta = {}     # no fake example values: the guard outlives the capture's ShapeEnv
     g.output(env[result])
     return torch.fx.GraphModule(torch.nn.Module(), g)

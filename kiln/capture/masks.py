@@ -54,12 +54,12 @@ def sdpa(tx, args: list, kwargs: dict) -> V.Variable:
 def _verdict(tx, mask: V.TensorVar) -> str | None:
     """"all" or "causal" for a mask proven so on this call (guarded), else None."""
     out = tx.out
+    nodes = _producers(mask.node)
+    if nodes is None or _mutated(out.graph, nodes):   # checked at every use: a write may come between
+        return None
     if mask.node in out.mask_verdicts:
         return out.mask_verdicts[mask.node]
     out.mask_verdicts[mask.node] = None
-    nodes = _producers(mask.node)
-    if nodes is None or _mutated(out.graph, nodes):
-        return None
     inputs = [n for n in nodes if n.op == "placeholder"]
     compute = _subgraph(nodes, inputs, mask.node)
     try:

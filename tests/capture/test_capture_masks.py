@@ -131,3 +131,19 @@ def test_explain_lists_the_value_guard_with_the_users_line():
     report = kiln.explain(attend, q, k, v, torch.ones(2, 6, dtype=torch.long))
     (guard,) = [g for g in report.guards if "attention mask" in g]
     assert "test_capture_masks.py" in guard and guard.endswith("is causal")
+
+
+def test_a_mask_written_between_two_uses_is_kept_for_the_second():
+    def fn(q, k, v, attention_mask):
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool).tril()[None, None] & attention_mask.bool()[:, None, None, :]
+        first = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        mask[..., 0, 1] = True
+        return first, F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    c, rec = compiled(fn)
+    q, k, v = qkv()
+    ones = torch.ones(2, 6, dtype=torch.long)
+    for got, want in zip(run(c, rec, q, k, v, ones), fn(q, k, v, ones)):
+        torch.testing.assert_close(got, want)
+    first, second = sdpa_calls(rec)
+    assert first["attn_mask"] is None and second["attn_mask"] is not None

@@ -150,6 +150,7 @@ class _KernelPrinter:
         # it, its dims); a loop's values are not forwarded past it.
         self.stored: dict[tuple[str, str], tuple[str, frozenset]] = {}
         self.groups_opened: set[int] = set()
+        self.rmask = "rmask"            # the reduction mask's name (`WelfordReducer.eager_order` renames it)
 
     def size_name(self, s: sympy.Symbol) -> str:
         name = _ident(s.name)
@@ -161,7 +162,7 @@ class _KernelPrinter:
     # -- masks
     def mask(self, deps) -> str | None:
         deps = frozenset(deps)
-        parts = (["xmask"] if "x" in deps else []) + ([f"rmask{self.group}"] if "r" in deps else [])
+        parts = (["xmask"] if "x" in deps else []) + ([f"{self.rmask}{self.group}"] if "r" in deps else [])
         return " & ".join(parts) if parts else None
 
     # -- scalar expressions

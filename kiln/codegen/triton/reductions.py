@@ -12,6 +12,8 @@ picks a reducer per statement by op. Row reductions go through the `_k_r*` helpe
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 import torch
@@ -242,41 +244,44 @@ class WelfordReducer(_Reducer):
 
         Exact, not yet fast: with it, layer_norm over 8192 x 8192 float32 took 6.1 ms at 8 warps
         (11.8 at 4, 8.2 at 16) where eager takes 0.22 ms and a copy 0.13 ms (`bench/ln_probe.py
-        --kiln-warps`, with `1 / count` still divided per element and the whole row live across the
-        loop; both are gone since, unmeasured). So layer_norm's decomposition keeps two passes, and
-        only the `var_mean` prim itself reaches this path."""
+        --kiln-warps`, on the first version: unrolled chunks, a division per element). The chunks
+        are a loop now and the division a scalar, not yet timed; ptxas for sm_90 still reports 32
+        registers, 4.4 KB of spill stores and a 2.3 KB stack at 16 warps (`offline.compile_for_gpu`),
+        which points at `_k_ln_tree`'s reshapes of small replicated tensors. So layer_norm's
+        decomposition keeps two passes, and only the `var_mean` prim itself reaches this path."""
         k, o, g = self.key, p.out, p.group
         space = p.index.spaces["r"]
+        # A loop, not unrolled code, so the compiler cannot hoist every chunk's loads at once; its
+        # index and mask have names of their own (a loop may not change a variable's shape).
+        lanes = dataclasses.replace(space, flat="lindex")
+        lanes.per_dim_name = lambda d: f"l{d}_{g}"
         outer_cse, outer_stored = o.cse, p.stored
-        o.cse, p.stored = {}, {}
+        o.cse, p.stored, p.index.spaces["r"], p.rmask = {}, {}, lanes, "lmask"
         for part in ("wmean", "wm2", "wn"):
             o.line(f"{part}_{k} = tl.full([XBLOCK, 128], 0, tl.float32)")
-        o.line("wlane = tl.arange(0, 128)[None, :]")
-        o.line("for lnj in tl.static_range((RBLOCK + 511) // 512):")
+        o.line("wlane = tl.arange(0, 128)[None, :] * 4")
+        o.line(f"for lbase in range(0, rnumel{g}, 512):")
         o.indent += 1
         o.line("for lne in tl.static_range(4):")
         o.indent += 1
-        o.line("rindex = (lnj * 128 + wlane) * 4 + lne")
-        o.line(f"rmask{g} = rindex < rnumel{g}")
+        o.line("lindex = lbase + wlane + lne")
+        o.line(f"lmask{g} = lindex < rnumel{g}")
         start = len(o.lines)
         v = p.value(expr)
         x = v.text if ops.compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
-        o.lines[start:start] = ["    " * o.indent + line.strip() for line in p._r_defs(space)]
-        o.line(f"ok_{k} = {_mask(p)}")
+        o.lines[start:start] = ["    " * o.indent + line.strip() for line in p._r_defs(lanes)]
+        o.line(f"ok_{k} = xmask & lmask{g}")
         o.line(f"wx_{k} = {x}")
         o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
-        # a lane that reads this element has read every one before it: its count is a constant,
-        # and so is 1 / count (folded at compile time, rounded once as eager's division)
-        o.line("wcount = (lnj * 4 + lne + 1) * 1.0")
+        # a lane that reads this element has read every one before it: its count is the same for
+        # all of them, a scalar, and so is 1 / count (rounded once, as eager's division)
+        o.line("wcount = (lbase // 128 + lne + 1) * 1.0")
         o.line(f"wmean1_{k} = tl.fma(wdelta_{k}, tl.div_rn(1.0, wcount), wmean_{k})")
         o.line(f"wm2_{k} = tl.where(ok_{k}, tl.fma(wdelta_{k}, wx_{k} - wmean1_{k}, wm2_{k}), wm2_{k})")
         o.line(f"wmean_{k} = tl.where(ok_{k}, wmean1_{k}, wmean_{k})")
         o.line(f"wn_{k} = tl.where(ok_{k}, wcount, wn_{k})")
         o.indent -= 2
-        o.cse, p.stored = outer_cse, outer_stored
-        o.line("rindex = rbase")                      # the whole row again, for what follows
-        o.line(f"rmask{g} = rindex < rnumel{g}")
-        o.lines += p._r_defs(space)
+        o.cse, p.stored, p.index.spaces["r"], p.rmask = outer_cse, outer_stored, space, "rmask"
         o.line(f"mean_{k}, m2_{k} = _k_ln_tree(wmean_{k}, wm2_{k}, wn_{k}, XBLOCK)")
         self.publish(p, f"mean_{k}", f"m2_{k}")
 

@@ -134,21 +134,25 @@ def _mutated(graph: torch.fx.Graph, nodes: list[torch.fx.Node]) -> bool:
     inside = set(nodes)
     for n in graph.nodes:
         if n.op in ("call_method", "call_function") and not _pure(n) and n.args \
-                and isinstance(n.args[0], torch.fx.Node) and _reaches(n.args[0], inside):
+                and isinstance(n.args[0], torch.fx.Node) and _views_one_of(n.args[0], inside):
             return True
     return False
 
 
-def _reaches(node: torch.fx.Node, targets: set) -> bool:
-    seen, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n in targets:
+_VIEWS = {"view", "reshape", "expand", "expand_as", "transpose", "permute", "unsqueeze", "squeeze", "select",
+          "narrow", "flatten", "unflatten", "t", "as_strided", "view_as", "unbind", "split", "chunk",
+          "getitem", "__getitem__"}
+
+
+def _views_one_of(node: torch.fx.Node, targets: set) -> bool:
+    """Is `node` one of `targets`, or a view of one through view ops (what a write into it changes)?"""
+    while True:
+        if node in targets:
             return True
-        if n not in seen:
-            seen.add(n)
-            stack.extend(n.all_input_nodes)
-    return False
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if name not in _VIEWS or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        node = node.args[0]
 
 
 def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:

@@ -244,11 +244,11 @@ class WelfordReducer(_Reducer):
 
         Exact, not yet fast: with it, layer_norm over 8192 x 8192 float32 took 6.1 ms at 8 warps
         (11.8 at 4, 8.2 at 16) where eager takes 0.22 ms and a copy 0.13 ms (`bench/ln_probe.py
-        --kiln-warps`, on the first version: unrolled chunks, a division per element). The chunks
-        are a loop now and the division a scalar, not yet timed; ptxas for sm_90 still reports 32
-        registers, 4.4 KB of spill stores and a 2.3 KB stack at 16 warps (`offline.compile_for_gpu`),
-        which points at `_k_ln_tree`'s reshapes of small replicated tensors. So layer_norm's
-        decomposition keeps two passes, and only the `var_mean` prim itself reaches this path."""
+        --kiln-warps`, on the first version: unrolled chunks, a division per element, and a tree
+        of reshapes that ptxas for sm_90 compiled to 4.4 KB of spills). The chunks are a loop now,
+        the division a scalar and the tree lane gathers (shuffles): 78 registers, no spills at 16
+        warps (`offline.compile_for_gpu`), but not yet timed or checked bit for bit on a GPU. So
+        layer_norm's decomposition keeps two passes, and only the `var_mean` prim reaches this."""
         k, o, g = self.key, p.out, p.group
         space = p.index.spaces["r"]
         # A loop, not unrolled code, so the compiler cannot hoist every chunk's loads at once; its

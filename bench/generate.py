@@ -64,6 +64,7 @@ def main() -> None:
     model.forward = kiln.compile(model.forward, backend=counting_backend)
     first, first_s = generate()
     second, second_s = generate()
+    scored, _ = generate(scores=True)           # a third, cached run: the scores of each step
     programs = [len(getattr(g, "programs", {})) or 1 for g in graphs]
     print(f"GPT-NeoX {a.size} on {a.device}, {a.tokens} tokens, backend {a.backend}")
     print(f"  same tokens as eager: first run {torch.equal(first, expected)}, second run {torch.equal(second, expected)}")
@@ -72,6 +73,8 @@ def main() -> None:
           f"compiled second {second_s:.2f}")
     if not torch.equal(first, expected):
         print("  " + first_difference(expected, first, eager.scores, a.prompt))
+    steps = [i for i, (w, g) in enumerate(zip(eager.scores, scored.scores)) if not torch.equal(w, g)]
+    print(f"  first step whose scores are not eager's bit for bit: {steps[0] if steps else 'none'}")
 
 
 def first_difference(expected: torch.Tensor, got: torch.Tensor, scores, prompt: int) -> str:

@@ -60,8 +60,7 @@ def find(cuda_version: str | None = None) -> str | None:
         return None
     want = ".".join(want.split(".")[:2])
     candidates = [(os.environ[v], None) for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
-    candidates += [(f"/usr/local/cuda-{want}", None), ("/usr/local/cuda", None)]
-    candidates += [(r, None) for r in sorted(glob.glob("/usr/local/cuda-*"))]
+    candidates += [(r, None) for r in ["/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"))]]
     candidates += _pip_roots()
     for root, version in candidates:
         path = os.path.join(root, _RELATIVE)

@@ -87,7 +87,7 @@ def _row_free(e: ir.ScalarExpr, p, assigns: dict) -> ir.ScalarExpr | None:
 
 
 def _mask(p) -> str:
-    return f"xmask & rmask{p.group}"
+    return f"xmask & {p.rmask}{p.group}"
 
 
 def _name(name: str) -> str:
@@ -270,7 +270,7 @@ class WelfordReducer(_Reducer):
         v = p.value(expr)
         x = v.text if ops.compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
         o.lines[start:start] = ["    " * o.indent + line.strip() for line in p._r_defs(lanes)]
-        o.line(f"ok_{k} = xmask & lmask{g}")
+        o.line(f"ok_{k} = {_mask(p)}")
         o.line(f"wx_{k} = {x}")
         o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
         # a lane that reads this element has read every one before it: its count is the same for

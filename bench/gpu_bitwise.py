@@ -111,8 +111,8 @@ def main() -> None:
     with torch.device(a.device):
         model = transformers.GPTNeoXForCausalLM(config).to(torch.bfloat16).eval()
     layer = model.gpt_neox.layers[0]
+    ids = torch.randint(0, config.vocab_size, (1, a.tokens), device=a.device)   # generate.py's prompt
     hidden = torch.randn(1, a.tokens, config.hidden_size, device=a.device, dtype=torch.bfloat16)
-    ids = torch.randint(0, config.vocab_size, (1, a.tokens), device=a.device)
     positions = torch.arange(a.tokens, device=a.device)[None]
     print("| part | shape | elements differing | max abs diff |")
     print("|---|---|---|---|")
@@ -173,14 +173,16 @@ def main() -> None:
     print(f"  eager with HF's explicit mask against eager: {(masked != eager).float().mean():.2%} of logits differ")
 
 
-def decode_steps(model, ids, steps: int = 12) -> None:
-    """generate()'s scores step by step, eager against kiln, and the attention kernels each ran."""
+def decode_steps(model, ids, steps: int = 50) -> None:
+    """generate()'s steps, eager against kiln: the first step whose scores differ, the first
+    (step, layer) whose hidden state differs and that layer's norms and MLP on eager's input to it,
+    and the attention kernels each ran."""
     import kiln.codegen.backend as backend
 
     def generate():
         with torch.no_grad():
             return model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
-                                  output_scores=True, return_dict_in_generate=True).scores
+                                  output_scores=True, output_hidden_states=True, return_dict_in_generate=True)
     with _AttentionOps() as eager_ops:
         want = generate()
     kiln_ops, saved = [], backend.compile_prim_graph
@@ -207,12 +209,36 @@ def decode_steps(model, ids, steps: int = 12) -> None:
     finally:
         model.forward = forward
         backend.compile_prim_graph = saved
-    for i, (w, g) in enumerate(zip(want, got)):
-        finite = torch.isfinite(w) & torch.isfinite(g)
-        worst = torch.where(finite, w.float() - g.float(), 0.0).abs().max().item()
-        print(f"| decode step {i} scores | {tuple(w.shape)} | {(w != g).float().mean().item():.2%} | {worst:.3g} |")
-    print("  eager attention kernels:", sorted(set(eager_ops.ops)))
-    print("  kiln attention kernels:", sorted(set(kiln_ops)))
+    print(f"  same tokens: {torch.equal(want.sequences, got.sequences)}")
+    for i, (w, g) in enumerate(zip(want.scores, got.scores)):
+        if not torch.equal(w, g):
+            finite = torch.isfinite(w) & torch.isfinite(g)
+            worst = torch.where(finite, w.float() - g.float(), 0.0).abs().max().item()
+            print(f"| first differing decode step {i}: scores | {tuple(w.shape)} | {(w != g).float().mean().item():.2%}"
+                  f" | {worst:.3g} |")
+            break
+    else:
+        print(f"  all {len(want.scores)} steps' scores bit-equal")
+    eager_set, kiln_set = set(eager_ops.ops), set(kiln_ops)
+    print(f"  attention kernels (with their layouts): eager {len(eager_set)}, kiln {len(kiln_set)}; only eager's: "
+          f"{sorted(eager_set - kiln_set)[:3]}; only kiln's: {sorted(kiln_set - eager_set)[:3]}")
+    for step, (ws, gs) in enumerate(zip(want.hidden_states, got.hidden_states)):
+        bad = [j for j, (w, g) in enumerate(zip(ws, gs)) if not torch.equal(w, g)]
+        if bad:
+            break
+    else:
+        print("  every step's hidden states bit-equal")
+        return
+    j, n = bad[0], bad[0] - 1
+    w, g = ws[j], gs[j]
+    print(f"| step {step}: first differing hidden state {j} (of {len(ws)}) | {tuple(w.shape)} | "
+          f"{(w != g).float().mean().item():.2%} | {(w.float() - g.float()).abs().max().item():.3g} |")
+    if not 0 <= n < len(model.gpt_neox.layers) - 1:
+        return                                   # the embedding, or the last layer with the final norm
+    layer, h = model.gpt_neox.layers[n], ws[n]
+    compare(f"step {step} layer {n} input_layernorm", layer.input_layernorm, h)
+    compare(f"step {step} layer {n} post_attention_layernorm", layer.post_attention_layernorm, h)
+    compare(f"step {step} layer {n} mlp", lambda x: layer.mlp(layer.post_attention_layernorm(x)), h)
 
 
 def first_divergence(model, ids, positions) -> None:

@@ -6,7 +6,7 @@ Welford over its float4 chunks i = t, t + 128, ...; a warp combines its 32 lanes
 rsqrt(var + eps). This probe emulates that with variants of where the compiler fuses multiply-adds
 and compares the fp32 mean and rstd that `torch.native_layer_norm` returns.
 
-    python bench/ln_probe.py
+    python bench/ln_probe.py [--shapes]
 """
 from __future__ import annotations
 
@@ -113,28 +113,52 @@ def main() -> None:
         print("best", key, sorted(scores)[0])
 
 
-def kiln_warps() -> None:
-    """Time kiln's layer_norm kernel on 8192 x 8192 float32 rows at each warp count."""
-    import dataclasses
+def shapes() -> None:
+    """layer_norm at several shapes: eager, kiln with its two-pass statistics, and kiln as it runs on
+    CUDA (statistics in eager's order, [Note: eager's layer_norm statistics]); median ms, whether
+    the output is eager's bit for bit, and the launch."""
     import kiln
-    from kiln.codegen.triton import heuristics
-    x = torch.randn(8192, 8192, device="cuda")
-    w, b = torch.randn(8192, device="cuda"), torch.randn(8192, device="cuda")
+    from kiln.codegen.triton.launcher import BUILT
+    from kiln.prims.decompositions import normalization
 
-    def fn(t):
-        return torch.nn.functional.layer_norm(t, (8192,), w, b)
-    copy = triton.testing.do_bench(lambda: x.clone())
-    print(f"eager layer_norm {triton.testing.do_bench(lambda: fn(x)):.3f} ms, copy {copy:.3f} ms")
-    plain = heuristics.reduction
-    for warps in (4, 8, 16, 32):
-        heuristics.HEURISTICS["reduction"] = lambda *a, warps=warps: dataclasses.replace(plain(*a), num_warps=warps)
-        kiln.reset()
-        compiled = kiln.compile(fn)
-        same = torch.equal(compiled(x), fn(x))
-        print(f"kiln warps={warps}: {triton.testing.do_bench(lambda: compiled(x)):.3f} ms, equal to eager: {same}")
-    heuristics.HEURISTICS["reduction"] = plain
+    class TwoPass:          # the ops namespace, with var_mean computed as two passes
+        def __getattr__(self, name):
+            return getattr(eager_order, name)
+
+        def var_mean(self, x, dims):
+            mean, var = normalization._stats(x, dims)
+            return var, mean
+    eager_order = normalization.p
+    print("| rows x cols dtype | eager ms | kiln two-pass ms | kiln eager-order ms | eager's bits (two-pass, eager-order) | launch |")
+    print("|---|---|---|---|---|---|")
+    for rows, cols, dtype in [(8192, 8192, torch.float32), (16384, 2560, torch.bfloat16), (16384, 768, torch.float32),
+                              (4096, 1024, torch.bfloat16), (16, 2560, torch.bfloat16), (1, 2560, torch.bfloat16)]:
+        x = torch.randn(rows, cols, device="cuda").to(dtype)
+        w, b = torch.randn(cols, device="cuda").to(dtype), torch.randn(cols, device="cuda").to(dtype)
+
+        def fn(t):
+            return torch.nn.functional.layer_norm(t, (cols,), w, b)
+        want = fn(x)
+        row = [triton.testing.do_bench(lambda: fn(x))]
+        same = []
+        for ops in (TwoPass(), eager_order):
+            normalization.p = ops
+            try:
+                kiln.reset()
+                BUILT.clear()
+                compiled = kiln.compile(fn)
+                same.append(torch.equal(compiled(x), want))
+                row.append(triton.testing.do_bench(lambda: compiled(x)))
+            finally:
+                normalization.p = eager_order
+        launch = "; ".join(c.describe() for k in list(BUILT) for c in k.configs.values())
+        print(f"| {rows}x{cols} {str(dtype)[6:]} | " + " | ".join(f"{ms:.4f}" for ms in row) + f" | {same} | {launch} |",
+              flush=True)
 
 
 if __name__ == "__main__":
     import sys
-    kiln_warps() if "--kiln-warps" in sys.argv else main()
+    if "--shapes" in sys.argv:
+        shapes()
+    else:
+        main()

@@ -1,8 +1,8 @@
 """[Note: eager's layer_norm statistics]: the `var_mean` prim, which Triton kernels reduce in the
 order of eager's own CUDA layer_norm kernel. On CPU that order runs under Triton's interpreter (its
 fma rounds twice, so results are close, not equal); on a GPU mean and rstd must be eager's bit for
-bit (skipped without one). Layer_norm's decomposition does not use the prim yet (the note says why);
-the H200 run of these GPU tests was through layer_norm itself, before that was turned off."""
+bit (skipped without one). On CUDA, layer_norm's decomposition takes the prim; on CPU it keeps two
+passes, so the CPU tests of whole models route it through the prim themselves."""
 import pytest
 import torch
 
@@ -33,7 +33,7 @@ def test_var_mean_in_eagers_order_under_the_interpreter(rows, cols):
     want_var, want_mean = torch.var_mean(x.double() * 2, 1, correction=0)
     torch.testing.assert_close(mean.double(), want_mean, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(var.double(), want_var, rtol=1e-5, atol=1e-4)
-    assert any("_k_ln_tree" in k.source for k in list(BUILT)), "the eager-order Welford was not printed"
+    assert any("_k_ln_combine" in k.source for k in list(BUILT)), "the eager-order Welford was not printed"
 
 
 def test_var_mean_of_a_value_the_kernel_also_stores():
@@ -52,7 +52,7 @@ def test_var_mean_of_a_value_the_kernel_also_stores():
     want = (x + r) * 3
     torch.testing.assert_close(h, want)
     torch.testing.assert_close(normed, torch.nn.functional.layer_norm(want, (520,)), rtol=1e-4, atol=1e-4)
-    assert any("_k_ln_tree" in k.source for k in list(BUILT))
+    assert any("_k_ln_combine" in k.source for k in list(BUILT))
 
 
 def test_every_layer_norm_of_gpt_neox_takes_the_eager_order(monkeypatch):
@@ -77,7 +77,41 @@ def test_every_layer_norm_of_gpt_neox_takes_the_eager_order(monkeypatch):
         want = model(input_ids=ids, use_cache=False).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     stats = [k.source for k in list(BUILT) if "wmean" in k.source]
-    assert len(stats) >= 3 and all("_k_ln_tree" in src for src in stats)
+    assert len(stats) >= 3 and all("_k_ln_combine" in src for src in stats)
+
+
+def test_eager_order_kernels_launch_one_row_on_128_threads():
+    """The printed kernel states its threads a row, and the launcher runs it so, whatever the
+    heuristic would pick (lane t must be thread t for Triton's reduction to take eager's order)."""
+    from test_gpu_bf16 import triton_programs
+    x = torch.randn(8, 4096)
+    kiln.reset()
+    BUILT.clear()
+    with triton_programs([]):
+        var, mean = kiln.compile(lambda t: var_mean(t, [1]))(x)
+    torch.testing.assert_close(mean, x.mean(1), rtol=1e-5, atol=1e-5)
+    (kernel,) = [k for k in list(BUILT) if "_k_ln_combine" in k.source]
+    assert kernel.row_threads == 128
+    (config,) = kernel.configs.values()
+    assert (config.XBLOCK, config.num_warps) == (1, 4)
+    from kiln.codegen.triton import heuristics
+    looped = heuristics.LaunchConfig(XBLOCK=1, RBLOCK=2048, num_warps=8, persistent=False)
+    assert heuristics.pin_row_threads(looped, 40000, 128) == looped
+
+
+def test_rows_eager_does_not_vectorize_keep_kilns_own_statistics():
+    """Eager's layer_norm takes another kernel (another order) for rows of N % 4 != 0, so there is
+    no order to match and kiln keeps its faster statistics."""
+    from test_gpu_bf16 import triton_programs
+    x = torch.randn(6, 1001)
+    kiln.reset()
+    BUILT.clear()
+    with triton_programs([]):
+        var, mean = kiln.compile(lambda t: var_mean(t, [1]))(x)
+    want_var, want_mean = torch.var_mean(x, 1, correction=0)
+    torch.testing.assert_close(mean, want_mean)
+    torch.testing.assert_close(var, want_var, rtol=1e-5, atol=1e-5)
+    assert not any("_k_ln_combine" in k.source for k in list(BUILT))
 
 
 def test_var_mean_on_the_cpp_backend():

@@ -97,6 +97,7 @@ class TritonKernel:
         self.function = function or canonical(kernel, buffers or {})[0].name
         self.persistent_fn = getattr(module, self.function)
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
+        self.row_threads = getattr(module, "ROW_THREADS", None)
         self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
         self.link = {} if interpret else link_options()   # [Note: libdevice]
         self.n_buffers = len(kernel.buffer_args)
@@ -124,6 +125,7 @@ class TritonKernel:
                 config = tune(self, numels, args)
             else:
                 config = heuristics.choose(self.layout.kind, xnumel, rnumel, self.layout.rows_contiguous)
+            config = heuristics.pin_row_threads(config, rnumel, self.row_threads)
             self.configs[numels] = config
         return config
 

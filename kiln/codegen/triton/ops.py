@@ -229,30 +229,6 @@ def _k_ln_combine(own_m, own_s, own_n, oth_m, oth_s, oth_n):
     m2 = tl.fma((delta * delta) * oth_n, own_n * coef, oth_s + own_s)
     return tl.where(count > 0, mean, 0.0), tl.where(count > 0, m2, 0.0), count
 """)
-# Lane i takes in lane i + k, as a shuffle down by k does (lanes past the end keep their own).
-_helper("_k_ln_down", """
-@triton.jit
-def _k_ln_down(m, s, n, lane, k: tl.constexpr):
-    other = tl.minimum(lane + k, 127) + tl.full(m.shape, 0, tl.int32)
-    return _k_ln_combine(m, s, n, tl.gather(m, other, 1), tl.gather(s, other, 1), tl.gather(n, other, 1))
-""")
-# 128 per-thread states [XBLOCK, 128] -> [XBLOCK, 1]: each warp's 32 lanes by shuffles (16, 8, 4, 2,
-# 1), then its four warps in a tree (lanes 64, then 32, apart); lane 0 holds the row's result.
-_helper("_k_ln_tree", """
-@triton.jit
-def _k_ln_tree(m, s, n, XBLOCK: tl.constexpr):
-    lane = tl.arange(0, 128)[None, :]
-    m, s, n = _k_ln_down(m, s, n, lane, 16)
-    m, s, n = _k_ln_down(m, s, n, lane, 8)
-    m, s, n = _k_ln_down(m, s, n, lane, 4)
-    m, s, n = _k_ln_down(m, s, n, lane, 2)
-    m, s, n = _k_ln_down(m, s, n, lane, 1)
-    m, s, n = _k_ln_down(m, s, n, lane, 64)
-    m, s, n = _k_ln_down(m, s, n, lane, 32)
-    first = lane == 0
-    return (tl.reduce(tl.where(first, m, 0.0), 1, tl.standard._sum_combine)[:, None],
-            tl.reduce(tl.where(first, s, 0.0), 1, tl.standard._sum_combine)[:, None])
-""")
 _helper("_k_floordiv_int", """
 @triton.jit
 def _k_floordiv_int(a, b):
@@ -397,8 +373,6 @@ HELPER_DEPS = {"_k_rargmax": ("_k_rmax",), "_k_rargmin": ("_k_rmin",), "_k_atan"
                "_k_atan2": ("_k_atan", "_k_atan_poly"), "_k_randn": ("_k_rand",)}
 GPU_HELPER_DEPS: dict[str, tuple[str, ...]] = {"_k_rmax": ("_k_maximum",), "_k_rmin": ("_k_minimum",),
                                                 "_k_rargmax": ("_k_argmax",), "_k_rargmin": ("_k_argmin",)}
-for _deps in (HELPER_DEPS, GPU_HELPER_DEPS):
-    _deps.update({"_k_ln_tree": ("_k_ln_combine", "_k_ln_down"), "_k_ln_down": ("_k_ln_combine",)})
 # Ops only libdevice provides; under the interpreter they raise a clear error at print time.
 LIBDEVICE_ONLY = {"erfinv": "erfinv", "lgamma": "lgamma", "nextafter": "nextafter"}
 

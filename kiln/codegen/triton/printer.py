@@ -151,6 +151,7 @@ class _KernelPrinter:
         self.stored: dict[tuple[str, str], tuple[str, frozenset]] = {}
         self.groups_opened: set[int] = set()
         self.rmask = "rmask"            # the reduction mask's name (`WelfordReducer.eager_order` renames it)
+        self.row_threads: int | None = None   # threads a row's reduction needs (`WelfordReducer.eager_order`)
 
     def size_name(self, s: sympy.Symbol) -> str:
         name = _ident(s.name)
@@ -401,7 +402,8 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
 
 def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     """`print_kernel` of a kernel `canonical` made already."""
-    functions = [_KernelPrinter(kernel, buffers, interpret, persistent=True).print_function(kernel.name)]
+    persistent = _KernelPrinter(kernel, buffers, interpret, persistent=True)
+    functions = [persistent.print_function(kernel.name)]
     if layout_of(kernel).kind != "pointwise":
         functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)
                          .print_function(f"{kernel.name}_looped"))
@@ -412,6 +414,8 @@ def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     header += ["import triton", "import triton.language as tl"]
     if not interpret:
         header.append("from triton.language.extra import libdevice")
+    if persistent.row_threads:
+        header.append(f"ROW_THREADS = {persistent.row_threads}  # the persistent form's launch: one row, this many threads")
     parts = ["\n".join(header)]
     if helpers:
         parts.append(helpers)

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 
 from kiln.codegen import ir
-from kiln.codegen.triton import ops
+from kiln.codegen.triton import heuristics, ops
 from kiln.codegen.triton.ops import Value
 
 FULL = "[XBLOCK, RBLOCK]"
@@ -193,7 +193,8 @@ class ArgReducer(_Reducer):
 class WelfordReducer(_Reducer):
     """welford_mean and welford_m2 of one expression, computed together.
 
-    Persistent: the row is in registers, so an exact two-pass mean and sum of squared deviations.
+    Persistent: the row is in registers; float32 statistics are reduced in the order of eager's CUDA
+    layer_norm (`eager_order`), others in an exact two-pass mean and sum of squared deviations.
     Looped: per-lane Welford updates, combined across lanes after the loop (`_k_rwelford`).
     Known limit: a looped row holding +-inf gets a NaN mean (inf - inf in the update), where eager
     returns +-inf; the variance is NaN either way."""
@@ -211,11 +212,15 @@ class WelfordReducer(_Reducer):
 
     def update(self, p) -> None:
         dtype = ops.compute_dtype(self.stmt.expr.dtype)
-        if p.persistent and dtype == torch.float32:
+        rnumel = ir.product(p.groups[p.group])
+        # rows eager's vectorized kernel takes (N % 4 == 0) and that fit in registers on 128 threads
+        fits = not rnumel.is_Integer or (rnumel % 4 == 0 and rnumel <= heuristics.ROW_THREADS_MAX_RNUMEL)
+        if p.persistent and dtype == torch.float32 and fits:
             assigns = {s.name: s.expr for stage in p.kernel.stages for s in stage.body if isinstance(s, ir.Assign)}
             expr = _row_free(self.stmt.expr, p, assigns)
             if expr is not None:
-                self.eager_order(p, expr)   # before the whole row is read: it need not stay live across the loop
+                self.block(p.value(self.stmt.expr), dtype)   # the whole row's loads first, all in flight
+                self.eager_order(p, expr)                    # then read again, from the cache
                 return
         x = self.block(p.value(self.stmt.expr), dtype)
         k, mask, o = self.key, _mask(p), p.out
@@ -233,26 +238,32 @@ class WelfordReducer(_Reducer):
         o.line(f"wm2_{k} = tl.where({mask}, wm2_{k} + wdelta_{k} * (wx_{k} - wmean_{k}), wm2_{k})")
 
     def eager_order(self, p, expr: ir.ScalarExpr) -> None:
-        """[Note: eager's layer_norm statistics] Eager's CUDA layer_norm (rows of N % 4 == 0, 128
-        threads a row) has thread t run an online Welford update over elements 4i .. 4i + 3 for
-        i = t, t + 128, ...; a warp then combines its lanes by shuffles and the four warps in a tree
-        (`_k_ln_tree`). A row held in registers is summed the same way here: the statement's value
-        is read again, 128 lanes at a time, in the order a thread reads it, so mean and m2 come out
-        bit for bit as eager's (bench/results/20261201-145500_cuda_ln_probe.md shows the order on
-        the H200). Values assigned earlier in the kernel are computed again from their expressions
-        (`_row_free`): their `Var`s hold the whole row.
+        """[Note: eager's layer_norm statistics] Eager's CUDA layer_norm (rows of N % 4 == 0) gives a
+        row 128 threads: thread t runs an online Welford update over elements 4i .. 4i + 3 for
+        i = t, t + 128, ... (float4 loads); each warp combines its lanes by shuffles down by 16, 8,
+        4, 2, 1, and the four warps in a tree, 2 then 1 apart. A row held in registers is summed the
+        same way here, so mean and m2 come out bit for bit as eager's
+        (bench/results/20261201-145500_cuda_ln_probe.md found the order on the H200):
 
-        Exact, not yet fast: with it, layer_norm over 8192 x 8192 float32 took 6.1 ms at 8 warps
-        (11.8 at 4, 8.2 at 16) where eager takes 0.22 ms and a copy 0.13 ms (`bench/ln_probe.py
-        --kiln-warps`, on the first version: unrolled chunks, a division per element, and a tree
-        of reshapes that ptxas for sm_90 compiled to 4.4 KB of spills). The chunks are a loop now,
-        the division a scalar and the tree lane gathers (shuffles): 78 registers, no spills at 16
-        warps (`offline.compile_for_gpu`), but not yet timed or checked bit for bit on a GPU. So
-        layer_norm's decomposition keeps two passes, and only the `var_mean` prim reaches this."""
+        - the statement's value is read again, 512 elements a step, and split so that lane t holds
+          elements 4t .. 4t + 3 of the step, updated in that order. Values assigned earlier in the
+          kernel are computed again from their expressions (`_row_free`): their `Var`s hold the row;
+        - the 128 lanes are combined by one `tl.reduce` with eager's combine (`_k_ln_combine`). With
+          one row a program on 4 warps (`ROW_THREADS`, which the launcher honours), lane t is thread
+          t, and Triton's reduction, a butterfly of shuffles within each warp and then across the
+          warps' partials, combines lane i with lane i + k in the same order as eager's tree:
+          whatever lanes the result depends on, each pair is (lower, higher), as eager's is.
+
+        On the H200 (bench/results/20261201-164100_cuda_ln_eager_order.md) this is eager's bits at every
+        shape measured, and faster than eager on 8192 x 8192 float32 (0.20 ms against 0.22), but
+        slower than the two-pass statistics, which are not eager's bits (0.135 ms there; 16384 x 2560
+        bfloat16: 0.099 ms against eager's 0.074 and two-pass 0.060): the row is in registers on 4
+        warps, so fewer rows are in flight than on 16. Not matched: a row eager's kernel cannot load
+        as float4 (a misaligned view) takes eager's other kernel, whose order this is not."""
         k, o, g = self.key, p.out, p.group
+        p.row_threads = 128
         space = p.index.spaces["r"]
-        # A loop, not unrolled code, so the compiler cannot hoist every chunk's loads at once; its
-        # index and mask have names of their own (a loop may not change a variable's shape).
+        # The step's index and mask have names of their own: a loop may not change a variable's shape.
         lanes = dataclasses.replace(space, flat="lindex")
         lanes.per_dim_name = lambda d: f"l{d}_{g}"
         outer_cse, outer_stored = o.cse, p.stored
@@ -262,16 +273,20 @@ class WelfordReducer(_Reducer):
         o.line("wlane = tl.arange(0, 128)[None, :] * 4")
         o.line(f"for lbase in range(0, rnumel{g}, 512):")
         o.indent += 1
-        o.line("for lne in tl.static_range(4):")
-        o.indent += 1
-        o.line("lindex = lbase + wlane + lne")
+        o.line("lindex = lbase + tl.arange(0, 512)[None, :]")
         o.line(f"lmask{g} = lindex < rnumel{g}")
         start = len(o.lines)
         v = p.value(expr)
         x = v.text if ops.compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
         o.lines[start:start] = ["    " * o.indent + line.strip() for line in p._r_defs(lanes)]
-        o.line(f"ok_{k} = {_mask(p)}")
-        o.line(f"wx_{k} = {x}")
+        # [XBLOCK, 128, 2, 2]: (t, i, j) is element 4t + 2i + j of the step
+        o.line(f"wx02_{k}, wx13_{k} = tl.split(tl.reshape({x}, [XBLOCK, 128, 2, 2]))")
+        o.line(f"wx0_{k}, wx2_{k} = tl.split(wx02_{k})")
+        o.line(f"wx1_{k}, wx3_{k} = tl.split(wx13_{k})")
+        o.line("for lne in tl.static_range(4):")
+        o.indent += 1
+        o.line(f"wx_{k} = wx0_{k} if lne == 0 else (wx1_{k} if lne == 1 else (wx2_{k} if lne == 2 else wx3_{k}))")
+        o.line(f"ok_{k} = xmask & (lbase + wlane + lne < rnumel{g})")
         o.line(f"wdelta_{k} = wx_{k} - wmean_{k}")
         # a lane that reads this element has read every one before it: its count is the same for
         # all of them, a scalar, and so is 1 / count (rounded once, as eager's division)
@@ -282,8 +297,8 @@ class WelfordReducer(_Reducer):
         o.line(f"wn_{k} = tl.where(ok_{k}, wcount, wn_{k})")
         o.indent -= 2
         o.cse, p.stored, p.index.spaces["r"], p.rmask = outer_cse, outer_stored, space, "rmask"
-        o.line(f"mean_{k}, m2_{k} = _k_ln_tree(wmean_{k}, wm2_{k}, wn_{k}, XBLOCK)")
-        self.publish(p, f"mean_{k}", f"m2_{k}")
+        o.line(f"mean_{k}, m2_{k}, _ = tl.reduce((wmean_{k}, wm2_{k}, wn_{k}), 1, _k_ln_combine)")
+        self.publish(p, f"mean_{k}[:, None]", f"m2_{k}[:, None]")
 
     def init(self, p) -> None:
         dtype = ops.tl_dtype(ops.compute_dtype(self.stmt.expr.dtype))

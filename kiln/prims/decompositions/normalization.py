@@ -39,9 +39,13 @@ def native_layer_norm(a, normalized_shape, weight, bias, eps):
     dims = list(range(axis, a.ndim))
     kept = list(range(axis))
     x = convert(a, computation_dtype(a.dtype))
-    # Two passes, not `var_mean`: its eager-order kernel is exact but not yet fast
-    # ([Note: eager's layer_norm statistics] in kiln/codegen/triton/reductions.py).
-    mean, var = _stats(x, dims)
+    # On CUDA, one `var_mean`: Triton kernels reduce it in the order of eager's own layer_norm kernel,
+    # so a compiled model normalizes bit for bit as eager does ([Note: eager's layer_norm statistics]
+    # in kiln/codegen/triton/reductions.py); elsewhere two passes, which are faster there.
+    if a.device.type == "cuda":
+        var, mean = p.var_mean(x, dims)
+    else:
+        mean, var = _stats(x, dims)
     rstd = _rsqrt_eps(var, eps)
     out = p.mul(p.sub(x, _bcast(mean, x.shape, kept)), _bcast(rstd, x.shape, kept))
     if weight is not None:

@@ -140,3 +140,19 @@ def test_var_mean_gives_eagers_layer_norm_statistics_on_the_gpu(cols, dtype):
     _, want_mean, want_rstd = torch.native_layer_norm(x + residual, (cols,), None, None, 1e-5)
     for name, a, e in (("mean", mean, want_mean.flatten()), ("rstd", rstd, want_rstd.flatten())):
         assert torch.equal(a, e), f"{name}: {int((a != e).sum())} of {e.numel()} differ"
+
+
+def test_a_name_assigned_again_later_does_not_stand_for_the_earlier_value():
+    """The eager-order statistics recompute a whole-row `Var` from its assignment: the one before
+    the statistics, not a later stage's assignment of the same name."""
+    from kiln.codegen import ir
+    from kiln.codegen.triton.reductions import _assigned_before
+    x0, r0 = ir.size_var("x0"), ir.size_var("r0")
+    F32 = torch.float32
+    doubled = ir.Op("mul", (ir.Load("a", x0 * 64 + r0, F32), ir.Constant(2.0, F32)), F32)
+    stats = ir.Accumulate("v", "welford_mean", ir.Var("t", F32))
+    reloaded = ir.Load("out", x0 * 64 + r0, F32)
+    kernel = ir.Kernel("k", (x0,), (ir.Stage((r0,), (ir.Assign("t", doubled), ir.Store("out", x0 * 64 + r0, ir.Var("t", F32)),
+                                                   stats)),
+                                    ir.Stage((r0,), (ir.Assign("t", reloaded),))), ("a", "out"), ())
+    assert _assigned_before(kernel, stats) == {"t": doubled}

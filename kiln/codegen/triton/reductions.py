@@ -86,6 +86,18 @@ def _row_free(e: ir.ScalarExpr, p, assigns: dict) -> ir.ScalarExpr | None:
     return e
 
 
+def _assigned_before(kernel: ir.Kernel, stmt) -> dict[str, ir.ScalarExpr]:
+    """Each name's latest `Assign` before `stmt`: later stages reuse names (BERT's embedding kernel
+    assigns its stored sum and a later stage the sum reloaded, under one name)."""
+    assigns = {}
+    for s in (s for stage in kernel.stages for s in stage.body):
+        if s is stmt:
+            break
+        if isinstance(s, ir.Assign):
+            assigns[s.name] = s.expr
+    return assigns
+
+
 def _mask(p) -> str:
     return f"xmask & {p.rmask}{p.group}"
 
@@ -216,8 +228,7 @@ class WelfordReducer(_Reducer):
         # rows eager's vectorized kernel takes (N % 4 == 0) and that fit in registers on 128 threads
         fits = not rnumel.is_Integer or (rnumel % 4 == 0 and rnumel <= heuristics.ROW_THREADS_MAX_RNUMEL)
         if p.persistent and dtype == torch.float32 and fits:
-            assigns = {s.name: s.expr for stage in p.kernel.stages for s in stage.body if isinstance(s, ir.Assign)}
-            expr = _row_free(self.stmt.expr, p, assigns)
+            expr = _row_free(self.stmt.expr, p, _assigned_before(p.kernel, self.stmt))
             if expr is not None:
                 self.block(p.value(self.stmt.expr), dtype)   # the whole row's loads first, all in flight
                 self.eager_order(p, expr)                    # then read again, from the cache

@@ -8,8 +8,9 @@ does, and a part that differs points at the kernel to look at.
 from __future__ import annotations
 
 import argparse
-import sys
+import contextlib
 import os
+import sys
 
 import torch
 
@@ -37,32 +38,39 @@ class _AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _kiln_externs(fn, *args) -> tuple:
-    """fn compiled by kiln, run once; the attention externs its programs call."""
+@contextlib.contextmanager
+def _recorded_attention_externs():
+    """A list that the attention externs of every program kiln builds meanwhile append their calls
+    (op and layouts) to, for as long as those programs run."""
     import kiln.codegen.backend as backend
-    programs, saved = [], backend.compile_prim_graph
-
-    def keep(gm, example_inputs, **options):
-        programs.append(saved(gm, example_inputs, **options))
-        return programs[-1]
-    backend.compile_prim_graph = keep
-    try:
-        compiled = kiln.compile(fn)
-        compiled(*args)
-    finally:
-        backend.compile_prim_graph = saved
-    externs = []
+    calls, saved = [], backend.compile_prim_graph
 
     def recording(op):
-        def call(*a, **kw):
-            externs.append(f"{op}{_layouts(a)}")
-            return op(*a, **kw)
+        def call(*args, **kwargs):
+            calls.append(f"{op}{_layouts(args)}")
+            return op(*args, **kwargs)
         return call
-    for call in programs:
-        g = getattr(call, "__globals__", {})
+
+    def keep(gm, example_inputs, **options):
+        program = saved(gm, example_inputs, **options)
+        g = getattr(program, "__globals__", {})
         for k, v in list(g.items()):
             if k.startswith("_extern") and "attention" in str(v):
                 g[k] = recording(v)
+        return program
+    backend.compile_prim_graph = keep
+    try:
+        yield calls
+    finally:
+        backend.compile_prim_graph = saved
+
+
+def _kiln_externs(fn, *args) -> tuple:
+    """fn compiled by kiln, run once; then a second call's result and the attention externs it ran."""
+    with _recorded_attention_externs() as externs:
+        compiled = kiln.compile(fn)
+        compiled(*args)
+    externs.clear()
     return compiled(*args), externs
 
 
@@ -177,38 +185,20 @@ def decode_steps(model, ids, steps: int = 50) -> None:
     """generate()'s steps, eager against kiln: the first step whose scores differ, the first
     (step, layer) whose hidden state differs and that layer's norms and MLP on eager's input to it,
     and the attention kernels each ran."""
-    import kiln.codegen.backend as backend
-
     def generate():
         with torch.no_grad():
             return model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
                                   output_scores=True, output_hidden_states=True, return_dict_in_generate=True)
     with _AttentionOps() as eager_ops:
         want = generate()
-    kiln_ops, saved = [], backend.compile_prim_graph
-
-    def recording(op):
-        def call(*args, **kwargs):
-            kiln_ops.append(f"{op}{_layouts(args)}")
-            return op(*args, **kwargs)
-        return call
-
-    def keep(gm, example_inputs, **options):
-        program = saved(gm, example_inputs, **options)
-        g = getattr(program, "__globals__", {})
-        for k, v in list(g.items()):
-            if k.startswith("_extern") and "attention" in str(v):
-                g[k] = recording(v)
-        return program
-    backend.compile_prim_graph = keep
     kiln.reset()
     forward = model.forward
-    model.forward = kiln.compile(forward)
     try:
-        got = generate()
+        with _recorded_attention_externs() as kiln_ops:
+            model.forward = kiln.compile(forward)
+            got = generate()
     finally:
         model.forward = forward
-        backend.compile_prim_graph = saved
     print(f"  same tokens: {torch.equal(want.sequences, got.sequences)}")
     for i, (w, g) in enumerate(zip(want.scores, got.scores)):
         if not torch.equal(w, g):

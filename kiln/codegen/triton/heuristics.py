@@ -49,6 +49,10 @@ def _warps_for(elements: int, per_thread: int) -> int:
     return max(1, min(MAX_WARPS, next_power_of_2(elements // (32 * per_thread))))
 
 
+# A row too long for registers: one a program, in chunks of LOOPED_RBLOCK.
+LOOPED = LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+
+
 def pointwise(xnumel: int, rnumel: int = 1, rows_contiguous: bool = False) -> LaunchConfig:
     block = max(16, min(POINTWISE_BLOCK, next_power_of_2(xnumel)))
     return LaunchConfig(XBLOCK=block, num_warps=_warps_for(block, 8))
@@ -69,7 +73,7 @@ def reduction(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> Launch
         per_thread = 16 if rblock >= 4096 else 8
         return LaunchConfig(XBLOCK=xblock, RBLOCK=rblock,
                             num_warps=_warps_for(xblock * rblock, per_thread), persistent=True)
-    return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+    return LOOPED
 
 
 def scan(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> LaunchConfig:
@@ -77,7 +81,7 @@ def scan(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> LaunchConfi
     if rnumel <= PERSISTENT_MAX:
         rblock = next_power_of_2(rnumel)
         return LaunchConfig(XBLOCK=1, RBLOCK=rblock, num_warps=_warps_for(rblock, 8), persistent=True)
-    return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+    return LOOPED
 
 
 # The longest row a persistent kernel pinned to 128 threads holds in registers: sm_90 ptxas gives
@@ -92,7 +96,7 @@ def pin_row_threads(config: LaunchConfig, rnumel: int, row_threads: int | None) 
     if not row_threads or not (config.persistent and config.RBLOCK >= rnumel):
         return config
     if rnumel > ROW_THREADS_MAX_RNUMEL:
-        return LaunchConfig(XBLOCK=1, RBLOCK=LOOPED_RBLOCK, num_warps=8, persistent=False)
+        return LOOPED
     return dataclasses.replace(config, XBLOCK=1, num_warps=row_threads // 32)
 
 

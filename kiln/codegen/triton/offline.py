@@ -88,11 +88,11 @@ def compile_for_gpu(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], sizes: 
     layout = layout_of(kernel)
     *numels, extent = _sizes_function(layout, _extent(kernel, buffers))(*sizes)
     module = load_module(print_kernel(kernel, buffers, interpret=False), interpret=False)
+    rnumel = max(numels[1:], default=1)
     if config is None:
-        rnumel = max(numels[1:], default=1)
         config = heuristics.pin_row_threads(heuristics.choose(layout.kind, numels[0], rnumel, layout.rows_contiguous),
                                             rnumel, getattr(module, "ROW_THREADS", None))
-    persistent = layout.kind == "pointwise" or (config.persistent and config.RBLOCK >= max(numels[1:], default=1))
+    persistent = layout.kind == "pointwise" or (config.persistent and config.RBLOCK >= rnumel)
     printed, printed_buffers = canonical(kernel, buffers)   # the function and parameter names the source has
     name = printed.name if persistent else f"{printed.name}_looped"
     signature, constexprs, attrs = {}, {}, {}

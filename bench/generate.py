@@ -1,8 +1,11 @@
 """The PyTorch 2.0 announcement's example: a GPT-NeoX model of dolly-v2-3b's shape (random weights, bf16),
 `model.forward = kiln.compile(model.forward)`, `generate()` greedy to 50 tokens: the same tokens as eager, and
-how many graphs kiln compiled (capture) and how many programs its backend built for them.
+how many graphs kiln compiled (capture) and how many programs its backend built for them. With
+`--inductor`, torch.compile's forward is timed too, and the three are timed round-robin in this one
+process (eager, kiln, inductor, eager, ...) after every compile.
 
     python bench/generate.py [--size dolly|tiny] [--device cuda] [--tokens 50] [--backend kiln]
+                             [--numerics eager|fast] [--inductor] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ def main() -> None:
     p.add_argument("--prompt", type=int, default=16, help="prompt length in tokens")
     p.add_argument("--backend", default="kiln")
     p.add_argument("--dtype", default=None, help="bfloat16 or float32 (default: bfloat16 on cuda, float32 on cpu)")
+    p.add_argument("--numerics", default="eager", choices=("eager", "fast"),
+                   help="kiln's options['numerics'] (default eager: the tokens and scores must be eager's bits)")
+    p.add_argument("--inductor", action="store_true", help="also time torch.compile(model.forward)")
+    p.add_argument("--rounds", type=int, default=3, help="timed generate() calls of each, interleaved")
     a = p.parse_args()
     ensure_torchvision_importable()
     import transformers
@@ -57,20 +64,38 @@ def main() -> None:
     graphs = []
 
     def counting_backend(gm, example_inputs):
-        compiled = backends.resolve(a.backend, Options())(gm, example_inputs)
+        compiled = backends.resolve(a.backend, Options(numerics=a.numerics))(gm, example_inputs)
         graphs.append(compiled)
         return compiled
 
-    model.forward = kiln.compile(model.forward, backend=counting_backend)
+    original = model.forward
+    forwards = {"eager": original, "kiln": kiln.compile(original, backend=counting_backend)}
+    model.forward = forwards["kiln"]
     first, first_s = generate()
     second, second_s = generate()
     scored, _ = generate(scores=True)           # a third, cached run: the scores of each step
     programs = [len(getattr(g, "programs", {})) or 1 for g in graphs]
-    print(f"GPT-NeoX {a.size} on {a.device}, {a.tokens} tokens, backend {a.backend}")
+    print(f"GPT-NeoX {a.size} on {a.device}, {a.tokens} tokens, backend {a.backend}, numerics {a.numerics}")
     print(f"  same tokens as eager: first run {torch.equal(first, expected)}, second run {torch.equal(second, expected)}")
     print(f"  compilations (captured graphs): {len(graphs)}; backend programs per graph: {programs}")
     print(f"  generate() seconds: eager {eager_s:.2f}, compiled first (compiles included) {first_s:.2f}, "
           f"compiled second {second_s:.2f}")
+    if a.inductor:
+        model.forward = forwards["inductor"] = torch.compile(original)
+        inductor_out, inductor_first_s = generate()
+        print(f"  inductor: first generate() (compiles included) {inductor_first_s:.2f} s, "
+              f"same tokens as eager {torch.equal(inductor_out, expected)}")
+    times: dict[str, list[float]] = {name: [] for name in forwards}
+    for _ in range(a.rounds):                   # interleaved: a drift hits every forward alike
+        for name, forward in forwards.items():
+            model.forward = forward
+            times[name].append(generate()[1])
+    model.forward = forwards["kiln"]
+    median = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    print("  interleaved generate() seconds (median of %d): " % a.rounds
+          + ", ".join(f"{name} {s:.3f} ({median['eager'] / s:.2f}x over eager)" for name, s in median.items()))
+    if "inductor" in median:
+        print(f"  kiln / inductor speed: {median['inductor'] / median['kiln']:.2f}")
     if not torch.equal(first, expected):
         print("  " + first_difference(expected, first, eager.scores, a.prompt))
     steps = [i for i, (w, g) in enumerate(zip(eager.scores, scored.scores)) if not torch.equal(w, g)]

@@ -19,6 +19,8 @@ import kiln
 sys.path.insert(0, os.path.dirname(__file__))
 from generate import SIZES  # noqa: E402
 
+EAGER_NUMERICS = {"numerics": "eager"}   # bit-for-bit comparisons need eager's order ([Note: numerics])
+
 
 def _layouts(args) -> str:
     """(shape, strides) of the tensor arguments: a kernel's choice (cuDNN's) may depend on them."""
@@ -68,7 +70,7 @@ def _recorded_attention_externs():
 def _kiln_externs(fn, *args) -> tuple:
     """fn compiled by kiln, run once; then a second call's result and the attention externs it ran."""
     with _recorded_attention_externs() as externs:
-        compiled = kiln.compile(fn)
+        compiled = kiln.compile(fn, options=EAGER_NUMERICS)
         compiled(*args)
     externs.clear()
     return compiled(*args), externs
@@ -195,7 +197,7 @@ def decode_steps(model, ids, steps: int = 50) -> None:
     forward = model.forward
     try:
         with _recorded_attention_externs() as kiln_ops:
-            model.forward = kiln.compile(forward)
+            model.forward = kiln.compile(forward, options=EAGER_NUMERICS)
             got = generate()
     finally:
         model.forward = forward
@@ -237,7 +239,7 @@ def first_divergence(model, ids, positions) -> None:
     with torch.no_grad():
         states = model(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states
         kiln.reset()
-        got = kiln.compile(lambda i: model(input_ids=i, use_cache=False, output_hidden_states=True))(ids).hidden_states
+        got = kiln.compile(lambda i: model(input_ids=i, use_cache=False, output_hidden_states=True), options=EAGER_NUMERICS)(ids).hidden_states
     bad = [i for i, (w, g) in enumerate(zip(states, got)) if not torch.equal(w, g)]
     if not bad:
         print("  every hidden state bit-equal")
@@ -281,7 +283,7 @@ def gelu_differences(device, dtype) -> None:
     with torch.no_grad():
         want = fn(x)
         kiln.reset()
-        got = kiln.compile(lambda t: fn(t))(x)
+        got = kiln.compile(lambda t: fn(t), options=EAGER_NUMERICS)(x)
         exact = fn(x.double())
     bad = (want != got).nonzero().flatten()
     print(f"  gelu on {x.numel()} {dtype} values: {bad.numel()} differ; eager nearer the float64 value in "

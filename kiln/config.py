@@ -22,6 +22,7 @@ class Options:
     max_autotune: bool = False       # autotune Triton kernels and templates
     debug_dir: str | None = None     # where repro scripts and reports go (default: ./kiln_debug)
     cpp_threads: int | None = None   # OpenMP threads for C++ kernels (default: torch's)
+    numerics: str = "fast"           # "eager": eager's bits where kiln can give them ([Note: numerics])
 
     @staticmethod
     def from_user(mode: str | None, options: dict[str, Any] | None) -> "Options":
@@ -47,6 +48,8 @@ class Options:
         result = Options(**base)
         if result.on_error not in ("raise", "eager"):
             raise InvalidOption(f"options['on_error'] must be 'raise' or 'eager', got {result.on_error!r}")
+        if result.numerics not in ("fast", "eager"):
+            raise InvalidOption(f"options['numerics'] must be 'fast' or 'eager', got {result.numerics!r}")
         if not isinstance(result.cache_size_limit, int) or result.cache_size_limit < 1:
             raise InvalidOption(f"options['cache_size_limit'] must be a positive int, got {result.cache_size_limit!r}")
         return result

@@ -162,3 +162,65 @@ def test_a_shared_process_reports_each_case_and_survives_deaths_and_hangs(custom
     assert "died" in rows[0]["error"] and "timed out" in rows[2]["error"]
     assert "deliberate crash" in rows[4]["error"]
     assert all(row["shared_process"] for row in rows)
+
+
+def test_interleaved_case_times_every_compiler_in_one_process_and_isolates_a_crash(custom_compilers):
+    """[Note: interleaved timing]: one process, one row per compiler; a crashing compiler fails its
+    own row while the others are timed against the same eager steps, and vs_inductor-style ratios
+    come from those steps."""
+    from kiln.bench.harness import expand, run_group
+    compilers = ("eager", f"{custom_compilers}:fx_eager", f"{custom_compilers}:crash", f"{custom_compilers}:wrong")
+    case = tiny(",".join(compilers), compilers=compilers)
+    (result,) = run_group([case], timeout=300)
+    rows = {r["compiler"]: r for r in expand(case, result)}
+    assert list(rows) == list(compilers)
+    assert all(r["method"] == "interleaved" for r in rows.values())
+    assert rows["eager"]["status"] == "pass" and rows["eager"]["speedup"] == 1.0
+    good = rows[f"{custom_compilers}:fx_eager"]
+    assert good["status"] == "pass" and good["eager_ms"] == rows["eager"]["ms"] and good["ms"] > 0
+    assert rows[f"{custom_compilers}:crash"]["status"] == "fail_to_run"
+    assert "deliberate crash" in rows[f"{custom_compilers}:crash"]["error"]
+    assert rows[f"{custom_compilers}:wrong"]["status"] == "fail_accuracy"
+
+
+def test_a_results_title_says_whether_its_figures_are_headline():
+    from kiln.bench.report import method_of
+    base = {"device": "cuda", "method": "interleaved", "gpu_neighbours": 0}
+    assert "headline" in method_of([base, base])
+    assert "exploration only: 3 other" in method_of([base, {**base, "gpu_neighbours": 3}])
+    assert "separate processes" in method_of([base, {**base, "method": "separate"}])
+    assert method_of([{"device": "cpu", "method": "separate"}]) == ""
+
+
+def test_vs_inductor_geomean_counts_rows_where_both_passed():
+    from kiln.bench.report import summary
+    row = dict(suite="hf", mode="infer", precision="bf16", device="cuda", size="bench", batch=None)
+    rows = [{**row, "model": "a", "compiler": "inductor", "status": "pass"},
+            {**row, "model": "a", "compiler": "kiln", "status": "pass", "vs_inductor": 2.0},
+            {**row, "model": "b", "compiler": "inductor", "status": "pass"},
+            {**row, "model": "b", "compiler": "kiln", "status": "pass", "vs_inductor": 0.5},
+            {**row, "model": "c", "compiler": "inductor", "status": "fail_accuracy"},
+            {**row, "model": "c", "compiler": "kiln", "status": "pass", "vs_inductor": 9.0}]
+    kiln_row = next(s for s in summary(rows) if s["compiler"] == "kiln")
+    assert kiln_row["geomean_vs_inductor"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name,category", [
+    ("kiln_poi_3fa9b2c1", "copy/cast"), ("kiln_poi_to_dtype_3fa9b2c1", "copy/cast"),
+    ("kiln_poi_add_mul_0a0b0c0d", "pointwise"), ("kiln_red_add_12345678", "reduction"),
+    ("triton_poi_fused__to_copy_0", "copy/cast"), ("triton_poi_fused_convolution_relu_2", "pointwise"),
+    ("triton_per_fused_native_layer_norm_3", "reduction"), ("triton_tem_fused_mm_1", "matmul"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "matmul"), ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", "matmul"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "convolution"),
+    ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>", "attention"),
+    ("void at::native::(anonymous namespace)::direct_copy_kernel_cuda(at::TensorIteratorBase&)", "copy/cast"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reduction"),
+])
+def test_kernel_categories_by_name(name, category):
+    from kiln.bench.attribution import category_of
+    assert category_of(name) == category
+
+
+def test_busy_time_counts_overlapping_kernels_once():
+    from kiln.bench.attribution import _union_us
+    assert _union_us([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20

@@ -37,7 +37,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", default="infer", help="comma list of infer,train (default infer)")
     p.add_argument("--precisions", default="fp32", help="comma list of fp32,bf16 (bf16 = autocast; default fp32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps of each, eager and compiled (default 20)")
+    p.add_argument("--method", choices=("interleaved", "separate"), default=None,
+                   help="interleaved: the compilers of one (model, mode, precision) in one process, their steps "
+                        "interleaved (eager, inductor, kiln, eager, ...): the headline method, default on cuda; "
+                        "separate: one process per compiler, each timed against its own eager (default on cpu, "
+                        "where peak memory is the process's RSS)")
+    p.add_argument("--profile", nargs="?", const="", default=None, metavar="MODELS",
+                   help="profile one steady step of each compiler after timing (torch.profiler, cuda) and write "
+                        "GPU time by category side by side; implies --method interleaved; MODELS as --models")
+    p.add_argument("--prewarm", type=int, default=0, metavar="N",
+                   help="first compile every case, N processes at a time, into shared on-disk caches; then time "
+                        "one case at a time (rows report warm compile seconds): for a GPU machine of many cores")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps of each compiler (default 30 interleaved, 20 separate)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per case process (default 600)")
     p.add_argument("--size", default="bench", choices=("test", "bench"), help="zoo model size (default bench)")
@@ -77,6 +89,8 @@ def build_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
         raise SystemExit(f"kiln bench: --device {args.device!r}: choose cpu or cuda")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"kiln bench: --device {args.device}: this torch ({torch.__version__}) sees no CUDA device")
+    interleaved = args.method == "interleaved"
+    steps = args.steps or (30 if interleaved else 20)
     cases, notes, found = [], [], set()
     for suite_name in suites:
         suite = SUITES[suite_name]
@@ -90,8 +104,13 @@ def build_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
             found.add(name)
             for mode in modes:
                 for precision in precisions:
+                    if interleaved:
+                        cases.append(Case(suite_name, name, mode, precision, ",".join(compilers), args.device,
+                                          steps, args.warmup, args.batch, args.size, compilers=tuple(compilers),
+                                          profile=args.profile is not None))
+                        continue
                     for compiler in compilers:
-                        cases.append(Case(suite_name, name, mode, precision, compiler, args.device, args.steps,
+                        cases.append(Case(suite_name, name, mode, precision, compiler, args.device, steps,
                                           args.warmup, args.batch, args.size))
     for name in sorted((wanted or set()) - found):
         notes.append(f"skipped: no model {name!r} in suites {','.join(suites)}")
@@ -120,8 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in merge(args.merge, args.out, argv):
             print(f"wrote {path}")
         return 0
-    if args.steps < 1:
-        raise SystemExit("kiln bench: --steps must be at least 1 (20 or more for published figures)")
+    if args.steps is not None and args.steps < 1:
+        raise SystemExit("kiln bench: --steps must be at least 1 (30 or more for published figures)")
+    if args.profile:
+        args.models = args.profile
+    if args.method is None:
+        args.method = "interleaved" if args.device.startswith("cuda") or args.profile is not None else "separate"
+    if args.profile is not None and args.method != "interleaved":
+        raise SystemExit("kiln bench: --profile needs --method interleaved")
     cases, notes = build_cases(args)
     for note in notes:
         print(f"kiln bench: {note}", file=sys.stderr)
@@ -139,11 +164,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_all(cases, args.timeout, warm=args.warm, on_row=keep,
-                share_process=args.share_process if args.share_process is not None else args.device == "cuda")
+                share_process=args.share_process if args.share_process is not None else args.device == "cuda",
+                prewarm_workers=args.prewarm)
     finally:   # an interrupted run still leaves a summary of the rows it finished
         if len(rows) < len(cases):
             notes.append(f"interrupted: {len(rows)} of {len(cases)} cases finished")
-        files.write_markdown(rows, notes + [f"{args.steps} timed steps after {args.warmup} warm-up steps; "
+        files.write_markdown(rows, notes + [f"{cases[0].steps} timed steps after {args.warmup} warm-up steps; "
                                             f"zoo size {args.size}; per-case timeout {args.timeout:g} s"])
     print()
     print(text_table(rows))
@@ -151,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table(summary(rows), SUMMARY_COLUMNS))
     for line in errors_of(rows):
         print(f"  {line}")
+    if args.profile is not None:
+        files.write_attribution(rows)
+        print(f"\nwrote {files.attribution}")
     print(f"\nwrote {files.jsonl}\n      {files.markdown}")
     return 0
 

@@ -37,7 +37,12 @@ class Case:
     warmup: int = 2
     batch: int | None = None
     size: str = "bench"    # zoo models only
-    phase: str = "cold"    # cold: the full measurement; warm: only the compile time, caches filled
+    phase: str = "cold"    # cold: the full measurement; warm: only the compile time, caches filled;
+                           # prewarm: only compile, to fill the caches (interleaved cases)
+    # The headline method ([Note: interleaved timing] in kiln.bench.interleaved): these compilers in
+    # this one process, their steps interleaved; `compiler` then only labels the case.
+    compilers: tuple[str, ...] = ()
+    profile: bool = False  # interleaved only: profile one steady step of each compiler afterwards
 
     @property
     def key(self) -> str:
@@ -110,35 +115,64 @@ def cuda_step_peak_mb(step: Callable) -> float:
 # ------------------------------------------------------------------------------------ the case
 
 
+@dataclasses.dataclass
+class Bench:
+    """A case's model built and warmed up eagerly: what every compiler of the case is measured on."""
+
+    case: Case
+    model: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    params: list
+    buffers: dict
+    clock: Clock
+    eager_step: Callable
+
+    @staticmethod
+    def build(case: Case) -> "Bench":
+        from kiln.bench.suites import disable_dropout, get_model
+        device = torch.device(case.device)
+        torch.manual_seed(0)
+        model, args, kwargs = get_model(case.suite, case.model).make(device, case.batch, case.size)
+        if case.mode == "train":
+            model.train()
+            disable_dropout(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+        clock = Clock(device)
+        eager_step = make_step(model, args, kwargs, case, params, case.precision == "bf16")
+        for _ in range(case.warmup):
+            clock.time(eager_step)
+        return Bench(case, model, args, kwargs, params, buffers, clock, eager_step)
+
+    def step_of(self, fn: Callable) -> Callable:
+        return make_step(fn, self.args, self.kwargs, self.case, self.params, self.case.precision == "bf16")
+
+    def restore_buffers(self) -> None:
+        """Buffers as built (BatchNorm's running statistics move with every training step)."""
+        with torch.no_grad():
+            for name, b in self.model.named_buffers():
+                b.copy_(self.buffers[name])
+
+
 def run(case: Case) -> dict:
     from kiln.bench.accuracy import same, tolerance
     from kiln.bench.compilers import GraphCounter, get_compiler
-    from kiln.bench.suites import disable_dropout, get_model
 
     device = torch.device(case.device)
     compiler = get_compiler(case.compiler)
-    bf16 = case.precision == "bf16"
     row: dict[str, Any] = {"status": "fail_to_run"}
-    torch.manual_seed(0)
-    model, args, kwargs = get_model(case.suite, case.model).make(device, case.batch, case.size)
-    if case.mode == "train":
-        model.train()
-        disable_dropout(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    clock = Clock(device)
     rss_before = peak_rss_mb()
-
-    eager_step = make_step(model, args, kwargs, case, params, bf16)
-    for _ in range(case.warmup):
-        clock.time(eager_step)
+    bench = Bench.build(case)
+    model, args, kwargs, params, clock = bench.model, bench.args, bench.kwargs, bench.params, bench.clock
+    eager_step = bench.eager_step
     if device.type == "cpu":
         row["eager_peak_mem_mb"] = peak_rss_mb() - rss_before
 
     counter = GraphCounter()
     start = time.perf_counter()
     compiled = compiler.compile(model, counter)
-    compiled_step = make_step(compiled, args, kwargs, case, params, bf16)
+    compiled_step = bench.step_of(compiled)
     clock.time(compiled_step)
     first_call_s = time.perf_counter() - start
     counter.finish(case.compiler)
@@ -149,7 +183,7 @@ def run(case: Case) -> dict:
     for _ in range(case.warmup):
         clock.time(compiled_step)
 
-    if case.phase == "warm":
+    if case.phase in ("warm", "prewarm"):
         steady = statistics.median(clock.time(compiled_step) for _ in range(max(3, case.steps // 4)))
         return {"status": "pass", "warm_compile_s": max(first_call_s - steady, 0.0)}
 
@@ -168,11 +202,7 @@ def run(case: Case) -> dict:
     else:
         row["peak_mem_mb"] = peak_rss_mb() - rss_before
 
-    def restore_buffers():
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name])
-
+    restore_buffers = bench.restore_buffers
     restore_buffers()
     ref = results_of(eager_step(), case, params)
     restore_buffers()
@@ -227,9 +257,13 @@ def main(argv: list[str]) -> int:
     building a large model cost more than the measurement). One result line per case."""
     payload = json.loads(argv[0])
     for fields in payload if isinstance(payload, list) else [payload]:
-        case = Case(**fields)
+        case = Case(**{**fields, "compilers": tuple(fields.get("compilers", ()))})
         try:
-            row = run(case)
+            if case.compilers:
+                from kiln.bench.interleaved import run_interleaved
+                row = run_interleaved(case)
+            else:
+                row = run(case)
         except BaseException as e:  # the row reports it; the traceback goes to stderr for the log
             traceback.print_exc()
             row = status_of_error(e)

@@ -121,10 +121,12 @@ def run_case(case: Case, timeout: float, warm: bool = True) -> dict:
     return run_group([case], timeout, warm)[0]
 
 
-def run_group(cases: list[Case], timeout: float, warm: bool = True) -> list[dict]:
+def run_group(cases: list[Case], timeout: float, warm: bool = True, cache_dir: str | None = None) -> list[dict]:
     """The full rows of `cases`, run in one process: the cold runs, then (for compilers that
-    compile and cases that ran) a second process on the same caches for the warm compile times."""
-    cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-")
+    compile and cases that ran) a second process on the same caches for the warm compile times.
+    With `cache_dir` (kept by the caller: `prewarm`), the on-disk caches are that folder's."""
+    own_cache = cache_dir is None
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="kiln-bench-cache-")
     start, cpu_start = time.perf_counter(), _children_cpu_s()
     try:
         rows = []
@@ -134,7 +136,7 @@ def run_group(cases: list[Case], timeout: float, warm: bool = True) -> list[dict
                 row["log_tail"] = outcome.log_tail
             rows.append(row)
         again = [i for i, (case, row) in enumerate(zip(cases, rows))
-                 if warm and get_compiler(case.compiler).compiles and row["status"] in ("pass", "fail_accuracy")]
+                 if warm and not case.compilers and get_compiler(case.compiler).compiles and row["status"] in ("pass", "fail_accuracy")]
         seconds = run_processes([dataclasses.replace(cases[i], phase="warm") for i in again], cache_dir, timeout)
         for i, second in zip(again, seconds):
             if second.row.get("status") == "pass":
@@ -148,7 +150,27 @@ def run_group(cases: list[Case], timeout: float, warm: bool = True) -> list[dict
             row["shared_process"] = len(cases) > 1
         return rows
     finally:
-        shutil.rmtree(cache_dir, ignore_errors=True)
+        if own_cache:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def prewarm(cases: list[Case], timeout: float, workers: int, cache_dir: str) -> list[str]:
+    """[Note: prewarm] Compile every case once, `workers` processes at a time, into `cache_dir`, so
+    that the timed runs after it, one case at a time, find every compiler's on-disk caches filled:
+    compiling is CPU-bound, and on a GPU machine of many cores the cases' compiles overlap well,
+    while the timing must not. The timed rows then report warm compile seconds. Returns one line
+    per case that failed here (the timed run reports it again)."""
+    import concurrent.futures
+    failures = []
+
+    def one(case: Case) -> Outcome:
+        return run_process(dataclasses.replace(case, phase="prewarm"), cache_dir, timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for case, outcome in zip(cases, pool.map(one, cases)):
+            if outcome.row.get("status") != "pass":
+                failures.append(f"prewarm {case.key}: {outcome.row.get('error', outcome.row.get('status'))}")
+    return failures
 
 
 class Progress:
@@ -183,28 +205,53 @@ class Progress:
 
 
 def run_all(cases: Iterable[Case], timeout: float, warm: bool = True,
-            on_row: Callable[[dict], None] | None = None, share_process: bool = False) -> list[dict]:
+            on_row: Callable[[dict], None] | None = None, share_process: bool = False,
+            prewarm_workers: int = 0) -> list[dict]:
     """Run every case in order; `on_row` sees each finished row (the CLI appends it to the JSON
     lines file at once, so an interrupted run keeps what it measured). With `share_process`, the
     compilers of one (model, mode, precision) share a process: on a GPU, starting a process and
     building a large model cost more than the measurement. Not on CPU, where the peak-memory
     figure is the process's peak RSS."""
     cases = list(cases)
-    progress = Progress(len(cases))
+    cache_dir = None
+    if prewarm_workers:
+        cache_dir = tempfile.mkdtemp(prefix="kiln-bench-prewarm-")
+        print(f"kiln bench: prewarming {len(cases)} cases, {prewarm_workers} processes at a time", file=sys.stderr)
+        for line in prewarm(cases, timeout, prewarm_workers, cache_dir):
+            print(f"kiln bench: {line}", file=sys.stderr)
+        warm = False      # the timed runs' compile seconds are the warm ones already
+    progress = Progress(sum(max(len(c.compilers), 1) for c in cases))
     rows = []
     try:
         for group in _groups(cases, share_process):
             for case in group:
                 progress.start(case.key)
-            for case, result in zip(group, run_group(group, timeout, warm)):
-                row = {**case_fields(case), **result}
-                rows.append(row)
-                if on_row is not None:
-                    on_row(row)
-                progress.finish(case.key, row)
+            for case, result in zip(group, run_group(group, timeout, warm, cache_dir)):
+                if cache_dir is not None:
+                    result = _as_warm(result)
+                for row in expand(case, result):
+                    rows.append(row)
+                    if on_row is not None:
+                        on_row(row)
+                    progress.finish(f"{case.suite}/{case.model} {case.mode} {case.precision} {row['compiler']}", row)
     finally:
         progress.close()
+        if cache_dir is not None:
+            shutil.rmtree(cache_dir, ignore_errors=True)
     return rows
+
+
+def _as_warm(result: dict) -> dict:
+    """A timed result after `prewarm`: its first-call seconds are warm-start seconds."""
+    def rename(row: dict) -> dict:
+        row = dict(row)
+        if "cold_compile_s" in row:
+            row["warm_compile_s"] = row.pop("cold_compile_s")
+        return row
+    result = rename(result)
+    if "rows" in result:
+        result["rows"] = [rename(r) for r in result["rows"]]
+    return result
 
 
 def _groups(cases: list[Case], share_process: bool) -> list[list[Case]]:
@@ -218,5 +265,18 @@ def _groups(cases: list[Case], share_process: bool) -> list[list[Case]]:
 
 def case_fields(case: Case) -> dict:
     fields = dataclasses.asdict(case)
-    fields.pop("phase")
+    for key in ("phase", "compilers", "profile"):
+        fields.pop(key)
     return fields
+
+
+def expand(case: Case, result: dict) -> list[dict]:
+    """The rows of one case's result: one, or one per compiler of an interleaved case (whose
+    failure to run at all is every compiler's row)."""
+    shared = {**case_fields(case), "method": "interleaved" if case.compilers else "separate"}
+    if not case.compilers:
+        return [{**shared, **result}]
+    if "rows" not in result:
+        return [{**shared, **result, "compiler": name} for name in case.compilers]
+    extra = {k: v for k, v in result.items() if k not in ("rows", "status")}
+    return [{**shared, **extra, **row} for row in result["rows"]]

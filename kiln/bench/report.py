@@ -22,6 +22,7 @@ COLUMNS = (  # (header, row key, format)
     ("model", "model", "{}"), ("mode", "mode", "{}"), ("prec", "precision", "{}"),
     ("compiler", "compiler", "{}"), ("status", "status", "{}"),
     ("eager ms", "eager_ms", "{:.2f}"), ("ms", "ms", "{:.2f}"), ("speedup", "speedup", "{:.2f}x"),
+    ("vs inductor", "vs_inductor", "{:.2f}"),
     ("cold s", "cold_compile_s", "{:.1f}"), ("warm s", "warm_compile_s", "{:.1f}"),
     ("peak MB", "peak_mem_mb", "{:.0f}"), ("eager MB", "eager_peak_mem_mb", "{:.0f}"),
     ("graphs", "graphs", "{}"), ("breaks", "graph_breaks", "{}"),
@@ -44,6 +45,7 @@ def summary(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["compiler"], row["mode"], row["precision"]), []).append(row)
+    inductor_passed = {_case_key(r): r["status"] == "pass" for r in rows if r["compiler"] == "inductor"}
     out = []
     for (compiler, mode, precision), group in groups.items():
         passing = [r for r in group if r["status"] == "pass"]
@@ -54,9 +56,16 @@ def summary(rows: list[dict]) -> list[dict]:
                     "passed": f"{len(passing)}/{len(group)}",
                     "statuses": ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
                     "geomean_speedup": geomean(r.get("speedup") for r in passing),
+                    # Inductor ms / this compiler's ms, over rows where both passed in one process
+                    "geomean_vs_inductor": geomean(r.get("vs_inductor") for r in passing
+                                                   if inductor_passed.get(_case_key(r))),
                     "mean_cold_s": _mean(r.get("cold_compile_s") for r in passing),
                     "mean_warm_s": _mean(r.get("warm_compile_s") for r in passing)})
     return out
+
+
+def _case_key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ("suite", "model", "mode", "precision", "device", "size", "batch"))
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -66,6 +75,7 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 SUMMARY_COLUMNS = (("compiler", "compiler", "{}"), ("mode", "mode", "{}"), ("prec", "precision", "{}"),
                    ("passed", "passed", "{}"), ("geomean speedup", "geomean_speedup", "{:.2f}x"),
+                   ("geomean vs inductor", "geomean_vs_inductor", "{:.2f}"),
                    ("mean cold s", "mean_cold_s", "{:.1f}"), ("mean warm s", "mean_warm_s", "{:.1f}"),
                    ("statuses", "statuses", "{}"))
 
@@ -128,6 +138,25 @@ class ResultFiles:
         with open(self.jsonl, "a") as f:
             f.write(json.dumps({"type": "row", **row}) + "\n")
 
+    @property
+    def attribution(self) -> str:
+        return self.markdown[:-len(".md")] + "_attribution.md"
+
+    def write_attribution(self, rows: list[dict]) -> None:
+        from kiln.bench.attribution import side_by_side
+        cases: dict[tuple, dict[str, dict]] = {}
+        for row in rows:
+            if "profile" in row:
+                cases.setdefault((row["model"], row["mode"], row["precision"]), {})[row["compiler"]] = row["profile"]
+        text = [f"# GPU time by category: {self.started:%Y-%m-%d %H:%M} UTC", "", f"Command: `{self.command}`", "",
+                "One steady step of each compiler under torch.profiler, after the interleaved timing; kernels "
+                "sorted by name (`kiln.bench.attribution.category_of`); idle = the unprofiled median step minus "
+                "the union of kernel intervals (the GPU waiting for the host).", ""]
+        for (model, mode, precision), profiles in cases.items():
+            text.append(side_by_side(f"{model} {mode} {precision}", profiles))
+        with open(self.attribution, "w") as f:
+            f.write("\n".join(text))
+
     def write_markdown(self, rows: list[dict], notes: list[str]) -> None:
         env = ", ".join(f"{k} {v}" for k, v in self.env.items())
         with open(self.markdown, "w") as f:
@@ -135,9 +164,23 @@ class ResultFiles:
                                     rows, notes))
 
 
+def method_of(rows: list[dict]) -> str:
+    """What a results file's figures may be used for, for its title: a CUDA run is headline only
+    when every row was timed interleaved with no other process seen on the GPU."""
+    cuda = [r for r in rows if str(r.get("device", "cpu")).startswith("cuda")]
+    if not cuda:
+        return ""
+    shared = max((r.get("gpu_neighbours") or 0 for r in cuda), default=0)
+    if shared:
+        return f" (exploration only: {shared} other process(es) on the GPU)"
+    if any(r.get("method") != "interleaved" for r in cuda):
+        return " (exploration only: compilers timed in separate processes)"
+    return " (headline method: one case at a time, compilers interleaved in one process)"
+
+
 def markdown_report(when: str, commands: list[str], environments: list[str], rows: list[dict],
                     notes: list[str]) -> str:
-    text = [f"# kiln bench: {when}", "", "Command:", ""] + [f"- {c}" for c in commands] + [
+    text = [f"# kiln bench: {when}{method_of(rows)}", "", "Command:", ""] + [f"- {c}" for c in commands] + [
         "", "Environment:", ""] + [f"- {e}" for e in environments] + [
         "", "## Summary (geomean speedup over eager, passing rows only)", "",
         markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
@@ -184,9 +227,13 @@ def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
 
 
 METHOD = [
-    "each case runs in its own process on CPU; on CUDA the compilers of one (model, mode, precision) "
-    "share one (in order; each compiler's own imports and on-disk caches are still cold for it); "
-    "ms is the median of the compiled steps, eager ms the median "
+    "interleaved (the headline method, default on CUDA): the compilers of one (model, mode, precision) "
+    "in one process, timed round-robin (eager, inductor, kiln, eager, ...) after warm-up; ms is each "
+    "compiler's median, speedup = eager ms / ms, vs inductor = inductor ms / ms from the same steps; "
+    "cold s there is each compiler's first call minus a steady step in that shared process (a later "
+    "compiler finds imports done)",
+    "separate (default on CPU): each case in its own process, "
+    "ms the median of the compiled steps, eager ms the median "
     "of eager steps interleaved with them, after warm-up; speedup = eager ms / ms",
     "cold s = first compiled call (compile included) minus a steady step, in a process with empty "
     "on-disk caches; warm s = the same in a second process that finds the caches the first filled",

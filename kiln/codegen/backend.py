@@ -105,5 +105,5 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
 
     compiler = _compiler(options)
     return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                       decompositions=decompositions_for(set(BACKEND_OPS)),
+                       decompositions=decompositions_for(set(BACKEND_OPS), options.numerics),
                        partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))

@@ -35,17 +35,28 @@ def _rsqrt_eps(var, eps):
 
 @register(aten.native_layer_norm.default)
 def native_layer_norm(a, normalized_shape, weight, bias, eps):
+    """Statistics in two passes (mean, then the mean of squared deviations): the fastest form, and
+    as accurate as eager's Welford."""
+    return _layer_norm(a, normalized_shape, weight, bias, eps, _stats)
+
+
+@register(aten.native_layer_norm.default, numerics="eager")
+def native_layer_norm_in_eagers_order(a, normalized_shape, weight, bias, eps):
+    """On CUDA, one `var_mean`: Triton kernels reduce it in the order of eager's own layer_norm
+    kernel, so a compiled model normalizes bit for bit as eager does ([Note: eager's layer_norm
+    statistics] in kiln/codegen/triton/reductions.py), at about two thirds of the two-pass kernel's
+    bandwidth. Elsewhere two passes."""
+    def stats(x, dims):
+        return p.var_mean(x, dims)[::-1] if a.device.type == "cuda" else _stats(x, dims)
+    return _layer_norm(a, normalized_shape, weight, bias, eps, stats)
+
+
+def _layer_norm(a, normalized_shape, weight, bias, eps, stats):
     axis = a.ndim - len(normalized_shape)
     dims = list(range(axis, a.ndim))
     kept = list(range(axis))
     x = convert(a, computation_dtype(a.dtype))
-    # On CUDA, one `var_mean`: Triton kernels reduce it in the order of eager's own layer_norm kernel,
-    # so a compiled model normalizes bit for bit as eager does ([Note: eager's layer_norm statistics]
-    # in kiln/codegen/triton/reductions.py); elsewhere two passes, which are faster there.
-    if a.device.type == "cuda":
-        var, mean = p.var_mean(x, dims)
-    else:
-        mean, var = _stats(x, dims)
+    mean, var = stats(x, dims)
     rstd = _rsqrt_eps(var, eps)
     out = p.mul(p.sub(x, _bcast(mean, x.shape, kept)), _bcast(rstd, x.shape, kept))
     if weight is not None:

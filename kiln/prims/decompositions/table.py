@@ -11,21 +11,33 @@ from typing import Callable
 
 DECOMPOSITIONS: dict = {}
 
+# [Note: numerics] `options={"numerics": ...}` of kiln.compile. "fast" (the default): every row is
+# the fastest decomposition that passes the benchmark's accuracy rule. "eager": rows registered
+# under it replace those, computing in the order of eager's own kernels so a compiled model gives
+# eager's bits (layer_norm's statistics; Triton's division, square root and libdevice already
+# round as eager's CUDA kernels in both). The variants are rows of the same table, per numerics.
+NUMERICS = ("fast", "eager")
+VARIANTS: dict[str, dict] = {"eager": {}}
 
-def register(*overloads):
+
+def register(*overloads, numerics: str = "fast"):
+    table = DECOMPOSITIONS if numerics == "fast" else VARIANTS[numerics]
+
     def add(fn: Callable) -> Callable:
         for overload in overloads:
-            if overload in DECOMPOSITIONS:
-                raise ValueError(f"{overload} has two decompositions: {DECOMPOSITIONS[overload].__name__} "
+            if overload in table:
+                raise ValueError(f"{overload} has two {numerics} decompositions: {table[overload].__name__} "
                                  f"and {fn.__name__}")
-            DECOMPOSITIONS[overload] = fn
+            table[overload] = fn
         return fn
     return add
 
 
-def decompositions_for(backend_ops: set) -> dict:
-    """The rows a backend needs: every decomposition except of the ops it implements itself."""
-    return {op: fn for op, fn in DECOMPOSITIONS.items() if op not in backend_ops}
+def decompositions_for(backend_ops: set, numerics: str = "fast") -> dict:
+    """The rows a backend needs: every decomposition except of the ops it implements itself, with
+    the variants of `numerics` in place of the fast rows ([Note: numerics])."""
+    rows = {**DECOMPOSITIONS, **VARIANTS.get(numerics, {})}
+    return {op: fn for op, fn in rows.items() if op not in backend_ops}
 
 
 def add_inplace_rows() -> int:

@@ -1,0 +1,57 @@
+"""[Note: numerics]: `options={"numerics": "fast" | "eager"}`. The default is the fastest
+decomposition that passes the benchmark's accuracy rule; "eager" swaps in the rows that compute in
+eager's order (layer_norm's statistics on CUDA), so a compiled model gives eager's bits."""
+import pytest
+import torch
+
+import kiln
+from kiln.errors import InvalidOption
+from kiln.prims import decompositions_for
+from kiln.prims.decompositions import normalization
+
+aten = torch.ops.aten
+
+
+def test_numerics_chooses_the_layer_norm_row():
+    assert decompositions_for(set())[aten.native_layer_norm.default] is normalization.native_layer_norm
+    eager = decompositions_for(set(), "eager")
+    assert eager[aten.native_layer_norm.default] is normalization.native_layer_norm_in_eagers_order
+    # every other row is shared
+    assert {op for op in eager if eager[op] is not decompositions_for(set())[op]} == {aten.native_layer_norm.default}
+
+
+def test_an_unknown_numerics_is_refused_with_its_choices():
+    with pytest.raises(InvalidOption, match="'fast' or 'eager'"):
+        kiln.compile(lambda x: x, options={"numerics": "bitwise"})
+
+
+@pytest.mark.parametrize("numerics", ["fast", "eager"])
+def test_layer_norm_under_either_numerics_equals_eager_on_cpu(numerics):
+    ln = torch.nn.LayerNorm(96)
+    x = torch.randn(4, 7, 96) * 3 + 1
+    kiln.reset()
+    got = kiln.compile(ln, options={"numerics": numerics})(x)
+    torch.testing.assert_close(got, ln(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_on_the_gpu_eager_numerics_is_bit_equal_and_fast_numerics_is_close(dtype):
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(2560, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        ln.weight.normal_()
+        ln.bias.normal_()
+    x = (torch.randn(512, 2560, device="cuda") * 4 + 2).to(dtype)
+    r = torch.randn_like(x)
+
+    def fn(x, r):
+        return ln(x + r)
+    want = fn(x, r)
+    kiln.reset()
+    eager_order = kiln.compile(fn, options={"numerics": "eager"})(x, r)
+    assert torch.equal(eager_order, want), f"{int((eager_order != want).sum())} of {want.numel()} differ"
+    kiln.reset()
+    fast = kiln.compile(fn)(x, r)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(fast, want, rtol=tol, atol=tol)

@@ -142,6 +142,21 @@ def run_interleaved(case: Case) -> dict:
         for name, step in steps.items():
             try:
                 rows[name]["profile"] = profile_step(step, rows[name]["ms"]).to_json()
+                if name.startswith("kiln"):
+                    rows[name]["profile"]["sources"] = kiln_sources(rows[name]["profile"]["top"])
             except Exception as e:  # a profiler failure costs the table, not the row
                 rows[name]["profile_error"] = first_line(e)
     return {"status": "pass", "rows": list(rows.values())}
+
+
+def kiln_sources(top: list) -> dict[str, str]:
+    """The printed source and launch plans of kiln's Triton kernels among the most expensive ones."""
+    from kiln.codegen.triton.launcher import BUILT
+    names = [entry[0] for entry in top if entry[0].startswith("kiln_")]
+    sources = {}
+    for kernel in list(BUILT):
+        match = next((n for n in names if n.startswith(kernel.function)), None)
+        if match and kernel.function not in sources:
+            plans = {str(k): (p.numels, str(p.config)) for k, p in kernel.plans.items() if p is not None}
+            sources[kernel.function] = f"# plans {plans}\n{kernel.source}"[:6000]
+    return sources

@@ -1,0 +1,116 @@
+"""The device-independent layout passes of kiln/codegen/layout.py: [Note: layouts that follow their
+input] and [Note: aligned matmuls]. The IR tests run anywhere (CUDA buffers are only names there);
+the end-to-end ones compare with eager, on the CPU and, where there is one, on a GPU."""
+import pytest
+import sympy
+import torch
+
+import kiln
+import kiln.prims.ops  # noqa: F401  (registers the prims)
+from kiln.codegen import ir, layout
+from kiln.codegen.ir import loop_var
+
+mm = torch.ops.kiln_prims.mm.default
+S = sympy.Integer
+x0, x1 = loop_var(0), loop_var(1)
+
+
+def _lm_head_graph(device: str, vocab: int) -> ir.Graph:
+    """logits = x @ convert(W).T and their square, both graph outputs; W float32 [vocab, 768]."""
+    bufs = (ir.Buffer("arg0", (S(4096), S(768)), (S(768), S(1)), torch.bfloat16, device),
+            ir.Buffer("arg1", (S(vocab), S(768)), (S(768), S(1)), torch.float32, device),
+            ir.Buffer("buf0", (S(768), S(vocab)), (S(vocab), S(1)), torch.bfloat16, device),
+            ir.Buffer("buf1", (S(4096), S(vocab)), (S(vocab), S(1)), torch.bfloat16, device),
+            ir.Buffer("buf2", (S(4096), S(vocab)), (S(vocab), S(1)), torch.bfloat16, device))
+    cast = ir.Op("to_dtype", (ir.Load("arg1", x0 + 768 * x1, torch.float32),), torch.bfloat16)
+    logits = ir.Load("buf1", vocab * x0 + x1, torch.bfloat16)
+    nodes = (ir.ComputedBuffer("buf0", ir.Pointwise((S(768), S(vocab)), cast)),
+             ir.ExternKernel(("buf1",), mm, (ir.BufferArg("arg0"), ir.BufferArg("buf0"))),
+             ir.ComputedBuffer("buf2", ir.Pointwise((S(4096), S(vocab)),
+                                                   ir.Op("mul", (logits, logits), torch.bfloat16))))
+    return ir.Graph(inputs=("arg0", "arg1"), buffers=bufs, nodes=nodes, outputs=("buf2", "buf1"))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_a_cast_of_a_transposed_weight_keeps_the_weights_order(device):
+    graph = layout.optimize_layouts(_lm_head_graph(device, 50264))
+    assert graph.buffer_map()["buf0"].strides == (1, 768)      # W's own order: read and written at unit stride
+    (cast,) = [n for n in graph.nodes if isinstance(n, ir.ComputedBuffer) and n.buffer == "buf0"]
+    assert sympy.expand(cast.body.expr.args[0].index) == x0 + 768 * x1
+
+
+def test_a_misaligned_cuda_product_computes_into_a_padded_buffer_and_copies_out():
+    graph = layout.optimize_layouts(_lm_head_graph("cuda:0", 50257))
+    buffers = graph.buffer_map()
+    assert buffers["buf1_aligned"].strides == (50264, 1)
+    (product,) = [n for n in graph.nodes if isinstance(n, ir.ExternKernel)]
+    assert product.outputs == ("buf1_aligned",)
+    assert buffers["buf1"].strides == (50257, 1)               # the graph output keeps eager's layout
+    aligned = layout.optimize_layouts(_lm_head_graph("cuda:0", 50264))
+    assert "buf1_aligned" not in aligned.buffer_map()            # nothing to do when rows are aligned
+    assert "buf1_aligned" not in layout.optimize_layouts(_lm_head_graph("cpu", 50257)).buffer_map()
+
+
+def test_a_misaligned_operand_the_graph_takes_in_is_copied_padded():
+    bufs = (ir.Buffer("arg0", (S(4096), S(50257)), (S(50257), S(1)), torch.bfloat16, "cuda:0"),
+            ir.Buffer("arg1", (S(50257), S(768)), (S(768), S(1)), torch.bfloat16, "cuda:0"),
+            ir.Buffer("buf0", (S(4096), S(768)), (S(768), S(1)), torch.bfloat16, "cuda:0"))
+    graph = ir.Graph(inputs=("arg0", "arg1"), buffers=bufs, outputs=("buf0",),
+                     nodes=(ir.ExternKernel(("buf0",), mm, (ir.BufferArg("arg0"), ir.BufferArg("arg1"))),))
+    out = layout.optimize_layouts(graph)
+    (product,) = [n for n in out.nodes if isinstance(n, ir.ExternKernel)]
+    copy = product.args[0].name
+    assert copy != "arg0" and out.buffer_map()[copy].strides == (50264, 1)
+    assert product.args[1].name == "arg1"
+
+
+def test_transposed_casts_and_products_equal_eager_on_cpu():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(96, 200)
+    x = torch.randn(3, 5, 96, requires_grad=True)
+
+    def fn(x):
+        return torch.nn.functional.linear(x, lin.weight.double().float(), lin.bias) * 2
+    kiln.reset()
+    got = kiln.compile(fn)(x)
+    want = fn(x)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_gpu
+def test_on_the_gpu_a_misaligned_lm_head_under_autocast_trains_equal_to_eager():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(768, 50257, bias=False, device="cuda")
+    x = torch.randn(8, 512, 768, device="cuda", requires_grad=True)
+
+    def step(fn):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = fn(x)
+        grads = torch.autograd.grad(logits.float().square().mean(), (x, head.weight))
+        return logits, grads
+    kiln.reset()
+    want, want_grads = step(head)
+    got, got_grads = step(kiln.compile(head))
+    assert got.is_contiguous()
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=3e-2, atol=1e-4)
+
+
+@needs_gpu
+def test_on_the_gpu_embedding_gradients_through_index_add_equal_eagers():
+    """[Note: accumulating index_put on CUDA]: many repeated rows (T5's relative-position bias)."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(32, 8, device="cuda")
+    idx = torch.randint(0, 32, (512, 512), device="cuda")
+
+    def fn(i):
+        return emb(i).square().sum()
+    kiln.reset()
+    want = torch.autograd.grad(fn(idx), emb.weight)[0]
+    got = torch.autograd.grad(kiln.compile(fn)(idx), emb.weight)[0]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)

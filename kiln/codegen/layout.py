@@ -218,7 +218,7 @@ def _source_order(body: ir.Pointwise, buf: ir.Buffer, buffers: dict) -> tuple[in
         source = buffers.get(ld.buffer)
         if ld.indirect or source is None or sympy.sympify(source.numel) != sympy.sympify(buf.numel):
             continue
-        index = sympy.expand(sympy.sympify(ld.index))
+        index = sympy.expand(simplify_index(sympy.sympify(ld.index), _node_bounds(body)))
         steps = {k: index.coeff(loop_var(k)) for k in dims}
         if not all(c.is_number and c > 0 for c in steps.values()) or len(set(steps.values())) < len(dims):
             continue
@@ -240,6 +240,13 @@ def _strides_in_order(sizes, order: tuple[int, ...]) -> tuple[sympy.Expr, ...]:
         strides[k] = running
         running = running * sympy.sympify(sizes[k])
     return tuple(strides)
+
+
+def _dense(buf: ir.Buffer) -> bool:
+    """Whether `buf`'s strides are a permutation of some order's contiguous strides."""
+    dims = sorted(range(len(buf.sizes)), key=lambda k: -int(buf.strides[k]))
+    return _strides_in_order(buf.sizes, tuple(dims)) == tuple(sympy.sympify(x) for x in buf.strides) or any(
+        int(s) == 1 for s in buf.sizes)
 
 
 def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
@@ -265,15 +272,17 @@ def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
             continue
         buf = buffers[node.buffer]
         if len(buf.sizes) < 2 or not all(sympy.sympify(s).is_number for s in buf.sizes) or buf.offset != 0 \
-                or buf.strides != ir.contiguous_strides(buf.sizes):
+                or not _dense(buf):
             continue
         order = _source_order(node.body, buf, buffers)
-        if order is None or order == tuple(range(len(buf.sizes))):
+        if order is None:
             continue
         n = len(buf.sizes)
-        if node.buffer in operands and order != tuple(range(n - 2)) + (n - 1, n - 2):
-            continue        # a matmul takes a matrix transposed, not any permutation
-        plan[node.buffer] = _strides_in_order(buf.sizes, order)
+        if node.buffer in operands and order not in (tuple(range(n)), tuple(range(n - 2)) + (n - 1, n - 2)):
+            continue        # a matmul takes a matrix as it is or transposed, not any permutation
+        strides = _strides_in_order(buf.sizes, order)
+        if strides != tuple(sympy.sympify(x) for x in buf.strides):
+            plan[node.buffer] = strides
     return plan
 
 
@@ -333,7 +342,7 @@ def _macs(node: ir.ExternKernel, buffers: dict) -> int:
 def align_matmuls(graph: ir.Graph) -> ir.Graph:
     """[Note: aligned matmuls]: padded row pitches for the large CUDA products that lack them."""
     buffers = graph.buffer_map()
-    if not buffers or any(b.device == "cpu" for b in buffers.values()):
+    if not any(str(b.device).startswith("cuda") for b in buffers.values()):
         return graph
     computed = {n.buffer: n for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
     pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
@@ -358,7 +367,8 @@ def align_matmuls(graph: ir.Graph) -> ir.Graph:
             continue
         operand_sizes = [node.args[i].sizes if isinstance(node.args[i], ir.ViewArg) else buffers[node.args[i].name].sizes
                          for i in _MATMUL_OPERANDS[name]]
-        if not all(static(x) for x in operand_sizes) or _macs(node, buffers) < _PAD_MIN_MACS:
+        on_cuda = all(str(buffers[node.args[i].name].device).startswith("cuda") for i in _MATMUL_OPERANDS[name])
+        if not on_cuda or not all(static(x) for x in operand_sizes) or _macs(node, buffers) < _PAD_MIN_MACS:
             nodes.append(node)
             continue
         args = list(node.args)

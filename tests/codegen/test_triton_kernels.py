@@ -380,3 +380,20 @@ def test_logic_between_a_scalar_load_and_a_block():
     out = torch.empty(5)
     run(kernel, bufs, [torch.tensor([2.0]), torch.tensor([3]), out], (5,))
     torch.testing.assert_close(out, torch.tensor([2.0, 2.0, 2.0, 0.0, 2.0]))
+
+
+def test_an_outer_reduction_with_a_small_operand_along_r_is_still_wide_in_x():
+    """RMSNorm's weight gradient: every large load steps along x; only the per-row statistic runs
+    along r. The launch must still be wide in x (the vote in `_rows_contiguous`)."""
+    from kiln.codegen.triton.printer import layout_of
+    big = ir.Load("a", r0 * s1 + x0, F32)
+    stat = ir.Load("b", r0, F32)
+    body = ir.Op("mul", (ir.Op("mul", (big, ir.Load("c", r0 * s1 + x0, F32)), F32), stat), F32)
+    kernel = ir.Kernel("wgrad", (s1,), (ir.Stage((s0,), (ir.Accumulate("t", "sum", body),)),
+                                         ir.Stage((), (ir.Store("out", x0, ir.Var("t", F32)),))), ("a", "b", "c", "out"), (s0, s1))
+    assert layout_of(kernel).rows_contiguous
+    bufs = {"a": contiguous("a", (s0, s1)), "b": contiguous("b", (s0,)), "c": contiguous("c", (s0, s1)),
+            "out": contiguous("out", (s1,))}
+    a, b, c, out = torch.randn(37, 50), torch.randn(37), torch.randn(37, 50), torch.empty(50)
+    build([kernel], bufs)["wgrad"](a, b, c, out, 37, 50)
+    torch.testing.assert_close(out, (a.double() * c.double() * b.double()[:, None]).sum(0).float(), rtol=1e-5, atol=1e-5)

@@ -69,20 +69,24 @@ def _range_groups(kernel: ir.Kernel) -> list[tuple]:
 
 
 def _rows_contiguous(kernel: ir.Kernel) -> bool:
-    """True when the first reduction's loads step through memory along x, not r."""
+    """True when the first reduction's loads mostly step through memory along x, not r: a vote
+    over its loads, since one small broadcast operand (RMSNorm's rstd in its weight gradient) may
+    run along r while every large one runs along x."""
     for stage in kernel.stages:
         if not stage.reduction_ranges:
             continue
+        r_last = ir.reduction_var(len(stage.reduction_ranges) - 1)
+        x_last = ir.loop_var(len(kernel.ranges) - 1) if kernel.ranges else None
+        along_x = along_r = 0
         for stmt in stage.body:
             expr = getattr(stmt, "expr", None)
             for load in ir.loads_of(expr) if expr is not None else []:
                 index = sympy.expand(sympy.sympify(load.index))
-                r_last = ir.reduction_var(len(stage.reduction_ranges) - 1)
-                x_last = ir.loop_var(len(kernel.ranges) - 1) if kernel.ranges else None
                 if index.coeff(r_last) == 1:
-                    return False
-                if x_last is not None and index.coeff(x_last) == 1:
-                    return True
+                    along_r += 1
+                elif x_last is not None and index.coeff(x_last) == 1:
+                    along_x += 1
+        return along_x > along_r
     return False
 
 

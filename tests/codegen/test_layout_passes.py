@@ -111,10 +111,14 @@ def test_on_the_gpu_embedding_gradients_through_index_add_equal_eagers():
     def fn(i):
         return emb(i).square().sum()
     kiln.reset()
+    want = torch.autograd.grad(fn(idx), emb.weight)[0]
     got = torch.autograd.grad(kiln.compile(fn)(idx), emb.weight)[0]
-    exact = torch.zeros(32, 8, dtype=torch.float64).index_add_(
-        0, idx.flatten().cpu(), (2 * emb.weight.detach().double().cpu())[idx.flatten().cpu()])
-    torch.testing.assert_close(got.double().cpu(), exact, rtol=1e-5, atol=1e-5)
+    flat = idx.flatten().cpu()
+    exact = torch.zeros(32, 8, dtype=torch.float64).index_add_(0, flat, (2 * emb.weight.detach().double().cpu())[flat])
+    # 8,192 float32 terms a row: both sums round; kiln's atomics may not be further off than eager's sort
+    kiln_error = (got.double().cpu() - exact).abs().max()
+    eager_error = (want.double().cpu() - exact).abs().max()
+    assert kiln_error <= 2 * eager_error + 1e-6 * exact.abs().max(), (kiln_error, eager_error)
 
 
 def test_a_value_recomputed_for_a_transposed_operand_keeps_its_inputs_order():

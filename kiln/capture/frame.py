@@ -20,7 +20,8 @@ from typing import Any, Callable
 import torch
 
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
-from kiln.capture.guards import first_failure
+from kiln.capture import recompiles
+from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
@@ -60,7 +61,9 @@ class CompiledFunction:
         self.backend = backend
         self.config = config
         self.entries: list[Entry] = []
-        self.warned_limit = False
+        self.at_limit = False           # cache_size_limit reached: misses run eagerly
+        self.compiles = 0               # traces started (a graph break retraces: one per retry)
+        self.eager_calls = 0            # calls run eagerly past the limit
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
@@ -72,6 +75,12 @@ class CompiledFunction:
         for entry in self.entries:
             if entry.check(*args, **kwargs):
                 return entry.run(*args, **kwargs)
+        if self.at_limit:
+            # [Note: past the cache-size limit] a miss runs the function as Python at once: no
+            # diagnosis of the failed guard (that was said once, in the warning), no trace, no
+            # compile. What is left over eager is the entries' guard checks, a call each.
+            self.eager_calls += 1
+            return self.fn(*args, **kwargs)
         return self._miss(args, kwargs)
 
     def __get__(self, obj, objtype=None):
@@ -80,19 +89,20 @@ class CompiledFunction:
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):
         if self.entries:
-            failed = None
-            for entry in self.entries[-1:]:
-                failed = first_failure(entry.guards, self.params, entry.check.__kiln_bindings__,
-                                       *_bind_defaults(self.fn, args, kwargs))
-            reason = failed.describe() if failed is not None else "a guard failed"
+            reason = why_missed(self.entries[-1], self.params, *_bind_defaults(self.fn, args, kwargs))
             if len(self.entries) >= self.config.cache_size_limit:
-                if not self.warned_limit:
-                    warnings.warn(f"kiln: {_name(self.fn)} was recompiled {self.config.cache_size_limit} times "
-                                  f"(cache_size_limit); running it eagerly from now on. Last failed guard: {reason}")
-                    self.warned_limit = True
-                    _emit(Event("eager", _name(self.fn), f"cache_size_limit reached; failed guard: {reason}"))
+                limit = self.config.cache_size_limit
+                warnings.warn(f"kiln: {_name(self.fn)} has {limit} compiled entries, its cache_size_limit "
+                              f"(options={{'cache_size_limit': n}}); calls that match none run eagerly from now on. "
+                              f"The guard that failed: {reason}", stacklevel=3)
+                self.at_limit = True
+                _emit(Event("eager", _name(self.fn), f"cache_size_limit ({limit}) reached; failed guard: {reason}"))
+                recompiles.log(_name(self.fn), f"cache_size_limit ({limit}) reached, running eagerly; "
+                                               f"failed guard: {reason}", "no recompile")
+                self.eager_calls += 1
                 return self.fn(*args, **kwargs)
             _emit(Event("recompile", _name(self.fn), reason))
+            recompiles.log(_name(self.fn), reason)
             if self.config.dynamic is None:
                 self.dynamic_dims |= self._changed_dims(self.entries[-1], args, kwargs)
         entry = self._compile(args, kwargs)
@@ -122,6 +132,7 @@ class CompiledFunction:
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
+            self.compiles += 1
             try:
                 trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                     dynamic_dims=self.dynamic_dims)
@@ -274,7 +285,9 @@ class ModuleCall:
 
     def __init__(self, module: torch.nn.Module, backend, config):
         self.module_ref = weakref.ref(module)
-        self.compiled = CompiledFunction(_call_module_copy(), backend, config)
+        fn = _call_module_copy()
+        fn.__qualname__ = f"{type(module).__qualname__}.__call__"   # what messages call this frame
+        self.compiled = CompiledFunction(fn, backend, config)
 
     @property
     def __kiln_original__(self):
@@ -306,6 +319,6 @@ def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
 def reset() -> None:
     for wrapper in list(_ALL_WRAPPERS):
         wrapper.entries.clear()
-        wrapper.warned_limit = False
+        wrapper.at_limit = False
     _RESUMES.clear()
     _WRAPPED.clear()

@@ -90,10 +90,12 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
 
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
-                dynamic: bool | None, dynamic_dims: frozenset = frozenset()) -> TraceResult:
+                dynamic: bool | None, dynamic_dims: frozenset = frozenset(),
+                changing_sizes: tuple = (frozenset(), frozenset())) -> TraceResult:
     """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`.
-    `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes."""
-    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims)
+    `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes; `changing_sizes`: (sizes,
+    known sources): dims of those sizes in inputs read from other sources are symbolic too."""
+    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims, changing_sizes=changing_sizes)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
         locals_[name] = wrap(out, value, LocalSource(name))

@@ -21,6 +21,7 @@ import torch
 
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture import recompiles
+from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
@@ -65,6 +66,7 @@ class CompiledFunction:
         self.compiles = 0               # traces started (a graph break retraces: one per retry)
         self.eager_calls = 0            # calls run eagerly past the limit
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
+        self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         self.__kiln_original__ = fn
@@ -104,16 +106,28 @@ class CompiledFunction:
             _emit(Event("recompile", _name(self.fn), reason))
             recompiles.log(_name(self.fn), reason)
             if self.config.dynamic is None:
-                self.dynamic_dims |= self._changed_dims(self.entries[-1], args, kwargs)
+                changed = self._changed_dims(self.entries[-1], args, kwargs)
+                self.dynamic_dims |= frozenset(changed)
+                # [Note: sizes that change together] a decoder's first cached step misses the prompt's
+                # entry on input_ids.size(1) (the prompt length, now 1) and brings new inputs, the
+                # key/value cache, whose length is that same prompt length: the quantity that just
+                # changed. A new input's dim of a size that just changed elsewhere is traced symbolic
+                # too, or the next step (cache length + 1) would compile a third graph.
+                self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
+                                       frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
         entry = self._compile(args, kwargs)
+        self.changing_sizes = (frozenset(), frozenset())
+        if self.config.dynamic is None:   # a dim traced symbolic stays so in later compilations
+            self.dynamic_dims |= {(g.source, d) for g in entry.guards if g.kind is GuardKind.TENSOR
+                                  for d, n in enumerate(g.expected.sizes) if n is None}
         self.entries.append(entry)
         return entry.run(*args, **kwargs)
 
-    def _changed_dims(self, entry: Entry, args, kwargs) -> frozenset:
-        """Dims of tensor inputs whose size differs from `entry`'s while all else matches."""
+    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
+        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
+        (source, dim) -> the size `entry` was compiled for."""
         from kiln.capture.convert import compile_source
-        from kiln.capture.guards import GuardKind
-        changed = set()
+        changed = {}
         for guard in entry.guards:
             if guard.kind is not GuardKind.TENSOR:
                 continue
@@ -126,8 +140,9 @@ class CompiledFunction:
             spec = guard.expected
             if isinstance(value, torch.Tensor) and value.dtype == spec.dtype and value.dim() == len(spec.sizes) \
                     and value.device == spec.device:
-                changed |= {(guard.source, d) for d, n in enumerate(spec.sizes) if n is not None and value.size(d) != n}
-        return frozenset(changed)
+                changed.update({(guard.source, d): n for d, n in enumerate(spec.sizes)
+                                if n is not None and value.size(d) != n})
+        return changed
 
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
@@ -135,7 +150,7 @@ class CompiledFunction:
             self.compiles += 1
             try:
                 trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                    dynamic_dims=self.dynamic_dims)
+                                    dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
             except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None

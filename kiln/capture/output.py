@@ -53,7 +53,8 @@ class DeferredCall:
 
 
 class OutputGraph:
-    def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset()):
+    def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset(),
+                 changing_sizes: tuple = (frozenset(), frozenset())):
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
@@ -67,6 +68,7 @@ class OutputGraph:
         self._globals_ids = {id(frame_globals): "__G"}
         self.dynamic = dynamic
         self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
+        self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.grad_enabled = torch.is_grad_enabled()
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
@@ -119,7 +121,9 @@ class OutputGraph:
             return ()
         if self.dynamic is True:
             return tuple(range(value.dim()))
-        return tuple(d for s, d in self.dynamic_dims if s == source and d < value.dim())
+        sizes, known = self.changing_sizes
+        return tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
+                     or source not in known and value.size(d) in sizes)
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""

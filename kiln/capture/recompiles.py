@@ -62,7 +62,7 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     if kind is GuardKind.LEN:
         return f"{guard.describe()} (now {_len(value)})"
     if kind is GuardKind.DICT_KEYS:
-        return f"{guard.describe()} (now {_short(list(value) if isinstance(value, dict) else value)})"
+        return f"{guard.describe()} (now {list(value) if isinstance(value, dict) else _short(value)})"
     return f"{guard.describe()} (now {_short(value)})"
 
 
@@ -136,6 +136,9 @@ def _len(value) -> str:
 
 
 def _short(value: Any) -> str:
+    """A constant as the user wrote it; anything else by its type (a tensor's repr is its data)."""
+    if not isinstance(value, (int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)):
+        return f"a {type(value).__qualname__}"
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

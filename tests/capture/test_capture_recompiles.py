@@ -127,3 +127,24 @@ def test_past_the_cache_limit_a_miss_runs_eagerly_and_compiles_nothing(monkeypat
     x = torch.randn(3, 3)       # an entry still serves its own sizes
     torch.testing.assert_close(cf(x, y), branchy(x, y))
     assert cf.eager_calls == 21
+
+
+def _printing_helper(x):
+    print("helper")             # a graph break: the helper is captured in its own frame
+    return x.cos()
+
+
+def _calls_helper_on_two_sizes(x):
+    return _printing_helper(x[:4]).sum() + _printing_helper(x[:6]).sum()
+
+
+def test_explain_reports_each_recompile_with_its_guard(capsys):
+    kiln.reset()
+    x = torch.randn(8, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = kiln.explain(_calls_helper_on_two_sizes, x)
+    torch.testing.assert_close(report.output, _calls_helper_on_two_sizes(x))
+    details = [r.detail for r in report.recompiles]
+    assert any(d.startswith("x.size(0) == 4 (now 6)") for d in details), details
+    assert "guard failed: x.size(0) == 4 (now 6)" in str(report)

@@ -115,8 +115,10 @@ class CompiledFunction:
                 # too, or the next step (cache length + 1) would compile a third graph.
                 self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
                                        frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
-        entry = self._compile(args, kwargs)
-        self.changing_sizes = (frozenset(), frozenset())
+        try:
+            entry = self._compile(args, kwargs)
+        finally:
+            self.changing_sizes = (frozenset(), frozenset())   # for this compilation only
         if self.config.dynamic is None:   # a dim traced symbolic stays so in later compilations
             self.dynamic_dims |= {(g.source, d) for g in entry.guards if g.kind is GuardKind.TENSOR
                                   for d, n in enumerate(g.expected.sizes) if n is None}

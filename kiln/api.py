@@ -6,7 +6,9 @@ with the original, so optimizers, checkpoints and `.train()/.eval()` keep workin
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import types
 from typing import Any, Callable
 
 import torch
@@ -17,12 +19,22 @@ from kiln.errors import InvalidOption
 
 
 class OptimizedModule(torch.nn.Module):
-    """A compiled view of a module: calls run the compiled code, all state is the original's."""
+    """A compiled view of a module: calls run the compiled code, all state is the original's.
 
-    def __init__(self, mod: torch.nn.Module, compiled_call: Callable):
+    [Note: methods that call the model] `fast = kiln.compile(model); fast.generate(ids)`: the
+    attribute comes from the original module, so `generate` is bound to it, and its `self(...)` would
+    run the original forward eagerly. A method of the module's own class read through the wrapper
+    runs with the original's `forward` redirected, for the duration of the call, to the module's
+    forward compiled in its own frame (`compiled_forward`, as `model.forward = kiln.compile(
+    model.forward)` would): `self(...)` and `self.forward(...)` inside it reach compiled code, hooks
+    still run as `nn.Module.__call__` runs them, and the original is untouched outside the call."""
+
+    def __init__(self, mod: torch.nn.Module, compiled_call: Callable, compiled_forward: Callable | None = None):
         super().__init__()
         self._orig_mod = mod  # registered as a child: .to(), .train(), .cuda() reach it
         self._compiled_call = compiled_call
+        self._compiled_forward = compiled_forward
+        self._redirects = 0
 
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)
@@ -31,7 +43,25 @@ class OptimizedModule(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self._modules["_orig_mod"], name)
+            value = getattr(self._modules["_orig_mod"], name)
+        if _calls_the_model(value, self._modules["_orig_mod"], name) and self._compiled_forward is not None:
+            return _with_compiled_forward(self, value)
+        return value
+
+    @contextlib.contextmanager
+    def _forward_redirected(self):
+        mod = self._modules["_orig_mod"]
+        if "forward" in mod.__dict__ and self._redirects == 0:   # the user set their own forward: theirs wins
+            yield
+            return
+        self.__dict__["_redirects"] = self._redirects + 1
+        mod.__dict__["forward"] = self._compiled_forward
+        try:
+            yield
+        finally:
+            self.__dict__["_redirects"] = self._redirects - 1
+            if self._redirects == 0:
+                mod.__dict__.pop("forward", None)
 
     # State goes through the original so keys and objects are the original's, not `_orig_mod.*`.
     def state_dict(self, *args, **kwargs):
@@ -48,6 +78,23 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r})"
+
+
+_MODULE_ATTRS = frozenset(dir(torch.nn.Module))
+
+
+def _calls_the_model(value: Any, mod: torch.nn.Module, name: str) -> bool:
+    """A method of the module's own class (generate, ...), not forward and not nn.Module's API."""
+    return (isinstance(value, types.MethodType) and value.__self__ is mod and name not in _MODULE_ATTRS
+            and not name.startswith("_"))
+
+
+def _with_compiled_forward(wrapper: OptimizedModule, method: types.MethodType) -> Callable:
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with wrapper._forward_redirected():
+            return method(*args, **kwargs)
+    return call
 
 
 def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: bool | None = None,
@@ -79,7 +126,10 @@ def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: 
         model = model._orig_mod
     compiled = capture.capture(model, resolved, config)
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, compiled)
+        forward = getattr(type(model), "forward", None)
+        compiled_forward = (capture.capture(types.MethodType(forward, model), resolved, config)
+                            if isinstance(forward, types.FunctionType) else None)
+        return OptimizedModule(model, compiled, compiled_forward)
     return compiled
 
 

@@ -227,6 +227,26 @@ def _fake_mode_for(example_inputs: list, fake: bool):
     return FakeTensorMode(allow_non_fake_inputs=True)
 
 
+class _Faking:
+    """`mode` entered for the trace (reusably: forward, then backward), taking the real tensors the
+    program makes as constants: a capture's symbolic fakes come with a mode that refuses real
+    inputs, and `torch.tensor([])` in traced code (Hugging Face's DynamicCache starts each layer
+    with one) reaches the prims' decompositions as a real tensor before any lift to a fake."""
+
+    def __init__(self, mode):
+        self.mode, self.allowed = mode, mode.allow_non_fake_inputs
+
+    def __enter__(self):
+        self.allowed, self.mode.allow_non_fake_inputs = self.mode.allow_non_fake_inputs, True
+        return self.mode.__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return self.mode.__exit__(*exc)
+        finally:
+            self.mode.allow_non_fake_inputs = self.allowed
+
+
 def _differentiable(t) -> bool:
     return isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
 
@@ -270,7 +290,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
 def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> JointGraph:
     fake_mode = _fake_mode_for(example_inputs, fake)
     make_stand_in = real_stand_in if fake_mode is None else functools.partial(fake_stand_in, fake_mode)
-    faking = contextlib.nullcontext() if fake_mode is None else fake_mode
+    faking = contextlib.nullcontext() if fake_mode is None else _Faking(fake_mode)
     state = lifted_state(gm)
     grad_on = torch.is_grad_enabled()
     if with_backward is None:

@@ -52,6 +52,7 @@ class Entry:
     graph: torch.fx.GraphModule | None
     break_reason: GraphBreak | None
     source: str
+    failure_finder: Any = None  # (sorted guards, finder): built by recompiles.why_missed on first need
 
 
 def params_text(code: types.CodeType) -> tuple[str, list[str]]:
@@ -89,10 +90,12 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
 
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
-                dynamic: bool | None, dynamic_dims: frozenset = frozenset()) -> TraceResult:
+                dynamic: bool | None, dynamic_dims: frozenset = frozenset(),
+                changing_sizes: tuple = (frozenset(), frozenset())) -> TraceResult:
     """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`.
-    `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes."""
-    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims)
+    `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes; `changing_sizes`: (sizes,
+    known sources): dims of those sizes in inputs read from other sources are symbolic too."""
+    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims, changing_sizes=changing_sizes)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
         locals_[name] = wrap(out, value, LocalSource(name))
@@ -104,6 +107,7 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     try:
         result = tracer.run()
     finally:
+        out.current = None   # guards raised from here on (the backend's) are not at a traced line
         torch._C._set_grad_enabled(grad_mode)
         if (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu")) != autocast_state:
             # a trace that stopped inside `with torch.autocast(...)` leaves it on: undo that
@@ -329,13 +333,16 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)
     guard_bindings = {**out.globals_dicts, "__fn": fn}
-    guards = list(out.guards)
+    first_use = {src: var.node.meta.get("first_use") for src, var in out.inputs}
+    guards = [dataclasses.replace(g, where=first_use.get(g.source)) if g.kind is GuardKind.TENSOR and g.where is None
+              else g for g in out.guards]
     env = out.examples.shape_env
     if any(e is None for g in guards if g.kind is GuardKind.TENSOR for e in g.expected.sizes):
         # symbolic sizes: the ShapeEnv's guards (relations between symbols) over the same inputs
         names = [var.node.name for _, var in out.inputs]
         guards.append(Guard(GuardKind.SHAPES, None, (env.guard_function(*names), tuple(s for s, _ in out.inputs),
-                                                     env.format_guards())))
+                                                     env.format_guards(),
+                                                     tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
     check = compile_guards(guards, params, guard_bindings)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
     return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)

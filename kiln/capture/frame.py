@@ -20,7 +20,9 @@ from typing import Any, Callable
 import torch
 
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
-from kiln.capture.guards import first_failure
+from kiln.capture import recompiles
+from kiln.capture.guards import GuardKind
+from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
@@ -60,8 +62,11 @@ class CompiledFunction:
         self.backend = backend
         self.config = config
         self.entries: list[Entry] = []
-        self.warned_limit = False
+        self.at_limit = False           # cache_size_limit reached: misses run eagerly
+        self.compiles = 0               # traces started (a graph break retraces: one per retry)
+        self.eager_calls = 0            # calls run eagerly past the limit
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
+        self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         self.__kiln_original__ = fn
@@ -72,6 +77,12 @@ class CompiledFunction:
         for entry in self.entries:
             if entry.check(*args, **kwargs):
                 return entry.run(*args, **kwargs)
+        if self.at_limit:
+            # [Note: past the cache-size limit] a miss runs the function as Python at once: no
+            # diagnosis of the failed guard (that was said once, in the warning), no trace, no
+            # compile. What is left over eager is the entries' guard checks, a call each.
+            self.eager_calls += 1
+            return self.fn(*args, **kwargs)
         return self._miss(args, kwargs)
 
     def __get__(self, obj, objtype=None):
@@ -80,30 +91,45 @@ class CompiledFunction:
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):
         if self.entries:
-            failed = None
-            for entry in self.entries[-1:]:
-                failed = first_failure(entry.guards, self.params, entry.check.__kiln_bindings__,
-                                       *_bind_defaults(self.fn, args, kwargs))
-            reason = failed.describe() if failed is not None else "a guard failed"
+            reason = why_missed(self.entries[-1], self.params, *_bind_defaults(self.fn, args, kwargs))
             if len(self.entries) >= self.config.cache_size_limit:
-                if not self.warned_limit:
-                    warnings.warn(f"kiln: {_name(self.fn)} was recompiled {self.config.cache_size_limit} times "
-                                  f"(cache_size_limit); running it eagerly from now on. Last failed guard: {reason}")
-                    self.warned_limit = True
-                    _emit(Event("eager", _name(self.fn), f"cache_size_limit reached; failed guard: {reason}"))
+                limit = self.config.cache_size_limit
+                warnings.warn(f"kiln: {_name(self.fn)} has {limit} compiled entries, its cache_size_limit "
+                              f"(options={{'cache_size_limit': n}}); calls that match none run eagerly from now on. "
+                              f"The guard that failed: {reason}", stacklevel=3)
+                self.at_limit = True
+                _emit(Event("eager", _name(self.fn), f"cache_size_limit ({limit}) reached; failed guard: {reason}"))
+                recompiles.log(_name(self.fn), f"cache_size_limit ({limit}) reached, running eagerly; "
+                                               f"failed guard: {reason}", "no recompile")
+                self.eager_calls += 1
                 return self.fn(*args, **kwargs)
             _emit(Event("recompile", _name(self.fn), reason))
+            recompiles.log(_name(self.fn), reason)
             if self.config.dynamic is None:
-                self.dynamic_dims |= self._changed_dims(self.entries[-1], args, kwargs)
-        entry = self._compile(args, kwargs)
+                changed = self._changed_dims(self.entries[-1], args, kwargs)
+                self.dynamic_dims |= frozenset(changed)
+                # [Note: sizes that change together] a decoder's first cached step misses the prompt's
+                # entry on input_ids.size(1) (the prompt length, now 1) and brings new inputs, the
+                # key/value cache, whose length is that same prompt length: the quantity that just
+                # changed. A new input's dim of a size that just changed elsewhere is traced symbolic
+                # too, or the next step (cache length + 1) would compile a third graph.
+                self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
+                                       frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
+        try:
+            entry = self._compile(args, kwargs)
+        finally:
+            self.changing_sizes = (frozenset(), frozenset())   # for this compilation only
+        if self.config.dynamic is None:   # a dim traced symbolic stays so in later compilations
+            self.dynamic_dims |= {(g.source, d) for g in entry.guards if g.kind is GuardKind.TENSOR
+                                  for d, n in enumerate(g.expected.sizes) if n is None}
         self.entries.append(entry)
         return entry.run(*args, **kwargs)
 
-    def _changed_dims(self, entry: Entry, args, kwargs) -> frozenset:
-        """Dims of tensor inputs whose size differs from `entry`'s while all else matches."""
+    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
+        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
+        (source, dim) -> the size `entry` was compiled for."""
         from kiln.capture.convert import compile_source
-        from kiln.capture.guards import GuardKind
-        changed = set()
+        changed = {}
         for guard in entry.guards:
             if guard.kind is not GuardKind.TENSOR:
                 continue
@@ -116,15 +142,17 @@ class CompiledFunction:
             spec = guard.expected
             if isinstance(value, torch.Tensor) and value.dtype == spec.dtype and value.dim() == len(spec.sizes) \
                     and value.device == spec.device:
-                changed |= {(guard.source, d) for d, n in enumerate(spec.sizes) if n is not None and value.size(d) != n}
-        return frozenset(changed)
+                changed.update({(guard.source, d): n for d, n in enumerate(spec.sizes)
+                                if n is not None and value.size(d) != n})
+        return changed
 
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
+            self.compiles += 1
             try:
                 trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                    dynamic_dims=self.dynamic_dims)
+                                    dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
             except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None
@@ -274,7 +302,9 @@ class ModuleCall:
 
     def __init__(self, module: torch.nn.Module, backend, config):
         self.module_ref = weakref.ref(module)
-        self.compiled = CompiledFunction(_call_module_copy(), backend, config)
+        fn = _call_module_copy()
+        fn.__qualname__ = f"{type(module).__qualname__}.__call__"   # what messages call this frame
+        self.compiled = CompiledFunction(fn, backend, config)
 
     @property
     def __kiln_original__(self):
@@ -306,6 +336,6 @@ def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
 def reset() -> None:
     for wrapper in list(_ALL_WRAPPERS):
         wrapper.entries.clear()
-        wrapper.warned_limit = False
+        wrapper.at_limit = False
     _RESUMES.clear()
     _WRAPPED.clear()

@@ -3,8 +3,9 @@
 Capture records a `Guard` whenever it specializes on a value it read (its type, its identity, a
 constant, a tensor's metadata, a container's length, the grad mode). `compile_guards` prints all of
 an entry's guards into ONE Python function with the frame's own signature, so a cache hit costs one
-call and a chain of `and`s. `first_failure` re-checks guards one by one, slowly, only to say which
-guard missed (for recompile messages and `kiln.explain`).
+call and a chain of `and`s. `failure_finder` prints them once more, each in its own `try`, into a
+function that returns the index of the first guard that fails: on a miss only, to say which guard
+missed (recompile messages, the cache-limit warning, `kiln.explain`; see recompiles.py).
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ class Guard:
     kind: GuardKind
     source: Source | None
     expected: Any = None
+    where: str | None = None   # the user's line that read the value first ("file:line in fn"); not compared
 
     def _key(self) -> tuple:
         e = self.expected
@@ -148,7 +150,7 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
     if kind in (GuardKind.SHAPES, GuardKind.VALUE):
-        fn, sources, _ = x
+        fn, sources = x[0], x[1]
         return [f"{const(fn)}({', '.join(s.expr() for s in sources)})"]
     raise AssertionError(kind)
 
@@ -230,10 +232,24 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
     return fn
 
 
-def first_failure(guards: list[Guard], params: str, bindings: dict, args, kwargs) -> Guard | None:
-    """The first guard that fails for this call (slow; for messages only)."""
-    for guard in sort_guards(guards):
-        check = compile_guards([guard], params, bindings)
-        if not check(*args, **kwargs):
-            return guard
-    return None
+def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) -> Callable[..., int]:
+    """`(frame's params) -> int`: the index in `ordered` of the first guard that fails, or -1."""
+    consts: dict[int, tuple[str, Any]] = {}
+
+    def const(value):
+        if id(value) not in consts:
+            consts[id(value)] = (f"__c{len(consts)}", value)
+        return consts[id(value)][0]
+
+    tests = []
+    for i, guard in enumerate(ordered):
+        cond = " and ".join(guard_code(guard, const))
+        tests.append(f"        try:\n            if not ({cond}): return {i}\n"
+                     f"        except Exception:\n            return {i}\n")
+    names = ["__grad_enabled", *bindings, *(n for n, _ in consts.values())]
+    src = (f"def __make({', '.join(names)}):\n"
+           f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
+           f"    return __kiln_first_failure\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
+    return namespace["__make"](torch.is_grad_enabled, *bindings.values(), *[v for _, v in consts.values()])

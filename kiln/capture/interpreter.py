@@ -10,9 +10,12 @@ raises `GraphBreak`, which the root frame turns into a graph break at its own in
 from __future__ import annotations
 
 import dis
+import os
 import sys
 import types
 from typing import Any
+
+import torch
 
 from kiln.capture import variables as V
 from kiln.capture.output import OutputGraph
@@ -63,6 +66,7 @@ def _code_info(code: types.CodeType):
 
 
 _CODE_INFO: dict[types.CodeType, tuple] = {}
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class Tracer:
@@ -118,6 +122,22 @@ class Tracer:
             line = self.inst.positions.lineno
         return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {self.code.co_name}"
 
+    def user_where(self) -> str:
+        """`where()` of the innermost frame outside torch: the user's line a torch module was called on."""
+        tx = self
+        while tx.parent is not None and tx.code.co_filename.startswith(_TORCH_DIR):
+            tx = tx.parent
+        return tx.where()
+
+    def stack_trace(self) -> str:
+        """The frames being interpreted, innermost last, as a Python traceback prints them."""
+        frames, tx = [], self
+        while tx is not None:
+            line = tx.inst.positions.lineno if tx.inst is not None and tx.inst.positions else None
+            frames.append(f'  File "{tx.code.co_filename}", line {line or tx.code.co_firstlineno}, in {tx.code.co_name}\n')
+            tx = tx.parent
+        return "".join(frames[::-1])
+
     def user_stack(self) -> list[str]:
         frames, tx = [], self
         while tx is not None:
@@ -135,6 +155,7 @@ class Tracer:
             if self.ip >= len(self.insts):
                 raise self.unsupported("ran past the end of the code object")
             inst = self.inst = self.insts[self.ip]
+            self.out.current = self
             self.out.instructions += 1
             if self.out.instructions > MAX_INSTRUCTIONS:
                 raise self.unsupported(f"capture ran more than {MAX_INSTRUCTIONS} instructions "
@@ -196,7 +217,10 @@ class Tracer:
         child = Tracer(code, fn.globals, self.out, parent=self, locals_=locals_, closure=fn.closure,
                        fn_name=fn.name)
         child.fn_source = fn.source
-        result = child.run()
+        try:
+            result = child.run()
+        finally:
+            self.out.current = self
         if child.yielded is not None:
             return V.IteratorVar(child.yielded)
         return result

@@ -53,7 +53,8 @@ class DeferredCall:
 
 
 class OutputGraph:
-    def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset()):
+    def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset(),
+                 changing_sizes: tuple = (frozenset(), frozenset())):
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
@@ -67,11 +68,18 @@ class OutputGraph:
         self._globals_ids = {id(frame_globals): "__G"}
         self.dynamic = dynamic
         self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
+        self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.grad_enabled = torch.is_grad_enabled()
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
         self.examples = Examples()
         self.instructions = 0  # interpreted so far, all frames together
+        self.current = None    # the Tracer at work: guards and shape guards name its line
+        self.examples.shape_env.locate = self.where
+
+    def where(self) -> str | None:
+        """The user's line being interpreted ("file:line in fn"), or None outside the trace."""
+        return self.current.where() if self.current is not None else None
 
     def globals_name(self, g: dict) -> str:
         name = self._globals_ids.get(id(g))
@@ -105,7 +113,7 @@ class OutputGraph:
         sizes = tuple(None if d in dims and n > 1 else n for d, n in enumerate(value.size()))
         strides = tuple(s if isinstance(s, int) else None for s in example.stride())
         self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(
-            value.dtype, value.device, sizes, strides, value.requires_grad)))
+            value.dtype, value.device, sizes, strides, value.requires_grad), where=self.where()))
         return var
 
     def dynamic_dims_of(self, source: Source, value: torch.Tensor) -> tuple[int, ...]:
@@ -113,7 +121,9 @@ class OutputGraph:
             return ()
         if self.dynamic is True:
             return tuple(range(value.dim()))
-        return tuple(d for s, d in self.dynamic_dims if s == source and d < value.dim())
+        sizes, known = self.changing_sizes
+        return tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
+                     or source not in known and value.size(d) in sizes)
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""
@@ -135,6 +145,11 @@ class OutputGraph:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict, example_fn=None) -> Any:
         """Add a node; returns (node, example result). `args` hold nodes and constants."""
         node = self.graph.create_node(kind, target, args, kwargs)
+        if self.current is not None:  # FX's convention: later stages name the user's line from it
+            node.meta["stack_trace"] = self.current.stack_trace()
+            for a in node.all_input_nodes:   # where an input is first used: recompile messages say it
+                if a.op == "placeholder" and "first_use" not in a.meta:
+                    a.meta["first_use"] = self.current.user_where()
         # map_arg, not pytree: it also looks inside slices (`x[s - t:s]` with symbolic bounds)
         ex_args, ex_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["example_value"])
         if kind == "call_method":

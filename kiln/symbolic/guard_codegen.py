@@ -5,9 +5,14 @@ tuple), binds each symbol from the first input it was created for, then checks t
 strides and offsets that are expressions of symbols, each symbol's known range (>= 2, plus bounds
 from guards), and every recorded guard. It is plain
 generated source (kept on the function as `.source`) so a reader can see exactly what is checked.
+
+Its companion `fn.explain(*inputs)` runs the same reads and says which check failed first, as a
+`ShapeFailure` (the check's expression over symbols, where the guard was raised, and the symbols'
+values for these inputs), or None: recompile messages name the guard, not "a guard failed".
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Sequence
 
@@ -17,10 +22,21 @@ from kiln.symbolic import sympy_ops as S
 from kiln.symbolic.shape_env import GuardSourceError, ShapeEnv, TensorInput
 
 
+@dataclasses.dataclass(frozen=True)
+class ShapeFailure:
+    """The first check of a shape guard function that failed for some inputs."""
+
+    what: str                      # the check: a sympy expression over symbols, or a metadata text
+    where: str                     # where the guard was raised ("file:line", kernel), or "" if unknown
+    values: dict                   # symbol name -> its value for the failing inputs
+    sources: dict                  # symbol name -> its Source
+
+
 def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., bool]:
     params = [f"a{i}" for i in range(len(names))]
     lines: list[str] = []
     checks: list[tuple[str, str]] = []            # (condition, why)
+    whats: dict[str, str] = {}                    # condition -> what it checks, for explain
     bound: dict[sympy.Symbol, str] = {}
     pending: list[tuple[str, sympy.Basic]] = []      # (python value, expression it must equal)
 
@@ -66,14 +82,20 @@ def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., b
 
     for text, expr in pending:
         checks.append((f"{text} == {S.to_python(expr, bound)}", "input metadata"))
+        whats[checks[-1][0]] = f"{text} == {expr}"
     for symbol, name in bound.items():
         checks.append((f"{name} >= {env.lower[symbol]}", f"range of {env.sources[symbol]}"))
+        whats.setdefault(checks[-1][0], f"{symbol} >= {env.lower[symbol]}")
         if env.upper[symbol] != math.inf:
             checks.append((f"{name} <= {env.upper[symbol]}", f"range of {env.sources[symbol]}"))
+            whats.setdefault(checks[-1][0], f"{symbol} <= {env.upper[symbol]}")
     for guard in env.guards:
-        where = " ".join(x for x in (guard.user_location, guard.kernel_location) if x)
+        where = " ".join(x for x in (guard.user_location,
+                                     f"(kernel {guard.kernel_location})" if guard.kernel_location else "") if x)
         checks.append((S.to_python(guard.expr, bound), where))
+        whats.setdefault(checks[-1][0], str(guard.expr))
 
+    every_check = list(checks)        # explain reports a guard rather than the range it implied
     seen: set[str] = set()
     unique = []
     for cond, why in checks:          # a guard that is also a range check is printed once
@@ -90,4 +112,40 @@ def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., b
     exec(compile(source, f"<kiln guard {', '.join(names)}>", "exec"), namespace)
     fn = namespace["guard"]
     fn.source = source
+    fn.explain = _explainer(env, params, lines, every_check, whats, bound, names)
     return fn
+
+
+def _explainer(env, params, lines, checks, whats, bound, names) -> Callable:
+    """`explain(*inputs) -> ShapeFailure | None`: the guard function's reads and checks, in its
+    order, reporting the first check that fails instead of returning False (slow path: messages)."""
+    values = "{" + ", ".join(f"{str(s)!r}: {v}" for s, v in bound.items()) + "}"
+    body = []
+    for line in lines:
+        if line.endswith("return False"):
+            shown = line.strip()[3:-len(": return False")].replace(" != ", " == ", 1)  # what was expected
+            body.append(line.replace("return False", f"return ({shown!r}, '', {{}})"))
+        else:
+            body.append(line)
+    # recorded guards before the ranges: a bound learnt from a guard reports the guard, and its line
+    ordered = sorted(checks, key=lambda c: c[1].startswith("range of"))
+    tests = "".join(f"\n    if not ({cond}): return ({whats.get(cond, cond)!r}, {why!r}, {values})"
+                    for cond, why in ordered)
+    source = f"def explain({', '.join(params)}):\n" + "\n".join(body) + tests + "\n    return None\n"
+    namespace: dict = {"math": math}
+    exec(compile(source, f"<kiln guard explain {', '.join(names)}>", "exec"), namespace)
+    run, sources = namespace["explain"], {str(s): env.sources[s] for s in bound}
+
+    def explain(*inputs) -> ShapeFailure | None:
+        try:
+            failed = run(*inputs)
+        except Exception as e:   # a read failed: the inputs do not have the traced rank
+            return ShapeFailure(f"reading the inputs' sizes ({type(e).__name__}: {e})", "", {}, sources)
+        if failed is None:
+            return None
+        what, where, vals = failed
+        for i, name in enumerate(names):     # static checks read the inputs by position
+            what = (what.replace(f"a{i}_size", f"{name}.size()").replace(f"a{i}_stride", f"{name}.stride()")
+                    .replace(f"a{i}.", f"{name}."))
+        return ShapeFailure(what, where, vals, sources)
+    return explain

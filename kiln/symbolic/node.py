@@ -233,8 +233,11 @@ class SymNode:
         """True when some order of the dims is contiguous.
 
         The order is taken from the hints; when the hinted tensor is dense we return "contiguous
-        in that order", which implies density for every value. When it is not, we return a
-        predicate that is false exactly at these values, so a guard on it specializes them.
+        in that order", which implies density for every value. When it is not, we return the
+        negation of a reason it stays not dense (`_not_dense_reason`), so a guard on it holds for
+        other sizes of the same layout; only a layout with no such reason specializes every size
+        (a kernel asking this of an expanded or sliced input pinned the sequence length, one
+        compile per length).
         """
         hints = [(st.hint, sz.hint, d) for d, (sz, st) in enumerate(zip(sizes, strides))]
         order = [d for _, _, d in sorted(hints)]
@@ -244,6 +247,9 @@ class SymNode:
         hint_dense = _dense_at_hint([s.hint for s in sizes], [s.hint for s in strides])
         if hint_dense:
             return self._make(dense, bool, True)
+        reason = _not_dense_reason(sizes, strides)
+        if reason is not None:
+            return self._make(sympy.Not(reason), bool, False)
         pinned = [sympy.Eq(n.expr, n.hint) for n in (*sizes, *strides) if not n.expr.is_number]
         return self._make(sympy.Not(sympy.And(*pinned)), bool, False)
 
@@ -286,6 +292,30 @@ class SymNode:
 
     def evaluate(self):
         return self.shape_env.evaluate(self, "", 0)
+
+
+def _not_dense_reason(sizes, strides) -> sympy.Basic | None:
+    """A condition, true at the hints, under which the tensor is not non-overlapping-and-dense:
+    a stride-0 dim of size >= 2 (it overlaps), or the strides of the dims of size >= 2 in the same
+    strict order as at the hints with one of them off the running product of the sizes before it
+    (density in any order means density in the order of the strides). None when no such reason
+    covers the hints (a size 0, equal strides)."""
+    if any(n.hint == 0 for n in sizes):
+        return None
+    for size, stride in zip(sizes, strides):
+        if stride.expr == 0 and size.hint >= 2:
+            return sympy.Ge(size.expr, 2)
+    dims = sorted((d for d, n in enumerate(sizes) if n.hint >= 2), key=lambda d: strides[d].hint)
+    if any(strides[a].hint == strides[b].hint for a, b in zip(dims, dims[1:])):
+        return None
+    conditions = [sympy.Lt(strides[a].expr, strides[b].expr) for a, b in zip(dims, dims[1:])]
+    conditions += [sympy.Ge(sizes[d].expr, 2) for d in dims]
+    expected, expected_hint = sympy.Integer(1), 1
+    for d in dims:
+        if strides[d].hint != expected_hint:
+            return sympy.And(*conditions, sympy.Ne(strides[d].expr, expected))
+        expected, expected_hint = expected * sizes[d].expr, expected_hint * sizes[d].hint
+    return None
 
 
 def _dense_at_hint(sizes: list[int], strides: list[int]) -> bool:

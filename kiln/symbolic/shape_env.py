@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import sys
 from typing import Any, Callable, Iterator, Sequence
 
@@ -95,6 +96,12 @@ def _locate() -> tuple[str | None, str | None]:
         if frame.f_code.co_name == "__torch_dispatch__":   # a dispatch mode's frame: machinery
             frame = frame.f_back
             continue
+        if filename.startswith("<eval_with_key>"):
+            # an FX GraphModule's forward (a later stage tracing a captured graph): the node being
+            # run says where in the user's program its op came from, when it kept a stack trace
+            user = _fx_node_location(frame)
+            if user is not None:
+                return user, kernel
         if filename.startswith(_TORCH_DIR):
             # torch's SymInt wrappers (torch/__init__.py, sym_node.py) only forward the question.
             if kernel is None and not filename.endswith(_SYM_WRAPPERS):
@@ -103,6 +110,21 @@ def _locate() -> tuple[str | None, str | None]:
             return f"{filename}:{frame.f_lineno}", kernel
         frame = frame.f_back
     return None, kernel
+
+
+def _fx_node_location(frame) -> str | None:
+    """"file:line" from the `stack_trace` of the FX node whose generated line `frame` runs."""
+    gm = frame.f_locals.get("self")
+    lines = getattr(gm, "_lineno_map", None)
+    if not lines or frame.f_lineno not in lines or lines[frame.f_lineno] is None:
+        return None
+    try:
+        node = list(gm.graph.nodes)[lines[frame.f_lineno]]
+    except (AttributeError, IndexError):
+        return None
+    trace = node.meta.get("stack_trace") or ""
+    found = re.findall(r'File "(.+)", line (\d+), in (.+)', trace)
+    return f"{found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else None
 
 
 class ShapeEnv(TorchHelperProtocol):
@@ -120,6 +142,9 @@ class ShapeEnv(TorchHelperProtocol):
         self._known: dict[sympy.Basic, bool] = {}
         self._static_cache: dict[sympy.Basic, Any] = {}
         self._user_location: list[str] = []
+        # who is tracing may say where in the user's program it is (capture interprets bytecode,
+        # so the Python stack shows kiln, not the user's line): () -> "file:line" | None
+        self.locate: Callable[[], str | None] | None = None
 
     # --- symbols --------------------------------------------------------------------------
     def create_symbol(self, hint: int, source: Source) -> sympy.Basic:
@@ -275,6 +300,8 @@ class ShapeEnv(TorchHelperProtocol):
         user, python_kernel = _locate()
         if self._user_location:
             user = self._user_location[-1]
+        elif self.locate is not None:
+            user = self.locate() or user
         sources = tuple(self.sources[s] for s in sorted(fact.free_symbols, key=_index))
         self.guards.append(Guard(fact, sources, user, kernel_location or python_kernel))
         self._learn(fact)

@@ -1,0 +1,89 @@
+"""Symbolic sequence lengths survive attention and the CUDA code path without a guard that pins them.
+
+A guard raised while a stage traces a symbolic graph joins capture's ShapeEnv ([Note: one program
+per symbolic graph] in kiln/codegen/backend.py); one that pins the length to its traced value makes
+every new length recompile (issue #17: HF BERT on the H200 compiled a graph per length). On the
+CPU build CUDA itself cannot run, but kiln's own CUDA path can be traced: the capture's fakes are
+re-reported on "cuda", so the decompositions take their CUDA branch (layer_norm's eager-order
+var_mean) and lowering prints Triton kernels, which compile at their first launch for symbolic
+sizes. The CUDA kernels' own choice (ATen's SDPA backend selection) is the GPU test's:
+tests/codegen/test_gpu_varying_lengths.py.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import kiln.capture
+from kiln.config import CaptureConfig, Options
+from kiln.symbolic import FakeTensorMode
+from kiln.symbolic.fake import FakeTensor
+
+LENGTHS = (77, 128, 200, 317, 511, 512)
+
+
+class Block(torch.nn.Module):
+    """A BERT layer's shape: fused qkv, SDPA, output projection, residual and layer_norm."""
+
+    def __init__(self, dim=64, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out, self.ln = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim), torch.nn.LayerNorm(dim)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.ln(x + self.out(a.transpose(1, 2).reshape(b, t, d)))
+
+
+def _accepts(env, names, make):
+    guard = env.guard_function(*names)
+    return {n: guard(*make(n)) for n in LENGTHS}
+
+
+def test_sdpa_with_symbolic_lengths_pins_no_length():
+    mode = FakeTensorMode()
+    q = mode.from_real(torch.randn(2, 2, 128, 32), "q", dynamic_dims=(2,))
+    mask = mode.from_real(torch.ones(128, 128, dtype=torch.bool), "m", dynamic_dims=(0, 1))
+    with torch.no_grad(), mode:
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    accepted = _accepts(mode.shape_env, ["q", "m"], lambda n: (torch.randn(2, 2, n, 32), torch.ones(n, n, dtype=torch.bool)))
+    assert all(accepted.values()), f"{accepted}; guards: {mode.shape_env.format_guards()}"
+
+
+def _cuda_reported(fake: FakeTensor) -> FakeTensor:
+    return FakeTensor(fake._meta, torch.device("cuda"), fake.fake_mode)
+
+
+def test_the_kiln_backends_cuda_path_adds_no_guard_on_symbolic_sizes(monkeypatch):
+    from kiln.aot import trace
+    from kiln.codegen import compile as codegen_compile
+    from kiln.codegen.backend import compile_graph_module
+    graphs = []
+    model = Block().eval()
+    captured = kiln.capture.capture(model, lambda gm, ex: graphs.append(gm) or gm.forward, CaptureConfig(dynamic=True))
+    with torch.no_grad():
+        captured(torch.randn(2, 128, 64))
+    (gm,) = graphs
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = [_cuda_reported(n.meta["example_value"]) for n in placeholders]
+    for node, example in zip(placeholders, examples):
+        node.meta["example_value"] = example
+    env = examples[0].fake_mode.shape_env
+    before = list(env.guards)
+    stand_in = trace.fake_stand_in   # parameters too: every tensor of the trace reports "cuda"
+    monkeypatch.setattr(trace, "fake_stand_in", lambda mode, x, grad: _cuda_reported(stand_in(mode, x, grad)))
+    printers = []
+    printer_for = codegen_compile.printer_for
+    monkeypatch.setattr(codegen_compile, "printer_for", lambda device: printers.append(device) or printer_for(device))
+    with torch.no_grad():
+        program = compile_graph_module(gm, examples, Options())
+    assert program is not None and printers and set(printers) == {"cuda"}, printers   # Triton kernels printed
+    added = env.guards[len(before):]
+    assert not added, "the CUDA path guarded symbolic sizes:\n" + "\n".join(map(str, added))
+    names = [n.name for n in placeholders]
+    accepted = _accepts(env, names, lambda n: (torch.randn(2, n, 64),))
+    assert all(accepted.values()), accepted

@@ -168,11 +168,20 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
 
 
 def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
+    from kiln.capture.callables import attribute_for
+    reader = attribute_for(v.python_type(), name)
+    if reader is not None:
+        return reader(tx, v)
     if isinstance(v, V.DictVar) and is_model_output(v.cls):
         field = getattr_field(tx, v, name)
         if field is not None:
             return field
-    method = getattr(v.python_type(), name, None)
+    cls = v.python_type()
+    if cls.__module__ not in ("builtins", "collections"):  # a user's subclass: its own methods, properties
+        entry = class_lookup(cls, name)
+        if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
+            return bind_class_entry(tx, entry, v, cls, name)
+    method = getattr(cls, name, None)
     if method is None:
         tx.raise_(AttributeError, f"{v.python_type().__name__!r} object has no attribute {name!r}")
     return V.MethodVar(V.ObjectVar(method), v)

@@ -1,10 +1,11 @@
 """Calls: what happens when traced code calls something.
 
-`call_variable` dispatches on the tracker class (`_CALLS`); a real callable (`ObjectVar`) is then
-classified once (`classify`): a builtin kiln models (`builtins.BUILTINS`), a torch operation (a
-graph node), a torch query folded to a constant, an nn.Module (hooks and `forward` inlined), a
-class (a new object, a namedtuple, an exception, a context manager), or C code kiln does not model
-(a graph break). Python functions are inlined by a child tracer.
+`call_variable` dispatches on the tracker class (`_CALLS`); a real callable is first looked up in
+the one table of modelled callables (`callables.CALLABLES`: builtins, container methods, standard
+library, NumPy, pytree, torch queries folded to constants), then classified: a torch operation (a
+graph node), an nn.Module (hooks and `forward` inlined), a class (a new object, a namedtuple, an
+exception, a context manager), a Python function (inlined by a child tracer), or C code kiln does
+not model (a graph break).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.callables import CALLABLES, handler_for
 from kiln.capture.output import DeferredCall
 from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
 
@@ -54,15 +56,13 @@ def call_variable(tx, fn: V.Variable, args: list, kwargs: dict) -> V.Variable:
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
         real = fn.fn
-        if real in FOLDED:
-            return _fold(tx, FOLDED[real], args, kwargs)
+        handler = handler_for(real)
+        if handler is not None:
+            return handler(tx, args, kwargs)
         if _is_tensor_method(real):
             return tensor_method(tx, real.__name__, args, kwargs)
         if _is_torch_op(real):
             return call_torch(tx, "call_function", real, args, kwargs)
-        special = _SPECIAL_FUNCTIONS.get(real)
-        if special is not None:
-            return special(tx, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
@@ -92,22 +92,11 @@ def _fold(tx, fn, args, kwargs):
 
 
 def _call_object(tx, fn: V.ObjectVar, args, kwargs):
-    from kiln.capture.builtins import BUILTINS, CONTAINER_METHODS, PURE_CALLABLES
+    from kiln.capture.builtins import PURE_CALLABLES
     value = fn.value
-    try:
-        hash(value)
-        hashable = True
-    except TypeError:
-        hashable = False
-    if hashable:
-        if value in BUILTINS:
-            return BUILTINS[value](tx, args, kwargs)
-        if value in CONTAINER_METHODS:
-            return CONTAINER_METHODS[value](tx, args, kwargs)
-        if value in FOLDED:
-            return _fold(tx, FOLDED[value], args, kwargs)
-        if value in _SPECIAL_FUNCTIONS:
-            return _SPECIAL_FUNCTIONS[value](tx, args, kwargs)
+    handler = handler_for(value)
+    if handler is not None:
+        return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
     if isinstance(value, type):
@@ -118,7 +107,7 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
             return tensor_method(tx, value.__name__, args, kwargs)
     if _is_torch_op(value):
         return call_torch(tx, "call_function", value, args, kwargs)
-    if isinstance(value, types.BuiltinMethodType) and hashable and PURE_CALLABLES(value):
+    if isinstance(value, types.BuiltinMethodType) and PURE_CALLABLES(value):
         return _fold_or_graph(tx, value, args, kwargs)
     if isinstance(value, types.FunctionType):
         from kiln.capture.attributes import _function
@@ -327,19 +316,21 @@ def _signature(tx, args, kwargs):
     return V.Constant(sig)
 
 
-_SPECIAL_FUNCTIONS = {
+CALLABLES.update({
     torch._C._set_grad_enabled: _set_grad_enabled_now,
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
     torch._assert: _torch_assert,
     inspect.signature: _signature,
-}
+})
+for _fn, _query in FOLDED.items():
+    CALLABLES[_fn] = (lambda query: lambda tx, args, kwargs: _fold(tx, query, args, kwargs))(_query)
 
 
 def _register_special_calls():
     from kiln.capture import masks, model_outputs
-    _SPECIAL_FUNCTIONS[model_outputs._to_tuple] = model_outputs.to_tuple
-    _SPECIAL_FUNCTIONS[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
+    CALLABLES[model_outputs._to_tuple] = model_outputs.to_tuple
+    CALLABLES[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 
 
 _register_special_calls()

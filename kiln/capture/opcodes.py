@@ -255,7 +255,7 @@ def build_list(tx, inst):
 
 @handler("BUILD_SET")
 def build_set(tx, inst):
-    s = V.SetVar([])
+    s = V.SetVar()
     for item in tx.popn(inst.arg):
         S.set_add(tx, s, item)
     tx.push(s)

@@ -7,6 +7,7 @@ opcode handlers have one module to call.
 """
 from __future__ import annotations
 
+import collections
 import operator
 import types
 from typing import Any
@@ -38,8 +39,8 @@ _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: 
 def constant_of(tx, value: Any) -> V.Variable:
     if isinstance(value, tuple):
         return V.TupleVar([constant_of(tx, v) for v in value])
-    if isinstance(value, frozenset):
-        return V.SetVar([V.Constant(v) for v in value])
+    if isinstance(value, (set, frozenset)):
+        return V.SetVar(set(value), {v: V.Constant(v) for v in value}, type(value))
     return V.Constant(value)
 
 
@@ -59,7 +60,7 @@ def python_value(v: V.Variable) -> Any:
     if isinstance(v, V.DictVar):
         return {k: python_value(i) for k, i in v.items.items()}
     if isinstance(v, V.SetVar):
-        return {python_value(i) for i in v.items}
+        return v.cls(python_value(i) for i in v.items)
     if isinstance(v, V.FunctionVar) and v.fn is not None:
         return v.fn
     if isinstance(v, V.SymNumber):
@@ -98,9 +99,14 @@ def key_of(tx, v: V.Variable) -> Any:
     if isinstance(v, V.TensorVar):
         return v
     try:
-        return python_value(v)
+        key = python_value(v)
     except NotConstant:
         raise tx.unsupported(f"a {v.python_type().__name__} used as a dict key or set element") from None
+    try:
+        hash(key)
+    except TypeError:
+        tx.raise_(TypeError, f"unhashable type: '{type(key).__name__}'")
+    return key
 
 
 # -- globals ------------------------------------------------------------------------------------
@@ -143,8 +149,10 @@ def mutate_list(tx, lst: V.Variable, fn):
 
 
 def set_add(tx, s: V.SetVar, item: V.Variable):
-    if not contains(tx, s, item):
-        s.items.append(item)
+    key = key_of(tx, item)
+    if key not in s.keys:
+        s.keys.add(key)
+        s.members[key] = item
         _record_mutation(tx, s)
 
 
@@ -261,9 +269,7 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
     if isinstance(container, V.SetVar):
-        key = key_of(tx, item)
-        return any(key_of(tx, i) == key if not isinstance(key, V.Variable) else key_of(tx, i) is key
-                   for i in container.items)
+        return key_of(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
     if is_python_constant(container) and is_python_constant(item):
@@ -280,13 +286,13 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
-    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, (V.ListVar, V.DictVar)) \
-            and not isinstance(b, (V.ListVar, V.DictVar)):
+    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, _MUTABLE) \
+            and not isinstance(b, _MUTABLE):
         try:
             return constant_of(tx, op(python_value(a), python_value(b)))
         except Exception as e:
             tx.raise_(type(e), str(e))
-    seq = _SEQUENCE_OPS.get((type(a), op))
+    seq = SEQUENCE_OPS.get((a.python_type(), op)) or SEQUENCE_OPS.get((type(a), op))
     if seq is not None:
         return seq(tx, a, b)
     if op in (operator.eq, operator.ne):
@@ -296,6 +302,9 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         from kiln.capture.attributes import dunder_binary
         return dunder_binary(tx, op, a, b)
     raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
+
+
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar)  # operators on these keep aliasing: not folded
 
 
 def _is_sequence(v):
@@ -315,6 +324,8 @@ def _concat(tx, a, b):
         else:
             tx.raise_(TypeError, f"can only concatenate {a.python_type().__name__} to the same type")
     if isinstance(a, V.ListVar):
+        if b.python_type() is not list:
+            tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
     return V.TupleVar(a.items + b.items)
 
@@ -331,14 +342,20 @@ def _list_iadd(tx, a, b):
 
 
 def _dict_or(tx, a, b):
-    return V.DictVar({**a.items, **dict(dict_items(tx, b))})
+    return V.DictVar({**a.items, **dict(dict_items(tx, b))}, a.cls, a.default_factory)
 
 
-_SEQUENCE_OPS = {
+def _dict_ior(tx, a, b):
+    for k, v in dict_items(tx, b):
+        dict_set(tx, a, V.Constant(k), v)
+    return a
+
+
+SEQUENCE_OPS = {
     (V.ListVar, operator.add): _concat, (V.TupleVar, operator.add): _concat,
     (V.TupleVar, operator.iadd): _concat, (V.ListVar, operator.iadd): _list_iadd,
     (V.ListVar, operator.mul): _repeat, (V.TupleVar, operator.mul): _repeat,
-    (V.DictVar, operator.or_): _dict_or,
+    (V.DictVar, operator.or_): _dict_or, (V.DictVar, operator.ior): _dict_ior,
 }
 
 
@@ -366,6 +383,8 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None
         if isinstance(k, slice):
+            if obj.python_type() is collections.deque:
+                tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
             items = obj.items[k]
             return V.ListVar(items) if isinstance(obj, V.ListVar) else V.TupleVar(
                 items, obj.cls if obj.cls is torch.Size else tuple)
@@ -379,6 +398,9 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         if isinstance(k, (int, slice)) and is_model_output(obj.cls):
             return getitem_position(tx, obj, k)
         if k not in obj.items:
+            if obj.default_factory is not None:  # a defaultdict: the factory's value is stored
+                dict_set(tx, obj, key, call_variable(tx, obj.default_factory, [], {}))
+                return obj.items[k]
             tx.raise_(KeyError, k)
         return obj.items[k]
     if isinstance(obj, V.Constant):
@@ -397,6 +419,9 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
         tensor_method(tx, "__setitem__", [obj, key, value], {})
     elif isinstance(obj, V.ListVar):
         k = python_value(key)
+
+        if isinstance(k, slice) and obj.cls is not list:
+            tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
 
         def assign(items):
             items[k] = value if not isinstance(k, slice) else iterate(tx, value)

@@ -27,7 +27,7 @@ CALLABLES: dict = {}
 CALLABLE_TYPES: dict = {}  # type -> handler(tx, value, args, kwargs), for callable instances
 ATTRIBUTES: dict = {}
 
-_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "calls")
+_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "pytree_calls", "calls")
 _loaded = False
 
 

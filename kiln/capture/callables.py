@@ -12,7 +12,8 @@ Each family of values registers the callables it owns here, next to their handle
 before it classifies what is left (torch ops, modules, classes, Python functions to inline).
 
 Callable instances are dispatched by their type in `CALLABLE_TYPES` (`functools.lru_cache`
-wrappers). Data attributes of modelled containers (`deque.maxlen`, `defaultdict.default_factory`) are in the
+wrappers), and whole packages modelled as one family by the top-level package of the callable's
+`__module__` in `PACKAGES` (NumPy: its functions are ufuncs, dispatchers and builtins alike). Data attributes of modelled containers (`deque.maxlen`, `defaultdict.default_factory`) are in the
 second table, `ATTRIBUTES[(type, name)] -> reader(tx, tracker)`, which `attributes.py` consults.
 
 A method is keyed by its descriptor (`list.append`, `collections.deque.rotate`): traced code reads
@@ -25,9 +26,10 @@ from typing import Callable
 
 CALLABLES: dict = {}
 CALLABLE_TYPES: dict = {}  # type -> handler(tx, value, args, kwargs), for callable instances
+PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), for its functions and classes
 ATTRIBUTES: dict = {}
 
-_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "pytree_calls", "calls")
+_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "numpy_calls", "pytree_calls", "calls")
 _loaded = False
 
 
@@ -60,6 +62,11 @@ def handler_for(value) -> Callable | None:
     if by_type is not None:
         return lambda tx, args, kwargs: by_type(tx, value, args, kwargs)
     try:
-        return CALLABLES.get(value)
+        handler = CALLABLES.get(value)
     except TypeError:
         return None
+    if handler is None:
+        package = PACKAGES.get((getattr(value, "__module__", None) or "").partition(".")[0])
+        if package is not None:
+            return lambda tx, args, kwargs: package(tx, value, args, kwargs)
+    return handler

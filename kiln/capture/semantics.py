@@ -35,6 +35,12 @@ _INPLACE_TO_PLAIN = {BINARY_OPS[13 + i]: BINARY_OPS[i] for i in range(13)}
 _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: "__rsub__"}
 
 
+# A family that brings its own tracker class (NumPy arrays: `numpy_calls.py`) registers here the
+# object that answers the data model for it: `binary(tx, op, a, b)`, `unary(tx, op, v)`,
+# `getitem(tx, obj, key)`, `setitem(tx, obj, key, value)`, `iterate(tx, v)`, `truth(tx, v)`.
+VALUE_MODELS: dict[type, Any] = {}
+
+
 # -- constants ----------------------------------------------------------------------------------
 def constant_of(tx, value: Any) -> V.Variable:
     if isinstance(value, tuple):
@@ -183,6 +189,8 @@ def make_slice(tx, parts: list) -> V.Variable:
 # -- iteration ----------------------------------------------------------------------------------
 def iterate(tx, v: V.Variable) -> list[V.Variable]:
     """All items of an iterable tracker, as trackers (kiln unrolls every loop)."""
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].iterate(tx, v)
     if isinstance(v, (V.ListVar, V.TupleVar)):
         return list(v.items)
     if isinstance(v, V.IteratorVar):
@@ -218,6 +226,8 @@ def get_iter(tx, v: V.Variable) -> V.Variable:
 
 # -- truth, identity, membership ----------------------------------------------------------------
 def truth(tx, v: V.Variable) -> bool:
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].truth(tx, v)
     if isinstance(v, V.Constant):
         return bool(v.value)
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar)):
@@ -282,6 +292,9 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
 
 # -- operators ----------------------------------------------------------------------------------
 def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+    model = VALUE_MODELS.get(type(a)) or VALUE_MODELS.get(type(b))
+    if model is not None:
+        return model.binary(tx, op, a, b)
     if isinstance(a, (V.TensorVar, V.SymNumber)) or isinstance(b, (V.TensorVar, V.SymNumber)):
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
@@ -360,6 +373,8 @@ SEQUENCE_OPS = {
 
 
 def unary_op(tx, op, v: V.Variable) -> V.Variable:
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].unary(tx, op, v)
     if isinstance(v, (V.TensorVar, V.SymNumber)):
         return call_torch(tx, "call_function", op, [v], {})
     if is_python_constant(v):
@@ -378,6 +393,8 @@ def format_value(tx, v: V.Variable, conv, spec: str) -> str:
 
 # -- items --------------------------------------------------------------------------------------
 def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
+    if type(obj) in VALUE_MODELS:
+        return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
@@ -415,6 +432,8 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
 
 
 def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
+    if type(obj) in VALUE_MODELS:
+        return VALUE_MODELS[type(obj)].setitem(tx, obj, key, value)
     if isinstance(obj, V.TensorVar):
         tensor_method(tx, "__setitem__", [obj, key, value], {})
     elif isinstance(obj, V.ListVar):

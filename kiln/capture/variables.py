@@ -50,6 +50,20 @@ class TensorVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class NdarrayVar(Variable):
+    """A NumPy array (or NumPy scalar, `scalar`) that stands for a tensor in the graph: NumPy code on
+    tensors is traced as torch ops (`numpy_calls.py`). `example` is the tensor's example value."""
+    node: torch.fx.Node
+    example: torch.Tensor
+    scalar: bool = False
+
+    def python_type(self):
+        import numpy as np
+        dtype = np.dtype(str(self.example.dtype).removeprefix("torch."))
+        return dtype.type if self.scalar else np.ndarray
+
+
+@dataclasses.dataclass(eq=False)
 class SymNumber(Variable):
     """A Python number that lives in the graph (e.g. `tensor.item()` captured): a node, not a value."""
     node: torch.fx.Node

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
@@ -43,3 +44,62 @@ def pytree_map_inplace(x):
     box = {"a": [x.clone()]}
     pytree.tree_map_(lambda t: t.mul_(3), box)
     return box["a"][0]
+
+
+# -- NumPy on tensors: traced as torch ops ----------------------------------------------------------------
+@program()
+def numpy_sum_from_numpy(x):
+    return torch.from_numpy(np.sum(x.numpy(), axis=0)) * 2
+
+
+@program()
+def numpy_ufuncs_and_scalars(x):
+    a = x.numpy()
+    y = np.exp(a) * 2 + np.mean(a)           # a float32 array, a float32 NumPy scalar
+    return y, np.sum(a), np.max(a, axis=1), np.sqrt(np.abs(a)).dtype
+
+
+@program()
+def numpy_promotion_rules(x):
+    i = (x * 3).long().numpy()
+    halves = i / 2                           # NumPy: int64 / int -> float64
+    strong = x.numpy() * np.float64(2.0)     # a NumPy scalar is strong: float64
+    weak = x.numpy() * 2.0                   # a Python float is weak: float32
+    return halves, strong, weak, np.arange(3) / 2, np.zeros(2) + 1
+
+
+@program()
+def numpy_scalar_with_tensor(x):
+    total = np.sum(x.numpy())                # a NumPy scalar next to tensors acts as a Python number
+    ints = (x * 3).long()
+    return x * total, ints * np.float64(0.5), ints + np.int32(2), x + x.numpy() * 0, np.float32(2) < x
+
+
+@program()
+def numpy_methods_and_attributes(x):
+    a = x.numpy()
+    b = a.reshape(5, 4).T.astype(np.float64)
+    return b, a.sum(axis=1), a.shape, a.ndim, a.dtype == np.float32, b.dtype, a.size, a.mean(), a[1:, ::2], a[0, 1]
+
+
+@program()
+def numpy_array_functions(x):
+    a = x.numpy()
+    return (np.where(a > 0, a, -a), np.concatenate([a, a * 2], axis=0), np.maximum(a, 0.1), np.clip(a, -0.5, 0.5),
+            np.linalg.norm(a), np.stack([a[0], a[1]]), np.matmul(a, a.T), np.cumsum(a, axis=1))
+
+
+@program()
+def numpy_inplace_writes_the_tensor(x):
+    y = x.clone()
+    a = y.numpy()
+    alias = a
+    alias += 1
+    a[0] = 0.0
+    a *= np.float32(2)
+    return y, a
+
+
+@program()
+def numpy_constants(x):
+    return x * np.finfo(np.float32).eps + np.iinfo(np.int32).max, np.finfo(np.float64).tiny, np.float32(2) * 3, np.pi

@@ -27,6 +27,12 @@ def assert_same(actual, expected, path="output"):
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual).__name__}"
         torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{path}: {m}")
+    elif type(expected).__module__ == "numpy" and hasattr(expected, "dtype"):  # arrays and NumPy scalars
+        assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
+            f"{path}: {actual.dtype}{actual.shape} vs {expected.dtype}{expected.shape}"
+        torch.testing.assert_close(torch.as_tensor(actual), torch.as_tensor(expected), equal_nan=True,
+                                   msg=lambda m: f"{path}: {m}")
     elif isinstance(expected, (list, tuple, collections.deque)):
         if isinstance(expected, collections.deque):
             assert getattr(actual, "maxlen", "?") == expected.maxlen, f"{path}: maxlen differs"

@@ -12,11 +12,12 @@ import builtins
 import functools
 import operator
 import types
+import typing
 
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, handles as builtin
+from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, PACKAGES, handles as builtin
 from kiln.capture.interpreter import ObservedException
 from kiln.capture.semantics import binary_op, constant_of, contains, is_python_constant, iterate, python_value, truth
 
@@ -215,6 +216,19 @@ def _lru_cached(tx, wrapper, args, kwargs):
 
 
 CALLABLE_TYPES[functools._lru_cache_wrapper] = _lru_cached
+
+
+def _typing_function(tx, fn, args, kwargs):
+    """The `typing` module's functions read annotations only: run them on constants.
+    `typing.cast(T, value)` is `value`, whatever it is."""
+    if fn is typing.cast:
+        return args[1] if len(args) > 1 else kwargs["val"]
+    if _all_constant(args, kwargs):
+        return fold_call(tx, fn, args, kwargs)
+    raise tx.unsupported(f"typing.{getattr(fn, '__name__', fn)} on values known only at run time")
+
+
+PACKAGES["typing"] = PACKAGES["typing_extensions"] = _typing_function
 
 
 # -- the operator module: the same semantics as the bytecode operators ----------------------------------

@@ -61,13 +61,26 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             return handler(tx, args, kwargs)
         if _is_tensor_method(real):
             return tensor_method(tx, real.__name__, args, kwargs)
-        if _is_torch_op(real):
+        if _is_torch_op(real) and _graph_arguments(tx, args, kwargs):
             return call_torch(tx, "call_function", real, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
             return _run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
+
+
+def _graph_arguments(tx, args, kwargs) -> bool:
+    """Whether every argument can be an FX argument. A torch Python function handed objects that
+    cannot (a distribution, a constraint, an options object) is inlined instead of made a node."""
+    from kiln.capture.interpreter import GraphBreak
+    from kiln.capture.torch_calls import to_fx
+    try:
+        for a in [*args, *kwargs.values()]:
+            to_fx(tx, a)
+    except GraphBreak:
+        return False
+    return True
 
 
 def _call_method(tx, m: V.MethodVar, args, kwargs):
@@ -246,6 +259,12 @@ def enter_context(tx, ctx: V.Variable):
             return ctx, V.Constant(None)
         if ctx.kind == "grad_set":  # set_grad_enabled already switched on the call
             return ctx, V.Constant(None)
+        if ctx.kind == "nothing":
+            return ctx, V.Constant(None)
+        if ctx.kind == "rng_frozen":
+            tx.out.examples.watching_random += 1
+            ctx.saved = tx.out.examples.random_ops
+            return ctx, V.Constant(None)
         if ctx.kind == "autocast":
             node = tx.out.graph.call_function(torch.amp.autocast_mode._enter_autocast, ctx.args)
             ctx.saved = (node, torch.autocast(*ctx.args))
@@ -262,6 +281,13 @@ def enter_context(tx, ctx: V.Variable):
 def exit_context(tx, ctx: V.ContextVar):
     if ctx.kind in ("grad", "grad_set"):
         set_grad_mode(tx, ctx.saved)
+    elif ctx.kind == "rng_frozen":
+        # the RNG state is put back at the end: the same as doing nothing, unless the region drew
+        # random numbers, which kiln's graphs do not rewind
+        tx.out.examples.watching_random -= 1
+        if tx.out.examples.random_ops != ctx.saved:
+            raise tx.unsupported("random ops inside a region that restores the RNG state (freeze_rng_state, "
+                                 "fork_rng)")
     elif ctx.kind == "autocast":
         node, real = ctx.saved
         tx.out.graph.call_function(torch.amp.autocast_mode._exit_autocast, (node,))
@@ -316,12 +342,42 @@ def _signature(tx, args, kwargs):
     return V.Constant(sig)
 
 
+def _is_all_true(tx, args, kwargs):
+    """`if not torch._is_all_true(valid): raise ...` (torch.distributions' argument checks): the
+    truth of this tensor is assumed while capturing and checked after the graph ran (see
+    `semantics.truth`), so a failing check still raises instead of passing silently."""
+    result = call_torch(tx, "call_function", torch._is_all_true, args, kwargs)
+    result.node.meta["checked_truth"] = tx.where()
+    return result
+
+
+def _kl_divergence(tx, args, kwargs):
+    """`torch.distributions.kl_divergence(p, q)`: the formula is chosen by the two types alone
+    (`_dispatch_kl`, which the library memoizes), then inlined."""
+    from torch.distributions import kl
+    p, q = (list(args) + [kwargs.get("p"), kwargs.get("q")])[:2]
+    fn = kl._dispatch_kl(p.python_type(), q.python_type())
+    if fn is NotImplemented:
+        tx.raise_(NotImplementedError, f"No KL(p || q) is implemented for p type {p.python_type().__name__} "
+                                       f"and q type {q.python_type().__name__}")
+    return tx.call(_fn_of(fn), [p, q])
+
+
+def _rng_frozen(tx, args, kwargs):
+    """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
+    from kiln.capture.semantics import python_value
+    enabled = python_value(kwargs.get("enabled", args[1] if len(args) > 1 else V.Constant(True)))
+    return V.ContextVar("rng_frozen" if enabled else "nothing", ())
+
+
 CALLABLES.update({
     torch._C._set_grad_enabled: _set_grad_enabled_now,
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
     torch._assert: _torch_assert,
     inspect.signature: _signature,
+    torch.random.fork_rng: _rng_frozen,
+    torch._is_all_true: _is_all_true,
 })
 for _fn, _query in FOLDED.items():
     CALLABLES[_fn] = (lambda query: lambda tx, args, kwargs: _fold(tx, query, args, kwargs))(_query)
@@ -329,6 +385,10 @@ for _fn, _query in FOLDED.items():
 
 def _register_special_calls():
     from kiln.capture import masks, model_outputs
+    import torch.distributions.kl
+    import torch.testing._utils
+    CALLABLES[torch.testing._utils.freeze_rng_state] = _rng_frozen
+    CALLABLES[torch.distributions.kl.kl_divergence] = _kl_divergence
     CALLABLES[model_outputs._to_tuple] = model_outputs.to_tuple
     CALLABLES[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 

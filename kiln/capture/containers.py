@@ -16,8 +16,8 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, binary_op, contains, dict_items, dict_set,
-                                    iterate, key_of, mutate_list, python_value, set_add, truth)
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, binary_op, constant_of, contains, dict_items,
+                                    dict_set, iterate, key_of, mutate_list, python_value, set_add, truth)
 
 
 def _none(tx, args, kwargs):
@@ -35,20 +35,23 @@ def _tuple(tx, args, kwargs):
     return V.TupleVar(iterate(tx, args[0]) if args else [])
 
 
-@handles(set)
-def _set(tx, args, kwargs):
-    s = V.SetVar()
-    for item in (iterate(tx, args[0]) if args else []):
-        set_add(tx, s, item)
-    return s
+def _set_of(cls):
+    """`set(iterable)`, `frozenset(iterable)`: from another set, the real copy (which keeps or
+    changes the order as Python's does); from other iterables, member by member."""
+    def handle(tx, args, kwargs):
+        if args and isinstance(args[0], V.SetVar):
+            return V.SetVar(cls(args[0].keys), dict(args[0].members), cls)
+        s = V.SetVar()
+        for item in (iterate(tx, args[0]) if args else []):
+            set_add(tx, s, item)
+        if cls is frozenset:
+            s.keys, s.cls = frozenset(s.members), frozenset  # inserted in the same order
+        return s
+    return handle
 
 
-handles(frozenset)(lambda tx, args, kwargs: _frozen(_set(tx, args, kwargs)))
-
-
-def _frozen(s: V.SetVar) -> V.SetVar:
-    s.cls = frozenset
-    return s
+handles(set)(_set_of(set))
+handles(frozenset)(_set_of(frozenset))
 
 
 def dict_of(tx, cls, args, kwargs, default_factory=None) -> V.DictVar:
@@ -261,9 +264,11 @@ def _setitem(tx, args, kwargs):
 # -- set and frozenset --------------------------------------------------------------------------------
 def _keys(tx, v: V.Variable, pool: dict):
     """The keys of a set operand (a set, or any iterable), remembering each key's tracker in `pool`."""
+    if isinstance(v, V.Constant) and isinstance(v.value, (set, frozenset)):
+        v = constant_of(tx, v.value)
     if isinstance(v, V.SetVar):
         pool.update({id(k): t for k, t in v.members.items()})
-        return v.cls(v.keys)
+        return v.keys  # the real set itself: a copy could iterate in another order than Python's
     keys = []
     for item in iterate(tx, v):
         k = key_of(tx, item)
@@ -278,7 +283,7 @@ def _tracker(pool, key):
 
 def _set_result(tx, pool, result):
     if isinstance(result, (set, frozenset)):
-        return V.SetVar(set(result), {k: _tracker(pool, k) for k in result}, type(result))
+        return V.SetVar(result, {k: _tracker(pool, k) for k in result}, type(result))
     return V.Constant(result)
 
 

@@ -312,8 +312,8 @@ def list_extend(tx, inst):
 
 @handler("SET_UPDATE")
 def set_update(tx, inst):
-    for item in S.iterate(tx, tx.pop()):
-        S.set_add(tx, tx.stack[-inst.arg], item)
+    other = tx.pop()
+    S.set_update(tx, tx.stack[-inst.arg], other)
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")

@@ -19,7 +19,7 @@ from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-e
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
 from kiln.capture.interpreter import NotConstant
 from kiln.capture.model_outputs import getitem_position, is_model_output
-from kiln.capture.output import ContainerMutation, GlobalWrite
+from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
 
@@ -45,8 +45,9 @@ VALUE_MODELS: dict[type, Any] = {}
 def constant_of(tx, value: Any) -> V.Variable:
     if isinstance(value, tuple):
         return V.TupleVar([constant_of(tx, v) for v in value])
-    if isinstance(value, (set, frozenset)):
-        return V.SetVar(set(value), {v: V.Constant(v) for v in value}, type(value))
+    if isinstance(value, (set, frozenset)):  # a frozenset is shared as it is: its order is its own
+        return V.SetVar(value if type(value) is frozenset else set(value), {v: V.Constant(v) for v in value},
+                        type(value))
     return V.Constant(value)
 
 
@@ -162,6 +163,23 @@ def set_add(tx, s: V.SetVar, item: V.Variable):
         _record_mutation(tx, s)
 
 
+def set_update(tx, s: V.SetVar, other: V.Variable):
+    """`s |= other` member by member, except from a real set: Python copies a set's table, so its
+    order is kept only by updating from the real set too (`{"a", "b", "c"}` compiles to an update
+    from a constant frozenset)."""
+    if isinstance(other, V.Constant) and isinstance(other.value, (set, frozenset)):
+        other = constant_of(tx, other.value)
+    if isinstance(other, V.SetVar):
+        s.keys.update(other.keys)
+        for k, t in other.members.items():
+            s.members.setdefault(k, t)
+        s.members = {k: s.members[k] for k in s.keys}
+        _record_mutation(tx, s)
+        return
+    for item in iterate(tx, other):
+        set_add(tx, s, item)
+
+
 def dict_set(tx, d: V.Variable, key: V.Variable, value: V.Variable):
     if not isinstance(d, V.DictVar):
         raise tx.unsupported(f"item assignment on a {d.python_type().__name__}")
@@ -236,6 +254,9 @@ def truth(tx, v: V.Variable) -> bool:
         return bool(v.items)
     if isinstance(v, V.SymNumber):
         return bool(v.example)  # a branch on a symbolic size: the ShapeEnv records the guard
+    if isinstance(v, V.TensorVar) and "checked_truth" in v.node.meta:
+        tx.out.side_effects.append(DeferredCall(require_true, (v, V.Constant(v.node.meta["checked_truth"])), ()))
+        return True
     if isinstance(v, V.TensorVar):
         raise tx.unsupported("Python control flow on a tensor value (if/while/and/or/not on a tensor) "
                              "needs its data; use torch.where or move the branch out of the compiled code")
@@ -251,6 +272,13 @@ def truth(tx, v: V.Variable) -> bool:
                 return truth(tx, tx.call(ga(tx, v, name), []))
         return True
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
+
+
+def require_true(value: torch.Tensor, where: str):
+    """Run after a graph: the check that capture assumed would pass (`calls._is_all_true`)."""
+    if not value:
+        raise ValueError(f"a check on tensor values failed ({where}); it was assumed to pass while compiling, "
+                         "as in eager this raises an error here")
 
 
 def is_none(tx, v: V.Variable) -> bool:

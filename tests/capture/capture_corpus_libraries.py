@@ -5,9 +5,12 @@ equals eager."""
 from __future__ import annotations
 
 import collections
+import dataclasses
+import typing
 
 import numpy as np
 import torch
+from torch.testing._utils import freeze_rng_state
 from torch.utils import _pytree as pytree
 
 from capture_corpus import program
@@ -103,3 +106,57 @@ def numpy_inplace_writes_the_tensor(x):
 @program()
 def numpy_constants(x):
     return x * np.finfo(np.float32).eps + np.iinfo(np.int32).max, np.finfo(np.float64).tiny, np.float32(2) * 3, np.pi
+
+
+# -- objects passed around: options, modules, typing, RNG regions, distributions ----------------------------
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    p: float = 1.0
+    eps: float = 1e-5
+    scale: float = 0.5
+
+
+_PDIST = torch.nn.PairwiseDistance(p=1.0)
+
+
+def _apply(module, options, a):
+    return module(a, a * options.scale)[:, None] + torch.nn.functional.normalize(a, p=options.p, dim=1, eps=options.eps)
+
+
+# a module argument is guarded by identity: the harness deep-copies inputs, so each call recompiles
+@program(inputs=lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)), _Options(),
+                              torch.nn.PairwiseDistance(p=3.0)), graphs=4)
+def options_and_module_arguments(x, options, module):
+    return _apply(module, options, x) + _apply(_PDIST, _Options(p=2.0, scale=2.0), x)
+
+
+@program()
+def typing_objects(x):
+    t = typing.Optional[torch.Tensor]
+    d = typing.Dict[str, typing.List[int]]
+    y = typing.cast(torch.Tensor, x)
+    return y * len(typing.get_args(t)) + len(typing.get_args(d)), typing.get_origin(t) is typing.Union, str(d)
+
+
+@program()
+def freeze_rng_state_without_random_ops(x):
+    with freeze_rng_state():
+        y = x * 2
+    with torch.random.fork_rng():
+        z = y + 1
+    return z
+
+
+@program()
+def distributions_normal(x):
+    d = torch.distributions.Normal(x, 1.0 + x.abs())
+    return d.log_prob(x + 0.5), d.mean, d.stddev, d.entropy(), d.cdf(x), d.batch_shape
+
+
+@program()
+def distributions_kl_and_arguments(x):
+    p = torch.distributions.Normal(x, 1.0 + x.abs())
+    q = torch.distributions.Normal(torch.zeros_like(x), 2.0)
+    b = torch.distributions.Bernoulli(probs=torch.sigmoid(x))
+    return torch.distributions.kl_divergence(p, q), b.log_prob((x > 0).float()), b.entropy(), \
+        torch.distributions.Categorical(logits=x).log_prob(torch.tensor([0, 1, 2, 3]))

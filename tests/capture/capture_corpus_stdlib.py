@@ -169,6 +169,16 @@ def set_mutating_methods(x):
 
 
 @program()
+def set_iteration_order_of_strings(x):
+    # string hashes change per process: the order must still be this process's Python's
+    a = {"alpha", "beta", "gamma", "delta"}
+    b = set(["eps", "zeta"]) | a
+    c = frozenset(["k", "l", "m"]) ^ {"l", "n"}
+    a.update({"omega", "kappa"})
+    return x * len(b), list(b), list(a), list(c), sorted(a - b), [s for s in b if s in c or len(s) > 4]
+
+
+@program()
 def set_of_tensors(x):
     y = x * 2
     s = {x, y}

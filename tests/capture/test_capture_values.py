@@ -43,10 +43,21 @@ def _numpy_random(x):
     return x + torch.from_numpy(np.random.rand(4, 5))  # refused: names this line
 
 
-REFUSED = [_branch_on_array, _array_item, _array_left_of_tensor, _endless, _is_leaf, _numpy_random]
+def _random_in_frozen_rng(x):
+    with torch.random.fork_rng():
+        noise = torch.rand_like(x)
+    return x + noise  # refused: names this line (where the region ends)
+
+
+REFUSED = [_branch_on_array, _array_item, _array_left_of_tensor, _endless, _is_leaf, _numpy_random,
+           _random_in_frozen_rng]
 
 
 def _refused_line(fn):
+    if fn is _random_in_frozen_rng:  # reported at the `with` block's exit
+        import inspect
+        lines, start = inspect.getsourcelines(fn)
+        return start + next(i for i, line in enumerate(lines) if "with" in line)
     import inspect
     lines, start = inspect.getsourcelines(fn)
     return start + next(i for i, line in enumerate(lines) if "refused" in line)
@@ -64,3 +75,19 @@ def test_fullgraph_names_the_line(fn):
 def test_breaks_and_equals_eager(fn):
     recorder = run_compiled(fn, lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)),))
     assert breaks_of(recorder), "expected a graph break"
+
+
+def test_distribution_argument_check_still_raises():
+    """torch.distributions' argument checks are assumed while capturing and checked after the graph:
+    invalid arguments raise ValueError compiled, as in eager; valid ones give eager's values."""
+    def log_prob(x, scale):
+        return torch.distributions.Normal(x, scale).log_prob(x + 1)
+
+    kiln.capture.reset()
+    compiled = kiln.capture.capture(log_prob, lambda gm, ex: gm.forward, CaptureConfig(fullgraph=True))
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(compiled(x, torch.ones(4, 5)), log_prob(x, torch.ones(4, 5)))
+    with pytest.raises(ValueError):
+        log_prob(x, -torch.ones(4, 5))
+    with pytest.raises(ValueError):
+        compiled(x, -torch.ones(4, 5))

@@ -7,14 +7,16 @@ Each family of values registers the callables it owns here, next to their handle
 - `iterators.py`: iteration builtins (`zip`, `enumerate`, `sorted`, ...) and `itertools`;
 - `numpy_calls.py`: NumPy functions on arrays that stand for tensors (traced as torch ops);
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
-- `calls.py`: grad mode, `torch._assert`, `inspect.signature`, model outputs, SDPA.
+- `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
+  `inspect.signature`, model outputs, SDPA.
 `calls.call_variable` is the one call dispatch: it looks a real callable up here (`handler_for`)
 before it classifies what is left (torch ops, modules, classes, Python functions to inline).
 
 Callable instances are dispatched by their type in `CALLABLE_TYPES` (`functools.lru_cache`
-wrappers), and whole packages modelled as one family by the top-level package of the callable's
-`__module__` in `PACKAGES` (NumPy: its functions are ufuncs, dispatchers and builtins alike). Data attributes of modelled containers (`deque.maxlen`, `defaultdict.default_factory`) are in the
-second table, `ATTRIBUTES[(type, name)] -> reader(tx, tracker)`, which `attributes.py` consults.
+wrappers), and packages modelled as one family by the top-level package of the callable's
+`__module__` in `PACKAGES` (NumPy, whose functions are ufuncs, dispatchers and builtins alike;
+`typing`). Data attributes of modelled containers (`deque.maxlen`, `defaultdict.default_factory`)
+are in `ATTRIBUTES[(type, name)] -> reader(tx, tracker)`, which `attributes.py` consults.
 
 A method is keyed by its descriptor (`list.append`, `collections.deque.rotate`): traced code reads
 `d.rotate` as a bound method of the descriptor, and calling it passes the container first.

@@ -16,8 +16,8 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, binary_op, constant_of, contains, dict_items,
-                                    dict_set, iterate, key_of, mutate_list, python_value, set_add, truth)
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, constant_of, contains, dict_items,
+                                    dict_set, items_equal, iterate, key_of, mutate_list, python_value, set_add)
 
 
 def _none(tx, args, kwargs):
@@ -151,14 +151,14 @@ def _list_copy(tx, args, kwargs):
 @handles(list.index, tuple.index, collections.deque.index)
 def index_of(tx, args, kwargs):
     for i, item in enumerate(args[0].items):
-        if truth(tx, binary_op(tx, operator.eq, item, args[1])):
+        if items_equal(tx, item, args[1]):
             return V.Constant(i)
     tx.raise_(ValueError, f"{args[0].python_type().__name__}.index(x): x not in {args[0].python_type().__name__}")
 
 
 @handles(list.count, tuple.count, collections.deque.count)
 def _count(tx, args, kwargs):
-    return V.Constant(sum(truth(tx, binary_op(tx, operator.eq, i, args[1])) for i in args[0].items))
+    return V.Constant(sum(items_equal(tx, i, args[1]) for i in args[0].items))
 
 
 @handles(list.remove, collections.deque.remove)

@@ -78,7 +78,8 @@ def numpy_call(name: str, *args, **kwargs):
 # torch._numpy leaves these to torch's default dtype when all inputs are integers or bools (torch's
 # float32, where NumPy computes in float64). Casting the inputs first makes the graph say float64
 # itself, so it does not depend on the default dtype when it runs.
-_FLOAT_OF_INTEGERS = {"truediv", "true_divide", "divide", "angle", "arctan2", "copysign", "corrcoef", "cov", "i0", "sinc"}
+_FLOAT_OF_INTEGERS = {"truediv", "true_divide", "divide", "angle", "arctan2", "copysign", "corrcoef", "cov", "i0",
+                      "sinc"}
 
 
 numpy_call.__module__ = __name__

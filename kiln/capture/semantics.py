@@ -297,8 +297,8 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
         return va is vb
     if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
         return False
-    if isinstance(a, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)) or \
-            isinstance(b, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)):
+    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar)  # trackers are objects
+    if isinstance(a, distinct) or isinstance(b, distinct):
         return False
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
 
@@ -309,7 +309,7 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.SetVar):
         return key_of(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
-        return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
+        return any(items_equal(tx, i, item) for i in container.items)
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
@@ -352,10 +352,23 @@ def _is_sequence(v):
     return isinstance(v, (V.ListVar, V.TupleVar))
 
 
+def items_equal(tx, x: V.Variable, y: V.Variable) -> bool:
+    """`x == y` as containers compare items (PyObject_RichCompareBool): an item is equal to itself
+    without calling its __eq__, so `t in [t]` needs no tensor data."""
+    if x is y or isinstance(x, V.TensorVar) and isinstance(y, V.TensorVar) and x.example is y.example:
+        return True
+    return truth(tx, binary_op(tx, operator.eq, x, y))
+
+
+def _sequence_kind(v) -> type:
+    return v.cls if isinstance(v, V.ListVar) else tuple
+
+
 def _seq_eq(tx, a, b):
-    if not _is_sequence(b) or len(a.items) != len(b.items):
+    # a list equals only a list, a deque only a deque, a tuple any tuple (namedtuples are tuples)
+    if not _is_sequence(b) or _sequence_kind(a) != _sequence_kind(b) or len(a.items) != len(b.items):
         return False
-    return all(truth(tx, binary_op(tx, operator.eq, x, y)) for x, y in zip(a.items, b.items))
+    return all(items_equal(tx, x, y) for x, y in zip(a.items, b.items))
 
 
 def _concat(tx, a, b):
@@ -439,9 +452,9 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
             return obj.items[k]
         raise tx.unsupported(f"indexing a {obj.python_type().__name__} with a {key.python_type().__name__}")
     if isinstance(obj, V.DictVar):
+        if is_model_output(obj.cls) and isinstance(key, V.Constant) and isinstance(key.value, (int, slice)):
+            return getitem_position(tx, obj, key.value)
         k = key_of(tx, key)
-        if isinstance(k, (int, slice)) and is_model_output(obj.cls):
-            return getitem_position(tx, obj, k)
         if k not in obj.items:
             if obj.default_factory is not None:  # a defaultdict: the factory's value is stored
                 dict_set(tx, obj, key, call_variable(tx, obj.default_factory, [], {}))

@@ -33,7 +33,8 @@ def pytree_map_and_friends(x):
     doubled = pytree.tree_map(lambda t: t * 2, tree)
     summed = pytree.tree_map(lambda a, b: a + b, tree, doubled)
     only = pytree.tree_map_only(torch.Tensor, lambda t: t.sum(), tree)
-    return doubled, summed, only, pytree.tree_leaves(tree)[1], pytree.tree_structure(tree) == pytree.tree_structure(doubled)
+    same = pytree.tree_structure(tree) == pytree.tree_structure(doubled)
+    return doubled, summed, only, pytree.tree_leaves(tree)[1], same
 
 
 @program()

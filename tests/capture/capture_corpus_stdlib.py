@@ -51,6 +51,14 @@ def deque_ops_and_search(x):
 
 
 @program()
+def sequence_equality_by_type(x):
+    d = deque([x])
+    y = x + 1
+    found = (x in [x, y]) + 2 * [x, y].index(x) + 4 * d.count(x) + 8 * (x in (x, y))  # identity, no __eq__
+    return x * ((d == deque([x])) + 2 * (d == [x]) + 4 * ([x] == (x,)) + 8 * ((x,) == _Row(x, 1, 2)[:1])) + found
+
+
+@program()
 def deque_returned(x):
     return deque([x, x + 1], maxlen=2), deque()
 

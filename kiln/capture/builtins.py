@@ -9,6 +9,7 @@ values) may be folded when their arguments are constants.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import operator
 import types
@@ -229,6 +230,35 @@ def _typing_function(tx, fn, args, kwargs):
 
 
 PACKAGES["typing"] = PACKAGES["typing_extensions"] = _typing_function
+
+
+def _read_fields(tx, v):
+    """Read a dataclass's fields through capture, so that each is guarded as an attribute read is."""
+    from kiln.capture.attributes import getattr_var
+    value = python_value(v)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _read_fields(tx, getattr_var(tx, v, field.name))
+
+
+def _dataclass_to_containers(fn):
+    """`dataclasses.asdict`/`astuple` of a dataclass whose fields are all constants: run for real
+    (they deep-copy, which capture does not follow), the result a fresh, mutable container."""
+    def handle(tx, args, kwargs):
+        from kiln.capture.builder import wrap
+        if not _all_constant(args, kwargs):
+            raise tx.unsupported(f"dataclasses.{fn.__name__} of a dataclass holding run-time values")
+        _read_fields(tx, args[0])
+        try:
+            result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
+        return wrap(tx.out, result, None)
+    return handle
+
+
+for _fn in (dataclasses.asdict, dataclasses.astuple):
+    BUILTINS[_fn] = _dataclass_to_containers(_fn)
 
 
 # -- the operator module: the same semantics as the bytecode operators ----------------------------------

@@ -363,6 +363,32 @@ def _kl_divergence(tx, args, kwargs):
     return tx.call(_fn_of(fn), [p, q])
 
 
+def _checkpoint(tx, args, kwargs):
+    """`torch.utils.checkpoint.checkpoint(fn, *args)`: the forward is `fn(*args)`, inlined (the
+    recomputation in backward only saves memory). The reentrant form, torch's default, runs `fn`
+    without grad when no tensor argument requires grad, so its outputs do not require grad then."""
+    from kiln.capture.semantics import python_value
+    kwargs = dict(kwargs)
+    reentrant = python_value(kwargs.pop("use_reentrant", V.Constant(None)))
+    context_fn = kwargs.pop("context_fn", None)
+    if context_fn is not None and python_value(context_fn) is not torch.utils.checkpoint.noop_context_fn:
+        raise tx.unsupported("checkpoint with a context_fn inside captured code")
+    for option in ("determinism_check", "debug", "early_stop", "preserve_rng_state"):
+        kwargs.pop(option, None)
+    fn, rest = args[0], list(args[1:])
+    if reentrant is None or reentrant:
+        if kwargs:
+            tx.raise_(ValueError, "Unexpected keyword arguments: " + ",".join(kwargs))
+        if not any(isinstance(a, V.TensorVar) and a.example.requires_grad for a in rest):
+            before = tx.out.grad_enabled
+            set_grad_mode(tx, False)
+            try:
+                return tx.call(fn, rest)
+            finally:
+                set_grad_mode(tx, before)
+    return tx.call(fn, rest, kwargs)
+
+
 def _rng_frozen(tx, args, kwargs):
     """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
     from kiln.capture.semantics import python_value
@@ -387,6 +413,8 @@ def _register_special_calls():
     from kiln.capture import masks, model_outputs
     import torch.distributions.kl
     import torch.testing._utils
+    import torch.utils.checkpoint
+    CALLABLES[torch.utils.checkpoint.checkpoint] = _checkpoint
     CALLABLES[torch.testing._utils.freeze_rng_state] = _rng_frozen
     CALLABLES[torch.distributions.kl.kl_divergence] = _kl_divergence
     CALLABLES[model_outputs._to_tuple] = model_outputs.to_tuple

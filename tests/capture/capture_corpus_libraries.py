@@ -161,3 +161,33 @@ def distributions_kl_and_arguments(x):
     b = torch.distributions.Bernoulli(probs=torch.sigmoid(x))
     return torch.distributions.kl_divergence(p, q), b.log_prob((x > 0).float()), b.entropy(), \
         torch.distributions.Categorical(logits=x).log_prob(torch.tensor([0, 1, 2, 3]))
+
+
+@dataclasses.dataclass
+class _Inner:
+    k: int = 3
+
+
+@dataclasses.dataclass
+class _Config:
+    width: int = 2
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+@program(inputs=lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)),
+                              _Config(width=2 + seed, inner=_Inner(seed))), graphs=2)
+def dataclass_asdict_astuple_argument(x, config):
+    d = dataclasses.asdict(config)
+    d["extra"] = 1
+    return x * d["width"] + d["inner"]["k"], dataclasses.astuple(config), d, dataclasses.replace(config, width=7)
+
+
+_LINEAR = torch.nn.Linear(5, 3)
+
+
+@program()
+def checkpoint_module_and_function(x):
+    a = torch.utils.checkpoint.checkpoint(_PDIST, x, x + 1, use_reentrant=False)
+    b = torch.utils.checkpoint.checkpoint(_LINEAR, x, use_reentrant=True)  # no input requires grad
+    c = torch.utils.checkpoint.checkpoint(lambda t, s: t * s, x, 2.0, use_reentrant=False)
+    return a, b, b.requires_grad, c

@@ -136,6 +136,8 @@ _STRUCTURAL = {
 }
 if hasattr(itertools, "pairwise"):
     _STRUCTURAL[itertools.pairwise] = ("I", {})
+if hasattr(itertools, "batched"):  # Python 3.12
+    _STRUCTURAL[itertools.batched] = ("Ic", {})
 for _fn, (_spec, _kwspec) in _STRUCTURAL.items():
     handles(_fn)(_structural(_fn, _spec, _kwspec))
 

@@ -27,8 +27,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln.capture import variables as V
-from kiln.capture.callables import CALLABLE_TYPES, CALLABLES, PACKAGES, handles
-from kiln.capture.semantics import BINARY_OPS, VALUE_MODELS, is_python_constant, python_value
+from kiln.capture.callables import CALLABLE_TYPES, PACKAGES, handles
+from kiln.capture.semantics import BINARY_OPS, VALUE_MODELS, constant_of, is_python_constant, python_value
 from kiln.capture.torch_calls import call_torch
 
 _tnp = None
@@ -230,7 +230,6 @@ class NdarrayMethod:
 
 
 def getattr_ndarray(tx, v: V.NdarrayVar, name: str) -> V.Variable:
-    from kiln.capture.semantics import constant_of
     if name in _META:
         return constant_of(tx, _META[name](v.example))
     if name in _VALUE_ATTRS:
@@ -281,35 +280,30 @@ for _fn in (torch.from_numpy, torch.as_tensor, torch.asarray):
 def _numpy_function(tx, fn, args, kwargs):
     """A callable of the `numpy` package: run by NumPy on constants (unless it makes an array), else
     traced through `torch._numpy` under the same name."""
+    module = (getattr(fn, "__module__", "") or "").removeprefix("numpy").strip(".")
+    if module.startswith("_") or module.startswith("core") or module.startswith("lib"):
+        module = ""  # numpy._core.fromnumeric.sum is np.sum
+    name = f"{module}.{fn.__name__}" if module else fn.__name__
+    if module == "random" or name == "ldexp" or name.startswith(_EFFECTS):
+        # NumPy's random state, its global settings and files; ldexp's float64 of integers
+        raise tx.unsupported(f"numpy.{name} inside captured code")
     if all(is_python_constant(a) for a in [*args, *kwargs.values()]):
         try:
             result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
         except Exception as e:
             tx.raise_(type(e), str(e))
         if not isinstance(result, np.ndarray):
-            return V.Constant(result) if not isinstance(result, tuple) else python_tuple(tx, result)
-    module = (getattr(fn, "__module__", "") or "").removeprefix("numpy").strip(".")
-    if module.startswith("_") or module.startswith("core") or module.startswith("lib"):
-        module = ""  # numpy._core.fromnumeric.sum is np.sum
-    name = f"{module}.{fn.__name__}" if module else fn.__name__
+            return constant_of(tx, result)
     tnp = _torch_numpy()
     try:
         _resolve(tnp, f"function:{name}")
     except AttributeError:
         raise tx.unsupported(f"numpy.{name} has no torch equivalent kiln can trace") from None
-    if module == "random" or name == "ldexp":  # NumPy's random state; ldexp's float64 of integers
-        raise tx.unsupported(f"numpy.{name} inside captured code")
     return _call(tx, f"function:{name}", list(args), dict(kwargs))
 
 
-def python_tuple(tx, value):
-    from kiln.capture.semantics import constant_of
-    return constant_of(tx, value)
-
-
-PACKAGES["numpy"] = _numpy_function
-CALLABLES[np.finfo] = lambda tx, args, kwargs: _numpy_function(tx, np.finfo, args, kwargs)
-CALLABLES[np.iinfo] = lambda tx, args, kwargs: _numpy_function(tx, np.iinfo, args, kwargs)
+_EFFECTS = ("seterr", "set_", "setbuf", "save", "load", "fromfile", "genfromtxt")  # not setdiff1d, setxor1d
+PACKAGES["numpy"] = _numpy_function  # np.finfo/iinfo, dtypes and scalar types too: folded on constants
 
 
 def _register_printers():
@@ -317,8 +311,8 @@ def _register_printers():
     from kiln.capture import attributes, rebuild, torch_calls
     attributes._GETATTR[V.NdarrayVar] = getattr_ndarray
     torch_calls._TO_FX[V.NdarrayVar] = lambda tx, v: v.node
-    rebuild._PRINTERS[V.NdarrayVar] = lambda r, v: rebuild._tensor(r, V.TensorVar(v.node, v.example, source=v.source)) \
-        + (".numpy()[()]" if v.scalar else ".numpy()")
+    rebuild._PRINTERS[V.NdarrayVar] = lambda r, v: rebuild._tensor(
+        r, V.TensorVar(v.node, v.example, source=v.source)) + (".numpy()[()]" if v.scalar else ".numpy()")
 
 
 _register_printers()

@@ -92,3 +92,14 @@ def test_distribution_argument_check_still_raises():
         log_prob(x, -torch.ones(4, 5))
     with pytest.raises(ValueError):
         compiled(x, -torch.ones(4, 5))
+
+
+def test_numpy_random_is_not_folded_into_a_constant():
+    """np.random draws at run time in eager: capturing it as a constant would repeat one draw."""
+    def draw(x):
+        return x + torch.from_numpy(np.random.rand(4, 5)).float()
+
+    kiln.capture.reset()
+    compiled = kiln.capture.capture(draw, lambda gm, ex: gm.forward, CaptureConfig())
+    x = torch.zeros(4, 5)
+    assert not torch.equal(compiled(x), compiled(x))

@@ -5,6 +5,7 @@ Each family of values registers the callables it owns here, next to their handle
 - `containers.py`: list, tuple, dict, set and frozenset, their methods and set algebra;
 - `collections_types.py`: `collections.deque`, `defaultdict`, `OrderedDict`, namedtuple methods;
 - `iterators.py`: iteration builtins (`zip`, `enumerate`, `sorted`, ...) and `itertools`;
+- `stdlib_functions.py`: `copy`, `heapq`, `bisect`, `operator.itemgetter`/`attrgetter`/`methodcaller`;
 - `numpy_calls.py`: NumPy functions on arrays that stand for tensors (traced as torch ops);
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
 - `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
@@ -31,7 +32,8 @@ CALLABLE_TYPES: dict = {}  # type -> handler(tx, value, args, kwargs), for calla
 PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), for its functions and classes
 ATTRIBUTES: dict = {}
 
-_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "numpy_calls", "pytree_calls", "calls")
+_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "stdlib_functions", "numpy_calls",
+             "pytree_calls", "calls")
 _loaded = False
 
 

@@ -8,6 +8,7 @@ only if they leave the graph.
 """
 from __future__ import annotations
 
+import collections
 import types
 
 import torch
@@ -155,7 +156,8 @@ _CLASS_KINDS = [
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),
-    (lambda c: issubclass(c, dict) and c.__module__ not in ("builtins", "collections"), _dict_subclass),
+    (lambda c: issubclass(c, dict) and (c.__module__ not in ("builtins", "collections") or
+                                        c is collections.Counter), _dict_subclass),
     # torch.distributions are Python classes over tensor ops: built like a user's class
     (lambda c: c.__module__.startswith("torch.distributions."), _user_class),
     (lambda c: c.__module__ == "builtins" or c.__module__.startswith("torch"), None),

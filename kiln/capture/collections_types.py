@@ -131,6 +131,17 @@ def _move_to_end(tx, args, kwargs):
     return V.Constant(None)
 
 
+@handles(collections._count_elements)
+def _count_elements(tx, args, kwargs):
+    """Counter.update's C helper: `mapping[item] = mapping.get(item, 0) + 1` for each item."""
+    from kiln.capture.semantics import binary_op, dict_set, key_of
+    counts, items = args[0], iterate(tx, args[1])
+    for item in items:
+        old = counts.items.get(key_of(tx, item), V.Constant(0))
+        dict_set(tx, counts, item, binary_op(tx, operator.add, old, V.Constant(1)))
+    return V.Constant(None)
+
+
 # -- namedtuple -----------------------------------------------------------------------------------------
 @handles(tuple.__new__)
 def _tuple_new(tx, args, kwargs):

@@ -43,8 +43,14 @@ VALUE_MODELS: dict[type, Any] = {}
 
 # -- constants ----------------------------------------------------------------------------------
 def constant_of(tx, value: Any) -> V.Variable:
+    """A tracker for a value Python computed from constants; containers become fresh trackers, so
+    they can be iterated and mutated (`"a.b".split(".")`)."""
     if isinstance(value, tuple):
-        return V.TupleVar([constant_of(tx, v) for v in value])
+        return V.TupleVar([constant_of(tx, v) for v in value], type(value) if hasattr(value, "_fields") else tuple)
+    if type(value) is list:
+        return V.ListVar([constant_of(tx, v) for v in value])
+    if type(value) is dict:
+        return V.DictVar({k: constant_of(tx, v) for k, v in value.items()})
     if isinstance(value, (set, frozenset)):  # a frozenset is shared as it is: its order is its own
         return V.SetVar(value if type(value) is frozenset else set(value), {v: V.Constant(v) for v in value},
                         type(value))
@@ -459,6 +465,10 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
             if obj.default_factory is not None:  # a defaultdict: the factory's value is stored
                 dict_set(tx, obj, key, call_variable(tx, obj.default_factory, [], {}))
                 return obj.items[k]
+            missing = getattr(obj.cls, "__missing__", None)
+            if isinstance(missing, types.FunctionType):  # a dict subclass's own (Counter's is 0)
+                return call_variable(tx, V.MethodVar(getattr_var(tx, V.ObjectVar(obj.cls), "__missing__"), obj),
+                                     [key], {})
             tx.raise_(KeyError, k)
         return obj.items[k]
     if isinstance(obj, V.Constant):

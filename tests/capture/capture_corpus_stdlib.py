@@ -1,12 +1,16 @@
 """Corpus programs for standard-library values built inside captured code: collections (deque,
-defaultdict, OrderedDict, namedtuple methods), set algebra, dict.fromkeys, itertools, functools'
-caches and dict subclasses. Each runs under fullgraph=True and equals eager; aliasing is checked by
+defaultdict, OrderedDict, Counter, namedtuple methods), set algebra, dict.fromkeys, itertools,
+functools' caches, dict subclasses, copy, heapq, bisect and operator's getters. Each runs under fullgraph=True and equals eager; aliasing is checked by
 mutating through a second name and by returning or mutating the frame's own inputs."""
 from __future__ import annotations
 
+import bisect
 import collections
+import copy
 import functools
+import heapq
 import itertools
+import operator
 import typing
 
 import torch
@@ -291,3 +295,49 @@ def dict_subclass_with_new(x):
     d["c"] = x * 3
     p = _PlainSub([("k", 1)])
     return d.total() + d.size + p["k"], d, isinstance(d, _AttrDict), p
+
+
+# -- Counter, operator's getters, copy, heapq, bisect ------------------------------------------------------
+@program()
+def counter_methods(x):
+    c = collections.Counter("abracadabra")
+    c.update(["a", "z"])
+    c["q"] += 2
+    return x * c["a"] + c["missing"], c.most_common(2), c, sorted(c.elements())[:3], c.total()
+
+
+@program()
+def operator_getters(x):
+    first, last = operator.itemgetter(0, -1)([x, x * 2, x * 3])
+    rows = operator.attrgetter("shape")(x)[0]
+    total = operator.methodcaller("sum", 1)(x)
+    pairs = sorted([(2, "b"), (1, "a")], key=operator.itemgetter(0))
+    return first + last + rows, total, pairs
+
+
+@program()
+def copy_keeps_sharing(x):
+    inner = [1, 2]
+    outer = [inner, inner, {"k": inner}]
+    deep = copy.deepcopy(outer)
+    deep[0].append(3)                      # deep[1] and deep[2]["k"] are the same new list
+    shallow = copy.copy(outer)
+    shallow[0].append(4)                   # the original inner list
+    d = copy.copy(collections.OrderedDict(a=x))
+    d["b"] = x
+    return x * len(deep[1]) + len(inner), deep, shallow, d, copy.copy((x, 1))[0]
+
+
+@program()
+def heapq_and_bisect(x):
+    h = [5, 1, 4]
+    heapq.heapify(h)
+    heapq.heappush(h, 0)
+    smallest = heapq.heappop(h)
+    alias = h
+    heapq.heappushpop(alias, 3)
+    sorted_list = [1, 3, 5]
+    bisect.insort(sorted_list, 4)
+    at = bisect.bisect_left(sorted_list, 3) + bisect.bisect(sorted_list, 5)
+    return x * (smallest + at), h, sorted_list, heapq.nlargest(2, [3, 9, 1]), \
+        heapq.nsmallest(1, ["bb", "a"], key=len)

@@ -128,7 +128,7 @@ def _user_class(tx, cls, args, kwargs):
 def _dict_subclass(tx, cls, args, kwargs):
     """A user's dict subclass: a `DictVar` of that class, built as `type.__call__` does: its
     `__new__` (Python, or dict's), then its `__init__` when `__new__` returned an instance."""
-    from kiln.capture.attributes import _MISSING, class_lookup, _function
+    from kiln.capture.attributes import class_lookup, _function
     from kiln.capture.containers import dict_of
     new = class_lookup(cls, "__new__")
     new = new.__func__ if isinstance(new, staticmethod) else new

@@ -11,6 +11,7 @@ which the tracer inlines like the user's code.
 from __future__ import annotations
 
 import bisect
+import collections
 import copy
 import functools
 import heapq
@@ -18,7 +19,7 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import _record_mutation, is_python_constant, iterate, mutate_list, python_value
+from kiln.capture.semantics import is_python_constant, iterate, mutate_list, python_value
 
 
 # -- heapq and bisect -----------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ def _deep_copy(tx, v: V.Variable, memo: dict) -> V.Variable:
         out.items.extend(_deep_copy(tx, i, memo) for i in v.items)
     elif isinstance(v, V.TupleVar):
         out = V.TupleVar([_deep_copy(tx, i, memo) for i in v.items], v.cls)
-    elif isinstance(v, V.DictVar) and v.cls in (dict, __import__("collections").OrderedDict):
+    elif isinstance(v, V.DictVar) and v.cls in (dict, collections.OrderedDict):
         out = memo[id(v)] = V.DictVar({}, v.cls)
         out.items.update({k: _deep_copy(tx, i, memo) for k, i in v.items.items()})
     elif isinstance(v, V.SetVar) and all(isinstance(m, V.Constant) for m in v.members.values()):

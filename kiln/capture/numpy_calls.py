@@ -262,6 +262,9 @@ def _from_array(fn):
     """`torch.from_numpy(a)`, `torch.as_tensor(a)`: a new tensor on the array's memory (a view)."""
     def handle(tx, args, kwargs):
         a = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+        if isinstance(a, V.ObjectVar) and isinstance(a.value, np.ndarray):
+            raise tx.unsupported("a NumPy array made outside captured code (an argument or a global), "
+                                 "used inside it")
         if not isinstance(a, V.NdarrayVar):
             if fn is torch.from_numpy:
                 tx.raise_(TypeError, f"expected np.ndarray (got {a.python_type().__name__})")

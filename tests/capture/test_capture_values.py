@@ -44,6 +44,13 @@ def _numpy_random(x):
     return x + torch.from_numpy(np.random.rand(4, 5))  # refused: names this line
 
 
+_TABLE = np.arange(20.0).reshape(4, 5)
+
+
+def _numpy_global(x):
+    return x + torch.from_numpy(_TABLE)  # refused: names this line (an array made outside)
+
+
 def _random_in_frozen_rng(x):
     with torch.random.fork_rng():
         noise = torch.rand_like(x)
@@ -51,7 +58,7 @@ def _random_in_frozen_rng(x):
 
 
 REFUSED = [_branch_on_array, _array_item, _array_left_of_tensor, _endless, _is_leaf, _numpy_random,
-           _random_in_frozen_rng]
+           _random_in_frozen_rng, _numpy_global]
 
 
 def _refused_line(fn):
@@ -72,7 +79,8 @@ def test_fullgraph_names_the_line(fn):
         compiled(torch.randn(4, 5))
 
 
-@pytest.mark.parametrize("fn", [_branch_on_array, _array_item, _endless, _is_leaf], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [_branch_on_array, _array_item, _endless, _is_leaf, _numpy_global],
+                         ids=lambda f: f.__name__)
 def test_breaks_and_equals_eager(fn):
     recorder = run_compiled(fn, lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)),))
     assert breaks_of(recorder), "expected a graph break"

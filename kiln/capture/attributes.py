@@ -57,6 +57,9 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
     if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return V.MethodVar(V.ObjectVar(entry), obj)
+    get = class_lookup(type(entry), "__get__")
+    if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
+        return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
 
 
@@ -135,6 +138,8 @@ def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
         return v.attrs[name]
     if name == "__class__":
         return V.ObjectVar(v.cls)
+    if name == "__dict__":  # a live view: the same dict as the object's attributes
+        return V.DictVar(v.attrs)
     entry = class_lookup(v.cls, name)
     if entry is _MISSING:
         hook = class_lookup(v.cls, "__getattr__")
@@ -168,11 +173,20 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
 
 
 def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
+    from kiln.capture.callables import attribute_for
+    reader = attribute_for(v.python_type(), name)
+    if reader is not None:
+        return reader(tx, v)
     if isinstance(v, V.DictVar) and is_model_output(v.cls):
         field = getattr_field(tx, v, name)
         if field is not None:
             return field
-    method = getattr(v.python_type(), name, None)
+    cls = v.python_type()
+    if cls.__module__ not in ("builtins", "collections"):  # a user's subclass: its own methods, properties
+        entry = class_lookup(cls, name)
+        if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
+            return bind_class_entry(tx, entry, v, cls, name)
+    method = getattr(cls, name, None)
     if method is None:
         tx.raise_(AttributeError, f"{v.python_type().__name__!r} object has no attribute {name!r}")
     return V.MethodVar(V.ObjectVar(method), v)
@@ -281,8 +295,19 @@ def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable]:
     raise tx.unsupported(f"iterating over a {type(obj).__name__}")
 
 
+_TYPING_MODULES = ("typing", "typing_extensions", "types")
+
+
+def _literal(key) -> bool:
+    """Whether a key prints as a Python literal in guards and generated code (`ItemSource.expr`)."""
+    if isinstance(key, tuple):
+        return all(_literal(k) for k in key)
+    return type(key) in (int, str, bool, bytes, type(None)) or type(key) is float and key == key and \
+        abs(key) != float("inf")
+
+
 def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
-    from kiln.capture.semantics import python_value
+    from kiln.capture.semantics import is_python_constant, python_value
     obj = getattr(v, "value", None)
     if isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
         k = python_value(key)
@@ -302,11 +327,19 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
         return _wrap(tx, obj._parameters[name], DictEntrySource(v.source, "_parameters", name) if v.source else None,
                      module_state=True)
     cls = v.python_type() if isinstance(v, V.NewObjectVar) else type(obj)
+    if cls.__module__ in _TYPING_MODULES and is_python_constant(key):
+        # `Optional[int]`, `Dict[str, Tensor]`: typing's subscriptions are pure and cached, so run them
+        try:
+            return _wrap(tx, obj[python_value(key)], None)
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
     entry = class_lookup(cls, "__getitem__")
     if isinstance(entry, types.FunctionType):
         return tx.call(V.MethodVar(_function(entry), v), [key])
     if isinstance(obj, (dict, list, tuple)):
         k = python_value(key)
+        if v.source is not None and not _literal(k):
+            raise tx.unsupported(f"reading a {type(obj).__name__} of the program's by a {type(k).__name__} key")
         return _wrap(tx, obj[k], ItemSource(v.source, k) if v.source else None)
     raise tx.unsupported(f"indexing a {cls.__name__}")
 

@@ -80,13 +80,27 @@ def _wrap_sequence(out, value, source):
     return V.TupleVar(items, type(value), source=source)
 
 
+def _wrap_deque(out, value, source):
+    from kiln.capture.sources import AttrSource
+    _guard(out, GuardKind.TYPE, source, type(value))
+    _guard(out, GuardKind.LEN, source, len(value))
+    _guard(out, GuardKind.CONST, AttrSource(source, "maxlen") if source else None, value.maxlen)
+    items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+    return V.ListVar(items, collections.deque, value.maxlen, source=source)
+
+
 def _wrap_dict(out, value, source):
     if not all(isinstance(k, (str, int, enum.Enum)) for k in value):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
     items = {k: wrap(out, v, ItemSource(source, k) if source else None) for k, v in value.items()}
-    return V.DictVar(items, type(value), source=source)
+    factory = None
+    if isinstance(value, collections.defaultdict):  # its factory, guarded (identity, or None)
+        from kiln.capture.sources import AttrSource
+        factory = wrap(out, value.default_factory, AttrSource(source, "default_factory") if source else None)
+        factory = None if isinstance(factory, V.Constant) and factory.value is None else factory
+    return V.DictVar(items, type(value), factory, source=source)
 
 
 def _wrap_function(out, value, source):
@@ -150,9 +164,11 @@ _WRAPPERS: dict[type, Callable] = {
     tuple: _wrap_sequence,
     dict: _wrap_dict,
     collections.OrderedDict: _wrap_dict,
+    collections.deque: _wrap_deque,
     types.FunctionType: _wrap_function,
     types.MethodType: _wrap_method,
     functools.partial: _wrap_partial,
+    functools._lru_cache_wrapper: _wrap_identity,
     type: _wrap_identity,
     types.BuiltinFunctionType: _wrap_unguarded,
     types.ModuleType: _wrap_unguarded,

@@ -1,44 +1,33 @@
-"""Python builtins and container methods over trackers: one handler per callable.
+"""Python builtins over trackers: one handler per builtin function, in `callables.CALLABLES`.
 
-`BUILTINS` maps builtin functions and types (`len`, `isinstance`, `zip`, `list`, ...) and
-`CONTAINER_METHODS` maps the methods of list/dict/set/tuple (`list.append`, `dict.items`, ...) to
-handlers `(tx, args, kwargs) -> tracker`. `PURE_CALLABLES` says which other C callables (math,
-operator, methods of immutable values) may be folded when their arguments are constants.
+Sizes, types and attributes (`len`, `isinstance`, `getattr`, ...), numbers and strings (folded over
+constants), `super`, `object`, `functools` and the `operator` module (the bytecode operators'
+semantics). Containers' constructors and methods are in `containers.py`, iteration in
+`iterators.py`. `PURE_CALLABLES` says which other C callables (math, operator, methods of immutable
+values) may be folded when their arguments are constants.
 """
 from __future__ import annotations
 
 import builtins
-import collections
+import dataclasses
 import functools
-import itertools
-import math
 import operator
 import types
+import typing
 
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, PACKAGES, handles as builtin
 from kiln.capture.interpreter import ObservedException
-from kiln.capture.semantics import (binary_op, constant_of, contains, is_python_constant, iterate, key_of,
-                                    mutate_list, python_value, set_add, truth, dict_set, _record_mutation)
-
-BUILTINS: dict = {}
-CONTAINER_METHODS: dict = {}
-
-
-def builtin(*fns, table=BUILTINS):
-    def register(handler):
-        for fn in fns:
-            table[fn] = handler
-        return handler
-    return register
-
+from kiln.capture.semantics import binary_op, constant_of, contains, is_python_constant, iterate, python_value, truth
 
 def _all_constant(args, kwargs):
     return all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values())
 
 
-def _fold(tx, fn, args, kwargs):
+def fold_call(tx, fn, args, kwargs):
+    """`fn` run on the constants' values; a Python exception is raised in the traced code."""
     try:
         result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
     except Exception as e:
@@ -50,7 +39,7 @@ def _foldable(fn, otherwise=None):
     """A builtin folded over constants; `otherwise(tx, args, kwargs)` handles the rest."""
     def handle(tx, args, kwargs):
         if _all_constant(args, kwargs):
-            return _fold(tx, fn, args, kwargs)
+            return fold_call(tx, fn, args, kwargs)
         if otherwise is None:
             raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
         return otherwise(tx, args, kwargs)
@@ -69,7 +58,7 @@ def _len(tx, args, kwargs):
         from kiln.capture.torch_calls import tensor_method
         return tensor_method(tx, "size", [v, V.Constant(0)], {})
     if isinstance(v, V.Constant):
-        return _fold(tx, len, args, kwargs)
+        return fold_call(tx, len, args, kwargs)
     if isinstance(v, V.ObjectVar) and isinstance(v.value, torch.nn.Module):
         return V.Constant(len(v.value))
     if isinstance(v, V.IteratorVar):
@@ -96,7 +85,7 @@ def _isinstance(tx, args, kwargs):
 
 @builtin(issubclass)
 def _issubclass(tx, args, kwargs):
-    return _fold(tx, issubclass, args, kwargs)
+    return fold_call(tx, issubclass, args, kwargs)
 
 
 @builtin(type)
@@ -154,148 +143,6 @@ def _id(tx, args, kwargs):
     raise tx.unsupported("id() of a value made inside captured code")
 
 
-# -- iteration --------------------------------------------------------------------------------------
-@builtin(iter)
-def _iter(tx, args, kwargs):
-    from kiln.capture.semantics import get_iter
-    return get_iter(tx, args[0])
-
-
-@builtin(next)
-def _next(tx, args, kwargs):
-    it = args[0]
-    if not isinstance(it, V.IteratorVar):
-        raise tx.unsupported(f"next() on a {it.python_type().__name__}")
-    if it.index >= len(it.items):
-        if len(args) > 1:
-            return args[1]
-        tx.raise_(StopIteration)
-    it.index += 1
-    return it.items[it.index - 1]
-
-
-@builtin(range)
-def _range(tx, args, kwargs):
-    return _fold(tx, range, args, kwargs)
-
-
-@builtin(enumerate)
-def _enumerate(tx, args, kwargs):
-    start = python_value(args[1] if len(args) > 1 else kwargs.get("start", V.Constant(0)))
-    return V.IteratorVar([V.TupleVar([V.Constant(i), x]) for i, x in enumerate(iterate(tx, args[0]), start)])
-
-
-@builtin(zip)
-def _zip(tx, args, kwargs):
-    columns = [iterate(tx, a) for a in args]
-    if kwargs.get("strict") is not None and python_value(kwargs["strict"]) and len({len(c) for c in columns}) > 1:
-        tx.raise_(ValueError, "zip() arguments have different lengths")
-    return V.IteratorVar([V.TupleVar(list(row)) for row in zip(*columns)])
-
-
-@builtin(map)
-def _map(tx, args, kwargs):
-    fn, columns = args[0], [iterate(tx, a) for a in args[1:]]
-    return V.IteratorVar([tx.call(fn, list(row)) for row in zip(*columns)])
-
-
-@builtin(filter)
-def _filter(tx, args, kwargs):
-    fn, items = args[0], iterate(tx, args[1])
-    keep = (lambda x: truth(tx, x)) if isinstance(fn, V.Constant) and fn.value is None \
-        else (lambda x: truth(tx, tx.call(fn, [x])))
-    return V.IteratorVar([x for x in items if keep(x)])
-
-
-@builtin(reversed)
-def _reversed(tx, args, kwargs):
-    return V.IteratorVar(list(reversed(iterate(tx, args[0]))))
-
-
-@builtin(sorted)
-def _sorted(tx, args, kwargs):
-    items = iterate(tx, args[0])
-    key = kwargs.get("key")
-    reverse = python_value(kwargs.get("reverse", V.Constant(False)))
-    keys = [python_value(tx.call(key, [x]) if key is not None and not is_none_var(key) else x) for x in items]
-    order = sorted(range(len(items)), key=lambda i: keys[i], reverse=reverse)
-    return V.ListVar([items[i] for i in order])
-
-
-def is_none_var(v):
-    return isinstance(v, V.Constant) and v.value is None
-
-
-@builtin(list)
-def _list(tx, args, kwargs):
-    return V.ListVar(iterate(tx, args[0]) if args else [])
-
-
-@builtin(tuple)
-def _tuple(tx, args, kwargs):
-    return V.TupleVar(iterate(tx, args[0]) if args else [])
-
-
-@builtin(set, frozenset)
-def _set(tx, args, kwargs):
-    s = V.SetVar([])
-    for item in (iterate(tx, args[0]) if args else []):
-        set_add(tx, s, item)
-    return s
-
-
-@builtin(dict)
-def _dict(tx, args, kwargs, cls=dict):
-    from kiln.capture.semantics import dict_items
-    d = V.DictVar({}, cls)
-    if args:
-        if isinstance(args[0], (V.DictVar, V.ObjectVar)):
-            d.items.update(dict(dict_items(tx, args[0])))
-        else:
-            for pair in iterate(tx, args[0]):
-                k, v = iterate(tx, pair)
-                d.items[key_of(tx, k)] = v
-    d.items.update(kwargs)
-    return d
-
-
-BUILTINS[collections.OrderedDict] = functools.partial(_dict, cls=collections.OrderedDict)
-
-
-@builtin(sum)
-def _sum(tx, args, kwargs):
-    total = args[1] if len(args) > 1 else kwargs.get("start", V.Constant(0))
-    for item in iterate(tx, args[0]):
-        total = binary_op(tx, operator.add, total, item)
-    return total
-
-
-def _reduce_compare(op):
-    def handle(tx, args, kwargs):
-        items = iterate(tx, args[0]) if len(args) == 1 else list(args)
-        if not items:
-            tx.raise_(ValueError, "arg is an empty sequence")
-        if all(is_python_constant(i) for i in items) and "key" not in kwargs:
-            return _fold(tx, op, [V.TupleVar(items)], {})
-        raise tx.unsupported(f"{op.__name__}() over values known only at run time "
-                             "(for tensors use torch.maximum/torch.minimum)")
-    return handle
-
-
-BUILTINS[max] = _reduce_compare(max)
-BUILTINS[min] = _reduce_compare(min)
-
-
-@builtin(any)
-def _any(tx, args, kwargs):
-    return V.Constant(any(truth(tx, x) for x in iterate(tx, args[0])))
-
-
-@builtin(all)
-def _all(tx, args, kwargs):
-    return V.Constant(all(truth(tx, x) for x in iterate(tx, args[0])))
-
-
 # -- numbers and strings ----------------------------------------------------------------------------
 def _tensor_op(op):
     def handle(tx, args, kwargs):
@@ -317,7 +164,7 @@ for _fn in (str, repr, format, chr, ord, hash, ascii, bin, hex, oct, complex, sl
 def _needs_data(name):
     def handle(tx, args, kwargs):
         if _all_constant(args, kwargs):
-            return _fold(tx, getattr(builtins, name), args, kwargs)
+            return fold_call(tx, getattr(builtins, name), args, kwargs)
         raise tx.unsupported(f"{name}() of a tensor reads its data, which a graph cannot hand back to Python")
     return handle
 
@@ -362,44 +209,56 @@ def _reduce(tx, args, kwargs):
     return acc
 
 
-@builtin(itertools.chain)
-def _chain(tx, args, kwargs):
-    return V.IteratorVar([x for a in args for x in iterate(tx, a)])
+def _lru_cached(tx, wrapper, args, kwargs):
+    """A `functools.lru_cache`/`cache` function: its wrapped function is inlined. The cache is for
+    pure functions (its documented contract), so calling through gives the value a hit would."""
+    from kiln.capture.attributes import _function
+    return tx.inline(_function(wrapper.__wrapped__), args, kwargs)
 
 
-@builtin(itertools.product)
-def _product(tx, args, kwargs):
-    columns = [iterate(tx, a) for a in args]
-    return V.IteratorVar([V.TupleVar(list(row)) for row in itertools.product(*columns)])
+CALLABLE_TYPES[functools._lru_cache_wrapper] = _lru_cached
 
 
-@builtin(itertools.islice)
-def _islice(tx, args, kwargs):
-    items = iterate(tx, args[0])
-    return V.IteratorVar(items[slice(*[python_value(a) for a in args[1:]])])
+def _typing_function(tx, fn, args, kwargs):
+    """The `typing` module's functions read annotations only: run them on constants.
+    `typing.cast(T, value)` is `value`, whatever it is."""
+    if fn is typing.cast:
+        return args[1] if len(args) > 1 else kwargs["val"]
+    if _all_constant(args, kwargs):
+        return fold_call(tx, fn, args, kwargs)
+    raise tx.unsupported(f"typing.{getattr(fn, '__name__', fn)} on values known only at run time")
 
 
-@builtin(itertools.accumulate)
-def _accumulate(tx, args, kwargs):
-    items, out = iterate(tx, args[0]), []
-    fn = args[1] if len(args) > 1 else None
-    for item in items:
-        out.append(item if not out else (tx.call(fn, [out[-1], item]) if fn else
-                                         binary_op(tx, operator.add, out[-1], item)))
-    return V.IteratorVar(out)
+PACKAGES["typing"] = PACKAGES["typing_extensions"] = _typing_function
 
 
-@builtin(itertools.repeat)
-def _repeat(tx, args, kwargs):
-    if len(args) < 2:
-        raise tx.unsupported("itertools.repeat without a count")
-    return V.IteratorVar([args[0]] * python_value(args[1]))
+def _read_fields(tx, v):
+    """Read a dataclass's fields through capture, so that each is guarded as an attribute read is."""
+    from kiln.capture.attributes import getattr_var
+    value = python_value(v)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            _read_fields(tx, getattr_var(tx, v, field.name))
 
 
-@builtin(itertools.pairwise) if hasattr(itertools, "pairwise") else (lambda f: f)
-def _pairwise(tx, args, kwargs):
-    items = iterate(tx, args[0])
-    return V.IteratorVar([V.TupleVar([a, b]) for a, b in zip(items, items[1:])])
+def _dataclass_to_containers(fn):
+    """`dataclasses.asdict`/`astuple` of a dataclass whose fields are all constants: run for real
+    (they deep-copy, which capture does not follow), the result a fresh, mutable container."""
+    def handle(tx, args, kwargs):
+        from kiln.capture.builder import wrap
+        if not _all_constant(args, kwargs):
+            raise tx.unsupported(f"dataclasses.{fn.__name__} of a dataclass holding run-time values")
+        _read_fields(tx, args[0])
+        try:
+            result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
+        return wrap(tx.out, result, None)
+    return handle
+
+
+for _fn in (dataclasses.asdict, dataclasses.astuple):
+    BUILTINS[_fn] = _dataclass_to_containers(_fn)
 
 
 # -- the operator module: the same semantics as the bytecode operators ----------------------------------
@@ -428,179 +287,12 @@ def _install_operator_module():
 _install_operator_module()
 
 
-# -- container methods ------------------------------------------------------------------------------
-def method(*fns):
-    return builtin(*fns, table=CONTAINER_METHODS)
-
-
-@method(list.append)
-def _append(tx, args, kwargs):
-    mutate_list(tx, args[0], lambda items: items.append(args[1]))
-    return V.Constant(None)
-
-
-@method(list.extend)
-def _extend(tx, args, kwargs):
-    new = iterate(tx, args[1])
-    mutate_list(tx, args[0], lambda items: items.extend(new))
-    return V.Constant(None)
-
-
-@method(list.insert)
-def _insert(tx, args, kwargs):
-    mutate_list(tx, args[0], lambda items: items.insert(python_value(args[1]), args[2]))
-    return V.Constant(None)
-
-
-@method(list.pop)
-def _list_pop(tx, args, kwargs):
-    index = python_value(args[1]) if len(args) > 1 else -1
-    if not args[0].items:
-        tx.raise_(IndexError, "pop from empty list")
-    out = args[0].items[index]
-    mutate_list(tx, args[0], lambda items: items.pop(index))
-    return out
-
-
-@method(list.clear, dict.clear, collections.OrderedDict.clear)
-def _clear(tx, args, kwargs):
-    c = args[0]
-    c.items.clear()
-    _record_mutation(tx, c)
-    return V.Constant(None)
-
-
-@method(list.reverse)
-def _list_reverse(tx, args, kwargs):
-    mutate_list(tx, args[0], lambda items: items.reverse())
-    return V.Constant(None)
-
-
-@method(list.copy)
-def _list_copy(tx, args, kwargs):
-    return V.ListVar(list(args[0].items))
-
-
-@method(list.index, tuple.index)
-def _index(tx, args, kwargs):
-    for i, item in enumerate(args[0].items):
-        if truth(tx, binary_op(tx, operator.eq, item, args[1])):
-            return V.Constant(i)
-    tx.raise_(ValueError, "value is not in list")
-
-
-@method(list.count, tuple.count)
-def _count(tx, args, kwargs):
-    return V.Constant(sum(truth(tx, binary_op(tx, operator.eq, i, args[1])) for i in args[0].items))
-
-
-@method(list.remove)
-def _remove(tx, args, kwargs):
-    i = _index(tx, args, kwargs).value
-    mutate_list(tx, args[0], lambda items: items.pop(i))
-    return V.Constant(None)
-
-
-@method(list.sort)
-def _sort(tx, args, kwargs):
-    ordered = _sorted(tx, [args[0]], kwargs).items
-    mutate_list(tx, args[0], lambda items: items.__setitem__(slice(None), ordered))
-    return V.Constant(None)
-
-
-@method(dict.get)
-def _dict_get(tx, args, kwargs):
-    d, key = args[0], key_of(tx, args[1])
-    return d.items.get(key, args[2] if len(args) > 2 else V.Constant(None))
-
-
-@method(dict.items, collections.OrderedDict.items)
-def _dict_items(tx, args, kwargs):
-    return V.ListVar([V.TupleVar([V.Constant(k), v]) for k, v in args[0].items.items()])
-
-
-@method(dict.keys, collections.OrderedDict.keys)
-def _dict_keys(tx, args, kwargs):
-    return V.ListVar([V.Constant(k) for k in args[0].items])
-
-
-@method(dict.values, collections.OrderedDict.values)
-def _dict_values(tx, args, kwargs):
-    return V.ListVar(list(args[0].items.values()))
-
-
-@method(dict.update, collections.OrderedDict.update)
-def _dict_update(tx, args, kwargs):
-    from kiln.capture.semantics import dict_items
-    d = args[0]
-    pairs = dict_items(tx, args[1]) if len(args) > 1 else []
-    for k, v in [*pairs, *kwargs.items()]:
-        dict_set(tx, d, V.Constant(k), v)
-    return V.Constant(None)
-
-
-@method(dict.pop, collections.OrderedDict.pop)
-def _dict_pop(tx, args, kwargs):
-    d, key = args[0], key_of(tx, args[1])
-    if key not in d.items:
-        if len(args) > 2:
-            return args[2]
-        tx.raise_(KeyError, key)
-    _record_mutation(tx, d)
-    return d.items.pop(key)
-
-
-@method(dict.setdefault, collections.OrderedDict.setdefault)
-def _dict_setdefault(tx, args, kwargs):
-    d, key = args[0], key_of(tx, args[1])
-    if key not in d.items:
-        dict_set(tx, d, args[1], args[2] if len(args) > 2 else V.Constant(None))
-    return d.items[key]
-
-
-@method(dict.copy, collections.OrderedDict.copy)
-def _dict_copy(tx, args, kwargs):
-    return V.DictVar(dict(args[0].items), args[0].cls)
-
-
-@method(dict.__contains__, list.__contains__, tuple.__contains__, set.__contains__)
-def _contains(tx, args, kwargs):
-    return V.Constant(contains(tx, args[0], args[1]))
-
-
-@method(dict.__getitem__, list.__getitem__, tuple.__getitem__)
-def _getitem(tx, args, kwargs):
-    from kiln.capture.semantics import getitem
-    return getitem(tx, args[0], args[1])
-
-
-@method(dict.__setitem__, collections.OrderedDict.__setitem__, list.__setitem__)
-def _setitem(tx, args, kwargs):
-    from kiln.capture.semantics import setitem
-    setitem(tx, args[0], args[1], args[2])
-    return V.Constant(None)
-
-
-@method(set.add)
-def _set_add(tx, args, kwargs):
-    set_add(tx, args[0], args[1])
-    return V.Constant(None)
-
-
-@method(set.update)
-def _set_update(tx, args, kwargs):
-    for other in args[1:]:
-        for item in iterate(tx, other):
-            set_add(tx, args[0], item)
-    return V.Constant(None)
-
-
-@method(object.__init__)
+@builtin(object.__init__)
 def _object_init(tx, args, kwargs):
     return V.Constant(None)
 
 
-@method(object.__setattr__)
+@builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
     from kiln.capture.attributes import setattr_var
     setattr_var(tx, args[0], python_value(args[1]), args[2])

@@ -1,10 +1,11 @@
 """Calls: what happens when traced code calls something.
 
-`call_variable` dispatches on the tracker class (`_CALLS`); a real callable (`ObjectVar`) is then
-classified once (`classify`): a builtin kiln models (`builtins.BUILTINS`), a torch operation (a
-graph node), a torch query folded to a constant, an nn.Module (hooks and `forward` inlined), a
-class (a new object, a namedtuple, an exception, a context manager), or C code kiln does not model
-(a graph break). Python functions are inlined by a child tracer.
+`call_variable` dispatches on the tracker class (`_CALLS`); a real callable is first looked up in
+the one table of modelled callables (`callables.CALLABLES`: builtins, container methods, standard
+library, NumPy, pytree, torch queries folded to constants), then classified: a torch operation (a
+graph node), an nn.Module (hooks and `forward` inlined), a class (a new object, a namedtuple, an
+exception, a context manager), a Python function (inlined by a child tracer), or C code kiln does
+not model (a graph break).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
+from kiln.capture.callables import CALLABLES, handler_for
 from kiln.capture.output import DeferredCall
 from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
 
@@ -54,20 +56,31 @@ def call_variable(tx, fn: V.Variable, args: list, kwargs: dict) -> V.Variable:
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
         real = fn.fn
-        if real in FOLDED:
-            return _fold(tx, FOLDED[real], args, kwargs)
+        handler = handler_for(real)
+        if handler is not None:
+            return handler(tx, args, kwargs)
         if _is_tensor_method(real):
             return tensor_method(tx, real.__name__, args, kwargs)
-        if _is_torch_op(real):
+        if _is_torch_op(real) and _graph_arguments(tx, args, kwargs):
             return call_torch(tx, "call_function", real, args, kwargs)
-        special = _SPECIAL_FUNCTIONS.get(real)
-        if special is not None:
-            return special(tx, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
             return _run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
+
+
+def _graph_arguments(tx, args, kwargs) -> bool:
+    """Whether every argument can be an FX argument. A torch Python function handed objects that
+    cannot (a distribution, a constraint, an options object) is inlined instead of made a node."""
+    from kiln.capture.interpreter import GraphBreak
+    from kiln.capture.torch_calls import to_fx
+    try:
+        for a in [*args, *kwargs.values()]:
+            to_fx(tx, a)
+    except GraphBreak:
+        return False
+    return True
 
 
 def _call_method(tx, m: V.MethodVar, args, kwargs):
@@ -92,22 +105,11 @@ def _fold(tx, fn, args, kwargs):
 
 
 def _call_object(tx, fn: V.ObjectVar, args, kwargs):
-    from kiln.capture.builtins import BUILTINS, CONTAINER_METHODS, PURE_CALLABLES
+    from kiln.capture.builtins import PURE_CALLABLES
     value = fn.value
-    try:
-        hash(value)
-        hashable = True
-    except TypeError:
-        hashable = False
-    if hashable:
-        if value in BUILTINS:
-            return BUILTINS[value](tx, args, kwargs)
-        if value in CONTAINER_METHODS:
-            return CONTAINER_METHODS[value](tx, args, kwargs)
-        if value in FOLDED:
-            return _fold(tx, FOLDED[value], args, kwargs)
-        if value in _SPECIAL_FUNCTIONS:
-            return _SPECIAL_FUNCTIONS[value](tx, args, kwargs)
+    handler = handler_for(value)
+    if handler is not None:
+        return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
     if isinstance(value, type):
@@ -118,7 +120,7 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
             return tensor_method(tx, value.__name__, args, kwargs)
     if _is_torch_op(value):
         return call_torch(tx, "call_function", value, args, kwargs)
-    if isinstance(value, types.BuiltinMethodType) and hashable and PURE_CALLABLES(value):
+    if isinstance(value, types.BuiltinMethodType) and PURE_CALLABLES(value):
         return _fold_or_graph(tx, value, args, kwargs)
     if isinstance(value, types.FunctionType):
         from kiln.capture.attributes import _function
@@ -257,6 +259,12 @@ def enter_context(tx, ctx: V.Variable):
             return ctx, V.Constant(None)
         if ctx.kind == "grad_set":  # set_grad_enabled already switched on the call
             return ctx, V.Constant(None)
+        if ctx.kind == "nothing":
+            return ctx, V.Constant(None)
+        if ctx.kind == "rng_frozen":
+            tx.out.examples.watching_random += 1
+            ctx.saved = tx.out.examples.random_ops
+            return ctx, V.Constant(None)
         if ctx.kind == "autocast":
             node = tx.out.graph.call_function(torch.amp.autocast_mode._enter_autocast, ctx.args)
             ctx.saved = (node, torch.autocast(*ctx.args))
@@ -273,6 +281,13 @@ def enter_context(tx, ctx: V.Variable):
 def exit_context(tx, ctx: V.ContextVar):
     if ctx.kind in ("grad", "grad_set"):
         set_grad_mode(tx, ctx.saved)
+    elif ctx.kind == "rng_frozen":
+        # the RNG state is put back at the end: the same as doing nothing, unless the region drew
+        # random numbers, which kiln's graphs do not rewind
+        tx.out.examples.watching_random -= 1
+        if tx.out.examples.random_ops != ctx.saved:
+            raise tx.unsupported("random ops inside a region that restores the RNG state (freeze_rng_state, "
+                                 "fork_rng)")
     elif ctx.kind == "autocast":
         node, real = ctx.saved
         tx.out.graph.call_function(torch.amp.autocast_mode._exit_autocast, (node,))
@@ -327,19 +342,83 @@ def _signature(tx, args, kwargs):
     return V.Constant(sig)
 
 
-_SPECIAL_FUNCTIONS = {
+def _is_all_true(tx, args, kwargs):
+    """`if not torch._is_all_true(valid): raise ...` (torch.distributions' argument checks): the
+    truth of this tensor is assumed while capturing and checked after the graph ran (see
+    `semantics.truth`), so a failing check still raises instead of passing silently."""
+    result = call_torch(tx, "call_function", torch._is_all_true, args, kwargs)
+    result.node.meta["checked_truth"] = tx.where()
+    return result
+
+
+def _kl_divergence(tx, args, kwargs):
+    """`torch.distributions.kl_divergence(p, q)`: the formula is chosen by the two types alone
+    (`_dispatch_kl`, which the library memoizes), then inlined."""
+    from torch.distributions import kl
+    p, q = (list(args) + [kwargs.get("p"), kwargs.get("q")])[:2]
+    fn = kl._dispatch_kl(p.python_type(), q.python_type())
+    if fn is NotImplemented:
+        tx.raise_(NotImplementedError, f"No KL(p || q) is implemented for p type {p.python_type().__name__} "
+                                       f"and q type {q.python_type().__name__}")
+    return tx.call(_fn_of(fn), [p, q])
+
+
+def _checkpoint(tx, args, kwargs):
+    """`torch.utils.checkpoint.checkpoint(fn, *args)`: the forward is `fn(*args)`, inlined (the
+    recomputation in backward only saves memory). The reentrant form, torch's default, runs `fn`
+    without grad when no tensor argument requires grad, so its outputs do not require grad then."""
+    from kiln.capture.semantics import python_value
+    kwargs = dict(kwargs)
+    reentrant = python_value(kwargs.pop("use_reentrant", V.Constant(None)))
+    context_fn = kwargs.pop("context_fn", None)
+    if context_fn is not None and python_value(context_fn) is not torch.utils.checkpoint.noop_context_fn:
+        raise tx.unsupported("checkpoint with a context_fn inside captured code")
+    for option in ("determinism_check", "debug", "early_stop", "preserve_rng_state"):
+        kwargs.pop(option, None)
+    fn, rest = args[0], list(args[1:])
+    if reentrant is None or reentrant:
+        if kwargs:
+            tx.raise_(ValueError, "Unexpected keyword arguments: " + ",".join(kwargs))
+        if not any(isinstance(a, V.TensorVar) and a.example.requires_grad for a in rest):
+            before = tx.out.grad_enabled
+            set_grad_mode(tx, False)
+            try:
+                return tx.call(fn, rest)
+            finally:
+                set_grad_mode(tx, before)
+    return tx.call(fn, rest, kwargs)
+
+
+def _rng_frozen(tx, args, kwargs):
+    """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
+    from kiln.capture.semantics import python_value
+    enabled = python_value(kwargs.get("enabled", args[1] if len(args) > 1 else V.Constant(True)))
+    return V.ContextVar("rng_frozen" if enabled else "nothing", ())
+
+
+CALLABLES.update({
     torch._C._set_grad_enabled: _set_grad_enabled_now,
     torch.set_grad_enabled: _set_grad_enabled,
     torch.is_grad_enabled: _is_grad_enabled,
     torch._assert: _torch_assert,
     inspect.signature: _signature,
-}
+    torch.random.fork_rng: _rng_frozen,
+    torch._is_all_true: _is_all_true,
+})
+for _fn, _query in FOLDED.items():
+    CALLABLES[_fn] = (lambda query: lambda tx, args, kwargs: _fold(tx, query, args, kwargs))(_query)
 
 
 def _register_special_calls():
     from kiln.capture import masks, model_outputs
-    _SPECIAL_FUNCTIONS[model_outputs._to_tuple] = model_outputs.to_tuple
-    _SPECIAL_FUNCTIONS[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
+    import torch.distributions.kl
+    import torch.testing._utils
+    import torch.utils.checkpoint
+    CALLABLES[torch.utils.checkpoint.checkpoint] = _checkpoint
+    CALLABLES[torch.testing._utils.freeze_rng_state] = _rng_frozen
+    CALLABLES[torch.distributions.kl.kl_divergence] = _kl_divergence
+    CALLABLES[model_outputs._to_tuple] = model_outputs.to_tuple
+    CALLABLES[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 
 
 _register_special_calls()

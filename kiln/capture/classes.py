@@ -8,6 +8,7 @@ only if they leave the graph.
 """
 from __future__ import annotations
 
+import collections
 import types
 
 import torch
@@ -124,12 +125,41 @@ def _user_class(tx, cls, args, kwargs):
     return obj
 
 
+def _dict_subclass(tx, cls, args, kwargs):
+    """A user's dict subclass: a `DictVar` of that class, built as `type.__call__` does: its
+    `__new__` (Python, or dict's), then its `__init__` when `__new__` returned an instance."""
+    from kiln.capture.attributes import class_lookup, _function
+    from kiln.capture.containers import dict_of
+    new = class_lookup(cls, "__new__")
+    new = new.__func__ if isinstance(new, staticmethod) else new
+    if isinstance(new, types.FunctionType):
+        obj = tx.inline(_function(new), [V.ObjectVar(cls), *args], kwargs)
+    elif new is dict.__new__:
+        obj = V.DictVar({}, cls)
+    else:
+        raise tx.unsupported(f"{cls.__name__}.__new__ is not Python code kiln can follow")
+    if not (isinstance(obj, V.DictVar) and issubclass(obj.cls, cls)):
+        return obj
+    init = class_lookup(cls, "__init__")
+    if isinstance(init, types.FunctionType):
+        tx.inline(_function(init), [obj, *args], kwargs)
+    elif init is dict.__init__:
+        obj.items.update(dict_of(tx, dict, args, kwargs).items)
+    else:
+        raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code kiln can follow")
+    return obj
+
+
 _CLASS_KINDS = [
     (is_model_output, construct_model_output),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),
+    (lambda c: issubclass(c, dict) and (c.__module__ not in ("builtins", "collections") or
+                                        c is collections.Counter), _dict_subclass),
+    # torch.distributions are Python classes over tensor ops: built like a user's class
+    (lambda c: c.__module__.startswith("torch.distributions."), _user_class),
     (lambda c: c.__module__ == "builtins" or c.__module__.startswith("torch"), None),
     (lambda c: True, _user_class),
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
+import torch.utils._python_dispatch
 
 from kiln.symbolic import FakeTensorMode, ShapeEnv
 
@@ -27,7 +28,26 @@ class Examples:
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         """Run `fn` on example values (factories under the mode make fakes too)."""
         with self.mode:
+            if self.watching_random:
+                with _RandomOpWatch(self):
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
+
+    # Inside a region that restores the RNG state when it ends (`freeze_rng_state`), capture must
+    # know whether the region drew random numbers: ops tagged nondeterministic_seeded are counted.
+    watching_random: int = 0
+    random_ops: int = 0
+
+
+class _RandomOpWatch(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self, examples: Examples):
+        super().__init__()
+        self.examples = examples
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            self.examples.random_ops += 1
+        return func(*args, **(kwargs or {}))
 
 
 def device_of(example: torch.Tensor) -> torch.device:

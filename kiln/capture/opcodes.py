@@ -255,7 +255,7 @@ def build_list(tx, inst):
 
 @handler("BUILD_SET")
 def build_set(tx, inst):
-    s = V.SetVar([])
+    s = V.SetVar()
     for item in tx.popn(inst.arg):
         S.set_add(tx, s, item)
     tx.push(s)
@@ -312,8 +312,8 @@ def list_extend(tx, inst):
 
 @handler("SET_UPDATE")
 def set_update(tx, inst):
-    for item in S.iterate(tx, tx.pop()):
-        S.set_add(tx, tx.stack[-inst.arg], item)
+    other = tx.pop()
+    S.set_update(tx, tx.stack[-inst.arg], other)
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")

@@ -8,6 +8,7 @@ outputs and which objects the generated code closes over; the dispatch is a tabl
 """
 from __future__ import annotations
 
+import collections
 import functools
 import types
 from typing import Any
@@ -58,6 +59,12 @@ def new_object_from(cls, attrs):
     return obj
 
 
+def new_dict_from(cls, items):
+    obj = dict.__new__(cls)
+    dict.update(obj, items)
+    return obj
+
+
 _SIMPLE = (int, float, str, bool, type(None), bytes)
 
 
@@ -99,7 +106,10 @@ class Rebuilder:
             t = effect.target
             target = t.source.expr()
             if isinstance(t, V.ListVar):
-                return [f"{target}[:] = [{', '.join(self.expr(i) for i in t.items)}]"]
+                items = f"[{', '.join(self.expr(i) for i in t.items)}]"
+                if t.cls is not list:  # a deque: no slice assignment
+                    return [f"__kiln_new = {items}", f"{target}.clear()", f"{target}.extend(__kiln_new)"]
+                return [f"{target}[:] = {items}"]
             if isinstance(t, V.DictVar):
                 items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
                 # the new contents may read the old ones (`kwargs.pop("x")` keeps kwargs['y']):
@@ -154,7 +164,8 @@ def _has_graph_values(v) -> bool:
 def _list(r, v):
     if v.source is not None:
         return v.source.expr()  # identity matters; its contents were written back as a side effect
-    return f"[{', '.join(r.expr(i) for i in v.items)}]"
+    items = f"[{', '.join(r.expr(i) for i in v.items)}]"
+    return items if v.cls is list else f"{r.const(v.cls)}({items}, {v.maxlen!r})"
 
 
 def _dict(r, v):
@@ -163,13 +174,21 @@ def _dict(r, v):
     inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
     if is_model_output(v.cls):  # a ModelOutput: its keys are its fields' names
         return f"{r.const(v.cls)}(**{{{inner}}})"
-    return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
+    if v.cls is dict:
+        return f"{{{inner}}}"
+    if v.cls is collections.defaultdict:
+        factory = r.expr(v.default_factory) if v.default_factory is not None else "None"
+        return f"{r.const(v.cls)}({factory}, {{{inner}}})"
+    if v.cls is collections.OrderedDict:
+        return f"{r.const(v.cls)}({{{inner}}})"
+    # a user's dict subclass: an instance made without running its __new__/__init__ again
+    return f"{r.const(new_dict_from)}({r.const(v.cls)}, {{{inner}}})"
 
 
 def _set(r, v):
     if v.source is not None:
         return v.source.expr()
-    return f"set([{', '.join(r.expr(i) for i in v.items)}])"
+    return f"{r.const(v.cls)}([{', '.join(r.expr(i) for i in v.items)}])"
 
 
 def _function(r, v):

@@ -7,6 +7,7 @@ opcode handlers have one module to call.
 """
 from __future__ import annotations
 
+import collections
 import operator
 import types
 from typing import Any
@@ -18,7 +19,7 @@ from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-e
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
 from kiln.capture.interpreter import NotConstant
 from kiln.capture.model_outputs import getitem_position, is_model_output
-from kiln.capture.output import ContainerMutation, GlobalWrite
+from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
 
@@ -34,12 +35,25 @@ _INPLACE_TO_PLAIN = {BINARY_OPS[13 + i]: BINARY_OPS[i] for i in range(13)}
 _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: "__rsub__"}
 
 
+# A family that brings its own tracker class (NumPy arrays: `numpy_calls.py`) registers here the
+# object that answers the data model for it: `binary(tx, op, a, b)`, `unary(tx, op, v)`,
+# `getitem(tx, obj, key)`, `setitem(tx, obj, key, value)`, `iterate(tx, v)`, `truth(tx, v)`.
+VALUE_MODELS: dict[type, Any] = {}
+
+
 # -- constants ----------------------------------------------------------------------------------
 def constant_of(tx, value: Any) -> V.Variable:
+    """A tracker for a value Python computed from constants; containers become fresh trackers, so
+    they can be iterated and mutated (`"a.b".split(".")`)."""
     if isinstance(value, tuple):
-        return V.TupleVar([constant_of(tx, v) for v in value])
-    if isinstance(value, frozenset):
-        return V.SetVar([V.Constant(v) for v in value])
+        return V.TupleVar([constant_of(tx, v) for v in value], type(value) if hasattr(value, "_fields") else tuple)
+    if type(value) is list:
+        return V.ListVar([constant_of(tx, v) for v in value])
+    if type(value) is dict:
+        return V.DictVar({k: constant_of(tx, v) for k, v in value.items()})
+    if isinstance(value, (set, frozenset)):  # a frozenset is shared as it is: its order is its own
+        return V.SetVar(value if type(value) is frozenset else set(value), {v: V.Constant(v) for v in value},
+                        type(value))
     return V.Constant(value)
 
 
@@ -59,7 +73,7 @@ def python_value(v: V.Variable) -> Any:
     if isinstance(v, V.DictVar):
         return {k: python_value(i) for k, i in v.items.items()}
     if isinstance(v, V.SetVar):
-        return {python_value(i) for i in v.items}
+        return v.cls(python_value(i) for i in v.items)
     if isinstance(v, V.FunctionVar) and v.fn is not None:
         return v.fn
     if isinstance(v, V.SymNumber):
@@ -98,9 +112,14 @@ def key_of(tx, v: V.Variable) -> Any:
     if isinstance(v, V.TensorVar):
         return v
     try:
-        return python_value(v)
+        key = python_value(v)
     except NotConstant:
         raise tx.unsupported(f"a {v.python_type().__name__} used as a dict key or set element") from None
+    try:
+        hash(key)
+    except TypeError:
+        tx.raise_(TypeError, f"unhashable type: '{type(key).__name__}'")
+    return key
 
 
 # -- globals ------------------------------------------------------------------------------------
@@ -143,9 +162,28 @@ def mutate_list(tx, lst: V.Variable, fn):
 
 
 def set_add(tx, s: V.SetVar, item: V.Variable):
-    if not contains(tx, s, item):
-        s.items.append(item)
+    key = key_of(tx, item)
+    if key not in s.keys:
+        s.keys.add(key)
+        s.members[key] = item
         _record_mutation(tx, s)
+
+
+def set_update(tx, s: V.SetVar, other: V.Variable):
+    """`s |= other` member by member, except from a real set: Python copies a set's table, so its
+    order is kept only by updating from the real set too (`{"a", "b", "c"}` compiles to an update
+    from a constant frozenset)."""
+    if isinstance(other, V.Constant) and isinstance(other.value, (set, frozenset)):
+        other = constant_of(tx, other.value)
+    if isinstance(other, V.SetVar):
+        s.keys.update(other.keys)
+        for k, t in other.members.items():
+            s.members.setdefault(k, t)
+        s.members = {k: s.members[k] for k in s.keys}
+        _record_mutation(tx, s)
+        return
+    for item in iterate(tx, other):
+        set_add(tx, s, item)
 
 
 def dict_set(tx, d: V.Variable, key: V.Variable, value: V.Variable):
@@ -175,6 +213,8 @@ def make_slice(tx, parts: list) -> V.Variable:
 # -- iteration ----------------------------------------------------------------------------------
 def iterate(tx, v: V.Variable) -> list[V.Variable]:
     """All items of an iterable tracker, as trackers (kiln unrolls every loop)."""
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].iterate(tx, v)
     if isinstance(v, (V.ListVar, V.TupleVar)):
         return list(v.items)
     if isinstance(v, V.IteratorVar):
@@ -210,6 +250,8 @@ def get_iter(tx, v: V.Variable) -> V.Variable:
 
 # -- truth, identity, membership ----------------------------------------------------------------
 def truth(tx, v: V.Variable) -> bool:
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].truth(tx, v)
     if isinstance(v, V.Constant):
         return bool(v.value)
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar)):
@@ -218,6 +260,9 @@ def truth(tx, v: V.Variable) -> bool:
         return bool(v.items)
     if isinstance(v, V.SymNumber):
         return bool(v.example)  # a branch on a symbolic size: the ShapeEnv records the guard
+    if isinstance(v, V.TensorVar) and "checked_truth" in v.node.meta:
+        tx.out.side_effects.append(DeferredCall(require_true, (v, V.Constant(v.node.meta["checked_truth"])), ()))
+        return True
     if isinstance(v, V.TensorVar):
         raise tx.unsupported("Python control flow on a tensor value (if/while/and/or/not on a tensor) "
                              "needs its data; use torch.where or move the branch out of the compiled code")
@@ -233,6 +278,13 @@ def truth(tx, v: V.Variable) -> bool:
                 return truth(tx, tx.call(ga(tx, v, name), []))
         return True
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
+
+
+def require_true(value: torch.Tensor, where: str):
+    """Run after a graph: the check that capture assumed would pass (`calls._is_all_true`)."""
+    if not value:
+        raise ValueError(f"a check on tensor values failed ({where}); it was assumed to pass while compiling, "
+                         "as in eager this raises an error here")
 
 
 def is_none(tx, v: V.Variable) -> bool:
@@ -251,8 +303,8 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
         return va is vb
     if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
         return False
-    if isinstance(a, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)) or \
-            isinstance(b, (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar)):
+    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar)  # trackers are objects
+    if isinstance(a, distinct) or isinstance(b, distinct):
         return False
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
 
@@ -261,11 +313,9 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
     if isinstance(container, V.SetVar):
-        key = key_of(tx, item)
-        return any(key_of(tx, i) == key if not isinstance(key, V.Variable) else key_of(tx, i) is key
-                   for i in container.items)
+        return key_of(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
-        return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
+        return any(items_equal(tx, i, item) for i in container.items)
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
@@ -276,17 +326,20 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
 
 # -- operators ----------------------------------------------------------------------------------
 def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+    model = VALUE_MODELS.get(type(a)) or VALUE_MODELS.get(type(b))
+    if model is not None:
+        return model.binary(tx, op, a, b)
     if isinstance(a, (V.TensorVar, V.SymNumber)) or isinstance(b, (V.TensorVar, V.SymNumber)):
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
-    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, (V.ListVar, V.DictVar)) \
-            and not isinstance(b, (V.ListVar, V.DictVar)):
+    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, _MUTABLE) \
+            and not isinstance(b, _MUTABLE):
         try:
             return constant_of(tx, op(python_value(a), python_value(b)))
         except Exception as e:
             tx.raise_(type(e), str(e))
-    seq = _SEQUENCE_OPS.get((type(a), op))
+    seq = SEQUENCE_OPS.get((a.python_type(), op)) or SEQUENCE_OPS.get((type(a), op))
     if seq is not None:
         return seq(tx, a, b)
     if op in (operator.eq, operator.ne):
@@ -298,14 +351,30 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
 
 
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar)  # operators on these keep aliasing: not folded
+
+
 def _is_sequence(v):
     return isinstance(v, (V.ListVar, V.TupleVar))
 
 
+def items_equal(tx, x: V.Variable, y: V.Variable) -> bool:
+    """`x == y` as containers compare items (PyObject_RichCompareBool): an item is equal to itself
+    without calling its __eq__, so `t in [t]` needs no tensor data."""
+    if x is y or isinstance(x, V.TensorVar) and isinstance(y, V.TensorVar) and x.example is y.example:
+        return True
+    return truth(tx, binary_op(tx, operator.eq, x, y))
+
+
+def _sequence_kind(v) -> type:
+    return v.cls if isinstance(v, V.ListVar) else tuple
+
+
 def _seq_eq(tx, a, b):
-    if not _is_sequence(b) or len(a.items) != len(b.items):
+    # a list equals only a list, a deque only a deque, a tuple any tuple (namedtuples are tuples)
+    if not _is_sequence(b) or _sequence_kind(a) != _sequence_kind(b) or len(a.items) != len(b.items):
         return False
-    return all(truth(tx, binary_op(tx, operator.eq, x, y)) for x, y in zip(a.items, b.items))
+    return all(items_equal(tx, x, y) for x, y in zip(a.items, b.items))
 
 
 def _concat(tx, a, b):
@@ -315,6 +384,8 @@ def _concat(tx, a, b):
         else:
             tx.raise_(TypeError, f"can only concatenate {a.python_type().__name__} to the same type")
     if isinstance(a, V.ListVar):
+        if b.python_type() is not list:
+            tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
     return V.TupleVar(a.items + b.items)
 
@@ -331,18 +402,26 @@ def _list_iadd(tx, a, b):
 
 
 def _dict_or(tx, a, b):
-    return V.DictVar({**a.items, **dict(dict_items(tx, b))})
+    return V.DictVar({**a.items, **dict(dict_items(tx, b))}, a.cls, a.default_factory)
 
 
-_SEQUENCE_OPS = {
+def _dict_ior(tx, a, b):
+    for k, v in dict_items(tx, b):
+        dict_set(tx, a, V.Constant(k), v)
+    return a
+
+
+SEQUENCE_OPS = {
     (V.ListVar, operator.add): _concat, (V.TupleVar, operator.add): _concat,
     (V.TupleVar, operator.iadd): _concat, (V.ListVar, operator.iadd): _list_iadd,
     (V.ListVar, operator.mul): _repeat, (V.TupleVar, operator.mul): _repeat,
-    (V.DictVar, operator.or_): _dict_or,
+    (V.DictVar, operator.or_): _dict_or, (V.DictVar, operator.ior): _dict_ior,
 }
 
 
 def unary_op(tx, op, v: V.Variable) -> V.Variable:
+    if type(v) in VALUE_MODELS:
+        return VALUE_MODELS[type(v)].unary(tx, op, v)
     if isinstance(v, (V.TensorVar, V.SymNumber)):
         return call_torch(tx, "call_function", op, [v], {})
     if is_python_constant(v):
@@ -361,11 +440,15 @@ def format_value(tx, v: V.Variable, conv, spec: str) -> str:
 
 # -- items --------------------------------------------------------------------------------------
 def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
+    if type(obj) in VALUE_MODELS:
+        return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None
         if isinstance(k, slice):
+            if obj.python_type() is collections.deque:
+                tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
             items = obj.items[k]
             return V.ListVar(items) if isinstance(obj, V.ListVar) else V.TupleVar(
                 items, obj.cls if obj.cls is torch.Size else tuple)
@@ -375,10 +458,17 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
             return obj.items[k]
         raise tx.unsupported(f"indexing a {obj.python_type().__name__} with a {key.python_type().__name__}")
     if isinstance(obj, V.DictVar):
+        if is_model_output(obj.cls) and isinstance(key, V.Constant) and isinstance(key.value, (int, slice)):
+            return getitem_position(tx, obj, key.value)
         k = key_of(tx, key)
-        if isinstance(k, (int, slice)) and is_model_output(obj.cls):
-            return getitem_position(tx, obj, k)
         if k not in obj.items:
+            if obj.default_factory is not None:  # a defaultdict: the factory's value is stored
+                dict_set(tx, obj, key, call_variable(tx, obj.default_factory, [], {}))
+                return obj.items[k]
+            missing = getattr(obj.cls, "__missing__", None)
+            if isinstance(missing, types.FunctionType):  # a dict subclass's own (Counter's is 0)
+                return call_variable(tx, V.MethodVar(getattr_var(tx, V.ObjectVar(obj.cls), "__missing__"), obj),
+                                     [key], {})
             tx.raise_(KeyError, k)
         return obj.items[k]
     if isinstance(obj, V.Constant):
@@ -393,10 +483,15 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
 
 
 def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
+    if type(obj) in VALUE_MODELS:
+        return VALUE_MODELS[type(obj)].setitem(tx, obj, key, value)
     if isinstance(obj, V.TensorVar):
         tensor_method(tx, "__setitem__", [obj, key, value], {})
     elif isinstance(obj, V.ListVar):
         k = python_value(key)
+
+        if isinstance(k, slice) and obj.cls is not list:
+            tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
 
         def assign(items):
             items[k] = value if not isinstance(k, slice) else iterate(tx, value)

@@ -8,6 +8,7 @@ answered from the example value, guarded by the tensor's metadata guard; those t
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 import torch
@@ -72,7 +73,7 @@ def _object_to_fx(tx, v):
 _TO_FX = {
     V.TensorVar: lambda tx, v: v.node,
     V.SymNumber: lambda tx, v: v.node,
-    V.Constant: lambda tx, v: v.value,
+    V.Constant: lambda tx, v: _plain_number(v.value),
     # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them
     V.TupleVar: lambda tx, v: (torch.Size if v.cls is torch.Size and v.is_constant() else tuple)(
         to_fx(tx, i) for i in v.items),
@@ -84,8 +85,15 @@ _TO_FX = {
 }
 
 
+def _plain_number(value):
+    """A NumPy scalar goes into the graph as the Python number it acts as next to a tensor."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):
+        return value.item()
+    return value
+
+
 def _printable(fn) -> bool:
-    import sys
     return getattr(sys.modules.get(fn.__module__ or ""), fn.__name__, None) is fn
 
 

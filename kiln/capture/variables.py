@@ -50,6 +50,20 @@ class TensorVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class NdarrayVar(Variable):
+    """A NumPy array (or NumPy scalar, `scalar`) that stands for a tensor in the graph: NumPy code on
+    tensors is traced as torch ops (`numpy_calls.py`). `example` is the tensor's example value."""
+    node: torch.fx.Node
+    example: torch.Tensor
+    scalar: bool = False
+
+    def python_type(self):
+        import numpy as np
+        dtype = np.dtype(str(self.example.dtype).removeprefix("torch."))
+        return dtype.type if self.scalar else np.ndarray
+
+
+@dataclasses.dataclass(eq=False)
 class SymNumber(Variable):
     """A Python number that lives in the graph (e.g. `tensor.item()` captured): a node, not a value."""
     node: torch.fx.Node
@@ -78,10 +92,13 @@ class Null(Variable):
 
 @dataclasses.dataclass(eq=False)
 class ListVar(Variable):
+    """A list, or a `collections.deque` (`cls`, with its `maxlen`)."""
     items: list
+    cls: type = list
+    maxlen: int | None = None
 
     def python_type(self):
-        return list
+        return self.cls
 
 
 @dataclasses.dataclass(eq=False)
@@ -98,9 +115,11 @@ class TupleVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class DictVar(Variable):
-    """Keys are Python values (constants or objects hashed by identity); values are trackers."""
+    """Keys are Python values (constants or objects hashed by identity); values are trackers.
+    `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's)."""
     items: dict
     cls: type = dict
+    default_factory: Variable | None = None
 
     def python_type(self):
         return self.cls
@@ -108,10 +127,19 @@ class DictVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class SetVar(Variable):
-    items: list  # of Constant keys, insertion-ordered
+    """A set or frozenset. `keys` is a real set of the members' keys (Python values; a tensor is keyed
+    by its tracker, as `Tensor.__hash__` is by identity), so iteration order and set algebra are
+    Python's own; `members` maps each key to the tracker that was added."""
+    keys: set = dataclasses.field(default_factory=set)
+    members: dict = dataclasses.field(default_factory=dict)
+    cls: type = set
+
+    @property
+    def items(self) -> list:
+        return [self.members[k] for k in self.keys]
 
     def python_type(self):
-        return set
+        return self.cls
 
 
 @dataclasses.dataclass(eq=False)

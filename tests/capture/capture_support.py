@@ -1,6 +1,7 @@
 """Shared helpers for capture tests: a graph-recording backend and comparison with eager."""
 from __future__ import annotations
 
+import collections
 import copy
 import warnings
 
@@ -26,15 +27,28 @@ def assert_same(actual, expected, path="output"):
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual).__name__}"
         torch.testing.assert_close(actual, expected, equal_nan=True, msg=lambda m: f"{path}: {m}")
-    elif isinstance(expected, (list, tuple)):
+    elif type(expected).__module__ == "numpy" and hasattr(expected, "dtype"):  # arrays and NumPy scalars
+        assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
+            f"{path}: {actual.dtype}{actual.shape} vs {expected.dtype}{expected.shape}"
+        torch.testing.assert_close(torch.as_tensor(actual), torch.as_tensor(expected), equal_nan=True,
+                                   msg=lambda m: f"{path}: {m}")
+    elif isinstance(expected, (list, tuple, collections.deque)):
+        if isinstance(expected, collections.deque):
+            assert getattr(actual, "maxlen", "?") == expected.maxlen, f"{path}: maxlen differs"
         assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
         assert len(actual) == len(expected), f"{path}: length {len(actual)} vs {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
             assert_same(a, e, f"{path}[{i}]")
     elif isinstance(expected, dict):
         assert type(actual) is type(expected) and list(actual) == list(expected), f"{path}: keys differ"
+        assert getattr(actual, "default_factory", None) == getattr(expected, "default_factory", None), \
+            f"{path}: default_factory differs"
         for k in expected:
             assert_same(actual[k], expected[k], f"{path}[{k!r}]")
+    elif isinstance(expected, (set, frozenset)):
+        assert type(actual) is type(expected) and list(actual) == list(expected), \
+            f"{path}: {actual!r} != {expected!r} (members or iteration order)"
     elif hasattr(expected, "__dict__") and not isinstance(expected, type) and type(expected).__module__ != "builtins":
         assert type(actual) is type(expected), f"{path}: {type(actual).__name__} vs {type(expected).__name__}"
         assert_same(vars(actual), vars(expected), path)

@@ -1,0 +1,358 @@
+"""The builtin containers over trackers: list, tuple, dict, set and frozenset, and their methods.
+
+Each method is one entry in `callables.CALLABLES`, keyed by its descriptor (`list.append`,
+`set.union`, `dict.fromkeys`). Lists and dicts mutate their tracker in place, so every alias of a
+container sees the change; a container read from the frame's inputs records a side effect that
+writes its final contents back after the graph.
+
+Sets keep a real Python set of their members' keys (`SetVar.keys`), and set algebra runs the real
+method on those keys: the result, its iteration order and its type (set or frozenset) are Python's
+own, and only the mapping from keys back to trackers is kiln's.
+"""
+from __future__ import annotations
+
+import collections
+import operator
+
+from kiln.capture import variables as V
+from kiln.capture.callables import handles
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, constant_of, contains, dict_items,
+                                    dict_set, items_equal, iterate, key_of, mutate_list, python_value, set_add)
+
+
+def _none(tx, args, kwargs):
+    return V.Constant(None)
+
+
+# -- constructors -------------------------------------------------------------------------------------
+@handles(list)
+def _list(tx, args, kwargs):
+    return V.ListVar(iterate(tx, args[0]) if args else [])
+
+
+@handles(tuple)
+def _tuple(tx, args, kwargs):
+    return V.TupleVar(iterate(tx, args[0]) if args else [])
+
+
+def _set_of(cls):
+    """`set(iterable)`, `frozenset(iterable)`: from another set, the real copy (which keeps or
+    changes the order as Python's does); from other iterables, member by member."""
+    def handle(tx, args, kwargs):
+        if args and isinstance(args[0], V.SetVar):
+            return V.SetVar(cls(args[0].keys), dict(args[0].members), cls)
+        s = V.SetVar()
+        for item in (iterate(tx, args[0]) if args else []):
+            set_add(tx, s, item)
+        if cls is frozenset:
+            s.keys, s.cls = frozenset(s.members), frozenset  # inserted in the same order
+        return s
+    return handle
+
+
+handles(set)(_set_of(set))
+handles(frozenset)(_set_of(frozenset))
+
+
+def dict_of(tx, cls, args, kwargs, default_factory=None) -> V.DictVar:
+    """`cls(mapping_or_pairs, **kwargs)` for dict and its subclasses that keep dict's __init__."""
+    d = V.DictVar({}, cls, default_factory)
+    if args:
+        if isinstance(args[0], (V.DictVar, V.ObjectVar)):
+            d.items.update(dict(dict_items(tx, args[0])))
+        else:
+            for pair in iterate(tx, args[0]):
+                k, v = iterate(tx, pair)
+                d.items[key_of(tx, k)] = v
+    d.items.update(kwargs)
+    return d
+
+
+handles(dict)(lambda tx, args, kwargs: dict_of(tx, dict, args, kwargs))
+handles(collections.OrderedDict)(lambda tx, args, kwargs: dict_of(tx, collections.OrderedDict, args, kwargs))
+
+
+def _fromkeys(cls):
+    def handle(tx, args, kwargs):
+        value = args[1] if len(args) > 1 else V.Constant(None)
+        d = V.DictVar({}, cls)
+        for k in iterate(tx, args[0]):
+            d.items[key_of(tx, k)] = value  # one value shared by every key, as in Python
+        return d
+    return handle
+
+
+for _cls in (dict, collections.OrderedDict, collections.defaultdict):
+    handles(_cls.fromkeys)(_fromkeys(_cls))
+
+
+@handles(dict.__init__)
+def _dict_init(tx, args, kwargs):
+    """`super().__init__(...)` in a dict subclass's __init__."""
+    args[0].items.update(dict_of(tx, dict, args[1:], kwargs).items)
+    return V.Constant(None)
+
+
+@handles(dict.__new__)
+def _dict_new(tx, args, kwargs):
+    """`super().__new__(cls)` in a dict subclass's __new__: an empty instance of the class."""
+    return V.DictVar({}, python_value(args[0]))
+
+
+# -- list and tuple -----------------------------------------------------------------------------------
+@handles(list.append)
+def _append(tx, args, kwargs):
+    mutate_list(tx, args[0], lambda items: items.append(args[1]))
+    return V.Constant(None)
+
+
+@handles(list.extend)
+def _extend(tx, args, kwargs):
+    new = iterate(tx, args[1])
+    mutate_list(tx, args[0], lambda items: items.extend(new))
+    return V.Constant(None)
+
+
+@handles(list.insert)
+def _insert(tx, args, kwargs):
+    mutate_list(tx, args[0], lambda items: items.insert(python_value(args[1]), args[2]))
+    return V.Constant(None)
+
+
+@handles(list.pop)
+def _list_pop(tx, args, kwargs):
+    index = python_value(args[1]) if len(args) > 1 else -1
+    if not args[0].items:
+        tx.raise_(IndexError, "pop from empty list")
+    out = args[0].items[index]
+    mutate_list(tx, args[0], lambda items: items.pop(index))
+    return out
+
+
+@handles(list.clear, dict.clear, collections.OrderedDict.clear)
+def _clear(tx, args, kwargs):
+    c = args[0]
+    c.items.clear()
+    _record_mutation(tx, c)
+    return V.Constant(None)
+
+
+@handles(list.reverse)
+def _list_reverse(tx, args, kwargs):
+    mutate_list(tx, args[0], lambda items: items.reverse())
+    return V.Constant(None)
+
+
+@handles(list.copy)
+def _list_copy(tx, args, kwargs):
+    return V.ListVar(list(args[0].items))
+
+
+@handles(list.index, tuple.index, collections.deque.index)
+def index_of(tx, args, kwargs):
+    for i, item in enumerate(args[0].items):
+        if items_equal(tx, item, args[1]):
+            return V.Constant(i)
+    tx.raise_(ValueError, f"{args[0].python_type().__name__}.index(x): x not in {args[0].python_type().__name__}")
+
+
+@handles(list.count, tuple.count, collections.deque.count)
+def _count(tx, args, kwargs):
+    return V.Constant(sum(items_equal(tx, i, args[1]) for i in args[0].items))
+
+
+@handles(list.remove, collections.deque.remove)
+def _remove(tx, args, kwargs):
+    i = index_of(tx, args, kwargs).value
+    mutate_list(tx, args[0], lambda items: items.pop(i))
+    return V.Constant(None)
+
+
+@handles(list.sort)
+def _sort(tx, args, kwargs):
+    from kiln.capture.iterators import sorted_items
+    ordered = sorted_items(tx, [args[0]], kwargs).items
+    mutate_list(tx, args[0], lambda items: items.__setitem__(slice(None), ordered))
+    return V.Constant(None)
+
+
+# -- dict ---------------------------------------------------------------------------------------------
+@handles(dict.get)
+def _dict_get(tx, args, kwargs):
+    d, key = args[0], key_of(tx, args[1])
+    return d.items.get(key, args[2] if len(args) > 2 else V.Constant(None))
+
+
+@handles(dict.items, collections.OrderedDict.items)
+def _dict_items(tx, args, kwargs):
+    return V.ListVar([V.TupleVar([V.Constant(k), v]) for k, v in args[0].items.items()])
+
+
+@handles(dict.keys, collections.OrderedDict.keys)
+def _dict_keys(tx, args, kwargs):
+    return V.ListVar([V.Constant(k) for k in args[0].items])
+
+
+@handles(dict.values, collections.OrderedDict.values)
+def _dict_values(tx, args, kwargs):
+    return V.ListVar(list(args[0].items.values()))
+
+
+@handles(dict.update, collections.OrderedDict.update)
+def _dict_update(tx, args, kwargs):
+    d = args[0]
+    pairs = dict_items(tx, args[1]) if len(args) > 1 else []
+    for k, v in [*pairs, *kwargs.items()]:
+        dict_set(tx, d, V.Constant(k), v)
+    return V.Constant(None)
+
+
+@handles(dict.pop, collections.OrderedDict.pop)
+def _dict_pop(tx, args, kwargs):
+    d, key = args[0], key_of(tx, args[1])
+    if key not in d.items:
+        if len(args) > 2:
+            return args[2]
+        tx.raise_(KeyError, key)
+    _record_mutation(tx, d)
+    return d.items.pop(key)
+
+
+@handles(dict.popitem, collections.OrderedDict.popitem)
+def _dict_popitem(tx, args, kwargs):
+    d = args[0]
+    if not d.items:
+        tx.raise_(KeyError, "popitem(): dictionary is empty")
+    last = python_value(kwargs.get("last", args[1] if len(args) > 1 else V.Constant(True)))
+    key = next(reversed(d.items)) if last else next(iter(d.items))
+    _record_mutation(tx, d)
+    return V.TupleVar([V.Constant(key), d.items.pop(key)])
+
+
+@handles(dict.setdefault, collections.OrderedDict.setdefault)
+def _dict_setdefault(tx, args, kwargs):
+    d, key = args[0], key_of(tx, args[1])
+    if key not in d.items:
+        dict_set(tx, d, args[1], args[2] if len(args) > 2 else V.Constant(None))
+    return d.items[key]
+
+
+@handles(dict.copy, collections.OrderedDict.copy, collections.defaultdict.copy)
+def _dict_copy(tx, args, kwargs):
+    d = args[0]
+    return V.DictVar(dict(d.items), d.cls, d.default_factory)
+
+
+@handles(dict.__contains__, list.__contains__, tuple.__contains__, set.__contains__, frozenset.__contains__)
+def _contains(tx, args, kwargs):
+    return V.Constant(contains(tx, args[0], args[1]))
+
+
+@handles(dict.__getitem__, list.__getitem__, tuple.__getitem__)
+def _getitem(tx, args, kwargs):
+    from kiln.capture.semantics import getitem
+    return getitem(tx, args[0], args[1])
+
+
+@handles(dict.__setitem__, collections.OrderedDict.__setitem__, list.__setitem__)
+def _setitem(tx, args, kwargs):
+    from kiln.capture.semantics import setitem
+    setitem(tx, args[0], args[1], args[2])
+    return V.Constant(None)
+
+
+# -- set and frozenset --------------------------------------------------------------------------------
+def _keys(tx, v: V.Variable, pool: dict):
+    """The keys of a set operand (a set, or any iterable), remembering each key's tracker in `pool`."""
+    if isinstance(v, V.Constant) and isinstance(v.value, (set, frozenset)):
+        v = constant_of(tx, v.value)
+    if isinstance(v, V.SetVar):
+        pool.update({id(k): t for k, t in v.members.items()})
+        return v.keys  # the real set itself: a copy could iterate in another order than Python's
+    keys = []
+    for item in iterate(tx, v):
+        k = key_of(tx, item)
+        pool.setdefault(id(k), item)
+        keys.append(k)
+    return keys
+
+
+def _tracker(pool, key):
+    return pool.get(id(key)) or (key if isinstance(key, V.Variable) else V.Constant(key))
+
+
+def _set_result(tx, pool, result):
+    if isinstance(result, (set, frozenset)):
+        return V.SetVar(result, {k: _tracker(pool, k) for k in result}, type(result))
+    return V.Constant(result)
+
+
+def _algebra(fn):
+    """`fn` (a set method or operator) run on the operands' keys; the receiver is not changed."""
+    def handle(tx, args, kwargs):
+        pool = {}
+        operands = [_keys(tx, a, pool) for a in args]
+        if not isinstance(operands[0], (set, frozenset)):
+            tx.raise_(TypeError, f"descriptor needs a set, not {args[0].python_type().__name__}")
+        try:
+            result = fn(*operands)
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
+        return _set_result(tx, pool, result)
+    return handle
+
+
+def _update(fn, members=False):
+    """`fn` (an in-place set method) run on the receiver's own keys, so every alias sees it."""
+    def handle(tx, args, kwargs):
+        s, pool = args[0], {}
+        others = [key_of(tx, a) if members else _keys(tx, a, pool) for a in args[1:]]
+        pool.update({id(k): t for k, t in s.members.items()})
+        try:
+            result = fn(s.keys, *others)
+        except (KeyError, TypeError) as e:
+            tx.raise_(type(e), *e.args)
+        s.members = {k: _tracker(pool, k) for k in s.keys}
+        _record_mutation(tx, s)
+        if isinstance(result, set) and result is s.keys:
+            return s  # `s |= t` is `s` itself
+        return _tracker(pool, result) if fn is set.pop else V.Constant(result)
+    return handle
+
+
+_ALGEBRA = ("union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+            "isdisjoint", "copy")
+for _name in _ALGEBRA:
+    for _cls in (set, frozenset):
+        handles(getattr(_cls, _name))(_algebra(getattr(_cls, _name)))
+for _name in ("update", "intersection_update", "difference_update", "symmetric_difference_update", "pop", "clear"):
+    handles(getattr(set, _name))(_update(getattr(set, _name)))
+for _name in ("discard", "remove"):  # these take one member, not an iterable
+    handles(getattr(set, _name))(_update(getattr(set, _name), members=True))
+
+
+@handles(set.add)
+def _set_add(tx, args, kwargs):
+    set_add(tx, args[0], args[1])
+    return V.Constant(None)
+
+
+def _set_operator(op, in_place=None):
+    def handle(tx, a, b):
+        if not isinstance(b, V.SetVar) and op in (operator.eq, operator.ne):
+            return V.Constant(op is operator.ne)
+        if not isinstance(b, V.SetVar):
+            tx.raise_(TypeError, f"unsupported operand type(s) for {op.__name__}: "
+                                 f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
+        if in_place is not None and a.cls is set:
+            return _update(in_place)(tx, [a, b], {})
+        return _algebra(op)(tx, [a, b], {})
+    return handle
+
+
+for _op, _iop, _method in [(operator.or_, operator.ior, set.__ior__), (operator.and_, operator.iand, set.__iand__),
+                           (operator.sub, operator.isub, set.__isub__), (operator.xor, operator.ixor, set.__ixor__)]:
+    SEQUENCE_OPS[(V.SetVar, _op)] = _set_operator(_op)
+    SEQUENCE_OPS[(V.SetVar, _iop)] = _set_operator(_op, _method)
+for _op in (operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne):
+    SEQUENCE_OPS[(V.SetVar, _op)] = _set_operator(_op)

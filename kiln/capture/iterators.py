@@ -1,0 +1,278 @@
+"""Iteration over trackers: the iteration builtins (`iter`, `next`, `zip`, `enumerate`, `map`,
+`sorted`, `sum`, ...) and `itertools`.
+
+kiln unrolls loops, so an iterator is an `IteratorVar` over a known list of trackers.
+
+[Note: itertools run for real on tokens] What `zip`, `enumerate`, `itertools.product`,
+`combinations`, `permutations`, `zip_longest`, `islice`, `chain` (and `from_iterable`) and `pairwise`
+produce depends only on how many items each argument has, never on their values. So kiln runs the
+real function on tokens (one per item tracker) and maps the tokens in its output back to trackers:
+Python decides the order, the lengths, `strict=` errors and fill values. `_STRUCTURAL` says per
+function which arguments are iterables of items (`I`), iterables of iterables (`J`), single items
+(`i`) or constants (`c`). An iterator argument is consumed as far as the real function consumed it.
+Functions that call user code (`map`, `filter`, `starmap`, `takewhile`, `accumulate`, ...) are
+written out below, calling it through the tracer.
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+
+from kiln.capture import variables as V
+from kiln.capture.callables import handles
+from kiln.capture.semantics import binary_op, constant_of, get_iter, is_python_constant, iterate, python_value, truth
+
+_LONGEST = 100_000  # an unrolled loop longer than this is taken to be infinite (`itertools.count`)
+
+
+@handles(iter)
+def _iter(tx, args, kwargs):
+    if len(args) > 1:
+        raise tx.unsupported("iter(callable, sentinel) inside captured code")
+    return get_iter(tx, args[0])
+
+
+@handles(next)
+def _next(tx, args, kwargs):
+    it = args[0]
+    if not isinstance(it, V.IteratorVar):
+        raise tx.unsupported(f"next() on a {it.python_type().__name__}")
+    if it.index >= len(it.items):
+        if len(args) > 1:
+            return args[1]
+        tx.raise_(StopIteration)
+    it.index += 1
+    return it.items[it.index - 1]
+
+
+@handles(range)
+def _range(tx, args, kwargs):
+    from kiln.capture.builtins import fold_call
+    return fold_call(tx, range, args, kwargs)
+
+
+# -- structural functions: run for real on tokens ---------------------------------------------------------
+class Token:
+    """Stands for one item tracker inside a real container or iterator (compared by identity only)."""
+    __slots__ = ("var",)
+
+    def __init__(self, var):
+        self.var = var
+
+
+class _Consumed:
+    """A real iterator over an IteratorVar's remaining items that counts what was taken."""
+
+    def __init__(self, it: V.IteratorVar):
+        self.it, self.taken = it, 0
+        self.tokens = [Token(v) for v in it.items[it.index:]]
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.taken >= len(self.tokens):
+            raise StopIteration
+        self.taken += 1
+        return self.tokens[self.taken - 1]
+
+
+def _real_argument(tx, kind, v, consumed: dict):
+    if kind == "c":
+        return python_value(v)
+    if kind == "i":
+        return Token(v)
+    if kind == "J":
+        return [_real_argument(tx, "I", inner, consumed) for inner in iterate(tx, v)]
+    if isinstance(v, V.IteratorVar):
+        if id(v) not in consumed:  # zip(it, it) takes from one iterator twice
+            consumed[id(v)] = _Consumed(v)
+        return consumed[id(v)]
+    return [Token(x) for x in iterate(tx, v)]
+
+
+def _tracker_of(value):
+    if isinstance(value, Token):
+        return value.var
+    if isinstance(value, tuple):
+        return V.TupleVar([_tracker_of(x) for x in value])
+    if isinstance(value, list):
+        return V.ListVar([_tracker_of(x) for x in value])
+    return constant_of(None, value)
+
+
+def _structural(fn, spec: str, kwspec: dict):
+    """`spec`: one kind per positional argument; a last kind followed by `*` repeats."""
+    def handle(tx, args, kwargs):
+        kinds = spec.rstrip("*")
+        consumed = {}
+        real_args = [_real_argument(tx, kinds[min(i, len(kinds) - 1)] if spec.endswith("*") or i < len(kinds)
+                                    else "c", a, consumed) for i, a in enumerate(args)]
+        real_kwargs = {k: _real_argument(tx, kwspec.get(k, "c"), v, consumed) for k, v in kwargs.items()}
+        try:
+            out = list(itertools.islice(fn(*real_args, **real_kwargs), _LONGEST + 1))
+        except (TypeError, ValueError) as e:
+            tx.raise_(type(e), *e.args)
+        if len(out) > _LONGEST:
+            raise tx.unsupported(f"{fn.__qualname__} over an endless iterable inside captured code")
+        for c in consumed.values():
+            c.it.index += c.taken
+        return V.IteratorVar([_tracker_of(x) for x in out])
+    return handle
+
+
+_STRUCTURAL = {
+    zip: ("I*", {}),
+    enumerate: ("Ic", {}),
+    itertools.chain: ("I*", {}),
+    itertools.chain.from_iterable: ("J", {}),
+    itertools.product: ("I*", {}),
+    itertools.islice: ("Ic*", {}),
+    itertools.combinations: ("Ic", {}),
+    itertools.combinations_with_replacement: ("Ic", {}),
+    itertools.permutations: ("Ic", {}),
+    itertools.zip_longest: ("I*", {"fillvalue": "i"}),
+    itertools.repeat: ("ic", {}),
+}
+if hasattr(itertools, "pairwise"):
+    _STRUCTURAL[itertools.pairwise] = ("I", {})
+if hasattr(itertools, "batched"):  # Python 3.12
+    _STRUCTURAL[itertools.batched] = ("Ic", {})
+for _fn, (_spec, _kwspec) in _STRUCTURAL.items():
+    handles(_fn)(_structural(_fn, _spec, _kwspec))
+
+
+@handles(itertools.count, itertools.cycle)
+def _endless(tx, args, kwargs):
+    raise tx.unsupported("an endless iterator (itertools.count/cycle) inside captured code")
+
+
+# -- functions that call user code --------------------------------------------------------------------
+@handles(map)
+def _map(tx, args, kwargs):
+    fn, columns = args[0], [iterate(tx, a) for a in args[1:]]
+    return V.IteratorVar([tx.call(fn, list(row)) for row in zip(*columns)])
+
+
+@handles(itertools.starmap)
+def _starmap(tx, args, kwargs):
+    return V.IteratorVar([tx.call(args[0], iterate(tx, row)) for row in iterate(tx, args[1])])
+
+
+def _predicate(tx, fn):
+    if isinstance(fn, V.Constant) and fn.value is None:
+        return lambda x: truth(tx, x)
+    return lambda x: truth(tx, tx.call(fn, [x]))
+
+
+@handles(filter)
+def _filter(tx, args, kwargs):
+    keep = _predicate(tx, args[0])
+    return V.IteratorVar([x for x in iterate(tx, args[1]) if keep(x)])
+
+
+@handles(itertools.filterfalse)
+def _filterfalse(tx, args, kwargs):
+    keep = _predicate(tx, args[0])
+    return V.IteratorVar([x for x in iterate(tx, args[1]) if not keep(x)])
+
+
+@handles(itertools.takewhile)
+def _takewhile(tx, args, kwargs):
+    keep = _predicate(tx, args[0])
+    return V.IteratorVar(list(itertools.takewhile(keep, iterate(tx, args[1]))))
+
+
+@handles(itertools.dropwhile)
+def _dropwhile(tx, args, kwargs):
+    keep = _predicate(tx, args[0])
+    return V.IteratorVar(list(itertools.dropwhile(keep, iterate(tx, args[1]))))
+
+
+@handles(itertools.compress)
+def _compress(tx, args, kwargs):
+    return V.IteratorVar([x for x, s in zip(iterate(tx, args[0]), iterate(tx, args[1])) if truth(tx, s)])
+
+
+@handles(itertools.accumulate)
+def _accumulate(tx, args, kwargs):
+    items, out = iterate(tx, args[0]), []
+    fn = args[1] if len(args) > 1 else kwargs.get("func")
+    if "initial" in kwargs and not (isinstance(kwargs["initial"], V.Constant) and kwargs["initial"].value is None):
+        out.append(kwargs["initial"])
+    for item in items:
+        out.append(item if not out else (tx.call(fn, [out[-1], item]) if fn else
+                                         binary_op(tx, operator.add, out[-1], item)))
+    return V.IteratorVar(out)
+
+
+@handles(itertools.groupby)
+def _groupby(tx, args, kwargs):
+    key = args[1] if len(args) > 1 else kwargs.get("key")
+    groups = []
+    for x in iterate(tx, args[0]):
+        k = tx.call(key, [x]) if key is not None and not _is_none(key) else x
+        if groups and truth(tx, binary_op(tx, operator.eq, groups[-1][0], k)):
+            groups[-1][1].append(x)
+        else:
+            groups.append((k, [x]))
+    return V.IteratorVar([V.TupleVar([k, V.IteratorVar(g)]) for k, g in groups])
+
+
+@handles(reversed)
+def _reversed(tx, args, kwargs):
+    if isinstance(args[0], V.IteratorVar):
+        tx.raise_(TypeError, "'iterator' object is not reversible")
+    return V.IteratorVar(list(reversed(iterate(tx, args[0]))))
+
+
+def _is_none(v):
+    return isinstance(v, V.Constant) and v.value is None
+
+
+@handles(sorted)
+def sorted_items(tx, args, kwargs):
+    items = iterate(tx, args[0])
+    key = kwargs.get("key")
+    reverse = python_value(kwargs.get("reverse", V.Constant(False)))
+    keys = [python_value(tx.call(key, [x]) if key is not None and not _is_none(key) else x) for x in items]
+    order = sorted(range(len(items)), key=lambda i: keys[i], reverse=reverse)
+    return V.ListVar([items[i] for i in order])
+
+
+# -- reductions over an iterable ----------------------------------------------------------------------
+@handles(sum)
+def _sum(tx, args, kwargs):
+    total = args[1] if len(args) > 1 else kwargs.get("start", V.Constant(0))
+    for item in iterate(tx, args[0]):
+        total = binary_op(tx, operator.add, total, item)
+    return total
+
+
+def _reduce_compare(op):
+    def handle(tx, args, kwargs):
+        from kiln.capture.builtins import fold_call
+        items = iterate(tx, args[0]) if len(args) == 1 else list(args)
+        if not items:
+            if "default" in kwargs:
+                return kwargs["default"]
+            tx.raise_(ValueError, "arg is an empty sequence")
+        if all(is_python_constant(i) for i in items) and "key" not in kwargs:
+            return fold_call(tx, op, [V.TupleVar(items)], {})
+        raise tx.unsupported(f"{op.__name__}() over values known only at run time "
+                             "(for tensors use torch.maximum/torch.minimum)")
+    return handle
+
+
+handles(max)(_reduce_compare(max))
+handles(min)(_reduce_compare(min))
+
+
+@handles(any)
+def _any(tx, args, kwargs):
+    return V.Constant(any(truth(tx, x) for x in iterate(tx, args[0])))
+
+
+@handles(all)
+def _all(tx, args, kwargs):
+    return V.Constant(all(truth(tx, x) for x in iterate(tx, args[0])))

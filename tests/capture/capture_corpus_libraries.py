@@ -1,0 +1,193 @@
+"""Corpus programs for library values inside captured code: torch.utils._pytree (inlined, specs
+as constants), NumPy on tensors (traced as torch ops), and objects passed around (options
+dataclasses, modules, typing objects, torch.distributions). Each runs under fullgraph=True and
+equals eager."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import typing
+
+import numpy as np
+import torch
+from torch.testing._utils import freeze_rng_state
+from torch.utils import _pytree as pytree
+
+from capture_corpus import program
+
+_Pair = collections.namedtuple("_Pair", "left right")
+
+
+# -- pytree ---------------------------------------------------------------------------------------------
+@program()
+def pytree_flatten_unflatten(x):
+    tree = {"a": x, "b": [x * 2, (x * 3, None)], "c": 4}
+    leaves, spec = pytree.tree_flatten(tree)
+    again = pytree.tree_unflatten([leaf + 1 if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec)
+    return again, spec, len(leaves), spec.num_leaves
+
+
+@program()
+def pytree_map_and_friends(x):
+    tree = (x, {"k": [x * 2, 3]}, _Pair(x, x - 1), collections.deque([x]))
+    doubled = pytree.tree_map(lambda t: t * 2, tree)
+    summed = pytree.tree_map(lambda a, b: a + b, tree, doubled)
+    only = pytree.tree_map_only(torch.Tensor, lambda t: t.sum(), tree)
+    same = pytree.tree_structure(tree) == pytree.tree_structure(doubled)
+    return doubled, summed, only, pytree.tree_leaves(tree)[1], same
+
+
+@program()
+def pytree_predicates(x):
+    tree = [x, {"z": x + 1}, 2]
+    return x * pytree.tree_all(lambda v: v is not None, tree), pytree.tree_any_only(int, lambda v: v > 1, tree)
+
+
+@program()
+def pytree_map_inplace(x):
+    box = {"a": [x.clone()]}
+    pytree.tree_map_(lambda t: t.mul_(3), box)
+    return box["a"][0]
+
+
+# -- NumPy on tensors: traced as torch ops ----------------------------------------------------------------
+@program()
+def numpy_sum_from_numpy(x):
+    return torch.from_numpy(np.sum(x.numpy(), axis=0)) * 2
+
+
+@program()
+def numpy_ufuncs_and_scalars(x):
+    a = x.numpy()
+    y = np.exp(a) * 2 + np.mean(a)           # a float32 array, a float32 NumPy scalar
+    return y, np.sum(a), np.max(a, axis=1), np.sqrt(np.abs(a)).dtype
+
+
+@program()
+def numpy_promotion_rules(x):
+    i = (x * 3).long().numpy()
+    halves = i / 2                           # NumPy: int64 / int -> float64
+    strong = x.numpy() * np.float64(2.0)     # a NumPy scalar is strong: float64
+    weak = x.numpy() * 2.0                   # a Python float is weak: float32
+    return halves, strong, weak, np.arange(3) / 2, np.zeros(2) + 1
+
+
+@program()
+def numpy_scalar_with_tensor(x):
+    total = np.sum(x.numpy())                # a NumPy scalar next to tensors acts as a Python number
+    ints = (x * 3).long()
+    return x * total, ints * np.float64(0.5), ints + np.int32(2), x + x.numpy() * 0, np.float32(2) < x
+
+
+@program()
+def numpy_methods_and_attributes(x):
+    a = x.numpy()
+    b = a.reshape(5, 4).T.astype(np.float64)
+    return b, a.sum(axis=1), a.shape, a.ndim, a.dtype == np.float32, b.dtype, a.size, a.mean(), a[1:, ::2], a[0, 1]
+
+
+@program()
+def numpy_array_functions(x):
+    a = x.numpy()
+    return (np.where(a > 0, a, -a), np.concatenate([a, a * 2], axis=0), np.maximum(a, 0.1), np.clip(a, -0.5, 0.5),
+            np.linalg.norm(a), np.stack([a[0], a[1]]), np.matmul(a, a.T), np.cumsum(a, axis=1))
+
+
+@program()
+def numpy_inplace_writes_the_tensor(x):
+    y = x.clone()
+    a = y.numpy()
+    alias = a
+    alias += 1
+    a[0] = 0.0
+    a *= np.float32(2)
+    return y, a
+
+
+@program()
+def numpy_constants(x):
+    return x * np.finfo(np.float32).eps + np.iinfo(np.int32).max, np.finfo(np.float64).tiny, np.float32(2) * 3, np.pi
+
+
+# -- objects passed around: options, modules, typing, RNG regions, distributions ----------------------------
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    p: float = 1.0
+    eps: float = 1e-5
+    scale: float = 0.5
+
+
+_PDIST = torch.nn.PairwiseDistance(p=1.0)
+
+
+def _apply(module, options, a):
+    return module(a, a * options.scale)[:, None] + torch.nn.functional.normalize(a, p=options.p, dim=1, eps=options.eps)
+
+
+# a module argument is guarded by identity: the harness deep-copies inputs, so each call recompiles
+@program(inputs=lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)), _Options(),
+                              torch.nn.PairwiseDistance(p=3.0)), graphs=4)
+def options_and_module_arguments(x, options, module):
+    return _apply(module, options, x) + _apply(_PDIST, _Options(p=2.0, scale=2.0), x)
+
+
+@program()
+def typing_objects(x):
+    t = typing.Optional[torch.Tensor]
+    d = typing.Dict[str, typing.List[int]]
+    y = typing.cast(torch.Tensor, x)
+    return y * len(typing.get_args(t)) + len(typing.get_args(d)), typing.get_origin(t) is typing.Union, str(d)
+
+
+@program()
+def freeze_rng_state_without_random_ops(x):
+    with freeze_rng_state():
+        y = x * 2
+    with torch.random.fork_rng():
+        z = y + 1
+    return z
+
+
+@program()
+def distributions_normal(x):
+    d = torch.distributions.Normal(x, 1.0 + x.abs())
+    return d.log_prob(x + 0.5), d.mean, d.stddev, d.entropy(), d.cdf(x), d.batch_shape
+
+
+@program()
+def distributions_kl_and_arguments(x):
+    p = torch.distributions.Normal(x, 1.0 + x.abs())
+    q = torch.distributions.Normal(torch.zeros_like(x), 2.0)
+    b = torch.distributions.Bernoulli(probs=torch.sigmoid(x))
+    return torch.distributions.kl_divergence(p, q), b.log_prob((x > 0).float()), b.entropy(), \
+        torch.distributions.Categorical(logits=x).log_prob(torch.tensor([0, 1, 2, 3]))
+
+
+@dataclasses.dataclass
+class _Inner:
+    k: int = 3
+
+
+@dataclasses.dataclass
+class _Config:
+    width: int = 2
+    inner: _Inner = dataclasses.field(default_factory=_Inner)
+
+
+@program(inputs=lambda seed: (torch.randn(4, 5, generator=torch.Generator().manual_seed(seed)),
+                              _Config(width=2 + seed, inner=_Inner(seed))), graphs=2)
+def dataclass_asdict_astuple_argument(x, config):
+    d = dataclasses.asdict(config)
+    d["extra"] = 1
+    return x * d["width"] + d["inner"]["k"], dataclasses.astuple(config), d, dataclasses.replace(config, width=7)
+
+
+_LINEAR = torch.nn.Linear(5, 3)
+
+
+@program()
+def checkpoint_module_and_function(x):
+    a = torch.utils.checkpoint.checkpoint(_PDIST, x, x + 1, use_reentrant=False)
+    b = torch.utils.checkpoint.checkpoint(_LINEAR, x, use_reentrant=True)  # no input requires grad
+    c = torch.utils.checkpoint.checkpoint(lambda t, s: t * s, x, 2.0, use_reentrant=False)
+    return a, b, b.requires_grad, c

@@ -150,11 +150,9 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     # externs writing into a buffer of ours through `out=` (the buffer is then pooled like a kernel's)
     into_out: dict[int, Any] = {}
     for i, step in enumerate(steps):
-        if isinstance(step, ir.ExternKernel) and len(step.outputs) == 1:
+        if keep and isinstance(step, ir.ExternKernel) and len(step.outputs) == 1:
             out, op = step.outputs[0], _out_overload(step.op)
-            # kept (CPU), or laid out padded by the layout pass ([Note: aligned matmuls])
-            wanted = keep or (out in buffers and buffers[out].strides != ir.contiguous_strides(buffers[out].sizes))
-            if wanted and op is not None and out in buffers and out not in escaping:
+            if op is not None and out in buffers and out not in escaping:
                 into_out[i] = op
     extern_outputs = {o for i, step in enumerate(steps) if isinstance(step, ir.ExternKernel) and i not in into_out
                       for o in writes(step)}

@@ -39,6 +39,7 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.indexing import simplify_index
 from kiln.codegen.ir import loop_var, reduction_var
+from kiln.codegen.matmul_padding import extern_name, pad_matmuls
 
 
 def channels_last_strides(sizes) -> tuple[sympy.Expr, ...]:
@@ -206,10 +207,6 @@ def _channels_last_weights(graph: ir.Graph) -> ir.Graph:
 _MATMUL_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2)}
 
 
-def _extern_name(node) -> str:
-    return getattr(node.op, "__name__", "").split(".")[0]
-
-
 def _source_order(body: ir.Pointwise, buf: ir.Buffer, buffers: dict) -> tuple[int, ...] | None:
     """The order (outermost first) in which `body`'s main input holds the output's dims, when every
     dim of size > 1 steps by its own constant stride in it; None when there is no such input."""
@@ -258,7 +255,7 @@ def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
     for node in graph.nodes:
         if not isinstance(node, ir.ExternKernel):
             continue
-        positions = _MATMUL_OPERANDS.get(_extern_name(node), ())
+        positions = _MATMUL_OPERANDS.get(extern_name(node), ())
         for i, arg in enumerate(node.args):
             if i in positions and isinstance(arg, ir.BufferArg):
                 operands.add(arg.name)
@@ -286,132 +283,6 @@ def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
     return plan
 
 
-# [Note: aligned matmuls] cuBLAS's fast kernels need every matrix's rows to start on 16 bytes. GPT-2's
-# logits are 50,257 wide: eager's and kiln's lm_head ran cuBLAS's 16-bit `align1` fallback, 2.5 ms of a
-# 7.3 ms inference step where the aligned kernel takes 0.45 ms, and its two backward products 4.9 ms.
-# So on CUDA a large product whose operand or result has a misaligned row pitch gets a buffer padded
-# to 16 bytes a row: a result kiln computes is simply laid out padded (its readers follow its
-# strides; the host hands the padded view to `out=`), and an operand it does not compute (an input,
-# a view, an extern's result) or a graph output is copied once through a padded buffer, a pass over
-# its bytes for a product that does M*N*K multiply-adds.
-_ALIGN_BYTES = 16
-_PAD_MIN_MACS = 1 << 27
-
-
-def _row_pitch(buf_sizes, strides) -> tuple[int, int] | None:
-    """(dim whose stride is the row pitch, that pitch) of a matrix laid out row- or column-major in
-    its last two dims; None for any other layout."""
-    sizes, strides = [int(x) for x in buf_sizes[-2:]], [int(x) for x in strides[-2:]]
-    if strides[1] == 1 and strides[0] >= sizes[1]:
-        return len(buf_sizes) - 2, strides[0]
-    if strides[0] == 1 and strides[1] >= sizes[0]:
-        return len(buf_sizes) - 1, strides[1]
-    return None
-
-
-def _padded_strides(sizes, strides, itemsize: int) -> tuple | None:
-    """`strides` with the matrix's row pitch rounded up to _ALIGN_BYTES (outer dims scaled with it);
-    None when it is aligned already or not a plain matrix layout."""
-    sizes, strides = [int(x) for x in sizes], [int(x) for x in strides]
-    found = _row_pitch(sizes, strides)
-    if found is None or (found[1] * itemsize) % _ALIGN_BYTES == 0:
-        return None
-    pitch_dim, pitch = found
-    unit = _ALIGN_BYTES // itemsize
-    padded = -(-pitch // unit) * unit
-    inner = len(sizes) - 1 if pitch_dim == len(sizes) - 2 else len(sizes) - 2
-    out = list(strides)
-    out[inner], out[pitch_dim] = 1, padded
-    running = padded * sizes[inner]
-    for k in reversed(range(len(sizes) - 2)):
-        out[k] = running
-        running *= sizes[k]
-    return tuple(sympy.Integer(x) for x in out)
-
-
-def _macs(node: ir.ExternKernel, buffers: dict) -> int:
-    def sizes(arg):
-        name = arg.name
-        return [int(x) for x in (arg.sizes if isinstance(arg, ir.ViewArg) else buffers[name].sizes)]
-    positions = _MATMUL_OPERANDS[_extern_name(node)]
-    a, b = (sizes(node.args[i]) for i in positions)
-    batch = a[0] if len(a) == 3 else 1
-    return batch * a[-2] * a[-1] * b[-1]
-
-
-def align_matmuls(graph: ir.Graph) -> ir.Graph:
-    """[Note: aligned matmuls]: padded row pitches for the large CUDA products that lack them."""
-    buffers = graph.buffer_map()
-    if not any(str(b.device).startswith("cuda") for b in buffers.values()):
-        return graph
-    computed = {n.buffer: n for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
-    pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
-    readers: dict[str, int] = {}      # externs and views reading each buffer
-    for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel):
-            for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs])):
-                if isinstance(a, (ir.BufferArg, ir.ViewArg)):
-                    readers[a.name] = readers.get(a.name, 0) + 1
-    plan: dict[str, tuple] = {}
-    new_buffers, nodes = list(graph.buffers), []
-
-    def static(sizes) -> bool:
-        return all(sympy.sympify(x).is_number for x in sizes)
-
-    for node in graph.nodes:
-        name = _extern_name(node) if isinstance(node, ir.ExternKernel) else None
-        if name not in _MATMUL_OPERANDS or not all(
-                isinstance(node.args[i], (ir.BufferArg, ir.ViewArg)) for i in _MATMUL_OPERANDS[name]):
-            nodes.append(node)
-            continue
-        operand_sizes = [node.args[i].sizes if isinstance(node.args[i], ir.ViewArg) else buffers[node.args[i].name].sizes
-                         for i in _MATMUL_OPERANDS[name]]
-        on_cuda = all(str(buffers[node.args[i].name].device).startswith("cuda") for i in _MATMUL_OPERANDS[name])
-        if not on_cuda or not all(static(x) for x in operand_sizes) or _macs(node, buffers) < _PAD_MIN_MACS:
-            nodes.append(node)
-            continue
-        args = list(node.args)
-        for i in _MATMUL_OPERANDS[name]:
-            arg = args[i]
-            src = buffers[arg.name]
-            sizes, strides = (arg.sizes, arg.strides) if isinstance(arg, ir.ViewArg) else (src.sizes, src.strides)
-            itemsize = torch.empty((), dtype=src.dtype).element_size()
-            padded = _padded_strides(sizes, strides, itemsize)
-            if padded is None:
-                continue
-            if isinstance(arg, ir.BufferArg) and arg.name in computed and arg.name not in pinned | outputs \
-                    and readers.get(arg.name) == 1 and isinstance(computed[arg.name].body, ir.Pointwise) \
-                    and src.offset == 0 and arg.name not in plan:
-                plan[arg.name] = padded           # computed by a kernel of ours: lay it out padded
-                continue
-            copy = f"{arg.name}_a{i}_{len(nodes)}"   # an input, a view, an extern's result: copy it once
-            new_buffers.append(ir.Buffer(copy, tuple(sizes), padded, src.dtype, src.device))
-            lv = [loop_var(k) for k in range(len(sizes))]
-            index = (ir.as_expr(arg.offset) + sum(v * ir.as_expr(st) for v, st in zip(lv, arg.strides))
-                     if isinstance(arg, ir.ViewArg) else src.index(lv))
-            nodes.append(ir.ComputedBuffer(copy, ir.Pointwise(tuple(sizes), ir.Load(arg.name, index, src.dtype))))
-            args[i] = ir.BufferArg(copy)
-        out = node.outputs[0] if len(node.outputs) == 1 else None
-        node = dataclasses.replace(node, args=tuple(args))
-        if out is not None:
-            buf = buffers[out]
-            padded = _padded_strides(buf.sizes, buf.strides, torch.empty((), dtype=buf.dtype).element_size())
-            if padded is not None and out not in pinned and buf.offset == 0:
-                if out in outputs or readers.get(out):    # its layout is a contract: compute padded, copy out
-                    wide = f"{out}_aligned"
-                    new_buffers.append(ir.Buffer(wide, buf.sizes, padded, buf.dtype, buf.device))
-                    nodes.append(dataclasses.replace(node, outputs=(wide,)))
-                    lv = [loop_var(k) for k in range(len(buf.sizes))]
-                    node = ir.ComputedBuffer(out, ir.Pointwise(buf.sizes, ir.Load(
-                        wide, sum(v * st for v, st in zip(lv, padded)), buf.dtype)))
-                else:
-                    plan[out] = padded
-        nodes.append(node)
-    graph = dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
-    return apply_layouts(graph, plan)
-
-
 def optimize_layouts(graph: ir.Graph) -> ir.Graph:
     """The pass: channels-last around convolutions on CPU, then buffers that follow their input's
     order on every device (see the module docstring)."""
@@ -422,7 +293,7 @@ def optimize_layouts(graph: ir.Graph) -> ir.Graph:
         graph = apply_layouts(graph, plan_channels_last(graph))
         graph = _channels_last_weights(graph)
     graph = apply_layouts(graph, plan_input_order(graph))
-    return align_matmuls(graph)
+    return pad_matmuls(graph)      # [Note: aligned matmuls], CUDA only
 
 
 def _channels_last_copy(x: ir.Buffer, copies: dict, new_buffers: list, nodes: list) -> str:

@@ -39,16 +39,18 @@ def test_a_cast_of_a_transposed_weight_keeps_the_weights_order(device):
     assert sympy.expand(cast.body.expr.args[0].index) == x0 + 768 * x1
 
 
-def test_a_misaligned_cuda_product_computes_into_a_padded_buffer_and_copies_out():
+def test_a_misaligned_cuda_product_runs_on_zero_padded_operands_and_copies_its_corner_out():
     graph = layout.optimize_layouts(_lm_head_graph("cuda:0", 50257))
     buffers = graph.buffer_map()
-    assert buffers["buf1_aligned"].strides == (50264, 1)
     (product,) = [n for n in graph.nodes if isinstance(n, ir.ExternKernel)]
-    assert product.outputs == ("buf1_aligned",)
-    assert buffers["buf1"].strides == (50257, 1)               # the graph output keeps eager's layout
+    assert product.outputs == ("buf1_pad",) and buffers["buf1_pad"].sizes == (4096, 50264)
+    weight = buffers[product.args[1].name]
+    assert weight.sizes == (768, 50264) and weight.strides == (1, 768)   # padded in the cast's own order
+    assert product.args[0].name == "arg0"                                # 4096 x 768 is aligned already
+    assert buffers["buf1"].sizes == (4096, 50257) and buffers["buf1"].strides == (50257, 1)   # a graph output
     aligned = layout.optimize_layouts(_lm_head_graph("cuda:0", 50264))
-    assert "buf1_aligned" not in aligned.buffer_map()            # nothing to do when rows are aligned
-    assert "buf1_aligned" not in layout.optimize_layouts(_lm_head_graph("cpu", 50257)).buffer_map()
+    assert not any(b.name.endswith("_pad") for b in aligned.buffers)     # nothing to do when sizes are aligned
+    assert not any(b.name.endswith("_pad") for b in layout.optimize_layouts(_lm_head_graph("cpu", 50257)).buffers)
 
 
 def test_a_misaligned_operand_the_graph_takes_in_is_copied_padded():
@@ -59,9 +61,47 @@ def test_a_misaligned_operand_the_graph_takes_in_is_copied_padded():
                      nodes=(ir.ExternKernel(("buf0",), mm, (ir.BufferArg("arg0"), ir.BufferArg("arg1"))),))
     out = layout.optimize_layouts(graph)
     (product,) = [n for n in out.nodes if isinstance(n, ir.ExternKernel)]
-    copy = product.args[0].name
-    assert copy != "arg0" and out.buffer_map()[copy].strides == (50264, 1)
-    assert product.args[1].name == "arg1"
+    sizes = [out.buffer_map()[a.name].sizes for a in product.args]
+    assert sizes == [(4096, 50264), (50264, 768)]                     # K padded in both, with zeros
+    assert product.outputs == ("buf0",)                                # M and N were aligned
+
+
+@pytest.fixture
+def padding_on_cpu(monkeypatch):
+    """[Note: aligned matmuls] applied to CPU programs too, for every product, so the C++ backend
+    checks what the padding computes against eager."""
+    from kiln.codegen import matmul_padding
+    padded: list[str] = []
+
+    def pad_everywhere(graph):
+        out = matmul_padding.pad_matmuls(graph, devices=("cpu", "cuda"))
+        padded.extend(b.name for b in out.buffers if "_pad" in b.name)
+        return out
+    monkeypatch.setattr(matmul_padding, "PAD_MIN_MACS", 1)
+    monkeypatch.setattr(layout, "pad_matmuls", pad_everywhere)
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    return padded
+
+
+def test_padded_products_train_equal_to_eager(padding_on_cpu):
+    torch.manual_seed(0)
+    head = torch.nn.Linear(37, 101)            # odd M (batch 3 x 11), K and N; addmm with a bias
+    tail = torch.nn.Linear(101, 29, bias=False)
+    x = torch.randn(3, 11, 37, requires_grad=True)
+
+    def fn(x):
+        h = torch.tanh(head(x))
+        return tail(h) * 2, torch.bmm(h, h.transpose(1, 2))
+    kiln.reset()
+    got, want = kiln.compile(fn)(x), fn(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    params = [x, head.weight, head.bias, tail.weight]
+    got_grads = torch.autograd.grad(sum(g.square().sum() for g in got), params)
+    want_grads = torch.autograd.grad(sum(w.square().sum() for w in want), params)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    assert len(padding_on_cpu) >= 10      # operands and results of the forward and backward products
 
 
 def test_transposed_casts_and_products_equal_eager_on_cpu():

@@ -5,19 +5,23 @@ the host program's source, the kernels as their printer saved them (C++: the lib
 whose binary `cpp_build` caches by source hash; Triton: the kernels' loop IR, whose binaries
 Triton's cache holds), and how to re-link the rest: extern ops by qualified name, constants by
 graph attribute. Only graphs whose host program is fully serializable are stored.
+
+Entries are JSON documents in `kiln.runtime.store` (kind "graphs"): written atomically, checked
+against their checksum when read ([Note: a cache safe to share]); they are data, never Python objects.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from typing import Any, Sequence
 
 import torch
 
-from kiln.runtime.cpp_build import cache_dir
+from kiln.runtime import store as files
 
-FORMAT = 2
+FORMAT = 3
+# The printer modules an entry may name (an entry names what restores its kernels; nothing else is imported).
+PRINTERS = ("kiln.codegen.cpp", "kiln.codegen.triton")
 
 
 _CODE_HASH: list[str] = []
@@ -70,12 +74,6 @@ def _attr(gm, target: str):
     return obj
 
 
-def _path(key: str) -> str:
-    folder = os.path.join(cache_dir(), "graphs")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{key}.json")
-
-
 def _op_name(op) -> str | None:
     if isinstance(op, torch._ops.OpOverload):
         ns, rest = op._schema.name.split("::", 1)
@@ -105,24 +103,17 @@ def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.Grap
         return
     entry = {"host": program.source, "printer": printer, "built": built, "kernels": program.kernels,
              "externs": externs, "constants": targets}
-    tmp = _path(key) + f".{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(entry, f)
-    os.replace(tmp, _path(key))
+    files.write_json("graphs", f"{key}.json", entry)
 
 
 def load(key: str, gm: torch.fx.GraphModule):
     """The linked callable for `key`, or None when it is not cached (or cannot be re-linked)."""
-    if os.environ.get("KILN_DISABLE_CACHE"):
-        return None
-    path = _path(key)
-    if not os.path.exists(path):
+    entry = files.read_json("graphs", f"{key}.json")
+    if entry is None or entry.get("printer") not in PRINTERS:
         return None
     import importlib
     from kiln.codegen.host import HostProgram, link
     try:
-        with open(path) as f:
-            entry = json.load(f)
         fns = {}
         if entry["built"] is not None:
             fns = importlib.import_module(entry["printer"]).restore(entry["built"])

@@ -29,6 +29,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kiln import log
 from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
@@ -140,7 +141,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self.decompositions:
-            with self:
+            with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
             if result is not NotImplemented:
                 return result

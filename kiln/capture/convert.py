@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
 from kiln.capture.guards import Guard, GuardKind, compile_guards
@@ -328,6 +329,13 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)
+    with log.stage("guards"):
+        check, guards = _guards(fn, out, params)
+    return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)
+
+
+def _guards(fn: types.FunctionType, out, params: str):
+    """The entry's guard function and guards: capture's, and the shape environment's relations."""
     guard_bindings = {**out.globals_dicts, "__fn": fn}
     guards = list(out.guards)
     env = out.examples.shape_env
@@ -338,4 +346,4 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
                                                      env.format_guards())))
     check = compile_guards(guards, params, guard_bindings)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
-    return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)
+    return check, guards

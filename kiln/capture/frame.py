@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln import log
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture.guards import first_failure
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -95,7 +96,8 @@ class CompiledFunction:
             _emit(Event("recompile", _name(self.fn), reason))
             if self.config.dynamic is None:
                 self.dynamic_dims |= self._changed_dims(self.entries[-1], args, kwargs)
-        entry = self._compile(args, kwargs)
+        with log.frame(_name(self.fn)):      # [Note: compile stages]
+            entry = self._compile(args, kwargs)
         self.entries.append(entry)
         return entry.run(*args, **kwargs)
 
@@ -123,8 +125,9 @@ class CompiledFunction:
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
             try:
-                trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                    dynamic_dims=self.dynamic_dims)
+                with log.stage("capture"):
+                    trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
+                                        dynamic_dims=self.dynamic_dims)
             except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None

@@ -4,44 +4,22 @@
     -> host program (host.py) -> link
 
 `KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
-program; every pass logs its name and time under `KILN_LOG=perf`. `KILN_CHECK=kernels` checks every
+program; every pass is a stage of `kiln.log` ([Note: compile stages]), printed under `KILN_LOG=perf`. `KILN_CHECK=kernels` checks every
 buffer a kernel writes against the graph run eagerly (`check.py`).
 """
 from __future__ import annotations
 
-import os
-import sys
-import time
 from typing import Any, Sequence
 
 import torch
 
+from kiln import log
 from kiln.codegen import ir
 from kiln.codegen.dedupe import dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.scheduler import schedule
-
-
-def _log_enabled(topic: str) -> bool:
-    return topic in os.environ.get("KILN_LOG", "").split(",")
-
-
-def _log(topic: str, title: str, text: str) -> None:
-    if _log_enabled(topic):
-        print(f"[kiln {topic}] {title}\n{text}", file=sys.stderr)
-
-
-class _Timer:
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        _log("perf", f"pass {self.name}", f"{(time.perf_counter() - self.start) * 1e3:.1f} ms")
 
 
 def printer_for(device: str):
@@ -71,36 +49,41 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     # the target printer's dtype policy decides what lowering leaves to externs
     policy = chosen or printer_for(_graph_device(gm, example_inputs))
     if use_cache:
-        key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
-               + ("-boxed" if boxed else ""))
-        hit = cache.load(key, gm)
+        with log.stage("cache key"):
+            key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
+                   + ("-boxed" if boxed else ""))
+        with log.stage("cache load"):
+            hit = cache.load(key, gm)
         if hit is not None:
+            log.count("programs from the cache")
             return hit
-    with _Timer("lower"):
+    log.count("programs compiled")
+    with log.stage("lower"):
         graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
                                        getattr(policy, "SPLIT_REDUCTIONS", False))
-    with _Timer("dedupe"):
+    with log.stage("dedupe"):
         graph = dedupe_buffers(graph)
-    with _Timer("layouts"):
+    with log.stage("layouts"):
         graph = optimize_layouts(graph)
-    _log("kernels", "loop IR", str(graph))
-    with _Timer("schedule"):
+    log.emit("kernels", "loop IR", str(graph))
+    with log.stage("schedule"):
         sched = schedule(graph)
-    _log("kernels", "schedule", str(sched))
+    log.emit("kernels", "schedule", str(sched))
     device = next((b.device for b in graph.buffers), "cpu")
     printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
     buffers = graph.buffer_map()
-    with _Timer("codegen"):
+    with log.stage("host program"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe, boxed=boxed, keep=device == "cpu")
+    with log.stage("print"):
         built = printer.saved(kernels, buffers) if kernels else None
-    if _log_enabled("kernels"):
-        _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
-    _log("kernels", "host program", program.source)
-    with _Timer("build"):
+    if log.enabled("kernels"):
+        log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
+    log.emit("kernels", "host program", program.source)
+    with log.stage("load"):               # the printer's own stages claim compiling ([Note: compile stages])
         fns = printer.restore(built) if kernels else {}
-    call = link(program, fns, constants, binds)
+        call = link(program, fns, constants, binds)
     if probe:
         return _boxed(check.checked(call, gm, dict(graph.origins), fns))
     if use_cache and program.cacheable:

@@ -1,0 +1,84 @@
+"""Cold and warm compile seconds of zoo models on CPU, each in a fresh process.
+
+    OMP_NUM_THREADS=1 python bench/warm_start.py [--models gpt2,resnet] [--size test|bench] [--out FILE]
+
+For each (model, infer|train): a cold process compiles into an empty cache directory, a warm process
+compiles again from that directory. Each process reports the first compiled call's seconds (compile
+and run), eager's first call, and, under KILN_LOG=perf, the seconds per stage (`kiln.log`); the
+result is a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time, torch
+import kiln, kiln.log
+from kiln.bench.zoo import ZOO, loss_of
+name, mode, size = sys.argv[1:4]
+model, inputs = ZOO[name].make("cpu", size=size)
+if mode == "train":
+    model.train()
+def step(m):
+    if mode == "train":
+        out = m(*inputs)
+        loss_of(out).backward()
+        return out
+    with torch.no_grad():
+        return m(*inputs)
+t = time.perf_counter(); step(model); eager = time.perf_counter() - t
+compiled = kiln.compile(model)
+t = time.perf_counter(); step(compiled); first = time.perf_counter() - t
+print("RESULT " + json.dumps({"eager_first": eager, "kiln_first": first, "stages": kiln.log.totals()}))
+"""
+
+
+def run(name: str, mode: str, size: str, cache: str) -> dict:
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf",
+               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    proc = subprocess.run([sys.executable, "-c", CHILD, name, mode, size], env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{name} {mode} failed:\n{proc.stderr[-3000:]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="gpt2,resnet")
+    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--size", default="test")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    rows = []
+    stages: list[str] = []
+    for name in args.models.split(","):
+        for mode in args.modes.split(","):
+            with tempfile.TemporaryDirectory(prefix="kiln-warm-") as cache:
+                for phase in ("cold", "warm"):
+                    r = run(name, mode, args.size, os.path.join(cache, "kiln"))
+                    rows.append((name, mode, phase, r))
+                    stages += [s for s in r["stages"] if s not in stages]
+                    print(name, mode, phase, f"{r['kiln_first']:.2f} s", file=sys.stderr)
+    head = ["model", "mode", "phase", "eager 1st s", "kiln 1st s", *stages]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, mode, phase, r in rows:
+        cells = [name, mode, phase, f"{r['eager_first']:.2f}", f"{r['kiln_first']:.2f}",
+                 *(f"{r['stages'][s]:.2f}" if s in r["stages"] else "" for s in stages)]
+        lines.append("| " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(f"`OMP_NUM_THREADS=1 python bench/warm_start.py --models {args.models} --modes {args.modes} "
+                    f"--size {args.size}`\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()

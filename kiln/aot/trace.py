@@ -99,6 +99,10 @@ def meta_of(t: torch.Tensor) -> torch.Tensor:
 class _Recorder(TorchDispatchMode):
     """Appends each ATen op that reaches it to `graph`; see [Note: joint tracing]."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False        # [Note: dispatch modes without dynamo] in kiln/symbolic/fake.py
+
     def __init__(self, graph: fx.Graph, decompositions: Mapping, rng: RngStream):
         super().__init__()
         self.graph = graph

@@ -2,7 +2,7 @@
 
 `KILN_LOG` is a comma-separated list of topics (`graphs,guards,breaks,recompiles,kernels,perf`);
 `enabled(topic)` asks for one, `emit(topic, title, text)` prints under it. `KILN_LOG=off` also
-silences the progress line (`kiln.progress`).
+silences the progress line ([Note: progress line]).
 
 [Note: compile stages] Every stage of a compile times itself with `stage(name)`, the one timing
 helper, and `frame(name)` wraps one compiled frame (capture to loaded program). Stages nest, and
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Iterator
 
-STAGES = ("capture", "guards", "aot trace", "decompose", "functionalize", "partition", "cache key",
+STAGES = ("import", "capture", "guards", "aot trace", "decompose", "functionalize", "partition", "cache key",
           "cache load", "lower", "dedupe", "layouts", "schedule", "host program", "print", "compile",
           "load", "other")
 
@@ -50,7 +50,7 @@ class Frame:
         other = total - sum(self.seconds.values())
         seconds = {**self.seconds, "other": self.seconds.get("other", 0.0) + max(other, 0.0)}
         order = [s for s in STAGES if s in seconds] + sorted(s for s in seconds if s not in STAGES)
-        parts = ", ".join(f"{s} {seconds[s]:.2f}" for s in order if seconds[s] >= 0.005)
+        parts = ", ".join(f"{s} {seconds[s]:.2f}" for s in order)
         counts = "".join(f"; {n} {k}" for k, n in sorted(self.counts.items()))
         return f"frame {self.name}: {total:.2f} s ({parts}){counts}"
 
@@ -124,11 +124,16 @@ def frame(name: str) -> Iterator[Frame]:
     saved_stages, _STATE.stages = _STATE.stages, []
     with _LOCK:
         ACTIVE.append(record)
+    _start_progress()
     try:
         yield record
     finally:
         with _LOCK:
             ACTIVE.remove(record)
+        if _PROGRESS and _PROGRESS[0].shown:     # erase the line before anything else prints
+            _PROGRESS[0].shown = False
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
         _STATE.stages = saved_stages
         _STATE.frames.pop()
         total = time.perf_counter() - record.start
@@ -139,6 +144,61 @@ def frame(name: str) -> Iterator[Frame]:
         if saved_stages:
             saved_stages[-1].children += total
         emit("perf", record.summary(total))
+
+
+PROGRESS_AFTER_S = 3.0      # a compile shorter than this never shows the line
+PROGRESS_EVERY_S = 0.5
+
+
+def progress_line(frame: Frame, now: float) -> str:
+    """[Note: progress line] While a frame has compiled for more than PROGRESS_AFTER_S, stderr
+    shows one line, rewritten in place: the frame, the stage running, the kernels loaded of those
+    scheduled so far, and the seconds. It is off when stderr is not a terminal (logs, CI) or
+    KILN_LOG=off, and erased when the compile ends."""
+    kernels = frame.counts.get("kernels", 0)
+    done = f", {frame.counts.get('kernels compiled', 0)}/{kernels} kernels compiled" if kernels else ""
+    return f"[kiln] compiling {frame.name}: {frame.stage or 'other'}{done}, {now - frame.start:.0f} s"
+
+
+def _progress_wanted() -> bool:
+    return "off" not in os.environ.get("KILN_LOG", "").split(",") and sys.stderr.isatty()
+
+
+class _Progress(threading.Thread):
+    """The one thread that draws the progress line; started by the first frame that may need it."""
+
+    def __init__(self):
+        super().__init__(name="kiln-progress", daemon=True)
+        self.shown = False
+        self.wake = threading.Event()
+
+    def run(self):
+        while True:
+            self.wake.wait(PROGRESS_EVERY_S)
+            self.wake.clear()
+            with _LOCK:
+                frame = ACTIVE[0] if ACTIVE else None
+            now = time.perf_counter()
+            if frame is not None and now - frame.start >= PROGRESS_AFTER_S and _progress_wanted():
+                sys.stderr.write("\r\x1b[K" + progress_line(frame, now))
+                sys.stderr.flush()
+                self.shown = True
+            elif frame is None and self.shown:
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+                self.shown = False
+
+
+_PROGRESS: list[_Progress] = []
+
+
+def _start_progress() -> None:
+    with _LOCK:
+        if not _PROGRESS and _progress_wanted():
+            _PROGRESS.append(_Progress())
+            _PROGRESS[0].start()
+        elif _PROGRESS:
+            _PROGRESS[0].wake.set()
 
 
 def totals() -> dict[str, float]:

@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import torch
 
+from kiln import log
+from kiln.codegen import warm_start
 from kiln.codegen.compile import compile_prim_graph
 from kiln.config import Options
 
@@ -25,11 +27,16 @@ def _compiler(options: Options):
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
         graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
         program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed)
-        if graphed:
-            from kiln.runtime.cudagraphs import CudaGraphed
-            return CudaGraphed(program, gm.meta.get("kiln_static_inputs", ()))
-        return program
+        return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)
     return compile_one
+
+
+def _wrap(options: Options, program, static_inputs: tuple, on_cuda: bool):
+    """A compiled program as the runtime calls it: in CUDA graphs under mode="reduce-overhead"."""
+    if options.cudagraphs and on_cuda:                 # [Note: CUDA graphs]
+        from kiln.runtime.cudagraphs import CudaGraphed
+        return CudaGraphed(program, static_inputs)
+    return program
 
 
 def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
@@ -100,10 +107,24 @@ def _layout_of(args: Sequence[Any]) -> tuple:
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
+    """aot and the code generator on one graph, or their result from the disk cache
+    ([Note: warm start of a captured graph])."""
     from kiln.aot import aot_compile, min_cut_partition
     from kiln.prims import COPYING_MOVEMENT, decompositions_for
 
+    with log.stage("cache key"):
+        key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, sorted(map(str, BACKEND_OPS)))))
+    if key is not None:
+        with log.stage("cache load"):
+            tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
+            on_cuda = any(t.device.type == "cuda" for t in tensors)
+            runtime = warm_start.load_runtime(key, gm, lambda program, static: _wrap(options, program, static, on_cuda))
+        if runtime is not None:
+            return runtime
     compiler = _compiler(options)
-    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                       decompositions=decompositions_for(set(BACKEND_OPS)),
-                       partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+    runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                          decompositions=decompositions_for(set(BACKEND_OPS)),
+                          partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+    if key is not None:
+        warm_start.store_runtime(key, runtime)
+    return runtime

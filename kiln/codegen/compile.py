@@ -72,6 +72,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     device = next((b.device for b in graph.buffers), "cpu")
     printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
+    log.count("kernels", len(kernels))
     buffers = graph.buffer_map()
     with log.stage("host program"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
@@ -84,10 +85,12 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     with log.stage("load"):               # the printer's own stages claim compiling ([Note: compile stages])
         fns = printer.restore(built) if kernels else {}
         call = link(program, fns, constants, binds)
+    log.count("kernels compiled", len(kernels))
     if probe:
         return _boxed(check.checked(call, gm, dict(graph.origins), fns))
-    if use_cache and program.cacheable:
-        cache.store(key, program, printer.__name__, built, gm, constants)
+    if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants) \
+            and not constants:
+        call.kiln_cache_key = key            # found again by key alone ([Note: warm start of a captured graph])
     return _boxed(call)
 
 

@@ -28,16 +28,19 @@ _CODE_HASH: list[str] = []
 
 
 def _code_hash() -> str:
-    """A hash of the code generator's own source: a changed compiler never reuses stale entries."""
+    """A hash of kiln's own source (but its benchmarks): a changed compiler never reuses stale
+    entries, whichever stage changed (aot's output is cached too: `kiln.codegen.warm_start`)."""
     if not _CODE_HASH:
-        import kiln.codegen
+        import kiln
         h = hashlib.sha256()
-        for pkg in (os.path.dirname(kiln.codegen.__file__), os.path.dirname(__file__)):
-            for root, _, files in sorted(os.walk(pkg)):
-                for name in sorted(files):
-                    if name.endswith(".py"):
-                        with open(os.path.join(root, name), "rb") as f:
-                            h.update(f.read())
+        package = os.path.dirname(kiln.__file__)
+        for root, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if not (root == package and d == "bench"))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    h.update(os.path.relpath(os.path.join(root, name), package).encode())
+                    with open(os.path.join(root, name), "rb") as f:
+                        h.update(f.read())
         _CODE_HASH.append(h.hexdigest()[:16])
     return _CODE_HASH[0]
 
@@ -87,12 +90,13 @@ def _resolve_op(name: str):
     return getattr(getattr(getattr(torch.ops, ns), packet), overload)
 
 
-def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.GraphModule, constants: dict) -> None:
+def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.GraphModule, constants: dict) -> bool:
     """Keep `program` under `key`: its host source, the kernels as the printer module named
-    `printer` saved them (`printer.saved`), and how to re-link externs and constants."""
+    `printer` saved them (`printer.saved`), and how to re-link externs and constants. Whether it
+    was kept."""
     externs = [(g, _op_name(op)) for g, op in program.externs]
     if any(n is None for _, n in externs):
-        return
+        return False
     targets = {}
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -100,10 +104,11 @@ def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.Grap
                 if _attr(gm, node.target) is value:
                     targets[cname] = node.target
     if set(targets) != set(constants):
-        return
+        return False
     entry = {"host": program.source, "printer": printer, "built": built, "kernels": program.kernels,
              "externs": externs, "constants": targets}
     files.write_json("graphs", f"{key}.json", entry)
+    return True
 
 
 def load(key: str, gm: torch.fx.GraphModule):
@@ -124,6 +129,8 @@ def load(key: str, gm: torch.fx.GraphModule):
         call = link(program, fns, constants)
         call.kiln_compiled = True
         call.kiln_warm = True
+        if not constants:
+            call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
         return call
     except Exception:  # a stale or partial entry: compile afresh
         return None

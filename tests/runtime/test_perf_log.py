@@ -35,7 +35,8 @@ def test_perf_log_times_every_stage_of_a_cold_and_a_warm_compile(capfd, monkeypa
     total = float(re.search(r": (\d+\.\d+) s", cold).group(1))
     assert abs(sum(stages.values()) - total) < 0.05 * total + 0.03, cold    # each second counted once
     assert "2 programs compiled" in cold and "from the cache" not in cold
-    assert "2 programs from the cache" in warm and "lower" not in _stages(warm), warm
+    assert "2 programs from the cache" in warm and "1 graphs from the cache" in warm, warm
+    assert not {"aot trace", "decompose", "lower", "compile"} & set(_stages(warm)), warm
 
 
 def test_nested_stages_count_each_second_once():
@@ -46,3 +47,44 @@ def test_nested_stages_count_each_second_once():
             sum(range(200000))
     assert set(frame.seconds) == {"aot trace", "decompose"}
     assert frame.seconds["decompose"] > 0 and frame.seconds["aot trace"] > 0
+
+
+class _Terminal:
+    """A stand-in stderr that says it is a terminal and keeps what was written."""
+
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, s):
+        self.text.append(s)
+
+    def flush(self):
+        pass
+
+
+def _slow_frame(seconds: float):
+    import time
+    with log.frame("forward"):
+        log.count("kernels", 40)
+        log.count("kernels compiled", 12)
+        with log.stage("lower"):
+            time.sleep(seconds)
+
+
+def test_progress_line_shows_frame_stage_and_kernels_while_a_compile_is_slow(monkeypatch):
+    monkeypatch.setattr(log, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(log, "PROGRESS_EVERY_S", 0.05)
+    monkeypatch.delenv("KILN_LOG", raising=False)
+    for tty, setting, shown in [(True, None, True), (False, None, False), (True, "off", False)]:
+        if setting:
+            monkeypatch.setenv("KILN_LOG", setting)
+        err = _Terminal(tty)
+        monkeypatch.setattr("sys.stderr", err)
+        _slow_frame(0.6)
+        text = "".join(err.text)
+        assert ("[kiln] compiling forward: lower, 12/40 kernels compiled" in text) == shown, (tty, setting, text)
+        if shown:
+            assert text.endswith("\r\x1b[K"), "the line is erased when the compile ends"

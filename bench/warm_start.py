@@ -1,11 +1,13 @@
 """Cold and warm compile seconds of zoo models on CPU, each in a fresh process.
 
     OMP_NUM_THREADS=1 python bench/warm_start.py [--models gpt2,resnet] [--size test|bench] [--out FILE]
+        [--repos before=/path/to/old/checkout,after=.]
 
 For each (model, infer|train): a cold process compiles into an empty cache directory, a warm process
 compiles again from that directory. Each process reports the first compiled call's seconds (compile
 and run), eager's first call, and, under KILN_LOG=perf, the seconds per stage (`kiln.log`); the
-result is a markdown table.
+result is a markdown table. With several --repos, each case runs in every checkout in turn (so a
+loaded machine slows them alike), --repeat times; the table keeps each one's fastest first call.
 """
 from __future__ import annotations
 
@@ -38,11 +40,11 @@ print("RESULT " + json.dumps({"eager_first": eager, "kiln_first": first, "stages
 """
 
 
-def run(name: str, mode: str, size: str, cache: str) -> dict:
-    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf",
-               PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def run(name: str, mode: str, size: str, cache: str, repo: str) -> dict:
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf", PYTHONPATH=repo)
     env.setdefault("OMP_NUM_THREADS", "1")
-    proc = subprocess.run([sys.executable, "-c", CHILD, name, mode, size], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", CHILD, name, mode, size], env=env, capture_output=True, text=True,
+                          cwd=repo)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -54,22 +56,35 @@ def main() -> None:
     ap.add_argument("--models", default="gpt2,resnet")
     ap.add_argument("--modes", default="infer,train")
     ap.add_argument("--size", default="test")
+    ap.add_argument("--repos", default="kiln=" + os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--out")
     args = ap.parse_args()
+    repos = [item.split("=", 1) for item in args.repos.split(",")]
     rows = []
     stages: list[str] = []
     for name in args.models.split(","):
         for mode in args.modes.split(","):
-            with tempfile.TemporaryDirectory(prefix="kiln-warm-") as cache:
+            best: dict[tuple[str, str], dict] = {}
+            for _ in range(args.repeat):
+                for label, repo in repos:
+                    with tempfile.TemporaryDirectory(prefix="kiln-warm-") as cache:
+                        for phase in ("cold", "warm"):
+                            r = run(name, mode, args.size, os.path.join(cache, "kiln"), os.path.abspath(repo))
+                            print(name, mode, label, phase, f"{r['kiln_first']:.2f} s", file=sys.stderr)
+                            if (label, phase) not in best or r["kiln_first"] < best[label, phase]["kiln_first"]:
+                                best[label, phase] = r
+            for label, _ in repos:
                 for phase in ("cold", "warm"):
-                    r = run(name, mode, args.size, os.path.join(cache, "kiln"))
-                    rows.append((name, mode, phase, r))
+                    r = best[label, phase]
+                    rows.append((name, mode, label, phase, r))
                     stages += [s for s in r["stages"] if s not in stages]
-                    print(name, mode, phase, f"{r['kiln_first']:.2f} s", file=sys.stderr)
-    head = ["model", "mode", "phase", "eager 1st s", "kiln 1st s", *stages]
+    order = __import__("kiln.log", fromlist=["STAGES"]).STAGES
+    stages = [s for s in order if s in stages] + [s for s in stages if s not in order]
+    head = ["model", "mode", "kiln", "phase", "eager 1st s", "kiln 1st s", *stages]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, mode, phase, r in rows:
-        cells = [name, mode, phase, f"{r['eager_first']:.2f}", f"{r['kiln_first']:.2f}",
+    for name, mode, label, phase, r in rows:
+        cells = [name, mode, label, phase, f"{r['eager_first']:.2f}", f"{r['kiln_first']:.2f}",
                  *(f"{r['stages'][s]:.2f}" if s in r["stages"] else "" for s in stages)]
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines)
@@ -77,7 +92,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             f.write(f"`OMP_NUM_THREADS=1 python bench/warm_start.py --models {args.models} --modes {args.modes} "
-                    f"--size {args.size}`\n\n{table}\n")
+                    f"--size {args.size} --repeat {args.repeat} --repos {args.repos}`\n\n{table}\n")
 
 
 if __name__ == "__main__":

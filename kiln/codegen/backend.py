@@ -109,9 +109,6 @@ def _layout_of(args: Sequence[Any]) -> tuple:
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     """aot and the code generator on one graph, or their result from the disk cache
     ([Note: warm start of a captured graph])."""
-    from kiln.aot import aot_compile, min_cut_partition
-    from kiln.prims import COPYING_MOVEMENT, decompositions_for
-
     with log.stage("cache key"):
         key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, sorted(map(str, BACKEND_OPS)))))
     if key is not None:
@@ -121,9 +118,13 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
             runtime = warm_start.load_runtime(key, gm, lambda program, static: _wrap(options, program, static, on_cuda))
         if runtime is not None:
             return runtime
+    with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
+        from kiln.aot import aot_compile, min_cut_partition
+        from kiln.prims import COPYING_MOVEMENT, decompositions_for
+        decompositions = decompositions_for(set(BACKEND_OPS))
     compiler = _compiler(options)
     runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                          decompositions=decompositions_for(set(BACKEND_OPS)),
+                          decompositions=decompositions,
                           partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
     if key is not None:
         warm_start.store_runtime(key, runtime)

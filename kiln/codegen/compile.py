@@ -1,6 +1,7 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
-    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py) -> print + build kernels (cpp.py / triton)
+    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py)
+    -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
 `KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
@@ -9,13 +10,14 @@ buffer a kernel writes against the graph run eagerly (`check.py`).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 import torch
 
 from kiln import log
 from kiln.codegen import ir
-from kiln.codegen.dedupe import dedupe_buffers
+from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
@@ -78,12 +80,12 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe, boxed=boxed, keep=device == "cpu")
     with log.stage("print"):
-        built = printer.saved(kernels, buffers) if kernels else None
+        built = save_kernels(printer, kernels, buffers) if kernels else None
     if log.enabled("kernels"):
         log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     log.emit("kernels", "host program", program.source)
     with log.stage("load"):               # the printer's own stages claim compiling ([Note: compile stages])
-        fns = printer.restore(built) if kernels else {}
+        fns = restore_kernels(printer, built) if kernels else {}
         call = link(program, fns, constants, binds)
     log.count("kernels compiled", len(kernels))
     if probe:
@@ -92,6 +94,46 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
             and not constants:
         call.kiln_cache_key = key            # found again by key alone ([Note: warm start of a captured graph])
     return _boxed(call)
+
+
+# [Note: parallel builds] Printers whose `restore` builds one library per call (g++ per
+# translation unit) get a graph's distinct kernels in up to one part per core, every part's build
+# started before the first is waited for (`PREFETCH`); a part holds MIN_KERNELS_PER_PART at least,
+# since each g++ run pays for the prelude's headers. Triton compiles kernel by kernel already.
+PARALLEL_PARTS = {"kiln.codegen.cpp": os.cpu_count() or 1}
+MIN_KERNELS_PER_PART = 8
+
+
+def _prefetch_cpp(part: dict) -> None:
+    from kiln.runtime.cpp_build import compile_async
+    compile_async(part["module"])            # cpp.saved: the library's source
+
+
+PREFETCH = {"kiln.codegen.cpp": _prefetch_cpp}
+
+
+def save_kernels(printer, kernels: Sequence[ir.Kernel], buffers) -> dict:
+    """What builds `kernels` (and the warm-start cache keeps): the distinct ones (`common_kernels`)
+    as the printer saves them, in parts ([Note: parallel builds]), and which kernel repeats which."""
+    unique, same = common_kernels(list(kernels), buffers)
+    n = max(1, min(PARALLEL_PARTS.get(printer.__name__, 1), len(unique) // MIN_KERNELS_PER_PART))
+    size = -(-len(unique) // n)
+    parts = [printer.saved(unique[i:i + size], buffers) for i in range(0, len(unique), size)]
+    log.count("kernels repeated", len(same))
+    return {"parts": parts, "same": same}
+
+
+def restore_kernels(printer, built: dict) -> dict:
+    """`save_kernels`' kernels loaded (built where no cache has them): name -> callable."""
+    prefetch = PREFETCH.get(printer.__name__)
+    if prefetch is not None and len(built["parts"]) > 1:
+        for part in built["parts"]:
+            prefetch(part)
+    fns = {}
+    for part in built["parts"]:
+        fns.update(printer.restore(part))
+    fns.update({name: fns[first] for name, first in built["same"].items()})
+    return fns
 
 
 def _size_facts_key(example_inputs: Sequence[Any]) -> str:

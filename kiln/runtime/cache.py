@@ -1,8 +1,8 @@
 """The warm start: compiled graphs on disk, so a second process skips lowering, codegen and g++.
 
 An entry is keyed by (graph code, input metadata, kiln/torch versions, device, printer) and holds
-the host program's source, the kernels as their printer saved them (C++: the library's source,
-whose binary `cpp_build` caches by source hash; Triton: the kernels' loop IR, whose binaries
+the host program's source, the kernels as `kiln.codegen.compile.save_kernels` saved them (C++: the libraries' sources,
+whose binaries `cpp_build` caches by source hash; Triton: each kernel's KernelSpec, whose binaries
 Triton's cache holds), and how to re-link the rest: extern ops by qualified name, constants by
 graph attribute. Only graphs whose host program is fully serializable are stored.
 
@@ -19,7 +19,7 @@ import torch
 
 from kiln.runtime import store as files
 
-FORMAT = 3
+FORMAT = 4
 # The printer modules an entry may name (an entry names what restores its kernels; nothing else is imported).
 PRINTERS = ("kiln.codegen.cpp", "kiln.codegen.triton")
 
@@ -121,7 +121,8 @@ def load(key: str, gm: torch.fx.GraphModule):
     try:
         fns = {}
         if entry["built"] is not None:
-            fns = importlib.import_module(entry["printer"]).restore(entry["built"])
+            from kiln.codegen.compile import restore_kernels
+            fns = restore_kernels(importlib.import_module(entry["printer"]), entry["built"])
         externs = tuple((g, _resolve_op(n)) for g, n in entry["externs"])
         constants = {c: _attr(gm, t) for c, t in entry["constants"].items()}
         program = HostProgram(entry["host"], tuple(map(tuple, entry["kernels"])), externs,

@@ -1,8 +1,9 @@
 """Compiling C++ kernel modules: one shared library per graph, cached on disk by source hash.
 
-g++ costs about a second per invocation, so a graph's kernels share one translation unit, builds
-run on a thread pool (the compiler runs as a subprocess, so graphs compile in parallel while
-Python lowers the next one), and a library whose source hash is already in the cache
+g++ costs about a second per invocation, so a graph's kernels share a few translation units (one
+per core: `kiln.codegen.compile.save_kernels`), builds run on a pool of one thread per core,
+started once (each runs g++ as a subprocess, so the parts of a graph compile at once), a source
+asked for while its build runs waits for that build, and a library whose source hash is already in the cache
 (`kiln.runtime.store`: `<cache>/cpp/`, checked against its checksum) is loaded without compiling.
 """
 from __future__ import annotations
@@ -26,8 +27,10 @@ CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"
 
 LDFLAGS = ("-lmvec",)   # glibc's vector math (see cpp.VECTOR_MATH)
 
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
+# One g++ per core at most; the pool lives as long as the process (builds of every graph share it).
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="kiln-g++")
 _LOADED: dict[str, "Library"] = {}
+_BUILDING: dict[str, concurrent.futures.Future] = {}   # source key -> the build running now
 _WAITED: set[str] = set()     # libraries whose build a compile has waited for already
 _LOCK = threading.Lock()
 
@@ -78,18 +81,24 @@ def compile_async(source: str) -> concurrent.futures.Future:
     key = source_key(source)
     with _LOCK:
         lib = _LOADED.get(key)
-    if lib is not None:
-        done: concurrent.futures.Future = concurrent.futures.Future()
-        done.set_result(lib)
-        return done
-
-    def work():
-        path, compiled = _compile(source, key)
-        with _LOCK:
-            if key not in _LOADED:
-                _LOADED[key] = Library(path, compiled)
-            return _LOADED[key]
-    return _POOL.submit(work)
+        if lib is None and key in _BUILDING:     # asked for again while g++ runs: the same build
+            return _BUILDING[key]
+        if lib is None:
+            def work():
+                try:
+                    path, compiled = _compile(source, key)
+                    with _LOCK:
+                        if key not in _LOADED:
+                            _LOADED[key] = Library(path, compiled)
+                        return _LOADED[key]
+                finally:
+                    with _LOCK:
+                        _BUILDING.pop(key, None)
+            future = _BUILDING[key] = _POOL.submit(work)
+            return future
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    done.set_result(lib)
+    return done
 
 
 def load_library(source: str) -> Library:

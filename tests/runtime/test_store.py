@@ -120,7 +120,7 @@ def _damage(path: pathlib.Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncate", "flip"])
-@pytest.mark.parametrize("what", ["graph", "library"])
+@pytest.mark.parametrize("what", ["graph", "library", "aot"])
 def test_a_damaged_entry_is_detected_recompiled_and_warned_about_once(counted, how, what):
     cache, lowered = counted
     model, x = _model(), torch.randn(5, 8)
@@ -128,7 +128,8 @@ def test_a_damaged_entry_is_detected_recompiled_and_warned_about_once(counted, h
     _train_step(model, x)
     cold = len(lowered)
     assert cold >= 2
-    victim = sorted((cache / "graphs").glob("*.json"))[0] if what == "graph" else sorted((cache / "cpp").glob("*.so"))[0]
+    folder, pattern = {"graph": ("graphs", "*.json"), "library": ("cpp", "*.so"), "aot": ("aot", "*.json")}[what]
+    victim = sorted((cache / folder).glob(pattern))[0]
     _damage(victim, how)
     cpp_build._LOADED.clear()            # as a new process: libraries are read from disk again
     with warnings.catch_warnings(record=True) as caught:
@@ -139,6 +140,8 @@ def test_a_damaged_entry_is_detected_recompiled_and_warned_about_once(counted, h
     assert len(corrupted) == 1 and victim.name in str(corrupted[0].message), [str(w.message) for w in caught]
     if what == "graph":
         assert len(lowered) == cold + 1            # only the damaged program is compiled again
+    if what == "aot":
+        assert len(lowered) == cold                # traced again; both programs come from the cache
     # the entry is whole again: the next run reads everything and warns about nothing
     cpp_build._LOADED.clear()
     before = len(lowered)

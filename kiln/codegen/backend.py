@@ -14,7 +14,7 @@ import torch
 
 from kiln import log
 from kiln.codegen import warm_start
-from kiln.codegen.compile import compile_prim_graph
+from kiln.codegen.compile import PendingProgram, compile_prim_graph
 from kiln.config import Options
 
 # ATen ops this backend lowers itself rather than through their decomposition: none yet; every
@@ -26,9 +26,29 @@ def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
         graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
-        program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed)
+        program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
+                                     wait=False)
+        if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
+            return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta.get("kiln_static_inputs", ()), on_cuda))
         return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)
     return compile_one
+
+
+class _Unwrapped:
+    """A pending program and the wrapping it gets once finished."""
+
+    def __init__(self, pending: PendingProgram, wrap):
+        self.pending, self.wrap = pending, wrap
+
+    def finish(self):
+        return self.wrap(self.pending.finish())
+
+    def __call__(self, *args):
+        return self.finish()(*args)
+
+
+def _finished(program):
+    return program.finish() if isinstance(program, _Unwrapped) else program
 
 
 def _wrap(options: Options, program, static_inputs: tuple, on_cuda: bool):
@@ -126,6 +146,11 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
                           decompositions=decompositions,
                           partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+    if hasattr(runtime, "fw"):         # an AotRuntime: link both halves now, errors included
+        runtime.fw = _finished(runtime.fw)
+        runtime.bw = _finished(runtime.bw)
+    else:
+        runtime = _finished(runtime)
     if key is not None:
         warm_start.store_runtime(key, runtime)
     return runtime

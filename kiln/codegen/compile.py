@@ -34,13 +34,14 @@ def printer_for(device: str):
 
 
 def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None,
-                       use_cache: bool | None = None, boxed: bool = False):
+                       use_cache: bool | None = None, boxed: bool = False, wait: bool = True):
     """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`, or
     `call(inputs: list) -> tuple` when `boxed` (see host.py's [Note: boxed programs]).
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
     tensors (Triton's interpreter). `use_cache`: look the program up in, and store it into, the
-    warm-start cache (default: unless a printer is chosen)."""
+    warm-start cache (default: unless a printer is chosen). `wait=False`: start building the
+    kernels and return a `PendingProgram` at once ([Note: parallel builds])."""
     from kiln.codegen import check
     from kiln.runtime import cache
 
@@ -84,22 +85,47 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     if log.enabled("kernels"):
         log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     log.emit("kernels", "host program", program.source)
-    with log.stage("load"):               # the printer's own stages claim compiling ([Note: compile stages])
-        fns = restore_kernels(printer, built) if kernels else {}
-        call = link(program, fns, constants, binds)
-    log.count("kernels compiled", len(kernels))
-    if probe:
-        return _boxed(check.checked(call, gm, dict(graph.origins), fns))
-    if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants) \
-            and not constants:
-        call.kiln_cache_key = key            # found again by key alone ([Note: warm start of a captured graph])
-    return _boxed(call)
+
+    def finish():
+        with log.stage("load"):           # the printer's own stages claim compiling ([Note: compile stages])
+            fns = restore_kernels(printer, built) if kernels else {}
+            call = link(program, fns, constants, binds)
+        log.count("kernels compiled", len(kernels))
+        if probe:
+            return _boxed(check.checked(call, gm, dict(graph.origins), fns))
+        if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants) \
+                and not constants:
+            call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
+        return _boxed(call)
+    if wait or probe or not kernels:
+        return finish()
+    start_builds(printer, built)
+    return PendingProgram(finish)
+
+
+class PendingProgram:
+    """A program whose kernels are building: `finish()` waits for them and returns the linked
+    callable (the backend finishes a forward after lowering its backward: [Note: parallel builds])."""
+
+    def __init__(self, finish):
+        self._finish, self._call = finish, None
+
+    def finish(self):
+        if self._call is None:
+            self._call = self._finish()
+        return self._call
+
+    def __call__(self, *args):
+        return self.finish()(*args)
 
 
 # [Note: parallel builds] Printers whose `restore` builds one library per call (g++ per
 # translation unit) get a graph's distinct kernels in up to one part per core, every part's build
 # started before the first is waited for (`PREFETCH`); a part holds MIN_KERNELS_PER_PART at least,
 # since each g++ run pays for the prelude's headers. Triton compiles kernel by kernel already.
+# The backend also compiles with wait=False: a forward's builds run while aot's backward is lowered,
+# and both are finished (waited for, linked) before the backend returns, so a build error is still
+# the backend's error.
 PARALLEL_PARTS = {"kiln.codegen.cpp": os.cpu_count() or 1}
 MIN_KERNELS_PER_PART = 8
 
@@ -123,12 +149,18 @@ def save_kernels(printer, kernels: Sequence[ir.Kernel], buffers) -> dict:
     return {"parts": parts, "same": same}
 
 
-def restore_kernels(printer, built: dict) -> dict:
-    """`save_kernels`' kernels loaded (built where no cache has them): name -> callable."""
+def start_builds(printer, built: dict) -> None:
+    """Start building every part of `built` (where the printer's builds can run ahead)."""
     prefetch = PREFETCH.get(printer.__name__)
-    if prefetch is not None and len(built["parts"]) > 1:
+    if prefetch is not None:
         for part in built["parts"]:
             prefetch(part)
+
+
+def restore_kernels(printer, built: dict) -> dict:
+    """`save_kernels`' kernels loaded (built where no cache has them): name -> callable."""
+    if len(built["parts"]) > 1:
+        start_builds(printer, built)
     fns = {}
     for part in built["parts"]:
         fns.update(printer.restore(part))

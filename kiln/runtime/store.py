@@ -203,15 +203,18 @@ def read_json(kind: str, name: str) -> Any | None:
 def library(kind: str, key: str) -> str | None:
     """The path of the verified shared library cached under `key`, or None."""
     index = read_json(kind, f"{key}.index")
-    if index is None:
+    if not isinstance(index, dict):
         return None
-    path = os.path.join(folder(kind), index["file"])
+    name, digest = index.get("file"), index.get("sha256")
+    if not isinstance(name, str) or os.path.basename(name) != name or not isinstance(digest, str):
+        return None                      # not an index this module wrote: build afresh
+    path = os.path.join(folder(kind), name)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
         return None
-    if _digest(data) != index["sha256"]:
+    if _digest(data) != digest:
         _corrupt(path, f"checksum mismatch, {len(data)} bytes")
         with _suppress():
             os.unlink(os.path.join(folder(kind), f"{key}.index"))

@@ -76,6 +76,9 @@ def main() -> None:
                     with tempfile.TemporaryDirectory(prefix="kiln-warm-") as cache:
                         for phase in ("cold", "warm"):
                             r = run(name, mode, args.size, os.path.join(cache, "kiln"), os.path.abspath(repo))
+                            if args.out:             # every run, as it comes (a long bench may be cut short)
+                                with open(args.out + ".jsonl", "a") as f:
+                                    f.write(json.dumps({"model": name, "mode": mode, "kiln": label, "phase": phase, **r}) + "\n")
                             print(name, mode, label, phase, f"{r['kiln_first']:.2f} s", file=sys.stderr)
                             if (label, phase) not in best or r["kiln_first_cpu"] < best[label, phase]["kiln_first_cpu"]:
                                 best[label, phase] = r
@@ -84,7 +87,8 @@ def main() -> None:
                     r = best[label, phase]
                     rows.append((name, mode, label, phase, r))
                     stages += [s for s in r["stages"] if s not in stages]
-    order = __import__("kiln.log", fromlist=["STAGES"]).STAGES
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # this checkout's kiln
+    from kiln.log import STAGES as order
     stages = [s for s in order if s in stages] + [s for s in stages if s not in order]
     head = ["model", "mode", "kiln", "phase", "eager 1st s", "kiln 1st s", "kiln 1st CPU s", *stages]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -86,6 +86,9 @@ def _op_name(op) -> str | None:
 
 def _resolve_op(name: str):
     ns, rest = name.split("::", 1)
+    if ns.startswith("kiln"):   # kiln's own ops exist once their modules registered them (a warm start
+        import kiln.aot.rng     # may not have imported them: it neither traces nor decomposes)
+        import kiln.prims  # noqa: F401
     packet, overload = rest.rsplit(".", 1)
     return getattr(getattr(getattr(torch.ops, ns), packet), overload)
 
@@ -133,5 +136,7 @@ def load(key: str, gm: torch.fx.GraphModule):
         if not constants:
             call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
         return call
-    except Exception:  # a stale or partial entry: compile afresh
+    except Exception as e:  # a stale entry (an op or attribute gone): compile afresh, and say why
+        from kiln import log
+        log.emit("perf", f"cache entry {key} not re-linked ({type(e).__name__}: {e}); compiling it again")
         return None

@@ -54,7 +54,9 @@ def _run_as_fx(gm: torch.fx.GraphModule, example_inputs: list):
 @register_backend("kiln")
 def kiln(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
     """kiln's own backend: aot autograd, prims, and the fusing code generator."""
-    from kiln.codegen.backend import compile_graph_module   # heavy: imported on first compile
+    from kiln import log
+    with log.stage("import"):      # heavy: imported on first compile ([Note: compile stages])
+        from kiln.codegen.backend import compile_graph_module
     return compile_graph_module(gm, example_inputs, options)
 
 

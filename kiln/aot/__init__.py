@@ -27,7 +27,7 @@ is. Random ops become `kiln::philox_uniform` / `kiln::philox_normal` of (seed, o
 (`kiln.symbolic`), falling back to real copies when an op cannot run on fakes; fake example inputs
 with symbolic sizes give graphs with `aten.sym_size.int` and `operator` nodes for those sizes.
 `KILN_LOG=graphs` prints the forward and backward graphs and the bytes saved; `KILN_LOG=perf` the
-time of each pass. Hands on ATen-level graphs to prims (decompositions) and codegen (the compilers).
+time of each pass (`kiln.log.stage`). Hands on ATen-level graphs to prims (decompositions) and codegen (the compilers).
 
 Modules: trace.py (the recording dispatch mode, trace_joint), functionalize.py and views.py
 (in-place ops and view writes), schema.py (what an op does to storage), partition.py (min cut),

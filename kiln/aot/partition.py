@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 
-import networkx as nx
 import torch
 import torch.fx as fx
 
@@ -138,6 +137,7 @@ class _JointParts:
 def min_cut_partition(joint: JointGraph, recomputable_ops: frozenset = frozenset()):
     """Split `joint` (functional) into (fw_gm, bw_gm, SavedInfo); see [Note: min-cut partition].
     `recomputable_ops` are ops to treat as cheap besides the built-in rule."""
+    import networkx as nx    # a second to import: only a cold compile partitions (a warm start reads SavedInfo)
     parts = _JointParts.of(joint)
     drains = {n for n in parts.needed_by_bw if n in parts.backward}
     drains |= {o for o in parts.bw_outputs if isinstance(o, fx.Node)}

@@ -11,14 +11,13 @@ the Function's inputs.
 from __future__ import annotations
 
 import contextlib
-import os
-import time
 from typing import Callable, Mapping
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
+from kiln import log
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition
 from kiln.aot.rng import new_seed
@@ -147,21 +146,6 @@ def _example(node: fx.Node):
     return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device).zero_()
 
 
-def _logging(topic: str) -> bool:
-    return topic in os.environ.get("KILN_LOG", "").split(",")
-
-
-class _PassLog:
-    """Runs a named pass; under KILN_LOG=perf prints its name and seconds."""
-
-    def __call__(self, name: str, fn: Callable, *args, **kwargs):
-        start = time.perf_counter()
-        result = fn(*args, **kwargs)
-        if _logging("perf"):
-            print(f"[kiln.aot] {name}: {time.perf_counter() - start:.3f} s")
-        return result
-
-
 def _refuse_mutated_aliased_inputs(joint: JointGraph, example_inputs: list) -> None:
     """A write into one input that shares memory with another input would show in both in eager;
     the functional graph treats inputs as distinct, so refuse plainly rather than differ."""
@@ -181,12 +165,14 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
                 partition: Callable = min_cut_partition) -> Callable:
     """Trace `gm` with its backward, functionalize, partition, compile both halves; see
     `kiln.aot` for the contract."""
-    timer = _PassLog()
-    joint = timer("trace_joint", trace_joint, gm, example_inputs, decompositions=decompositions)
-    joint = timer("functionalize", functionalize, joint)
+    with log.stage("aot trace"):          # [Note: compile stages]
+        joint = trace_joint(gm, example_inputs, decompositions=decompositions)
+    with log.stage("functionalize"):
+        joint = functionalize(joint)
     _refuse_mutated_aliased_inputs(joint, list(example_inputs))
-    fw_gm, bw_gm, info = timer(getattr(partition, "__name__", "partition"), partition, joint)
-    if _logging("graphs"):
+    with log.stage("partition"):
+        fw_gm, bw_gm, info = partition(joint)
+    if log.enabled("graphs"):
         print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
               f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]

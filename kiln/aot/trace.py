@@ -29,6 +29,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kiln import log
 from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
@@ -98,6 +99,10 @@ def meta_of(t: torch.Tensor) -> torch.Tensor:
 class _Recorder(TorchDispatchMode):
     """Appends each ATen op that reaches it to `graph`; see [Note: joint tracing]."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False        # [Note: dispatch modes without dynamo] in kiln/symbolic/fake.py
+
     def __init__(self, graph: fx.Graph, decompositions: Mapping, rng: RngStream):
         super().__init__()
         self.graph = graph
@@ -140,7 +145,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self.decompositions:
-            with self:
+            with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
             if result is not NotImplemented:
                 return result

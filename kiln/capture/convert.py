@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
 from kiln.capture.guards import Guard, GuardKind, compile_guards
@@ -332,6 +333,13 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)
+    with log.stage("guards"):
+        check, guards = _guards(fn, out, params)
+    return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)
+
+
+def _guards(fn: types.FunctionType, out, params: str):
+    """The entry's guard function and guards: capture's, and the shape environment's relations."""
     guard_bindings = {**out.globals_dicts, "__fn": fn}
     first_use = {src: var.node.meta.get("first_use") for src, var in out.inputs}
     guards = [dataclasses.replace(g, where=first_use.get(g.source)) if g.kind is GuardKind.TENSOR and g.where is None
@@ -345,4 +353,4 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
                                                      tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
     check = compile_guards(guards, params, guard_bindings)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
-    return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)
+    return check, guards

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln import log
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture import recompiles
 from kiln.capture.guards import GuardKind
@@ -116,7 +117,8 @@ class CompiledFunction:
                 self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
                                        frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
         try:
-            entry = self._compile(args, kwargs)
+            with log.frame(_name(self.fn)):      # [Note: compile stages]
+                entry = self._compile(args, kwargs)
         finally:
             self.changing_sizes = (frozenset(), frozenset())   # for this compilation only
         if self.config.dynamic is None:   # a dim traced symbolic stays so in later compilations
@@ -151,8 +153,9 @@ class CompiledFunction:
         for _ in range(MAX_BREAK_RETRIES):
             self.compiles += 1
             try:
-                trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                    dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
+                with log.stage("capture"):
+                    trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
+                                        dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
             except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None

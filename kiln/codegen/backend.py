@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 import torch
 
-from kiln.codegen.compile import compile_prim_graph
+from kiln import log
+from kiln.codegen import warm_start
+from kiln.codegen.compile import PendingProgram, compile_prim_graph
 from kiln.config import Options
 
 # ATen ops this backend lowers itself rather than through their decomposition: none yet; every
@@ -24,12 +26,37 @@ def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
         graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
-        program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed)
-        if graphed:
-            from kiln.runtime.cudagraphs import CudaGraphed
-            return CudaGraphed(program, gm.meta.get("kiln_static_inputs", ()))
-        return program
+        program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
+                                     wait=False)
+        if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
+            return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta.get("kiln_static_inputs", ()), on_cuda))
+        return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)
     return compile_one
+
+
+class _Unwrapped:
+    """A pending program and the wrapping it gets once finished."""
+
+    def __init__(self, pending: PendingProgram, wrap):
+        self.pending, self.wrap = pending, wrap
+
+    def finish(self):
+        return self.wrap(self.pending.finish())
+
+    def __call__(self, *args):
+        return self.finish()(*args)
+
+
+def _finished(program):
+    return program.finish() if isinstance(program, _Unwrapped) else program
+
+
+def _wrap(options: Options, program, static_inputs: tuple, on_cuda: bool):
+    """A compiled program as the runtime calls it: in CUDA graphs under mode="reduce-overhead"."""
+    if options.cudagraphs and on_cuda:                 # [Note: CUDA graphs]
+        from kiln.runtime.cudagraphs import CudaGraphed
+        return CudaGraphed(program, static_inputs)
+    return program
 
 
 def compile_graph_module(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
@@ -100,10 +127,30 @@ def _layout_of(args: Sequence[Any]) -> tuple:
 
 
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
-    from kiln.aot import aot_compile, min_cut_partition
-    from kiln.prims import COPYING_MOVEMENT, decompositions_for
-
+    """aot and the code generator on one graph, or their result from the disk cache
+    ([Note: warm start of a captured graph])."""
+    with log.stage("cache key"):
+        key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, options.numerics, sorted(map(str, BACKEND_OPS)))))
+    if key is not None:
+        with log.stage("cache load"):
+            tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
+            on_cuda = any(t.device.type == "cuda" for t in tensors)
+            runtime = warm_start.load_runtime(key, gm, lambda program, static: _wrap(options, program, static, on_cuda))
+        if runtime is not None:
+            return runtime
+    with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
+        from kiln.aot import aot_compile, min_cut_partition
+        from kiln.prims import COPYING_MOVEMENT, decompositions_for
+        decompositions = decompositions_for(set(BACKEND_OPS), options.numerics)
     compiler = _compiler(options)
-    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                       decompositions=decompositions_for(set(BACKEND_OPS), options.numerics),
-                       partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+    runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                          decompositions=decompositions,
+                          partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+    if hasattr(runtime, "fw"):         # an AotRuntime: link both halves now, errors included
+        runtime.fw = _finished(runtime.fw)
+        runtime.bw = _finished(runtime.bw)
+    else:
+        runtime = _finished(runtime)
+    if key is not None:
+        warm_start.store_runtime(key, runtime)
+    return runtime

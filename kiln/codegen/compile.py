@@ -1,47 +1,27 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
-    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py) -> print + build kernels (cpp.py / triton)
+    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py)
+    -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
 `KILN_LOG=kernels` prints each graph's IR, schedule, refused fusions, kernel source and host
-program; every pass logs its name and time under `KILN_LOG=perf`. `KILN_CHECK=kernels` checks every
+program; every pass is a stage of `kiln.log` ([Note: compile stages]), printed under `KILN_LOG=perf`. `KILN_CHECK=kernels` checks every
 buffer a kernel writes against the graph run eagerly (`check.py`).
 """
 from __future__ import annotations
 
 import os
-import sys
-import time
 from typing import Any, Sequence
 
 import torch
 
+from kiln import log
 from kiln.codegen import ir
-from kiln.codegen.dedupe import dedupe_buffers
+from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.scheduler import schedule
-
-
-def _log_enabled(topic: str) -> bool:
-    return topic in os.environ.get("KILN_LOG", "").split(",")
-
-
-def _log(topic: str, title: str, text: str) -> None:
-    if _log_enabled(topic):
-        print(f"[kiln {topic}] {title}\n{text}", file=sys.stderr)
-
-
-class _Timer:
-    def __init__(self, name: str):
-        self.name = name
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        _log("perf", f"pass {self.name}", f"{(time.perf_counter() - self.start) * 1e3:.1f} ms")
 
 
 def printer_for(device: str):
@@ -54,13 +34,14 @@ def printer_for(device: str):
 
 
 def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None,
-                       use_cache: bool | None = None, boxed: bool = False):
+                       use_cache: bool | None = None, boxed: bool = False, wait: bool = True):
     """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`, or
     `call(inputs: list) -> tuple` when `boxed` (see host.py's [Note: boxed programs]).
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
     tensors (Triton's interpreter). `use_cache`: look the program up in, and store it into, the
-    warm-start cache (default: unless a printer is chosen)."""
+    warm-start cache (default: unless a printer is chosen). `wait=False`: start building the
+    kernels and return a `PendingProgram` at once ([Note: parallel builds])."""
     from kiln.codegen import check
     from kiln.runtime import cache
 
@@ -71,41 +52,120 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     # the target printer's dtype policy decides what lowering leaves to externs
     policy = chosen or printer_for(_graph_device(gm, example_inputs))
     if use_cache:
-        key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
-               + ("-boxed" if boxed else ""))
-        hit = cache.load(key, gm)
+        with log.stage("cache key"):
+            key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
+                   + ("-boxed" if boxed else ""))
+        with log.stage("cache load"):
+            hit = cache.load(key, gm)
         if hit is not None:
+            log.count("programs from the cache")
             return hit
-    with _Timer("lower"):
+    log.count("programs compiled")
+    with log.stage("lower"):
         graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
                                        getattr(policy, "SPLIT_REDUCTIONS", False))
-    with _Timer("dedupe"):
+    with log.stage("dedupe"):
         graph = dedupe_buffers(graph)
-    with _Timer("layouts"):
+    with log.stage("layouts"):
         graph = optimize_layouts(graph)
-    _log("kernels", "loop IR", str(graph))
-    with _Timer("schedule"):
+    log.emit("kernels", "loop IR", str(graph))
+    with log.stage("schedule"):
         sched = schedule(graph)
-    _log("kernels", "schedule", str(sched))
+    log.emit("kernels", "schedule", str(sched))
     device = next((b.device for b in graph.buffers), "cpu")
     printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
+    log.count("kernels", len(kernels))
     buffers = graph.buffer_map()
-    with _Timer("codegen"):
+    with log.stage("host program"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe, boxed=boxed, keep=device == "cpu")
-        built = printer.saved(kernels, buffers) if kernels else None
-    if _log_enabled("kernels"):
-        _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
-    _log("kernels", "host program", program.source)
-    with _Timer("build"):
-        fns = printer.restore(built) if kernels else {}
-    call = link(program, fns, constants, binds)
-    if probe:
-        return _boxed(check.checked(call, gm, dict(graph.origins), fns))
-    if use_cache and program.cacheable:
-        cache.store(key, program, printer.__name__, built, gm, constants)
-    return _boxed(call)
+    with log.stage("print"):
+        built = save_kernels(printer, kernels, buffers) if kernels else None
+    if log.enabled("kernels"):
+        log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
+    log.emit("kernels", "host program", program.source)
+
+    def finish():
+        with log.stage("load"):           # the printer's own stages claim compiling ([Note: compile stages])
+            fns = restore_kernels(printer, built) if kernels else {}
+            call = link(program, fns, constants, binds)
+        log.count("kernels compiled", len(kernels))
+        if probe:
+            return _boxed(check.checked(call, gm, dict(graph.origins), fns))
+        if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants) \
+                and not constants:
+            call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
+        return _boxed(call)
+    if wait or probe or not kernels:
+        return finish()
+    start_builds(printer, built)
+    return PendingProgram(finish)
+
+
+class PendingProgram:
+    """A program whose kernels are building: `finish()` waits for them and returns the linked
+    callable (the backend finishes a forward after lowering its backward: [Note: parallel builds])."""
+
+    def __init__(self, finish):
+        self._finish, self._call = finish, None
+
+    def finish(self):
+        if self._call is None:
+            self._call = self._finish()
+        return self._call
+
+    def __call__(self, *args):
+        return self.finish()(*args)
+
+
+# [Note: parallel builds] Printers whose `restore` builds one library per call (g++ per
+# translation unit) get a graph's distinct kernels in up to one part per core, every part's build
+# started before the first is waited for (`PREFETCH`); a part holds MIN_KERNELS_PER_PART at least,
+# since each g++ run pays for the prelude's headers. Triton compiles kernel by kernel already.
+# The backend also compiles with wait=False: a forward's builds run while aot's backward is lowered,
+# and both are finished (waited for, linked) before the backend returns, so a build error is still
+# the backend's error.
+PARALLEL_PARTS = {"kiln.codegen.cpp": os.cpu_count() or 1}
+MIN_KERNELS_PER_PART = 8
+
+
+def _prefetch_cpp(part: dict) -> None:
+    from kiln.runtime.cpp_build import compile_async
+    compile_async(part["module"])            # cpp.saved: the library's source
+
+
+PREFETCH = {"kiln.codegen.cpp": _prefetch_cpp}
+
+
+def save_kernels(printer, kernels: Sequence[ir.Kernel], buffers) -> dict:
+    """What builds `kernels` (and the warm-start cache keeps): the distinct ones (`common_kernels`)
+    as the printer saves them, in parts ([Note: parallel builds]), and which kernel repeats which."""
+    unique, same = common_kernels(list(kernels), buffers)
+    n = max(1, min(PARALLEL_PARTS.get(printer.__name__, 1), len(unique) // MIN_KERNELS_PER_PART))
+    size = -(-len(unique) // n)
+    parts = [printer.saved(unique[i:i + size], buffers) for i in range(0, len(unique), size)]
+    log.count("kernels repeated", len(same))
+    return {"parts": parts, "same": same}
+
+
+def start_builds(printer, built: dict) -> None:
+    """Start building every part of `built` (where the printer's builds can run ahead)."""
+    prefetch = PREFETCH.get(printer.__name__)
+    if prefetch is not None:
+        for part in built["parts"]:
+            prefetch(part)
+
+
+def restore_kernels(printer, built: dict) -> dict:
+    """`save_kernels`' kernels loaded (built where no cache has them): name -> callable."""
+    if len(built["parts"]) > 1:
+        start_builds(printer, built)
+    fns = {}
+    for part in built["parts"]:
+        fns.update(printer.restore(part))
+    fns.update({name: fns[first] for name, first in built["same"].items()})
+    return fns
 
 
 def _size_facts_key(example_inputs: Sequence[Any]) -> str:

@@ -1,4 +1,5 @@
-"""Common buffers: a computed buffer equal to an earlier one is dropped and its readers read the earlier.
+"""Common buffers: a computed buffer equal to an earlier one is dropped and its readers read the earlier;
+common kernels (`common_kernels`): a scheduled kernel equal to an earlier one is compiled once.
 
 Lowering realizes a value once per extern that needs it whole, so a value three matmuls read (the
 normalized hidden state before q, k and v projections) used to be computed and stored three times.
@@ -63,3 +64,29 @@ def dedupe_buffers(graph: ir.Graph) -> ir.Graph:
                                buffers=tuple(b for b in graph.buffers if b.name not in rename),
                                outputs=tuple(_rename_arg(o, rename) if isinstance(o, ir.ViewArg) else o
                                              for o in graph.outputs))
+
+
+def common_kernels(kernels: list[ir.Kernel], buffers: dict[str, ir.Buffer]) -> tuple[list[ir.Kernel], dict[str, str]]:
+    """The distinct kernels, and for each repeat the name of the first kernel equal to it.
+
+    A model's repeated layers schedule the same kernels on other buffers; two kernels that are
+    equal once their buffers are named by position (`ir.canonical_kernel`) and whose arguments have
+    equal layouts and dtypes compute the same function of their arguments, so one compiled kernel
+    serves both (the host program passes each its own buffers)."""
+    seen: dict[tuple, str] = {}
+    unique, same = [], {}
+    for kernel in kernels:
+        shape, _ = ir.canonical_kernel(kernel)
+        layouts = tuple((b.sizes, b.strides, b.offset, b.dtype, b.device) if (b := buffers.get(n)) is not None else n
+                        for n in kernel.buffer_args)
+        try:
+            first = seen.get((shape, layouts))
+        except TypeError:      # an unhashable constant somewhere in the body
+            unique.append(kernel)
+            continue
+        if first is None:
+            seen[(shape, layouts)] = kernel.name
+            unique.append(kernel)
+        else:
+            same[kernel.name] = first
+    return unique, same

@@ -95,6 +95,10 @@ class PrimEvaluator(TorchDispatchMode):
     logged in `log.undecomposed`). check_meta: compare each prim's meta rule with its reference.
     """
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False        # [Note: dispatch modes without dynamo] in kiln/symbolic/fake.py
+
     def __init__(self, decompositions=None, strict: bool = True, check_meta: bool = False):
         super().__init__()
         self.table = DECOMPOSITIONS if decompositions is None else decompositions

@@ -1,9 +1,10 @@
 """Compiling C++ kernel modules: one shared library per graph, cached on disk by source hash.
 
-g++ costs about a second per invocation, so a graph's kernels share one translation unit, builds
-run on a thread pool (the compiler runs as a subprocess, so graphs compile in parallel while
-Python lowers the next one), and a library whose source hash is already in the cache directory
-(`$KILN_CACHE_DIR`, default `~/.cache/kiln`) is loaded without compiling.
+g++ costs about a second per invocation, so a graph's kernels share a few translation units (one
+per core: `kiln.codegen.compile.save_kernels`), builds run on a pool of one thread per core,
+started once (each runs g++ as a subprocess, so the parts of a graph compile at once), a source
+asked for while its build runs waits for that build, and a library whose source hash is already in the cache
+(`kiln.runtime.store`: `<cache>/cpp/`, checked against its checksum) is loaded without compiling.
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import ctypes
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 
+from kiln import log
 from kiln.errors import CompileStageError
+from kiln.runtime import store
 
 CXX = os.environ.get("CXX", "g++")
 # -fno-trapping-math: results stay IEEE (NaN and inf as before), but float compares may be
@@ -25,22 +27,20 @@ CXXFLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17"
 
 LDFLAGS = ("-lmvec",)   # glibc's vector math (see cpp.VECTOR_MATH)
 
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)))
+# One g++ per core at most; the pool lives as long as the process (builds of every graph share it).
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1), thread_name_prefix="kiln-g++")
 _LOADED: dict[str, "Library"] = {}
+_BUILDING: dict[str, concurrent.futures.Future] = {}   # source key -> the build running now
+_WAITED: set[str] = set()     # libraries whose build a compile has waited for already
 _LOCK = threading.Lock()
-
-
-def cache_dir() -> str:
-    path = os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 class Library:
     """A loaded kernel library; `function` returns a ctypes function taking data pointers and ints."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, compiled: bool = False):
         self.path = path
+        self.compiled = compiled          # g++ ran for it in this process (else it was cached)
         self._lib = ctypes.CDLL(path)
 
     def function(self, name: str, n_pointers: int, n_ints: int):
@@ -57,22 +57,23 @@ def source_key(source: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _compile(source: str, key: str) -> str:
-    folder = cache_dir()
-    so_path = os.path.join(folder, f"k{key}.so")
-    if os.path.exists(so_path):
-        return so_path
-    cpp_path = os.path.join(folder, f"k{key}.cpp")
+def _compile(source: str, key: str) -> tuple[str, bool]:
+    """The path of the library built from `source`, and whether g++ ran: the cached one, else
+    g++'s output put in the cache."""
+    cached = store.library("cpp", key)
+    if cached is not None:
+        return cached, False
+    work = store.build_dir("cpp")      # private to this build: concurrent builds never collide
+    cpp_path, so_path = os.path.join(work, f"k{key}.cpp"), os.path.join(work, f"k{key}.so")
     with open(cpp_path, "w") as f:
         f.write(source)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(fd)
-    proc = subprocess.run([CXX, *CXXFLAGS, cpp_path, "-o", tmp, *LDFLAGS], capture_output=True, text=True)
-    if proc.returncode != 0:
-        os.unlink(tmp)
+    proc = subprocess.run([CXX, *CXXFLAGS, cpp_path, "-o", so_path, *LDFLAGS], capture_output=True, text=True)
+    if proc.returncode != 0:           # the folder stays, so the error's path can be read
         raise CompileStageError("codegen", f"g++ failed on {cpp_path}:\n{proc.stderr[-4000:]}")
-    os.replace(tmp, so_path)  # atomic: concurrent processes never load a half-written library
-    return so_path
+    path = store.put_library("cpp", key, so_path)
+    if path != so_path:
+        store.remove_tree(work)
+    return path, True
 
 
 def compile_async(source: str) -> concurrent.futures.Future:
@@ -80,19 +81,31 @@ def compile_async(source: str) -> concurrent.futures.Future:
     key = source_key(source)
     with _LOCK:
         lib = _LOADED.get(key)
-    if lib is not None:
-        done: concurrent.futures.Future = concurrent.futures.Future()
-        done.set_result(lib)
-        return done
-
-    def work():
-        path = _compile(source, key)
-        with _LOCK:
-            if key not in _LOADED:
-                _LOADED[key] = Library(path)
-            return _LOADED[key]
-    return _POOL.submit(work)
+        if lib is None and key in _BUILDING:     # asked for again while g++ runs: the same build
+            return _BUILDING[key]
+        if lib is None:
+            def work():
+                try:
+                    path, compiled = _compile(source, key)
+                    with _LOCK:
+                        if key not in _LOADED:
+                            _LOADED[key] = Library(path, compiled)
+                        return _LOADED[key]
+                finally:
+                    with _LOCK:
+                        _BUILDING.pop(key, None)
+            future = _BUILDING[key] = _POOL.submit(work)
+            return future
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    done.set_result(lib)
+    return done
 
 
 def load_library(source: str) -> Library:
-    return compile_async(source).result()
+    future = compile_async(source)
+    with log.stage("compile") as waited:     # [Note: compile stages]: g++, else loading a cached library
+        lib = future.result()
+        if not lib.compiled or lib.path in _WAITED:
+            waited.name = "load"
+        _WAITED.add(lib.path)
+    return lib

@@ -118,6 +118,14 @@ def _same(t):
 class FakeTensorMode(TorchDispatchMode):
     """Makes and runs fake tensors; owns the ShapeEnv their symbolic sizes live in."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """[Note: dispatch modes without dynamo] torch wraps a mode's `__torch_dispatch__` in
+        `torch._disable_dynamo` unless this says False: a wrapper on every op, whose first call
+        imports torch._dynamo (1.5-5 s, most of a warm start on CPU). kiln never runs under
+        dynamo, so its modes opt out (kiln/aot/trace.py's recorder too)."""
+        return False
+
     def __init__(self, shape_env: ShapeEnv | None = None, allow_non_fake_inputs: bool = False):
         super().__init__()
         self.shape_env = shape_env if shape_env is not None else ShapeEnv()

@@ -1,12 +1,12 @@
 """The parts of kiln's Triton path around the kernels: index text that keeps accesses contiguous,
 block-size heuristics, the on-disk source cache, and the max-autotune choice and its disk cache."""
-import json
 
 import pytest
 import torch
 
 from kiln.codegen import ir
 from kiln.codegen.triton import autotune, build, heuristics, source_cache
+from kiln.runtime import store
 from kiln.codegen.triton.heuristics import LaunchConfig
 from kiln.codegen.triton.index import IndexPrinter, LoopSpace
 
@@ -88,7 +88,7 @@ def test_autotune_picks_the_fastest_config_and_remembers_it_on_disk(tmp_path, mo
     assert autotune.tune(fn, (n,), [a, out], timer=fake_timer) == fastest
     assert timed == candidates
     assert torch.equal(out, torch.zeros(n)), "timing launches must not write the real output"
-    table = json.loads(open(autotune.cache_file(fn)).read())
+    table = store.read_json("autotune", autotune.cache_name(fn))
     assert LaunchConfig(**table[str(n)]) == fastest
 
     def no_timing(launch):

@@ -26,22 +26,24 @@ import torch
 import triton
 import triton.language as tl
 
+from kiln import log
 from kiln.codegen import ir
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
 from kiln.codegen.triton.libdevice import link_options
 from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_canonical
-from kiln.codegen.triton.source_cache import load_module, source_path
+from kiln.codegen.triton.source_cache import load_module
 
 
 def _sizes_function(layout: KernelLayout, extent: sympy.Expr) -> Callable[..., tuple[int, ...]]:
     """A Python function from size ints to (xnumel, *rnumels, extent), printed once from sympy."""
-    args = [s.name for s in layout.size_args]
-    exprs = [layout.xnumel, *layout.rnumels, extent]
-    body = ", ".join(_py(e) for e in exprs)
-    text = f"def numels({', '.join(args)}):\n    return ({body},)\n"
+    return _numels_function([s.name for s in layout.size_args], [_py(e) for e in (layout.xnumel, *layout.rnumels, extent)])
+
+
+def _numels_function(args: Sequence[str], exprs: Sequence[str]) -> Callable[..., tuple[int, ...]]:
+    text = f"def numels({', '.join(args)}):\n    return ({', '.join(exprs)},)\n"
     scope: dict = {}
-    exec(compile(text, f"<kiln numels of {layout.name}>", "exec"), scope)
+    exec(compile(text, "<kiln numels>", "exec"), scope)
     return scope["numels"]
 
 
@@ -78,6 +80,49 @@ class _Plan:
     index_dtype: object
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """What launching one printed kernel needs, as plain data: the warm-start cache keeps it as JSON
+    (`saved`), so a second process launches it without lowering anything or deserializing objects."""
+
+    name: str = dataclasses.field(compare=False)   # the layout's name (logs, bandwidth reports)
+    function: str                  # the printed function (`<function>_looped`: the looped form)
+    source: str
+    interpret: bool
+    kind: str                      # "pointwise" | "reduction" | "scan"
+    rows_contiguous: bool
+    size_args: tuple[str, ...]
+    numels: tuple[str, ...]        # Python over size_args: xnumel, *rnumels, extent
+    arg_dtypes: tuple[str, ...]    # of the buffer arguments, as `str(torch.dtype)`
+    written: tuple[int, ...]       # buffer arguments the kernel stores to (autotune clones them)
+
+    @staticmethod
+    def of(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> "KernelSpec":
+        interpret = interpret_for(kernel, buffers)
+        printed, printed_buffers = canonical(kernel, buffers)
+        layout = layout_of(kernel)
+        stored = {s.buffer for stage in kernel.stages for s in stage.body if isinstance(s, ir.Store)}
+        return KernelSpec(
+            name=layout.name, function=printed.name, source=print_canonical(printed, printed_buffers, interpret),
+            interpret=interpret, kind=layout.kind, rows_contiguous=layout.rows_contiguous,
+            size_args=tuple(s.name for s in layout.size_args),
+            numels=tuple(_py(e) for e in (layout.xnumel, *layout.rnumels, _extent(kernel, buffers))),
+            arg_dtypes=tuple(str(buffers[b].dtype if b in buffers else torch.float32) for b in kernel.buffer_args),
+            written=tuple(i for i, b in enumerate(kernel.buffer_args) if b in stored))
+
+    @staticmethod
+    def from_json(value: dict) -> "KernelSpec":
+        return KernelSpec(**{f.name: tuple(value[f.name]) if isinstance(value[f.name], list) else value[f.name]
+                             for f in dataclasses.fields(KernelSpec)})
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a torch dtype: {name!r}")
+    return dtype
+
+
 # Every kernel built in this process, for diagnostics (`bandwidth` lists their launch configs).
 BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
 
@@ -85,24 +130,21 @@ BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
 class TritonKernel:
     """One printed kernel, callable as `kernel(*tensors, *size_ints)`."""
 
-    def __init__(self, kernel: ir.Kernel, source: str, interpret: bool, autotune: bool = False,
-                 buffers: Mapping[str, ir.Buffer] | None = None, function: str | None = None):
-        self.kernel = kernel
-        self.source = source
-        self.interpret = interpret
-        self.layout = layout_of(kernel)
-        self.path = source_path(source)
-        module = load_module(source, interpret)
-        # the printed function's name (`printer.canonical`; `build` knows it already)
-        self.function = function or canonical(kernel, buffers or {})[0].name
+    def __init__(self, spec: KernelSpec, autotune: bool = False):
+        self.spec = spec
+        self.layout = spec                  # name, kind, rows_contiguous, size_args
+        self.source = spec.source
+        self.interpret = spec.interpret
+        module = load_module(spec.source, spec.interpret)
+        self.path = module.__file__
+        self.function = spec.function
         self.persistent_fn = getattr(module, self.function)
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.row_threads = getattr(module, "ROW_THREADS", None)
-        self.sizes_to_numels = _sizes_function(self.layout, _extent(kernel, buffers or {}))
-        self.link = {} if interpret else link_options()   # [Note: libdevice]
-        self.n_buffers = len(kernel.buffer_args)
-        self.arg_dtypes = [(buffers or {})[b].dtype if b in (buffers or {}) else torch.float32
-                           for b in kernel.buffer_args]
+        self.sizes_to_numels = _numels_function(spec.size_args, spec.numels)
+        self.link = {} if spec.interpret else link_options()   # [Note: libdevice]
+        self.n_buffers = len(spec.arg_dtypes)
+        self.arg_dtypes = [_dtype(d) for d in spec.arg_dtypes]
         self.autotune = autotune
         self.configs: dict[tuple, LaunchConfig] = {}     # numels -> config (autotune or heuristic)
         self.plans: dict[tuple, _Plan | None] = {}        # size ints -> plan (None: nothing to do)
@@ -257,22 +299,15 @@ def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
 
 
 def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
-    """What the warm-start cache keeps of built kernels (JSON): the kernels' loop IR and the
-    layouts of their buffers, pickled; `restore` prints and loads them again, and Triton's own
-    cache has their binaries."""
-    import base64
-    import pickle
-    used = {b for k in kernels for b in k.buffer_args if b in buffers}
-    blob = pickle.dumps((list(kernels), {b: buffers[b] for b in used}))
-    return {"kernels": base64.b64encode(blob).decode()}
+    """What the warm-start cache keeps of built kernels (JSON): each kernel's `KernelSpec` (its
+    source and how to launch it) under the name the host program calls it by; `restore` loads
+    them again, and Triton's own cache has their binaries."""
+    return {"kernels": {k.name: dataclasses.asdict(KernelSpec.of(k, buffers)) for k in kernels}}
 
 
-def restore(entry: dict, workers: int | None = None) -> dict[str, "TritonKernel"]:
+def restore(entry: dict, workers: int | None = None, autotune: bool = False) -> dict[str, "TritonKernel"]:
     """`build`'s result again from what `saved` kept."""
-    import base64
-    import pickle
-    kernels, buffers = pickle.loads(base64.b64decode(entry["kernels"]))
-    return build(kernels, buffers, workers=workers)
+    return _load({name: KernelSpec.from_json(v) for name, v in entry["kernels"].items()}, autotune, workers)
 
 
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotune: bool = False,
@@ -280,14 +315,18 @@ def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotu
     """Print and load every kernel, then compile the static-size CUDA ones in parallel
     (`workers` threads; default: the machine's cores, at most 16). The printer interface of
     `kiln.codegen.ir`."""
+    return _load({k.name: KernelSpec.of(k, buffers) for k in kernels}, autotune, workers)
+
+
+def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None) -> dict[str, TritonKernel]:
+    """One `TritonKernel` per distinct spec (a kernel repeated in every layer loads and compiles
+    once), precompiled in parallel."""
     workers = workers or min(16, os.cpu_count() or 1)
-
-    def one(kernel: ir.Kernel) -> TritonKernel:
-        interpret = interpret_for(kernel, buffers)
-        printed, printed_buffers = canonical(kernel, buffers)
-        return TritonKernel(kernel, print_canonical(printed, printed_buffers, interpret), interpret, autotune,
-                            buffers, printed.name)
-
-    built = [one(k) for k in kernels]
-    precompile(built, workers)
-    return {k.name: b for k, b in zip(kernels, built)}
+    unique: dict[KernelSpec, TritonKernel] = {}
+    with log.stage("load"):                  # [Note: compile stages]
+        for spec in specs.values():
+            if spec not in unique:
+                unique[spec] = TritonKernel(spec, autotune)
+    with log.stage("compile"):
+        precompile(list(unique.values()), workers)
+    return {name: unique[spec] for name, spec in specs.items()}

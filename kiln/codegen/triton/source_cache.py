@@ -1,63 +1,37 @@
 """Triton source text to loaded `@triton.jit` functions, cached on disk by the text's hash.
 
 Triton needs a kernel's source in a real file (it reads it back with `inspect`), so each printed
-source is written once to `<cache>/triton/<hash>.py` and imported from there; a second process
-finds the file and Triton's own cache finds the compiled binary. The module is loaded in the
+source is kept as `<cache>/triton/k<hash>.py` (`kiln.runtime.store.source_file`: a file is
+imported only when its text is the source just printed) and imported from there; Triton's own
+cache finds the compiled binary. The module is loaded in the
 target's mode: kernels for CPU tensors run under Triton's interpreter, whatever
 `TRITON_INTERPRET` said when triton was imported, because Triton decides interpreted-or-compiled
 when `@triton.jit` runs, i.e. when this module imports the file.
 
-Hands on: `load_module(source, interpret) -> module`, `cache_dir()`, `source_hash(source)`.
+Hands on: `load_module(source, interpret) -> module`, `source_hash(source)`.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import getpass
 import hashlib
 import importlib.util
 import os
 import sys
-import tempfile
 import threading
 import types
 
 import triton
 
+from kiln.runtime import store
+
 _LOADED: dict[tuple[str, bool], types.ModuleType] = {}
 _LOCK = threading.Lock()
-
-
-def cache_dir() -> str:
-    """`$KILN_CACHE_DIR`, else a per-user folder in the system temp dir (as torch's caches do)."""
-    root = os.environ.get("KILN_CACHE_DIR")
-    if not root:
-        try:
-            user = getpass.getuser()
-        except Exception:  # no login name in some containers; a shared folder still works
-            user = "anyone"
-        root = os.path.join(tempfile.gettempdir(), f"kiln_{user}")
-    return root
 
 
 def source_hash(source: str) -> str:
     # Triton's version is part of the key: a file printed for one Triton may not parse in another.
     return hashlib.sha256(f"triton {triton.__version__}\n{source}".encode()).hexdigest()[:32]
-
-
-def source_path(source: str) -> str:
-    return os.path.join(cache_dir(), "triton", f"k{source_hash(source)}.py")
-
-
-def _write_once(path: str, source: str) -> None:
-    if os.path.exists(path):
-        return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    # Write then rename: processes compiling the same kernel at once never see half a file.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -101,8 +75,7 @@ def load_module(source: str, interpret: bool) -> types.ModuleType:
         module = _LOADED.get(key)
         if module is not None:
             return module
-        path = source_path(source)
-        _write_once(path, source)
+        path = store.source_file("triton", f"k{key[0]}.py", source)
         name = f"kiln_triton_{key[0]}_{'interp' if interpret else 'gpu'}"
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)

@@ -261,11 +261,17 @@ def _flat_r(ranges) -> str:
     return index_str(flat)
 
 
-def _stored_value(s: Store, ctx: _Context | None) -> str:
-    """The text a store writes: a value for a half buffer narrows to its bits."""
+def _stored_value(s: Store, ctx: _Context | None, exact: frozenset = frozenset()) -> str:
+    """The text a store writes: a value for a half buffer narrows to its bits. `exact`: the names of
+    this stage's assigned values of a half type (rounded already, as every printed value of a half
+    type but a store's own expression): a bfloat16 one is just its high half."""
     buf = ctx.buffers.get(s.buffer) if ctx is not None else None
     if buf is None or buf.dtype not in HALF_DTYPES:
         return expr_str(s.expr, ctx)
+    held = isinstance(s.expr, Var) and s.expr.name in exact or isinstance(s.expr, Load) and \
+        getattr(ctx.buffers.get(s.expr.buffer), "dtype", None) == torch.bfloat16
+    if buf.dtype == torch.bfloat16 and s.expr.dtype == torch.bfloat16 and held:
+        return f"kiln_bf16_bits({expr_str(s.expr, ctx)})"
     text = expr_str(s.expr, ctx, unrounded=s.expr.dtype == buf.dtype)
     return f"{NARROW[buf.dtype]}({text if CTYPES[s.expr.dtype] == 'float' else f'static_cast<float>({text})'})"
 
@@ -299,11 +305,12 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list
             init, _ = SCANS_CPP[s.op]
             decl.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {init};")
     body: list[str] = []
+    exact = frozenset(s.name for s in stage.body if isinstance(s, Assign) and s.expr.dtype in HALF_DTYPES)
     for s in stage.body:
         if isinstance(s, Assign):
             body.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {expr_str(s.expr, ctx)};")
         elif isinstance(s, Store):
-            body.append(f"{s.buffer}[{index_str(s.index)}] = {_stored_value(s, ctx)};")
+            body.append(f"{s.buffer}[{index_str(s.index)}] = {_stored_value(s, ctx, exact)};")
         elif isinstance(s, Accumulate):
             v, t, acc = expr_str(s.expr, ctx), CTYPES[s.expr.dtype], f"v_{s.name}"
             if s.op in ("argmax", "argmin"):

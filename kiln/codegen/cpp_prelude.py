@@ -159,6 +159,8 @@ static inline uint16_t kiln_float_to_f16(float f) {
   uint32_t sub = kiln_bits(kiln_float(a) + 0.5f) - 0x3F000000u;
   uint32_t big = a > 0x7F800000u ? (0x7E00u | ((a >> 13) & 0x3FFu)) : 0x7C00u;
   return (uint16_t)((a >= 0x47800000u ? big : (a < 0x38800000u ? sub : normal)) | sign); }
+// a float that holds a bfloat16 value exactly (a load's, a rounded result's): its high half
+static inline uint16_t kiln_bf16_bits(float f) { return (uint16_t)(kiln_bits(f) >> 16); }
 // float -> the nearest value of the narrow type, kept in float
 static inline float kiln_round_bf16(float f) { return kiln_bf16_to_float(kiln_float_to_bf16(f)); }
 static inline float kiln_round_f16(float f) { return kiln_f16_to_float(kiln_float_to_f16(f)); }

@@ -91,7 +91,7 @@ def _assert_same_bits(got: torch.Tensor, want: torch.Tensor, src: torch.Tensor):
 def test_float_to_half_rounds_to_nearest_even_like_torch(dtype):
     x = _float_patterns()
     got, source = _compiled(lambda t: t.to(dtype), x)
-    assert "kiln_float_to_" in source, source
+    assert "uint16_t* __restrict__ buf" in source, source   # a kernel stored the narrow type
     _assert_same_bits(got, x.to(dtype), x)
 
 

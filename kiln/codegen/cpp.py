@@ -82,7 +82,7 @@ SCALAR_OPS_CPP = {
     "erfinv": _f("({t})kiln_erfinv({0})"), "lgamma": _f("std::lgamma({0})"), "digamma": _f("({t})kiln_digamma({0})"),
     "sigmoid": _f("kiln_sigmoid<{t}>({0})"), "reciprocal": _f("(({t})1 / {0})"), "floor": _f("std::floor({0})"),
     "ceil": _f("std::ceil({0})"), "round": _f("kiln_round<{t}>({0})"), "trunc": _f("std::trunc({0})"),
-    "sign": _f("kiln_sign<{t}>({0})"), "signbit": _f("std::signbit({0})"), "isnan": _f("std::isnan({0})"),
+    "sign": _f("kiln_sign<{t}>({0})"), "signbit": _f("kiln_signbit({0})"), "isnan": _f("std::isnan({0})"),
     "isinf": _f("std::isinf({0})"), "isfinite": _f("std::isfinite({0})"), "logical_not": _f("(!{0})"),
     "bitwise_not": _f("(~{0})"), "relu": _f("kiln_max<{t}>({0}, 0)"), "frac": _f("kiln_frac<{t}>({0})"),
 }

@@ -161,6 +161,9 @@ static inline uint16_t kiln_float_to_f16(float f) {
   return (uint16_t)((a >= 0x47800000u ? big : (a < 0x38800000u ? sub : normal)) | sign); }
 // a float that holds a bfloat16 value exactly (a load's, a rounded result's): its high half
 static inline uint16_t kiln_bf16_bits(float f) { return (uint16_t)(kiln_bits(f) >> 16); }
+// std::signbit on a widened bfloat16 in a vectorized loop crashes g++ 12 ("unrecognizable insn")
+template <typename T> static inline bool kiln_signbit(T a) {
+  if constexpr (std::is_same<T, float>::value) { return (kiln_bits(a) >> 31) != 0; } else { return std::signbit(a); } }
 // float -> the nearest value of the narrow type, kept in float
 static inline float kiln_round_bf16(float f) { return kiln_bf16_to_float(kiln_float_to_bf16(f)); }
 static inline float kiln_round_f16(float f) { return kiln_f16_to_float(kiln_float_to_f16(f)); }

@@ -128,12 +128,13 @@ def test_op_chains_round_each_result_as_eager_does(dtype):
 
     def fn(a, b, c):
         y = ((a * b + c) / (b.abs() + 1)).sqrt() - a
-        return y, (a * a).relu() * 0.1, torch.maximum(a, c) * 3, (b * c).sum(-1), (a * c).amax(-1)
+        return y, (a * a).relu() * 0.1, torch.maximum(a, c) * 3, (b * c).sum(-1), (a * c).amax(-1), \
+            torch.signbit(b)     # g++ 12 crashed vectorizing std::signbit of a widened bfloat16
     got, source = _compiled(fn, a, b, c)
     want = fn(a, b, c)
     assert "kiln_round_" in source and "uint16_t*" in source, source
     for k, (x, w) in enumerate(zip(got, want)):
-        assert x.dtype == w.dtype == dtype
+        assert x.dtype == w.dtype == (torch.bool if k == 5 else dtype)
         if k == 3:      # a sum's order of additions is its own
             torch.testing.assert_close(x.float(), w.float(), rtol=1e-2, atol=1e-2)
         else:

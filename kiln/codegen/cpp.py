@@ -4,7 +4,12 @@ Scalar ops print through `SCALAR_OPS_CPP` (op name -> format), reductions throug
 (op -> init, update). The outer loop gets `#pragma omp parallel for` with an `if` on the work
 size (parallel regions cost microseconds; small kernels stay serial), inner loops are plain
 counted loops over `__restrict__` pointers that g++ -O3 vectorizes; sum reductions get
-`#pragma omp simd reduction` (float sums are not reassociated otherwise).
+`#pragma omp simd reduction` (float sums are not reassociated otherwise). A pointwise kernel that
+transposes (`_transposes`) walks its two innermost loops by tiles, so its strided side stays in L1.
+
+float16 and bfloat16 are kernel dtypes: buffers hold their bits, values are computed in float and
+rounded where eager rounds ([Note: half types in C++] in `cpp_prelude`, which holds the C++
+helpers every module starts with).
 
 All kernels of one graph go in one translation unit (`print_module`), compiled once by
 `kiln.runtime.cpp_build`; `build` returns ctypes callables with the printer interface of ir.py.
@@ -20,135 +25,32 @@ import torch
 from sympy.printing.c import C99CodePrinter
 
 from kiln.codegen import ir
+from kiln.codegen.cpp_prelude import PRELUDE, VECTOR_MATH  # noqa: F401 (VECTOR_MATH: cpp_build's note)
 from kiln.codegen.indexing import index_bounds
 from kiln.codegen.ir import Accumulate, Assign, Constant, IndexValue, Load, Op, ScanAccumulate, Store, Var
+from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+# The dtypes kernels compute in (lowering leaves the others to ATen): the common ones and the halves.
+KERNEL_DTYPES = _COMMON_DTYPES | frozenset(HALF_DTYPES)
+
+# The C type a value of each dtype is computed in: half types in float, as eager's kernels (opmath).
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
-          torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool"}
+          torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+          torch.float16: "float", torch.bfloat16: "float"}
+# The C type of a buffer's elements: half types are their bits.
+STORAGE_CTYPES = {**CTYPES, torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
+WIDEN = {torch.float16: "kiln_f16_to_float", torch.bfloat16: "kiln_bf16_to_float"}
+NARROW = {torch.float16: "kiln_float_to_f16", torch.bfloat16: "kiln_float_to_bf16"}
+ROUND = {torch.float16: "kiln_round_f16", torch.bfloat16: "kiln_round_bf16"}
+# Ops whose result on values of a half type is a value of that type: no rounding after them.
+EXACT_ON_HALF = frozenset({"maximum", "minimum", "where", "neg", "abs", "relu", "copysign", "floor", "ceil",
+                           "trunc", "round", "sign"})
 
-# Work (elements x inner iterations) below which a kernel runs on one thread.
 TAKES_POINTERS = True  # kernels take data pointers (ctypes), not tensors
 
+# Work (elements x inner iterations) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 16
-
-def _vector_math_declarations() -> str:
-    """`declare simd` for the libm functions glibc's libmvec vectorizes, so loops calling them
-    vectorize without -ffast-math (which would also drop NaN/inf semantics). Only the functions
-    this machine's libmvec has are declared; the library is linked with -lmvec."""
-    import ctypes
-    try:
-        mvec = ctypes.CDLL("libmvec.so.1")
-    except OSError:
-        return ""
-    unary = "acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 log1p log2 " \
-            "sin sinh tan tanh".split()
-    binary = "atan2 hypot pow".split()
-    lines = []
-    for names, arity in ((unary, 1), (binary, 2)):
-        for name in names:
-            for suffix, ctype, mangled in (("f", "float", f"_ZGVdN8{'v' * arity}_{name}f"),
-                                           ("", "double", f"_ZGVdN4{'v' * arity}_{name}")):
-                if hasattr(mvec, mangled):
-                    args = ", ".join([ctype] * arity)
-                    lines.append(f'#pragma omp declare simd notinbranch\nextern "C" {ctype} {name}{suffix}({args}) noexcept;')
-    return "\n".join(lines)
-
-
-VECTOR_MATH = _vector_math_declarations()
-
-PRELUDE = r"""
-#include <cmath>
-#include <cstdint>
-#include <algorithm>
-#include <limits>
-#include <cstring>
-#include <type_traits>
-""" + VECTOR_MATH + r"""
-// exp in float that g++ inlines and vectorizes: glibc's vector expf takes its scalar path for a
-// whole vector when one lane is special (masked attention's -inf), and cannot be inlined. Cephes'
-// polynomial after a Cody-Waite reduction, within 1 ulp; 2^n is applied in two halves so results
-// reach FLT_MAX and the subnormals; inf, -inf and NaN come out as std::exp's.
-static inline float kiln_expf(float x) {
-  const float lo = -104.0f, hi = 88.72283935546875f;
-  float xc = x < lo ? lo : (x > hi ? hi : x);
-  float n = std::floor(xc * 1.44269504088896341f + 0.5f);
-  n = (n == n) ? n : 0.0f;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float y = 1.9875691500E-4f;
-  y = y * r + 1.3981999507E-3f; y = y * r + 8.3334519073E-3f; y = y * r + 4.1665795894E-2f;
-  y = y * r + 1.6666665459E-1f; y = y * r + 5.0000001201E-1f;
-  y = y * (r * r) + r + 1.0f;
-  int32_t ni = (int32_t)n, n1 = ni / 2, n2 = ni - n1;
-  int32_t b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
-  float p1, p2; std::memcpy(&p1, &b1, 4); std::memcpy(&p2, &b2, 4);
-  y = y * p1 * p2;
-  y = x < lo ? 0.0f : y;
-  return x > hi ? INFINITY : y;
-}
-template <typename T> static inline T kiln_exp(T a) {
-  if constexpr (std::is_same<T, float>::value) { return kiln_expf(a); } else { return std::exp(a); } }
-template <typename T> static inline T kiln_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
-template <typename T> static inline T kiln_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
-template <typename T> static inline T kiln_floordiv(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { return std::floor(a / b); }
-  else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; } }
-template <typename T> static inline T kiln_remainder(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { T r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-  else { T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; } }
-template <typename T> static inline T kiln_fmod(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { return std::fmod(a, b); } else { return a % b; } }
-template <typename T> static inline T kiln_sign(T a) { return (T)((a > 0) - (a < 0)); }
-template <typename T> static inline T kiln_pow(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { return std::pow(a, b); }
-  else { if (b < 0) return (a == 1) ? 1 : ((a == -1) ? ((b % 2) ? -1 : 1) : 0);
-         T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; } }
-// NaN-propagating max/min as OpenMP reductions, so `omp simd` vectorizes max/min reduction loops
-// (OpenMP's built-in max/min drop NaNs); each lane folds its share, lanes combine with the same op.
-#pragma omp declare reduction(kiln_maxr : float, double : omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
-#pragma omp declare reduction(kiln_minr : float, double : omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = INFINITY)
-// `where` with both branches evaluated: a select g++ vectorizes (a `?:` whose branch loads memory
-// it cannot prove readable is never if-converted); printed only when both branches are safe to run.
-template <typename T> static inline T kiln_where(bool c, T a, T b) { return c ? a : b; }
-template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + kiln_exp<T>(-a)); }
-template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
-template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }
-template <typename T> static inline T kiln_round(T a) { return std::nearbyint(a); }
-static inline double kiln_digamma(double x) {
-  if (x == 0) return std::copysign(INFINITY, -x);
-  if (x < 0) { if (x == std::floor(x)) return NAN; return kiln_digamma(1 - x) - M_PI / std::tan(M_PI * x); }
-  double r = 0; while (x < 6) { r -= 1 / x; x += 1; }
-  double f = 1 / (x * x);
-  return r + std::log(x) - 0.5 / x - f * (1.0/12 - f * (1.0/120 - f * (1.0/252 - f * (1.0/240 - f / 132)))); }
-static inline double kiln_erfinv(double y) {
-  if (y <= -1) return y == -1 ? -INFINITY : NAN;
-  if (y >= 1) return y == 1 ? INFINITY : NAN;
-  double w = -std::log((1.0 - y) * (1.0 + y)), x;
-  if (w < 6.25) { w -= 3.125; x = -3.6444120640178196996e-21; x = -1.685059138182016589e-19 + x*w; x = 1.2858480715256400167e-18 + x*w;
-    x = 1.115787767802518096e-17 + x*w; x = -1.333171662854620906e-16 + x*w; x = 2.0972767875968561637e-17 + x*w;
-    x = 6.6376381343583238325e-15 + x*w; x = -4.0545662729752068639e-14 + x*w; x = -8.1519341976054721522e-14 + x*w;
-    x = 2.6335093153082322977e-12 + x*w; x = -1.2975133253453532498e-11 + x*w; x = -5.4154120542946279317e-11 + x*w;
-    x = 1.051212273321532285e-09 + x*w; x = -4.1126339803469836976e-09 + x*w; x = -2.9070369957882005086e-08 + x*w;
-    x = 4.2347877827932403518e-07 + x*w; x = -1.3654692000834678645e-06 + x*w; x = -1.3882523362786468719e-05 + x*w;
-    x = 0.0001867342080340571352 + x*w; x = -0.00074070253416626697512 + x*w; x = -0.0060336708714301490533 + x*w;
-    x = 0.24015818242558961693 + x*w; x = 1.6536545626831027356 + x*w; }
-  else if (w < 16.0) { w = std::sqrt(w) - 3.25; x = 2.2137376921775787049e-09; x = 9.0756561938885390979e-08 + x*w;
-    x = -2.7517406297064545428e-07 + x*w; x = 1.8239629214389227755e-08 + x*w; x = 1.5027403968909827627e-06 + x*w;
-    x = -4.013867526981545969e-06 + x*w; x = 2.9234449089955446044e-06 + x*w; x = 1.2475304481671778723e-05 + x*w;
-    x = -4.7318229009055733981e-05 + x*w; x = 6.8284851459573175448e-05 + x*w; x = 2.4031110387097893999e-05 + x*w;
-    x = -0.0003550375203628474796 + x*w; x = 0.00095328937973738049703 + x*w; x = -0.0016882755560235047313 + x*w;
-    x = 0.0024914420961078508066 + x*w; x = -0.0037512085075692412107 + x*w; x = 0.005370914553590063617 + x*w;
-    x = 1.0052589676941592334 + x*w; x = 3.0838856104922207635 + x*w; }
-  else { w = std::sqrt(w) - 5.0; x = -2.7109920616438573243e-11; x = -2.5556418169965252055e-10 + x*w;
-    x = 1.5076572693500548083e-09 + x*w; x = -3.7894654401267369937e-09 + x*w; x = 7.6157012080783393804e-09 + x*w;
-    x = -1.4960026627149240478e-08 + x*w; x = 2.9147953450901080826e-08 + x*w; x = -6.7711997758452339498e-08 + x*w;
-    x = 2.2900482228026654717e-07 + x*w; x = -9.9298272942317002539e-07 + x*w; x = 4.5260625972231537039e-06 + x*w;
-    x = -1.9681778105531670567e-05 + x*w; x = 7.5995277030017761139e-05 + x*w; x = -0.00021503011930044477347 + x*w;
-    x = -0.00013871931833623122026 + x*w; x = 1.0103004648645343977 + x*w; x = 4.8499064014085844221 + x*w; }
-  x = x * y;
-  for (int i = 0; i < 2; ++i) { double err = std::erf(x) - y; x -= err / (2.0 / std::sqrt(M_PI) * std::exp(-x * x)); }
-  return x; }
-"""
 
 
 def _f(fmt):
@@ -180,11 +82,20 @@ SCALAR_OPS_CPP = {
     "erfinv": _f("({t})kiln_erfinv({0})"), "lgamma": _f("std::lgamma({0})"), "digamma": _f("({t})kiln_digamma({0})"),
     "sigmoid": _f("kiln_sigmoid<{t}>({0})"), "reciprocal": _f("(({t})1 / {0})"), "floor": _f("std::floor({0})"),
     "ceil": _f("std::ceil({0})"), "round": _f("kiln_round<{t}>({0})"), "trunc": _f("std::trunc({0})"),
-    "sign": _f("kiln_sign<{t}>({0})"), "signbit": _f("std::signbit({0})"), "isnan": _f("std::isnan({0})"),
+    "sign": _f("kiln_sign<{t}>({0})"), "signbit": _f("kiln_signbit({0})"), "isnan": _f("std::isnan({0})"),
     "isinf": _f("std::isinf({0})"), "isfinite": _f("std::isfinite({0})"), "logical_not": _f("(!{0})"),
     "bitwise_not": _f("(~{0})"), "relu": _f("kiln_max<{t}>({0}, 0)"), "frac": _f("kiln_frac<{t}>({0})"),
-    "to_dtype": _f("static_cast<{t}>({0})"),
 }
+
+
+def _to_dtype(arg: str, src: torch.dtype, out: torch.dtype) -> str:
+    """`arg` (computed in `src`'s C type) converted to `out`. To a half type: to float (as c10
+    converts doubles and integers) and rounded to the narrow type, kept in float."""
+    if out in HALF_DTYPES:
+        return f"{ROUND[out]}({arg if CTYPES[src] == 'float' else f'static_cast<float>({arg})'})"
+    if CTYPES[src] == CTYPES[out] and src != torch.bool and out != torch.bool:
+        return arg
+    return f"static_cast<{CTYPES[out]}>({arg})"
 
 # op -> (initial value, update) with {acc} the accumulator and {v} the value.
 # Reductions that vectorize under `omp simd` (sum: built-in; max/min: float, NaN-propagating, see PRELUDE).
@@ -260,8 +171,10 @@ def _literal(value, dtype: torch.dtype) -> str:
             return "NAN"
         if math.isinf(v):
             return "INFINITY" if v > 0 else "-INFINITY"
+        if dtype in HALF_DTYPES:   # as eager's fill: the double to float, then to the narrow type
+            v = torch.tensor(v, dtype=torch.float32).to(dtype).item()
         text = repr(v)
-        return text + ("f" if dtype == torch.float32 else "")
+        return text + ("f" if CTYPES[dtype] == "float" else "")
     return f"(({CTYPES[dtype]}){int(value)}L)" if abs(int(value)) > 2**31 - 1 else f"(({CTYPES[dtype]}){int(value)})"
 
 
@@ -302,29 +215,43 @@ class _Context:
         return True
 
 
-def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None) -> str:
+def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = False) -> str:
+    """The C++ text of `e`. `unrounded`: an op of a half type leaves its float result unrounded
+    (a store narrows it itself: rounding twice is the same value, at twice the work)."""
     if isinstance(e, Load):
+        text = f"{e.buffer}[{index_str(e.index)}]"
         if e.indirect:
             binds = " ".join(f"int64_t {s} = {expr_str(x, ctx)};" for s, x in e.indirect)
-            return f"({{ {binds} {e.buffer}[{index_str(e.index)}]; }})"
-        return f"{e.buffer}[{index_str(e.index)}]"
+            text = f"({{ {binds} {text}; }})"
+        buf = ctx.buffers.get(e.buffer) if ctx is not None else None
+        dtype = buf.dtype if buf is not None else e.dtype
+        return f"{WIDEN[dtype]}({text})" if dtype in HALF_DTYPES else text
     if isinstance(e, Constant):
         return _literal(e.value, e.dtype)
     if isinstance(e, IndexValue):
+        if e.dtype in HALF_DTYPES:
+            return f"{ROUND[e.dtype]}(static_cast<float>({index_str(e.index)}))"
         return f"static_cast<{CTYPES[e.dtype]}>({index_str(e.index)})"
     if isinstance(e, Var):
         return f"v_{e.name}"
     if isinstance(e, Op):
         fmt = SCALAR_OPS_CPP.get(e.name)
-        if fmt is None:
+        if fmt is None and e.name != "to_dtype":
             raise CppUnsupported(f"scalar op {e.name}")
         if e.dtype not in CTYPES or any(a.dtype not in CTYPES for a in e.args):
             raise CppUnsupported(f"dtype {e.dtype}")
         args = [expr_str(a, ctx) for a in e.args]
+        if e.name == "to_dtype":   # the one op whose text depends on its argument's dtype
+            if unrounded and e.dtype in HALF_DTYPES:
+                return _to_dtype(args[0], e.args[0].dtype, torch.float32)
+            return _to_dtype(args[0], e.args[0].dtype, e.dtype)
         if e.name == "where" and ctx is not None and any(ir.loads_of(a) for a in e.args[1:]) \
                 and all(ctx.safe(a) for a in e.args[1:]):
             return f"kiln_where<{CTYPES[e.dtype]}>({args[0]}, {args[1]}, {args[2]})"
-        return fmt(args, e.dtype)
+        text = fmt(args, e.dtype)
+        if e.dtype in HALF_DTYPES and e.name not in EXACT_ON_HALF and not unrounded:
+            return f"{ROUND[e.dtype]}({text})"   # an op eager computes in the narrow type rounds
+        return text
     raise CppUnsupported(f"expression {type(e).__name__}")
 
 
@@ -333,6 +260,21 @@ def _flat_r(ranges) -> str:
     for k, r in enumerate(ranges):
         flat = flat * r + ir.reduction_var(k)
     return index_str(flat)
+
+
+def _stored_value(s: Store, ctx: _Context | None, exact: frozenset = frozenset()) -> str:
+    """The text a store writes: a value for a half buffer narrows to its bits. `exact`: the names of
+    this stage's assigned values of a half type (rounded already, as every printed value of a half
+    type but a store's own expression): a bfloat16 one is just its high half."""
+    buf = ctx.buffers.get(s.buffer) if ctx is not None else None
+    if buf is None or buf.dtype not in HALF_DTYPES:
+        return expr_str(s.expr, ctx)
+    held = isinstance(s.expr, Var) and s.expr.name in exact or isinstance(s.expr, Load) and \
+        getattr(ctx.buffers.get(s.expr.buffer), "dtype", None) == torch.bfloat16
+    if buf.dtype == torch.bfloat16 and s.expr.dtype == torch.bfloat16 and held:
+        return f"kiln_bf16_bits({expr_str(s.expr, ctx)})"
+    text = expr_str(s.expr, ctx, unrounded=s.expr.dtype == buf.dtype)
+    return f"{NARROW[buf.dtype]}({text if CTYPES[s.expr.dtype] == 'float' else f'static_cast<float>({text})'})"
 
 
 def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list[str]:
@@ -358,17 +300,18 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list
                 decl.append(f"{t} v_{s.name} = {init};")
                 if s.op == "sum":
                     simd_sum.append(f"+:v_{s.name}")
-                elif s.op in SIMD_REDUCTIONS and s.expr.dtype in (torch.float32, torch.float64):
+                elif s.op in SIMD_REDUCTIONS and CTYPES[s.expr.dtype] in ("float", "double"):
                     simd_sum.append(f"{SIMD_REDUCTIONS[s.op]}:v_{s.name}")
         elif isinstance(s, ScanAccumulate):
             init, _ = SCANS_CPP[s.op]
             decl.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {init};")
     body: list[str] = []
+    exact = frozenset(s.name for s in stage.body if isinstance(s, Assign) and s.expr.dtype in HALF_DTYPES)
     for s in stage.body:
         if isinstance(s, Assign):
             body.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {expr_str(s.expr, ctx)};")
         elif isinstance(s, Store):
-            body.append(f"{s.buffer}[{index_str(s.index)}] = {expr_str(s.expr, ctx)};")
+            body.append(f"{s.buffer}[{index_str(s.index)}] = {_stored_value(s, ctx, exact)};")
         elif isinstance(s, Accumulate):
             v, t, acc = expr_str(s.expr, ctx), CTYPES[s.expr.dtype], f"v_{s.name}"
             if s.op in ("argmax", "argmin"):
@@ -407,6 +350,9 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list
         if isinstance(s, Accumulate) and s.op in ("welford_mean", "welford_m2"):
             part = "mean" if s.op == "welford_mean" else "m2"
             lines.append(f"{ind}{CTYPES[s.expr.dtype]} v_{s.name} = v_{s.name}_{part};")
+        elif isinstance(s, Accumulate) and s.op in ("sum", "prod") and s.expr.dtype in HALF_DTYPES:
+            # accumulated in float, as eager's; its result is a narrow tensor
+            lines.append(f"{ind}v_{s.name} = {ROUND[s.expr.dtype]}(v_{s.name});")
     return lines
 
 
@@ -427,15 +373,41 @@ def _collapse_depth(ranges, most: int) -> int:
     return most
 
 
+# Side of the square tiles a transposing pointwise kernel walks: a tile's strided reads stay in L1
+# (a 2048 x 512 float -> bfloat16 transposing cast, autocast's weight for mm: 2.3x faster than rows).
+TILE = 32
+
+
+def _transposes(kernel: ir.Kernel) -> bool:
+    """Whether a pointwise kernel's two innermost loops transpose: some load or store steps through
+    memory along the innermost loop and at unit stride along the loop above it, both ranges static
+    and longer than a tile."""
+    if len(kernel.ranges) < 2:
+        return False
+    ranges = [sympy.sympify(r) for r in kernel.ranges[-2:]]
+    if not all(r.is_number and int(r) > TILE for r in ranges):
+        return False
+    outer, inner = ir.loop_var(len(kernel.ranges) - 2), ir.loop_var(len(kernel.ranges) - 1)
+    indices = [e.index for st in kernel.stages for s in st.body for e in ir.walk(s.expr)
+               if isinstance(e, Load) and not e.indirect]
+    indices += [s.index for st in kernel.stages for s in st.body if isinstance(s, Store)]
+    for index in map(sympy.expand, indices):
+        step_in, step_out = index.coeff(inner, 1), index.coeff(outer, 1)
+        if step_in.is_Integer and abs(int(step_in)) > 1 and step_out == 1 \
+                and not (index - step_in * inner - outer).has(inner, outer):
+            return True
+    return False
+
+
 def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     stored = {s.buffer for st in kernel.stages for s in st.body if isinstance(s, Store)}
     params = []
     for name in kernel.buffer_args:
         buf = buffers[name]
-        if buf.dtype not in CTYPES:
+        if buf.dtype not in STORAGE_CTYPES:
             raise CppUnsupported(f"buffer dtype {buf.dtype}")
         const = "" if name in stored else "const "
-        params.append(f"{const}{CTYPES[buf.dtype]}* __restrict__ {name}")
+        params.append(f"{const}{STORAGE_CTYPES[buf.dtype]}* __restrict__ {name}")
     params += [f"int64_t {s}" for s in kernel.size_args]
     lines = [f"// fused: {', '.join(kernel.origins)}",
              f'extern "C" void {kernel.name}({", ".join(params)}) {{']
@@ -446,9 +418,20 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     ind = "  "
     only_once = all(not s.reduction_ranges for s in kernel.stages)
     n = len(kernel.ranges)
-    for k, r in enumerate(kernel.ranges):
+    # (variable, first, bound, step) per loop, outermost first; a transposing kernel walks its
+    # two innermost loops by tiles (tile loops outside, the loops within a tile inside)
+    loops = [(f"x{k}", "0", index_str(r), "1") for k, r in enumerate(kernel.ranges)]
+    parallel_ranges = list(kernel.ranges)
+    if only_once and _transposes(kernel):
+        (a, _, ra, _), (b, _, rb, _) = loops[-2:]
+        loops[-2:] = [(f"{a}_t", "0", ra, str(TILE)), (f"{b}_t", "0", rb, str(TILE)),
+                      (a, f"{a}_t", f"std::min<int64_t>({a}_t + {TILE}, {ra})", "1"),
+                      (b, f"{b}_t", f"std::min<int64_t>({b}_t + {TILE}, {rb})", "1")]
+        parallel_ranges = parallel_ranges[:-2] + [-(-int(kernel.ranges[-2]) // TILE)]
+    m = len(loops)
+    for k, (var, first, bound, step) in enumerate(loops):
         parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
-        simd = k == n - 1 and only_once and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
+        simd = k == m - 1 and only_once and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
                                                     for x in st.body)
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
@@ -456,18 +439,21 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
             # spreads over every core; the innermost loop stays whole when it vectorizes. Only as
             # many loops as that needs: g++ leaves some inner `simd` loops of a collapsed nest
             # unvectorized (max pooling's window loads ran 10x slower under collapse(3)).
-            nested = _collapse_depth(kernel.ranges, n - 1 if (only_once and n > 1) else n)
+            tiled = m > n      # the tile loops are all outside the vector loop
+            most = len(parallel_ranges) - (1 if only_once and n > 1 and not tiled else 0)
+            nested = _collapse_depth(parallel_ranges, most)
             if parallel and nested > 1:
                 what += f" collapse({nested})"
             cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
             lines.append(f"{ind}#pragma omp {what}{cond}")
-        lines.append(f"{ind}for (int64_t x{k} = 0; x{k} < {index_str(r)}; ++x{k}) {{")
+        advance = f"++{var}" if step == "1" else f"{var} += {step}"
+        lines.append(f"{ind}for (int64_t {var} = {first}; {var} < {bound}; {advance}) {{")
         ind += "  "
     outer_upper = {ir.loop_var(k): sympy.sympify(r) for k, r in enumerate(kernel.ranges)}
     for st in kernel.stages:
         upper = {**outer_upper, **{ir.reduction_var(k): sympy.sympify(r) for k, r in enumerate(st.reduction_ranges)}}
         lines += _stage_lines(st, ind, _Context(upper, buffers))
-    for k in range(n):
+    for _ in loops:
         ind = ind[:-2]
         lines.append(ind + "}")
     lines.append("}")

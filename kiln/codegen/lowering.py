@@ -9,9 +9,9 @@ pointwise ops inline into their consumer for free. A value becomes a buffer (`re
 reduction/scan produces it, an extern call needs it whole, it is a graph output, or several
 consumers would each recompute an expensive expression.
 
-Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`: the
-C++ printer has no half types, the Triton printer has), become `ExternKernel`s that call the op
-eagerly on whole tensors: always correct, never fused.
+Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`; both
+printers compute in the half types), become `ExternKernel`s that call the op eagerly on whole
+tensors: always correct, never fused.
 The rules live in `lowering_rules.py`; this module holds the machinery they use.
 """
 from __future__ import annotations
@@ -264,6 +264,10 @@ def cast(e: ScalarExpr, dtype: torch.dtype) -> ScalarExpr:
 def _py_value(v, dtype):
     if dtype == torch.bool:
         return bool(v)
+    if dtype in (torch.float16, torch.bfloat16):
+        # a constant of a narrow type holds its rounded value (double to float, then to the narrow
+        # type, as c10 converts), so casting it on keeps eager's rounding (full(0.1, bf16) + x)
+        return torch.tensor(float(v), dtype=torch.float32).to(dtype).item()
     if dtype.is_floating_point:
         return float(v)
     return int(v)

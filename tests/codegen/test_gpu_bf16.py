@@ -152,10 +152,3 @@ def test_timm_convnext_tiny_bf16_autocast():
     torch.manual_seed(0)
     model = ConvNeXt(depths=(1, 1, 1, 1), dims=(8, 8, 16, 16), num_classes=8)
     check_bf16(model, torch.randn(1, 3, 32, 32))
-
-
-def test_fp32_path_unchanged_for_cpu_printer():
-    # the C++ printer keeps its policy: half types there stay ATen calls
-    from kiln.codegen import cpp
-    from kiln.codegen.lowering import KERNEL_DTYPES
-    assert torch.bfloat16 not in getattr(cpp, "KERNEL_DTYPES", KERNEL_DTYPES)

@@ -137,6 +137,25 @@ def test_a_big_leading_loop_is_parallel_alone(monkeypatch):
     assert sources and all("collapse(2)" in s for s in sources), sources
 
 
+def test_a_transposing_kernel_walks_tiles(monkeypatch):
+    """A pointwise kernel whose innermost loop strides through one buffer while the loop above it
+    walks that buffer at unit stride (autocast's bfloat16 copy of a weight, transposed for mm) loops
+    over 32 x 32 tiles, the last ones partial; outer loops and tile rows share the threads."""
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    sources = _record_sources(monkeypatch)
+
+    def f(w, x):
+        return w.t().contiguous().to(torch.bfloat16), (x.transpose(-1, -2) * 2).contiguous()
+    w, x = torch.randn(100, 70), torch.randn(4, 200, 100)
+    kiln.reset()
+    got = kiln.compile(f, backend="kiln")(w, x)
+    for g, e in zip(got, f(w, x)):
+        assert torch.equal(g, e)
+    (source,) = sources
+    assert source.count("_t += 32) {") == 4, source
+    assert source.count("std::min<int64_t>(x") == 4 and "collapse(2)" in source, source
+
+
 def test_channels_last_training_step_matches_eager():
     model = _Block().train()
     ref_model = _Block().train()

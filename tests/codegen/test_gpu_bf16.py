@@ -40,13 +40,18 @@ def triton_programs(programs: list):
         backend.compile_prim_graph = saved
 
 
+def _linked(programs) -> list:
+    """The linked host programs (a program still building is a `PendingProgram`: [Note: parallel builds])."""
+    return [call.finish() if hasattr(call, "finish") else call for call in programs]
+
+
 def _externs(programs) -> list[str]:
     """The ops each host program calls as externs (its `_externN` globals)."""
-    return [str(v) for call in programs for k, v in call.__globals__.items() if k.startswith("_extern")]
+    return [str(v) for call in _linked(programs) for k, v in call.__globals__.items() if k.startswith("_extern")]
 
 
 def _kernels(programs) -> list[str]:
-    return [k for call in programs for k in call.__globals__ if k.startswith("kernel")]
+    return [k for call in _linked(programs) for k in call.__globals__ if k.startswith("kernel")]
 
 
 def check_bf16(model, *inputs):

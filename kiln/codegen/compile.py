@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from kiln import trace
 from kiln.codegen import ir
 from kiln.codegen.dedupe import dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
@@ -41,7 +42,9 @@ class _Timer:
         self.start = time.perf_counter()
 
     def __exit__(self, *exc):
-        _log("perf", f"pass {self.name}", f"{(time.perf_counter() - self.start) * 1e3:.1f} ms")
+        seconds = time.perf_counter() - self.start
+        trace.emit("stage", stage=self.name, seconds=round(seconds, 6))
+        _log("perf", f"pass {self.name}", f"{seconds * 1e3:.1f} ms")
 
 
 def printer_for(device: str):
@@ -74,6 +77,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
                + ("-boxed" if boxed else ""))
         hit = cache.load(key, gm)
+        trace.emit("cache", cache="graph program", hit=hit is not None, key=key)
         if hit is not None:
             return hit
     with _Timer("lower"):
@@ -95,6 +99,9 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe, boxed=boxed, keep=device == "cpu")
         built = printer.saved(kernels, buffers) if kernels else None
+    if trace.active():
+        from kiln.codegen.trace_events import schedule_event
+        schedule_event(printer, graph, sched, buffers, program.source)
     if _log_enabled("kernels"):
         _log("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     _log("kernels", "host program", program.source)

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 
+from kiln import trace
 from kiln.errors import CompileStageError
 
 CXX = os.environ.get("CXX", "g++")
@@ -60,6 +61,7 @@ def source_key(source: str) -> str:
 def _compile(source: str, key: str) -> str:
     folder = cache_dir()
     so_path = os.path.join(folder, f"k{key}.so")
+    trace.emit("cache", cache="C++ library", hit=os.path.exists(so_path), key=key)
     if os.path.exists(so_path):
         return so_path
     cpp_path = os.path.join(folder, f"k{key}.cpp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from typing import Callable, Mapping
 
@@ -161,7 +162,7 @@ class _PassLog:
         seconds = time.perf_counter() - start
         trace.emit("stage", stage=name, seconds=round(seconds, 6))
         if _logging("perf"):
-            print(f"[kiln.aot] {name}: {seconds:.3f} s")
+            print(f"[kiln perf] {name}: {seconds * 1e3:.1f} ms", file=sys.stderr)
         return result
 
 
@@ -190,8 +191,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     _refuse_mutated_aliased_inputs(joint, list(example_inputs))
     fw_gm, bw_gm, info = timer(getattr(partition, "__name__", "partition"), partition, joint)
     if _logging("graphs"):
-        print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
-              f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
+        print(f"[kiln graphs] aot forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code.strip()}\n"
+              f"[kiln graphs] aot backward graph:\n{bw_gm.code.strip()}\n[kiln graphs] {info}", file=sys.stderr)
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
     # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
     fw_gm.meta["kiln_static_inputs"] = tuple(joint.input_indices("param", "buffer"))

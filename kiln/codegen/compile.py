@@ -44,7 +44,8 @@ class _Timer:
     def __exit__(self, *exc):
         seconds = time.perf_counter() - self.start
         trace.emit("stage", stage=self.name, seconds=round(seconds, 6))
-        _log("perf", f"pass {self.name}", f"{seconds * 1e3:.1f} ms")
+        if _log_enabled("perf"):
+            print(f"[kiln perf] {self.name}: {seconds * 1e3:.1f} ms", file=sys.stderr)
 
 
 def printer_for(device: str):

@@ -15,9 +15,10 @@ h2 { margin-top: 2rem; border-bottom: 2px solid var(--line); }
 h3 { margin: 1.2rem 0 0.4rem; font-size: 1.05rem; }
 code, pre { font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", Menlo, monospace; }
 pre { background: #f6f8fa; padding: 0.6rem; overflow-x: auto; border-radius: 4px; }
-table.summary { border-collapse: collapse; }
-table.summary th { text-align: left; font-weight: normal; color: var(--muted); padding: 1px 1.5rem 1px 0; }
-table.summary td { font-weight: 600; text-align: right; }
+.summary { display: flex; flex-wrap: wrap; gap: 0.5rem; }
+.stat { border: 1px solid var(--line); border-radius: 6px; padding: 0.3rem 0.7rem; min-width: 7.5rem; }
+.stat b { display: block; font-size: 1.35rem; }
+.stat span { color: var(--muted); font-size: 0.85em; }
 .none { color: var(--muted); }
 .where, .secs { color: var(--muted); font-weight: normal; font-size: 0.9em; }
 .reason { color: var(--bad); }

@@ -9,6 +9,8 @@ scheduler refused around each). Everything is escaped text; the page loads nothi
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from html import escape
 
 from kiln.report import chart
@@ -41,15 +43,25 @@ def _frame_id(i: int) -> str:
     return f"frame-{i}"
 
 
+_RESUME = re.compile(r"^__kiln_resume_(?P<name>.+)_at_(?P<offset>\d+)$")
+
+
+def _pretty(function: str) -> str:
+    """`__kiln_resume_f_at_70` (the rest of f after a break, from bytecode offset 70) as `f (resumed @70)`."""
+    match = _RESUME.match(function)
+    return f"{_pretty(match['name'])} (resumed @{match['offset']})" if match else function
+
+
 def _frame_label(f: FrameCompile) -> str:
-    return f.function + (f" #{f.index + 1}" if f.index else "")
+    return _pretty(f.function) + (f" #{f.index + 1}" if f.index else "")
 
 
 # --------------------------------------------------------------------------------------- summary
 
 def _summary(run: Run) -> str:
     s = run.summary()
-    rows = "".join(f'<tr data-key="{escape(k)}"><th>{escape(k)}</th><td>{_number(v)}</td></tr>' for k, v in s.items())
+    rows = "".join(f'<div class="stat" data-key="{escape(k)}"><b>{_number(v)}</b><span>{escape(k)}</span></div>'
+                   for k, v in s.items())
     frames = run.frames
     breaks = []
     seen = set()
@@ -59,15 +71,15 @@ def _summary(run: Run) -> str:
             if key in seen:
                 continue
             seen.add(key)
-            breaks.append(f'<li class="break-site"><a href="#{_frame_id(i)}">{escape(f.function)}</a>: '
+            breaks.append(f'<li class="break-site"><a href="#{_frame_id(i)}">{escape(_frame_label(f))}</a>: '
                           f'<span class="reason">{escape(b["reason"])}</span>{_where(b)}</li>')
-    recompiles = [f'<li class="recompile-reason"><a href="#{_frame_id(i)}">{escape(f.function)}</a>: '
+    recompiles = [f'<li class="recompile-reason"><a href="#{_frame_id(i)}">{escape(_frame_label(f))}</a>: '
                   f'{escape(f.recompile)}</li>' for i, f in enumerate(frames) if f.recompile]
     eager = [f'<li class="eager">{escape(e["function"])}: {escape(e["reason"])}</li>'
              for p in run.processes for e in p.eager]
-    failed = [f'<li class="failed"><a href="#{_frame_id(i)}">{escape(f.function)}</a>: the compile did not finish '
+    failed = [f'<li class="failed"><a href="#{_frame_id(i)}">{escape(_frame_label(f))}</a>: the compile did not finish '
               '(an error was raised; see the program\'s output)</li>' for i, f in enumerate(frames) if not f.done]
-    return (f'<section id="summary"><h2>Summary</h2><table class="summary">{rows}</table>'
+    return (f'<section id="summary"><h2>Summary</h2><div class="summary">{rows}</div>'
             + _list("Graph breaks", "breaks", breaks) + _list("Recompiles", "recompiles", recompiles)
             + _list("Run eagerly (cache-size limit)", "eager", eager) + _list("Failed compiles", "failed", failed)
             + "</section>")
@@ -103,8 +115,10 @@ def _time(run: Run) -> str:
     shown = rows[:40]
     more = f'<p class="none">{len(rows) - len(shown)} shorter frames not drawn</p>' if len(rows) > len(shown) else ""
     return ('<section id="time"><h2>Compile time</h2>'
-            '<p>Seconds per stage, summed over every compiled frame; <em>capture + other</em> is the frame '
-            'time no stage timer claims (bytecode capture, guards, imports on the first compile).</p>'
+            '<p>Seconds per stage, summed over every compiled frame. <em>capture</em> is a frame\'s time outside '
+            'its backend (bytecode capture, guards, the entry\'s code); <em>backend other</em> is the backend\'s '
+            'time no stage timer claims (imports on the first compile, cache keys, linking). The aot trace '
+            '(trace_joint) includes the decomposition into prims.</p>'
             f'{chart.stage_bars(totals, colours)}<h3>Per frame</h3><p class="legend">{chart.legend(colours)}</p>'
             f'{chart.frame_bars(shown, colours)}{more}</section>')
 
@@ -119,7 +133,7 @@ def _frames(frames: list) -> str:
 
 
 def _frame(i: int, f: FrameCompile) -> str:
-    head = (f'<h3>{escape(_frame_label(f))} <span class="where">{escape(_short(f.file))}:{f.line}</span> '
+    head = (f'<h3 title="{escape(f.function)}">{escape(_frame_label(f))} <span class="where">{escape(_short(f.file))}:{f.line}</span> '
             f'<span class="secs">{f.seconds:.3f} s</span></h3>')
     notes = []
     if f.recompile:
@@ -171,14 +185,17 @@ def _graph(i: int, j: int, g) -> str:
     summary = f'{escape(g.stage)} graph: <span class="nodes">{g.nodes}</span> nodes' + (f" ({ops})" if ops else "")
     note = f'<p class="note">{escape(g.note)}</p>' if g.note else ""
     code = f'<pre><code>{escape(g.code.strip())}</code></pre>' if g.code else ""
-    program = _program(i, j, g.schedule) if g.schedule else ""
+    program = _program(i, j, g.schedule) if g.schedule else (
+        '<p class="program none">its program came from the warm-start cache: no kernels were generated</p>'
+        if g.cached else "")
     return (f'<details class="graph" data-stage="{escape(g.stage)}" data-nodes="{g.nodes}"><summary>{summary}</summary>'
             f'{note}{code}</details>{program}')
 
 
 def _program(i: int, j: int, s: dict) -> str:
     links = ", ".join(f'<a href="#{_kernel_id(i, j, k["name"])}">{escape(k["name"])}</a>' for k in s["kernels"])
-    externs = ", ".join(escape(e["op"]) for e in s["externs"])
+    externs = ", ".join(f"{escape(op)} ×{n}" if n > 1 else escape(op)
+                        for op, n in Counter(e["op"] for e in s["externs"]).most_common())
     return (f'<div class="program"><p>{len(s["kernels"])} kernels ({escape(s["printer"])}): {links or "none"}'
             + (f'; extern calls: {externs}' if externs else "") + f'; {len(s["refused"])} refused fusions</p>'
             f'<details class="ir"><summary>loop IR</summary><pre><code>{escape(s["ir"])}</code></pre></details>'

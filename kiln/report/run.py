@@ -4,8 +4,9 @@ A `Run` is the processes that wrote the file; each holds its compiled frames (`F
 per compile of a function: a recompile is a second one) in the order they started. A frame owns
 the events written between its `frame_start` and its `frame` ([Note: the event log] in
 kiln/trace.py): its graph breaks, its graphs, each aot graph's schedule (kernels, refused fusions),
-the seconds of each stage, and the cache's answers. The time of a frame no stage claims (capture,
-guards, imports) is its `capture + other` stage.
+the seconds of each stage, and the cache's answers. A frame's time outside its backend calls is its
+`capture` stage (bytecode capture, guards, the entry's code); the backend's time no stage timer
+claims is `backend other` (imports on the first compile, cache keys, linking).
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import os
 
 from kiln.trace import TRACE_FILE
 
-RESIDUAL = "capture + other"
+CAPTURE, BACKEND_OTHER = "capture", "backend other"
 # pipeline order of the stages' names (kiln/aot/runtime.py's and kiln/codegen/compile.py's timers)
-STAGE_ORDER = (RESIDUAL, "trace_joint", "functionalize", "partition", "min_cut_partition", "lower", "dedupe",
-               "layouts", "schedule", "codegen", "build")
+STAGE_ORDER = (CAPTURE, "trace_joint", "functionalize", "partition", "min_cut_partition", "lower", "dedupe",
+               "layouts", "schedule", "codegen", "build", BACKEND_OTHER)
 GRAPH_ORDER = ("capture", "aot forward", "aot backward")
 
 
@@ -30,6 +31,7 @@ class Graph:
     ops: dict
     note: str = ""
     schedule: dict | None = None      # the `schedule` event of this graph's program (aot graphs)
+    cached: bool = False              # its program came from the warm-start cache: no kernels generated
 
 
 @dataclasses.dataclass
@@ -50,15 +52,20 @@ class FrameCompile:
     stages: dict = dataclasses.field(default_factory=dict)      # stage -> seconds
     caches: list = dataclasses.field(default_factory=list)      # `cache` events
     nested_seconds: float = 0.0        # frames compiled while this one compiled
+    backend_seconds: float = 0.0       # in calls of the backend (`backend` events)
 
     @property
     def kernels(self) -> list:
         return [k for g in self.graphs if g.schedule for k in g.schedule["kernels"]]
 
     def stage_seconds(self) -> dict:
-        """Seconds per stage, with what no stage claimed as `capture + other`."""
+        """Seconds per stage, with the frame's time outside the backend as `capture` and the
+        backend's time no stage claimed as `backend other`."""
         claimed = sum(self.stages.values())
-        return {RESIDUAL: max(self.seconds - claimed - self.nested_seconds, 0.0), **self.stages}
+        out = {CAPTURE: max(self.seconds - self.backend_seconds - self.nested_seconds, 0.0), **self.stages}
+        if self.backend_seconds:
+            out[BACKEND_OTHER] = max(self.backend_seconds - claimed, 0.0)
+        return out
 
 
 @dataclasses.dataclass
@@ -213,8 +220,14 @@ class _Reader:
         stages = self.current().stages
         stages[e["stage"]] = stages.get(e["stage"], 0.0) + e["seconds"]
 
+    def on_backend(self, e):
+        self.current().backend_seconds += e["seconds"]
+
     def on_cache(self, e):
-        self.current().caches.append(e)
+        frame = self.current()
+        frame.caches.append(e)
+        if e["cache"] == "graph program" and e["hit"] and frame.graphs and frame.graphs[-1].stage != "capture":
+            frame.graphs[-1].cached = True
 
     def finish(self) -> Process:
         for frame in self.process.frames:

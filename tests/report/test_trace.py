@@ -1,0 +1,121 @@
+"""The event log in process: what `kiln.trace` writes, the KILN_LOG lines it prints, that it does
+nothing when off, and how `kiln.report.run` folds a log into frames."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+import kiln
+from kiln import trace
+from kiln.report import main as report_main
+from kiln.report.run import read_run
+
+
+def breaks_once(x):
+    y = x + 1
+    print("a side effect")
+    return y * 2
+
+
+BREAK_LINE = breaks_once.__code__.co_firstlineno + 2
+
+
+@pytest.fixture
+def restore_trace():
+    yield
+    trace.configure(folder="", log="")
+
+
+def test_kiln_log_breaks_and_guards_print_a_line_per_event(capsys, restore_trace):
+    kiln.reset()
+    trace.configure(folder="", log="breaks,guards")
+    fast = kiln.compile(breaks_once, backend="eager")
+    torch.testing.assert_close(fast(torch.ones(3)), torch.full((3,), 4.0))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[kiln ")]
+    where = f"{__file__}:{BREAK_LINE} in breaks_once"
+    assert lines[0] == f"[kiln breaks] graph break in breaks_once at {where}: print() has a side effect outside the graph"
+    assert lines[1] == "[kiln guards] 3 guards on breaks_once", lines
+    assert any(line.startswith("[kiln guards]") and "__kiln_resume_breaks_once_at_" in line for line in lines[2:])
+
+
+def test_nothing_is_written_or_built_when_no_one_listens(tmp_path, restore_trace):
+    class Unprintable:
+        def __str__(self):
+            raise AssertionError("an event's fields were serialized with the log off")
+
+    trace.configure(folder="", log="")
+    assert not trace.active() and trace.trace_path() is None
+    trace.emit("stage", stage="x", seconds=Unprintable())
+    trace.configure(folder=str(tmp_path), log="")
+    assert trace.active() and not os.listdir(tmp_path)          # opened at the first event only
+    with pytest.raises(AssertionError, match="serialized"):
+        trace.emit("stage", stage="x", seconds=Unprintable())
+
+
+def test_the_log_of_one_compile_in_process(tmp_path, restore_trace):
+    kiln.reset()
+    trace.configure(folder=str(tmp_path), log="")
+    fast = kiln.compile(lambda x: (x.sin() * 2).sum(), backend="aot_eager")
+    x = torch.randn(5, requires_grad=True)
+    fast(x).backward()
+    trace.configure(folder="", log="")
+    with open(tmp_path / "kiln-trace.jsonl") as f:
+        log = [json.loads(line) for line in f]
+    assert [e["kind"] for e in log] == ["process", "frame_start", "stage", "stage", "stage", "graph", "graph",
+                                        "backend", "graph", "guards", "frame"]
+    assert {e["pid"] for e in log} == {os.getpid()} and all(e["t"] >= 0 for e in log)
+    graphs = {e["stage"]: e for e in log if e["kind"] == "graph"}
+    assert graphs["capture"]["ops"] == {"call_method": 2, "operator": 1} and graphs["capture"]["nodes"] == 5
+    # sin, mul, sum and sin's derivative, cos, which the partition computes in the forward and saves
+    assert graphs["aot forward"]["ops"] == {"aten": 4} and "aten.cos.default(user_0)" in graphs["aot forward"]["code"]
+    assert graphs["aot backward"]["ops"] == {"aten": 3} and "def forward(self, cos_default, tangent_1)" in \
+        graphs["aot backward"]["code"]
+    frame = log[-1]
+    assert len(frame["source"]) == 1 and "lambda x: (x.sin() * 2).sum()" in frame["source"][0]
+    assert frame["graph_nodes"] == 5 and frame["entries"] == 1 and frame["seconds"] > 0
+
+
+def _write(path, events: list[dict], torn: str = "") -> str:
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"pid": 7, "t": 0.0, **e}) + "\n" for e in events)
+        f.write(torn)
+    return str(path)
+
+
+def test_the_reader_folds_nested_failed_and_recompiled_frames(tmp_path):
+    log = _write(tmp_path / "kiln-trace.jsonl", [
+        {"kind": "process", "argv": ["train.py"]},
+        {"kind": "frame_start", "function": "outer", "file": "a.py", "line": 1},
+        {"kind": "backend", "name": "kiln", "seconds": 1.0},
+        {"kind": "stage", "stage": "lower", "seconds": 0.25},
+        {"kind": "stage", "stage": "lower", "seconds": 0.25},
+        {"kind": "frame_start", "function": "inner", "file": "a.py", "line": 9},
+        {"kind": "frame", "function": "inner", "file": "a.py", "line": 9, "source": ["def inner():"], "seconds": 0.5},
+        {"kind": "frame", "function": "outer", "file": "a.py", "line": 1, "source": ["def outer():"], "seconds": 2.0},
+        {"kind": "recompile", "function": "outer", "reason": "x.size(0) == 4 (now 8)"},
+        {"kind": "frame_start", "function": "outer", "file": "a.py", "line": 1},
+        {"kind": "break", "function": "outer", "reason": "why", "where": "a.py:3 in outer", "file": "a.py", "line": 3},
+        {"kind": "graph", "stage": "aot forward", "function": None, "code": "def forward(): pass", "nodes": 2},
+        {"kind": "schedule", "printer": "p", "ir": "", "kernels": [{"name": "k0", "origins": ["buf0"], "source": "s",
+                                                                   "launch": ""}], "refused": [], "externs": [], "host": ""},
+    ], torn='{"kind": "frame", "funct')
+    run = read_run(str(tmp_path))
+    (process,) = run.processes
+    outer, inner, again = process.frames
+    assert (outer.done, inner.done, again.done) == (True, True, False)    # the last compile raised
+    assert outer.nested_seconds == 0.5 and inner.stages == {} and outer.stages == {"lower": 0.5}
+    assert outer.stage_seconds() == {"capture": 0.5, "lower": 0.5, "backend other": 0.5}
+    assert (outer.recompile, again.recompile, again.index) == (None, "x.size(0) == 4 (now 8)", 1)
+    assert [k["name"] for k in again.kernels] == ["k0"] and again.breaks[0]["line"] == 3
+    summary = run.summary()
+    assert summary["compile seconds"] == 2.0 and summary["frames compiled"] == 2 and summary["kernels"] == 1
+
+
+def test_kiln_report_refuses_a_folder_without_a_log(tmp_path, capsys):
+    assert report_main([str(tmp_path)]) == 2
+    assert "no kiln-trace.jsonl" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        report_main([])

@@ -25,8 +25,8 @@ def _cpp_launch(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], source: str
     inner = [ir._fmt_ranges(s.reduction_ranges) for s in kernel.stages if s.reduction_ranges]
     if inner:
         parts.append("reducing over " + ", ".join(inner))
-    parts.append("OpenMP: " + "; ".join(pragmas) if pragmas else "serial (too little work for threads)")
-    return ", ".join(parts)
+    parts += [f"#pragma omp {p}" for p in pragmas] or ["no OpenMP pragma"]
+    return "; ".join(parts)
 
 
 def _triton_launch(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], source: str) -> str:

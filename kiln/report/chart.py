@@ -9,13 +9,17 @@ from __future__ import annotations
 from html import escape
 
 COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-           "#9c755f", "#bab0ac", "#86bcb6", "#d37295")
+           "#9c755f", "#1f3b73", "#8cd17d", "#d37295")
+UNCLAIMED = "#bab0ac"       # the grey of time no stage timer claims
 
 LABEL_W, BAR_W, ROW_H = 190, 520, 22
 
 
-def colour_of(stages: list) -> dict:
-    return {s: COLOURS[i % len(COLOURS)] for i, s in enumerate(stages)}
+def colour_of(stages: list, unclaimed: str = "") -> dict:
+    """A colour per stage, in order; the stage named `unclaimed` is grey."""
+    named = [s for s in stages if s != unclaimed]
+    colours = {s: COLOURS[i % len(COLOURS)] for i, s in enumerate(named)}
+    return {s: colours.get(s, UNCLAIMED) for s in stages}
 
 
 def stage_bars(totals: dict, colours: dict) -> str:

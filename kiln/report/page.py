@@ -15,7 +15,7 @@ from html import escape
 
 from kiln.report import chart
 from kiln.report.assets import CSS, SCRIPT
-from kiln.report.run import FrameCompile, Run, order_stages
+from kiln.report.run import BACKEND_OTHER, FrameCompile, Run, order_stages
 
 
 def render(run: Run, title: str = "kiln report") -> str:
@@ -87,7 +87,7 @@ def _summary(run: Run) -> str:
 
 def _list(title: str, cls: str, items: list) -> str:
     if not items:
-        return f'<h3>{escape(title)}</h3><p class="none">none</p>'
+        return f'<p class="none-list"><b>{escape(title)}:</b> <span class="none">none</span></p>'
     return f'<h3>{escape(title)}</h3><ul class="{cls}">{"".join(items)}</ul>'
 
 
@@ -109,7 +109,7 @@ def _time(run: Run) -> str:
     totals = run.stage_totals()
     if not totals:
         return '<section id="time"><h2>Compile time</h2><p class="none">no compile</p></section>'
-    colours = chart.colour_of(list(totals))
+    colours = chart.colour_of(list(totals), BACKEND_OTHER)
     rows = [(_frame_label(f), order_stages(f.stage_seconds())) for f in run.frames if f.seconds or f.stages]
     rows.sort(key=lambda r: -sum(r[1].values()))
     shown = rows[:40]

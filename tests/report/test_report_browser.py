@@ -51,7 +51,9 @@ def test_the_log_of_two_breaks_and_a_recompile(two_breaks):
     assert kinds["schedule"] == sum(1 for e in log if e["kind"] == "graph" and e["stage"] == "aot forward") > 0
     kernels = [k for e in log if e["kind"] == "schedule" for k in e["kernels"]]
     assert kernels and all('extern "C" void ' + k["name"] in k["source"] for k in kernels)
-    assert all(k["launch"].startswith("loops over [") for k in kernels)
+    for k in kernels:   # the launch names the loops and the OpenMP pragmas of the source
+        pragmas = [line.strip() for line in k["source"].splitlines() if line.strip().startswith("#pragma omp")]
+        assert k["launch"].startswith("loops over [") and all(p in k["launch"] for p in pragmas), k
     assert {e["stage"] for e in log if e["kind"] == "stage"} >= {"trace_joint", "lower", "schedule", "build"}
 
 

@@ -2,8 +2,11 @@
 nothing when off, and how `kiln.report.run` folds a log into frames."""
 from __future__ import annotations
 
+import collections
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -119,3 +122,45 @@ def test_kiln_report_refuses_a_folder_without_a_log(tmp_path, capsys):
     assert "no kiln-trace.jsonl" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         report_main([])
+
+
+def test_triton_kernels_are_logged_with_the_launch_the_launcher_uses(tmp_path, restore_trace):
+    from kiln.aot import aot_compile
+    from kiln.codegen import triton as triton_printer
+    from kiln.codegen.compile import compile_prim_graph
+    from kiln.codegen.triton.launcher import BUILT
+    from kiln.prims import decompositions_for
+
+    def compiler(gm, example_inputs):
+        return compile_prim_graph(gm, example_inputs, printer=triton_printer)
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.softmax(x, dim=-1))
+    x = torch.randn(8, 32)
+    before = set(BUILT)
+    trace.configure(folder=str(tmp_path), log="")
+    program = aot_compile(gm, [x], fw_compiler=compiler, bw_compiler=compiler, decompositions=decompositions_for(set()))
+    torch.testing.assert_close(program(x), torch.softmax(x, dim=-1))
+    trace.configure(folder="", log="")
+    with open(tmp_path / "kiln-trace.jsonl") as f:
+        (schedule,) = [e for e in map(json.loads, f) if e["kind"] == "schedule"]
+    assert schedule["printer"] == "kiln.codegen.triton"
+    (kernel,) = schedule["kernels"]
+    (built,) = set(BUILT) - before
+    (config,) = built.configs.values()          # chosen at the first launch
+    grid = (8 + config.XBLOCK - 1) // config.XBLOCK
+    assert kernel["launch"] == f"reduction, xnumel=8, rnumel=32, grid=({grid},), {config.describe()} (heuristic)"
+    assert "@triton.jit" in kernel["source"]
+
+
+def test_processes_appending_to_one_log_never_split_a_line(tmp_path):
+    writer = ("import sys; from kiln import trace\n"
+              "trace.configure(folder=sys.argv[1], log='')\n"
+              "for i in range(300): trace.emit('graph', stage='capture', function=sys.argv[2], code='x' * 20000, n=i)\n")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    procs = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path), name], env=env) for name in ("a", "b", "c")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+    with open(tmp_path / "kiln-trace.jsonl") as f:
+        log = [json.loads(line) for line in f]          # every line whole
+    assert collections.Counter(e["kind"] for e in log) == {"process": 3, "graph": 900}
+    for name in "abc":
+        assert [e["n"] for e in log if e.get("function") == name] == list(range(300))

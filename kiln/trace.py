@@ -40,6 +40,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Callable
 
 TRACE_FILE = "kiln-trace.jsonl"
@@ -66,19 +67,24 @@ class _TraceFile:
     """The JSON-lines file: one `write` per event, on a descriptor opened for appending."""
 
     def __init__(self, folder: str):
-        os.makedirs(folder, exist_ok=True)
         self.path = os.path.join(folder, TRACE_FILE)
         self.fd: int | None = None
 
     def __call__(self, event: dict) -> None:
         line = (json.dumps(event, default=str) + "\n").encode()
         with _LOCK:                       # kernels build on a pool's threads
-            if self.fd is None:           # opened at the first event: a process that compiles nothing writes nothing
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                head = {"kind": "process", "t": event["t"], "pid": event["pid"], "argv": list(sys.argv),
-                        "python": sys.version.split()[0], "cwd": os.getcwd(), "started": time.time()}
-                os.write(self.fd, (json.dumps(head, default=str) + "\n").encode())
-            os.write(self.fd, line)
+            try:
+                if self.fd is None:       # opened at the first event: a process that compiles nothing writes nothing
+                    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                    self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    head = {"kind": "process", "t": event["t"], "pid": event["pid"], "argv": list(sys.argv),
+                            "python": sys.version.split()[0], "cwd": os.getcwd(), "started": time.time()}
+                    os.write(self.fd, (json.dumps(head, default=str) + "\n").encode())
+                os.write(self.fd, line)
+            except OSError as e:          # a log that cannot be written never stops a compile
+                warnings.warn(f"kiln: KILN_TRACE: cannot write {self.path} ({e}); the event log is off")
+                if self in _SINKS:
+                    _SINKS.remove(self)
 
     def close(self) -> None:
         if self.fd is not None:

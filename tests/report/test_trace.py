@@ -164,3 +164,12 @@ def test_processes_appending_to_one_log_never_split_a_line(tmp_path):
     assert collections.Counter(e["kind"] for e in log) == {"process": 3, "graph": 900}
     for name in "abc":
         assert [e["n"] for e in log if e.get("function") == name] == list(range(300))
+
+
+def test_a_log_that_cannot_be_written_warns_and_turns_itself_off(tmp_path, restore_trace):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    trace.configure(folder=str(blocked / "trace"), log="")        # a folder under a file
+    with pytest.warns(UserWarning, match="KILN_TRACE: cannot write"):
+        trace.emit("stage", stage="x", seconds=1.0)
+    assert not trace.active()

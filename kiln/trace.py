@@ -1,7 +1,7 @@
 """The event log of a compile: `KILN_TRACE=dir` writes every event to `dir/kiln-trace.jsonl`.
 
 Stages call `emit(kind, **fields)` at a few points; this module owns where the events go and
-depends on no stage (it imports neither torch nor any kiln package), so every stage may import it.
+depends on no stage (it imports no torch and no other kiln module), so every stage may import it.
 
 [Note: the event log] One JSON object per line, each with `kind`, `t` (seconds since this module
 was imported), `pid` and the kind's fields. The kinds and who emits them:
@@ -9,13 +9,15 @@ was imported), `pid` and the kind's fields. The kinds and who emits them:
     process    argv, python, cwd, started (unix time)              this module, before a process's first event
     frame_start function, file, line                               capture/trace_events.py
     frame      function, file, line, source, seconds, entries, guards, graph_nodes    (one compiled frame)
+    guards     function, guards (each described as kiln.explain does)                  capture/trace_events.py
     graph      stage ("capture" | "aot forward" | "aot backward"), function, code, nodes, ops
     break      function, reason, where, line_text                 capture's Event stream (frame.py)
     recompile  function, reason                                    capture's Event stream
     eager      function, reason (the cache-size limit: the frame runs eagerly from now on)
     stage      stage, seconds                                      aot's and codegen's pass timers
+    backend    name, seconds (one call of the backend on a graph)  kiln/backends.py
     schedule   printer, ir (the loop IR), kernels [{name, source, origins, launch}], refused
-               [{node, group, reason}], externs                    codegen/trace_events.py
+               [{node, group, reason}], externs, host              codegen/trace_events.py
     cache      cache ("graph program" | "C++ library"), hit, key   codegen, runtime
 
 Events of one frame lie between its `frame_start` and its `frame`; a graph's kernels follow its
@@ -28,8 +30,8 @@ With neither `KILN_TRACE` nor a `KILN_LOG` topic that reads events set, `_SINKS`
 written with one `write` on a file opened for appending, so processes (data-loader workers, a
 launcher's children) never split one another's lines.
 
-`KILN_LOG` topics printed from events (one readable line each, on stderr): `breaks` (every graph
-break), `guards` (the guards of every compiled entry), `graphs` (the captured graph; aot prints its
+`KILN_LOG` topics printed from events (on stderr): `breaks` (a line per graph break), `guards` (a
+line per compiled entry, then a line per guard), `graphs` (the captured graph; aot prints its
 forward and backward itself). The other topics print where their stage runs (recompiles.py,
 aot/runtime.py, codegen/compile.py).
 """

@@ -11,10 +11,16 @@ import re
 
 import pytest
 
-from report_support import events, rendered_dom, run_report, screenshot
+from report_support import chromium, events, rendered_dom, run_report, screenshot
 
 BREAK_LINES = {9: 'print("first break")', 11: 'print("second break")'}   # two_breaks.py
 REASON = "print() has a side effect outside the graph"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium, or a skip before the programs run (module scope: set up first)."""
+    return chromium()
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +63,7 @@ def test_the_log_of_two_breaks_and_a_recompile(two_breaks):
     assert {e["stage"] for e in log if e["kind"] == "stage"} >= {"trace_joint", "lower", "schedule", "build"}
 
 
-def test_report_of_two_breaks_and_a_recompile_in_a_browser(two_breaks):
+def test_report_of_two_breaks_and_a_recompile_in_a_browser(browser, two_breaks):
     trace, page, folder = two_breaks
     dom = rendered_dom(page, os.path.join(folder, "profile"))
     assert dom.find("body").attrs.get("data-ready") == "1", "the page's script did not run to its end"
@@ -81,7 +87,7 @@ def test_report_of_two_breaks_and_a_recompile_in_a_browser(two_breaks):
     assert (width, height) == (1280, 2000)
 
 
-def test_report_of_gpt2_in_a_browser(gpt2):
+def test_report_of_gpt2_in_a_browser(browser, gpt2):
     trace, page, folder = gpt2
     log = events(trace)
     dom = rendered_dom(page, os.path.join(folder, "profile"))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import warnings
 from typing import Any, Callable
 
 import torch
 
+from kiln import trace
 from kiln.config import Options
 from kiln.errors import CompileStageError, InvalidOption, KilnError
 
@@ -82,6 +84,7 @@ def resolve(backend: str | Callable, options: Options) -> Backend:
         raise InvalidOption(f"backend must be a name or a callable, got {type(backend).__name__}")
 
     def compile_with_fallback(gm: torch.fx.GraphModule, example_inputs: list):
+        started = time.perf_counter()
         try:
             return compiler(gm, example_inputs)
         except KilnError as e:   # said for the user already (unsupported, not yet built, bad option)
@@ -95,6 +98,8 @@ def resolve(backend: str | Callable, options: Options) -> Backend:
                 return gm.forward
             repro = write_repro(gm, example_inputs, name, options)
             raise CompileStageError(_stage_of(e), f"backend {name!r}: {type(e).__name__}: {e}", repro) from e
+        finally:   # the event log tells the backend's seconds from capture's
+            trace.emit("backend", name=name, seconds=round(time.perf_counter() - started, 6))
 
     compile_with_fallback.backend_name = name
     return compile_with_fallback

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from typing import Iterator
+from kiln import trace
 
 STAGES = ("import", "capture", "guards", "aot trace", "decompose", "functionalize", "partition", "cache key",
           "cache load", "lower", "dedupe", "layouts", "schedule", "host program", "print", "compile",
@@ -102,6 +103,7 @@ def stage(name: str) -> Iterator[_Running]:
         if frame is not None:
             frame.stage = outer.name if outer is not None else ""
         _add(running.name, elapsed - running.children)
+        trace.emit("stage", stage=running.name, seconds=round(elapsed, 6))   # KILN_TRACE's report
 
 
 def count(what: str, n: int = 1) -> None:

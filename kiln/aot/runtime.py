@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
 
-from kiln import log
+from kiln import log, trace
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition
 from kiln.aot.rng import new_seed
@@ -181,9 +181,11 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     # the backward's caller keeps none of its inputs: a compiler may take them as a list it empties
     # and free each after its last use (returning a callable with `boxed = True`)
     bw_gm.meta["kiln_boxed"] = True
+    trace.graph_event("aot forward", None, fw_gm, traced_on=joint.traced_on, saved=info)
     fw = fw_compiler(fw_gm, examples)
     bw = None
     if joint.input_indices("tangent") and joint.output_indices("grad"):
+        trace.graph_event("aot backward", None, bw_gm)
         bw = bw_compiler(bw_gm, [_example(n) for n in bw_gm.graph.nodes if n.op == "placeholder"])
     runtime = AotRuntime(gm, joint, fw, bw, info)
     runtime.graphs = (fw_gm, bw_gm)

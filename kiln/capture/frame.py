@@ -21,7 +21,7 @@ import torch
 
 from kiln import log
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
-from kiln.capture import recompiles
+from kiln.capture import recompiles, trace_events
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -49,6 +49,7 @@ _ALL_WRAPPERS: "weakref.WeakSet[CompiledFunction]" = weakref.WeakSet()
 def _emit(event: Event):
     for sink in _EVENT_SINKS:
         sink.append(event)
+    trace_events.capture_event(event)     # the event log (KILN_TRACE), when on
 
 
 def _name(fn) -> str:
@@ -116,6 +117,7 @@ class CompiledFunction:
                 # too, or the next step (cache length + 1) would compile a third graph.
                 self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
                                        frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
+        started = trace_events.frame_start(self, args)
         try:
             with log.frame(_name(self.fn)):      # [Note: compile stages]
                 entry = self._compile(args, kwargs)
@@ -125,6 +127,7 @@ class CompiledFunction:
             self.dynamic_dims |= {(g.source, d) for g in entry.guards if g.kind is GuardKind.TENSOR
                                   for d, n in enumerate(g.expected.sizes) if n is None}
         self.entries.append(entry)
+        trace_events.frame_done(self, entry, args, started)
         return entry.run(*args, **kwargs)
 
     def _changed_dims(self, entry: Entry, args, kwargs) -> dict:

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from kiln import log
+from kiln import log, trace
 from kiln.codegen import ir
 from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
@@ -57,6 +57,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                    + ("-boxed" if boxed else ""))
         with log.stage("cache load"):
             hit = cache.load(key, gm)
+        trace.emit("cache", cache="graph program", hit=hit is not None, key=key)
         if hit is not None:
             log.count("programs from the cache")
             return hit
@@ -82,6 +83,9 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
                                    probe=probe, boxed=boxed, keep=device == "cpu")
     with log.stage("print"):
         built = save_kernels(printer, kernels, buffers) if kernels else None
+    if trace.active():
+        from kiln.codegen.trace_events import schedule_event
+        schedule_event(printer, graph, sched, buffers, program.source)
     if log.enabled("kernels"):
         log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     log.emit("kernels", "host program", program.source)

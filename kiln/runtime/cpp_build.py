@@ -15,7 +15,7 @@ import os
 import subprocess
 import threading
 
-from kiln import log
+from kiln import log, trace
 from kiln.errors import CompileStageError
 from kiln.runtime import store
 
@@ -61,6 +61,7 @@ def _compile(source: str, key: str) -> tuple[str, bool]:
     """The path of the library built from `source`, and whether g++ ran: the cached one, else
     g++'s output put in the cache."""
     cached = store.library("cpp", key)
+    trace.emit("cache", cache="C++ library", hit=cached is not None, key=key)
     if cached is not None:
         return cached, False
     work = store.build_dir("cpp")      # private to this build: concurrent builds never collide

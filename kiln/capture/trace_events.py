@@ -1,0 +1,84 @@
+"""Capture's events for the event log (`kiln.trace`, [Note: the event log]).
+
+`frame.py` calls three functions here and nothing else: `frame_start` before a frame compiles,
+`frame_done` after (its guards and source), and `capture_event` for every `frame.Event` it emits
+(graphs, breaks, recompiles: the stream `kiln.explain` reads, not a second one). Each returns at
+once when nothing listens.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+import time
+import types
+
+import torch
+
+from kiln import trace
+
+_WHERE = re.compile(r"^(?P<file>.*):(?P<line>\d+) in (?P<function>.*)$")
+
+
+def _code_of(fn: types.FunctionType, args: tuple) -> types.CodeType:
+    """The code the user reads for this frame: a module's call frame is kiln's two-line
+    `_call_module`, so its source is the module's `forward`."""
+    from kiln.capture.frame import _call_module
+    if fn.__code__ is _call_module.__code__ and args and isinstance(args[0], torch.nn.Module):
+        forward = getattr(type(args[0]), "forward", None)
+        if isinstance(forward, types.FunctionType):
+            return forward.__code__
+    return fn.__code__
+
+
+def _source(code: types.CodeType) -> list[str]:
+    """The lines of `code`, from its first line to its last (a resume function's code keeps the
+    original function's line numbers)."""
+    lines = [line for _, _, line in code.co_lines() if line is not None]
+    last = max(lines, default=code.co_firstlineno)
+    return [linecache.getline(code.co_filename, n).rstrip("\n") for n in range(code.co_firstlineno, last + 1)]
+
+
+def frame_start(compiled, args: tuple) -> float | None:
+    """Before `compiled` (a `frame.CompiledFunction`) compiles: the start time, or None when no
+    one listens (then `frame_done` does nothing)."""
+    if not trace.active():
+        return None
+    code = _code_of(compiled.fn, args)
+    trace.emit("frame_start", function=_name(compiled.fn), file=code.co_filename, line=code.co_firstlineno)
+    return time.perf_counter()
+
+
+def frame_done(compiled, entry, args: tuple, started: float | None) -> None:
+    if started is None:
+        return
+    seconds = time.perf_counter() - started
+    name = _name(compiled.fn)
+    guards = [g.describe() for g in entry.guards]
+    trace.emit("guards", function=name, guards=guards)
+    code = _code_of(compiled.fn, args)
+    trace.emit("frame", function=name, file=code.co_filename, line=code.co_firstlineno, source=_source(code),
+               seconds=round(seconds, 6), entries=len(compiled.entries), guards=len(guards),
+               graph_nodes=len(entry.graph.graph.nodes) if entry.graph is not None else 0,
+               eager=entry.graph is None and entry.source == "<eager>")
+
+
+def capture_event(event) -> None:
+    """One `frame.Event` as an event of the log."""
+    if not trace.active():
+        return
+    if event.kind == "graph":
+        trace.graph_event("capture", event.function, event.detail)
+        return
+    fields = {"function": event.function, "reason": str(event.detail)}
+    if event.where:
+        fields["where"] = event.where
+        match = _WHERE.match(event.where)
+        if match:
+            fields["file"], fields["line"] = match["file"], int(match["line"])
+            fields["line_text"] = linecache.getline(match["file"], int(match["line"])).strip()
+    trace.emit(event.kind, **fields)
+
+
+def _name(fn) -> str:
+    from kiln.capture.frame import _name
+    return _name(fn)

@@ -30,8 +30,8 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
     """A tracker for `value`. `module_state`: a parameter or buffer read from an nn.Module."""
     if isinstance(value, torch.Tensor):
         return _wrap_tensor(out, value, source, module_state)
-    original = getattr(value, "__kiln_original__", None)
-    if original is not None and not isinstance(value, type):
+    original = compiled_original(value)
+    if original is not None:
         # a kiln-compiled callable called from captured code: inline what it wraps
         _guard(out, GuardKind.ID, source, value)
         out.keepalive.append(value)
@@ -41,6 +41,18 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
         if fn is not None:
             return fn(out, value, source)
     return _wrap_object(out, value, source)
+
+
+def compiled_original(value: Any) -> Any:
+    """What a kiln-compiled callable wraps, or None. The marker is looked up on the type, never by
+    `getattr` on the value: objects with a permissive `__getattr__` (`torch.ops` and its namespaces,
+    mocks) would answer any name, and `torch.ops` would even grow a namespace of that name."""
+    if isinstance(value, type):
+        return None
+    for klass in type(value).__mro__:
+        if "__kiln_original__" in klass.__dict__:
+            return value.__kiln_original__
+    return None
 
 
 def _wrap_tensor(out, value, source, module_state):

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln.capture.builder import compiled_original
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture.guards import first_failure
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -64,9 +65,12 @@ class CompiledFunction:
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
-        self.__kiln_original__ = fn
         functools.update_wrapper(self, fn)
         _ALL_WRAPPERS.add(self)
+
+    @property
+    def __kiln_original__(self):
+        return self.fn
 
     def __call__(self, *args, **kwargs):
         for entry in self.entries:
@@ -125,7 +129,11 @@ class CompiledFunction:
             try:
                 trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                     dynamic_dims=self.dynamic_dims)
-            except GraphBreak as e:
+            except (GraphBreak, ObservedException) as e:
+                if isinstance(e, ObservedException):
+                    # the function raises on these inputs (or kiln's model of it does): the
+                    # instruction it escapes from runs natively, so Python raises it for real
+                    e = _raise_break(e)
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None
                 if e.root_offset is None or e.root_offset == stop_at:
@@ -133,9 +141,6 @@ class CompiledFunction:
                 stop_at, reason = e.root_offset, e
                 nested = _is_nested_break(self.fn.__code__, e.root_offset, e.where)
                 continue
-            except ObservedException as e:
-                # the function raises on these inputs: let Python raise it, for real
-                return self._eager_entry(args, kwargs, f"the code raises {e.exc.cls.__name__}", None)
             trace.break_reason = reason
             try:
                 entry = build_entry(self.fn, trace, self.backend, args, kwargs, self._make_resume,
@@ -154,7 +159,10 @@ class CompiledFunction:
         return self._eager_entry(args, kwargs, "too many graph breaks", None)
 
     def _eager_entry(self, args, kwargs, reason: str, where: str | None) -> Entry:
-        """Run the whole function eagerly; guarded on nothing, so it is always reused."""
+        """Run the whole function eagerly; guarded on nothing, so it is always reused. Never under
+        fullgraph=True: that contract is one graph or an error."""
+        if self.config.fullgraph:
+            raise Unsupported(f"the whole function would run eagerly: {reason}", where)
         _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
         _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
         check = lambda *a, **k: True  # noqa: E731
@@ -176,6 +184,12 @@ def _warn_break(fn, reason: str, where: str | None):
         _WARNED_BREAKS.add(key)
         warnings.warn(f"kiln: graph break in {_name(fn)}" + (f" at {where}" if where else "") + f": {reason}",
                       stacklevel=3)
+
+
+def _raise_break(e: ObservedException) -> GraphBreak:
+    brk = GraphBreak(f"the code raises {e.describe()}", e.where)
+    brk.root_offset = e.root_offset
+    return brk
 
 
 def _is_nested_break(code, offset, where) -> bool:
@@ -214,7 +228,7 @@ _WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def wrap_callable(target: Any, *, backend, config) -> Any:
     """A callable that behaves as `target` with its Python frames captured by kiln."""
-    if isinstance(target, CompiledFunction) or hasattr(target, "__kiln_original__"):
+    if compiled_original(target) is not None:
         return target
     if isinstance(target, types.MethodType):
         inner = wrap_callable(target.__func__, backend=backend, config=config)

@@ -35,11 +35,20 @@ class GraphBreak(Exception):
 
 
 class ObservedException(Exception):
-    """A Python exception raised by the traced program itself (not by kiln)."""
+    """A Python exception raised by the traced program itself (not by kiln). `where` is the user's
+    line that raised it; `root_offset` the root frame's instruction it escaped from, if it did."""
 
     def __init__(self, exc: V.ExceptionVar):
         super().__init__(exc.cls.__name__)
         self.exc = exc
+        self.where: str | None = None
+        self.root_offset: int | None = None
+
+    def describe(self) -> str:
+        """`AttributeError: message`, with the message when it is known at capture time."""
+        args = [a.value for a in self.exc.args if isinstance(a, V.Constant)]
+        message = str(args[0]) if len(args) == 1 else ", ".join(map(repr, args))
+        return f"{self.exc.cls.__name__}: {message}" if message else self.exc.cls.__name__
 
 
 class FrameReturn(Exception):
@@ -151,6 +160,8 @@ class Tracer:
             except FrameReturn:
                 return self.return_value
             except ObservedException as e:
+                if e.where is None:
+                    e.where = self.where()
                 self.handle_exception(e)
             except NotConstant as e:
                 kind = e.args[0].python_type().__name__ if e.args else "value"
@@ -179,6 +190,8 @@ class Tracer:
                 self.push(e.exc)
                 self.jump(entry.target)
                 return
+        if self.parent is None:
+            e.root_offset = self.inst.offset
         raise e
 
     def raise_(self, cls: type, *args):

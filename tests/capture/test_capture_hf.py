@@ -18,7 +18,7 @@ import torch
 
 import kiln
 import kiln.capture
-from capture_support import Recorder, assert_same
+from capture_support import Recorder, assert_same, assert_train_step_equal, quiet_transformers  # noqa: F401
 from kiln.config import CaptureConfig
 
 transformers = pytest.importorskip("transformers")
@@ -145,14 +145,6 @@ def _tiny(name):
 MODELS = ["gpt2", "bert", "t5", "llama"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _quiet_transformers():
-    level = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    yield
-    transformers.logging.set_verbosity(level)
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_hf_model_infer_one_graph(name):
     torch.manual_seed(0)
@@ -178,19 +170,7 @@ def test_hf_model_train_grads_equal(name):
     model.train()
     kiln.reset()
     compiled = kiln.compile(model, fullgraph=True, backend="aot_eager")
-
-    def grads(fn):
-        model.zero_grad(set_to_none=True)
-        out = fn(**inputs)
-        out.loss.backward()
-        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    loss_e, grads_e = grads(model)
-    loss_c, grads_c = grads(compiled)
-    assert_same(loss_c, loss_e)
-    assert list(grads_c) == list(grads_e)
-    for n in grads_e:
-        torch.testing.assert_close(grads_c[n], grads_e[n], msg=lambda m: f"grad of {n}: {m}")
+    assert_train_step_equal(model, compiled, inputs)
 
 
 def _pop_then_break(x, **kwargs):

@@ -1,0 +1,82 @@
+"""Code that raises under capture: eager's exception, a partial graph, or (fullgraph=True) an error.
+
+"No compiled program raises an exception that eager does not", and fullgraph=True never returns
+without its graph: an exception that escapes the traced frame either is eager's own (the
+instruction it escapes from runs natively and Python raises it) or, under fullgraph, becomes an
+`Unsupported` error naming the user's line and the exception.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+import kiln
+from capture_support import Recorder, assert_same
+from kiln.errors import Unsupported
+
+
+def _lookup(d, key):
+    return d[key]
+
+
+def raises_in_helper(x, key):
+    y = x * 2
+    return y + _lookup({"a": y}, key)
+
+
+def test_fullgraph_names_the_line_that_raises():
+    kiln.reset()
+    cf = kiln.compile(raises_in_helper, backend=Recorder(), fullgraph=True)
+    with pytest.raises(Unsupported) as info:
+        cf(torch.randn(3), "b")
+    assert "KeyError: b" in info.value.reason
+    assert info.value.where and f":{_lookup.__code__.co_firstlineno + 1} in _lookup" in info.value.where
+
+
+def test_an_exception_eager_raises_is_raised_after_the_prefix_graph():
+    kiln.reset()
+    rec = Recorder()
+    cf = kiln.compile(raises_in_helper, backend=rec)
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(KeyError):
+            cf(x, "b")
+        assert len(rec.graphs) == 1  # x * 2: the call that raises ran natively, not the whole function
+        assert_same(cf(x, "a"), raises_in_helper(x, "a"))
+
+
+class _Namespace:
+    """Answers every attribute, as `torch.ops` and its namespaces do (creating what it is asked for)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            value = _Namespace()
+            setattr(self, name, value)
+            return value
+        raise AttributeError(name)
+
+    def double(self, x):
+        return x * 2
+
+
+_NS = _Namespace()
+
+
+def calls_through_permissive_namespace(x):
+    return _NS.double(x) + torch.ops.aten.mul(x, 3)
+
+
+def test_objects_answering_every_attribute_are_not_taken_for_compiled_functions():
+    """kiln marks its wrappers with `__kiln_original__`; asking an object with a permissive
+    `__getattr__` for it must not create (and then inline) a namespace of that name."""
+    kiln.reset()
+    rec = Recorder()
+    cf = kiln.compile(calls_through_permissive_namespace, backend=rec, fullgraph=True)
+    x = torch.randn(3)
+    assert_same(cf(x), calls_through_permissive_namespace(x))
+    assert len(rec.graphs) == 1
+    assert "__kiln_original__" not in vars(_NS) and "__kiln_original__" not in vars(torch.ops)

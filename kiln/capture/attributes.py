@@ -227,6 +227,7 @@ _GETATTR = {
     V.ListVar: _getattr_container,
     V.DictVar: _getattr_container,
     V.SetVar: _getattr_container,
+    V.DictViewVar: _getattr_container,
     V.SuperVar: _getattr_super,
     V.FunctionVar: _getattr_function,
     V.MethodVar: _getattr_method,

@@ -36,11 +36,30 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
         _guard(out, GuardKind.ID, source, value)
         out.keepalive.append(value)
         return wrap(out, original, None)
+    if isinstance(value, _MUTABLE_CONTAINERS):
+        return _wrap_container(out, value, source)
     for cls in type(value).__mro__:
         fn = _WRAPPERS.get(cls)
         if fn is not None:
             return fn(out, value, source)
     return _wrap_object(out, value, source)
+
+
+def _wrap_container(out, value, source):
+    """One tracker per real list/dict/set, however many sources reach it (two arguments, a local
+    and an attribute, a list held twice in another): a mutation through one alias is seen through
+    all, as in Python. A second source is guarded to be the same object."""
+    known = out.tensor_by_id.get(id(value))
+    if known is not None:
+        if source is not None and known.source is not None and source != known.source:
+            out.guard(Guard(GuardKind.SAME, source, known.source))
+        elif known.source is None:
+            known.source = source
+        return known
+    fn = next(_WRAPPERS[cls] for cls in type(value).__mro__ if cls in _WRAPPERS)
+    var = out.tensor_by_id[id(value)] = fn(out, value, source)
+    out.keepalive.append(value)
+    return var
 
 
 def compiled_original(value: Any) -> Any:
@@ -138,6 +157,17 @@ def _wrap_partial(out, value, source):
     return V.PartialVar(fn, args, kwargs, source=source)
 
 
+def _wrap_view(out, value, source):
+    """A real dict view (a local kept across a graph break): a live view of its dict's tracker."""
+    import gc
+    from kiln.capture.sources import ViewDictSource
+    from kiln.capture.views import VIEW_TYPES
+    _guard(out, GuardKind.TYPE, source, type(value))
+    (viewed,) = gc.get_referents(value)
+    kind = next(k for k, t in VIEW_TYPES.items() if isinstance(value, t))
+    return V.DictViewVar(wrap(out, viewed, ViewDictSource(source) if source else None), kind, source=source)
+
+
 def _wrap_resume_iterator(out, value, source):
     from kiln.capture.sources import AttrSource
     _guard(out, GuardKind.TYPE, source, type(value))
@@ -170,4 +200,6 @@ _WRAPPERS: dict[type, Callable] = {
     types.ModuleType: _wrap_unguarded,
     torch.nn.Module: _wrap_identity,
     ResumeIterator: _wrap_resume_iterator,
+    **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
+_MUTABLE_CONTAINERS = (list, dict)

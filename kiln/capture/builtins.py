@@ -19,6 +19,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.interpreter import ObservedException
+from kiln.capture.views import advance
 from kiln.capture.semantics import (binary_op, constant_of, contains, is_python_constant, iterate, key_of,
                                     mutate_list, python_value, set_add, truth, dict_set, _record_mutation)
 
@@ -63,6 +64,8 @@ def _len(tx, args, kwargs):
     v = args[0]
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
         return V.Constant(len(v.items))
+    if isinstance(v, V.DictViewVar):
+        return V.Constant(len(v.dict.items))
     if isinstance(v, V.TensorVar):
         if v.example.dim() == 0:
             tx.raise_(TypeError, "len() of a 0-d tensor")
@@ -166,12 +169,12 @@ def _next(tx, args, kwargs):
     it = args[0]
     if not isinstance(it, V.IteratorVar):
         raise tx.unsupported(f"next() on a {it.python_type().__name__}")
-    if it.index >= len(it.items):
+    item = advance(tx, it)
+    if item is None:
         if len(args) > 1:
             return args[1]
         tx.raise_(StopIteration)
-    it.index += 1
-    return it.items[it.index - 1]
+    return item
 
 
 @builtin(range)
@@ -322,8 +325,17 @@ def _needs_data(name):
     return handle
 
 
-for _name in ("int", "float", "bool"):
+for _name in ("int", "float"):
     BUILTINS[getattr(builtins, _name)] = _needs_data(_name)
+
+
+@builtin(bool)
+def _bool(tx, args, kwargs):
+    """Python's truth rule (`truth`): a container of tensors is true when not empty."""
+    from kiln.capture.semantics import truth
+    if args and isinstance(args[0], V.TensorVar):
+        raise tx.unsupported("bool() of a tensor reads its data, which a graph cannot hand back to Python")
+    return V.Constant(bool(args) and truth(tx, args[0]))
 
 
 @builtin(print)
@@ -516,17 +528,17 @@ def _dict_get(tx, args, kwargs):
 
 @method(dict.items, collections.OrderedDict.items)
 def _dict_items(tx, args, kwargs):
-    return V.ListVar([V.TupleVar([V.Constant(k), v]) for k, v in args[0].items.items()])
+    return V.DictViewVar(args[0], "items")
 
 
 @method(dict.keys, collections.OrderedDict.keys)
 def _dict_keys(tx, args, kwargs):
-    return V.ListVar([V.Constant(k) for k in args[0].items])
+    return V.DictViewVar(args[0], "keys")
 
 
 @method(dict.values, collections.OrderedDict.values)
 def _dict_values(tx, args, kwargs):
-    return V.ListVar(list(args[0].items.values()))
+    return V.DictViewVar(args[0], "values")
 
 
 @method(dict.update, collections.OrderedDict.update)

@@ -16,6 +16,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import is_model_output
+from kiln.capture.views import items_of
 from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
@@ -62,10 +63,19 @@ _SIMPLE = (int, float, str, bool, type(None), bytes)
 
 
 class Rebuilder:
+    """[Note: one object per tracker] A mutable value made in traced code (a list, dict, set, dict
+    view, new object) may leave the region several times: in two locals (`b = a`), twice inside
+    another container, in a local and a side effect. Python code after the region sees ONE object,
+    so its expression is printed once, into `prelude` (`__v<i> = [...]`, run before anything
+    reads it), and every use names it. Printing it at each use would hand the resume function
+    distinct copies, and a mutation through one alias would not be seen through the others."""
+
     def __init__(self):
         self.outputs: list[torch.fx.Node] = []
         self._output_index: dict[torch.fx.Node, int] = {}
         self.consts: dict[int, tuple[str, Any]] = {}
+        self.prelude: list[str] = []
+        self._shared: dict[int, tuple[V.Variable, str]] = {}
 
     def const(self, value: Any) -> str:
         if type(value) in _SIMPLE and (not isinstance(value, float) or value == value and abs(value) != float("inf")):
@@ -88,7 +98,14 @@ class Rebuilder:
         fn = _PRINTERS.get(type(v))
         if fn is None:
             raise CannotRebuild(f"a {type(v).__name__} cannot be rebuilt outside the graph")
-        return fn(self, v)
+        if type(v) not in _MUTABLE or v.source is not None:
+            return fn(self, v)
+        shared = self._shared.get(id(v))
+        if shared is None:
+            text = fn(self, v)
+            shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
+            self.prelude.append(f"{shared[1]} = {text}")
+        return shared[1]
 
     def side_effect(self, effect) -> list[str]:
         if isinstance(effect, AttrWrite):
@@ -197,7 +214,12 @@ def _new_object(r, v):
 
 
 def _iterator(r, v):
-    return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.items[v.index:])}))"
+    items = v.items[v.index:] if v.view is None else items_of(V.DictViewVar(v.view.dict, v.view.kind))[v.index:]
+    return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in items)}))"
+
+
+def _view(r, v):
+    return v.source.expr() if v.source is not None else f"{r.expr(v.dict)}.{v.kind}()"
 
 
 def _exception(r, v):
@@ -230,4 +252,6 @@ _PRINTERS = {
     V.ExceptionVar: _exception,
     V.ContextVar: _context,
     V.SymNumber: _sym,
+    V.DictViewVar: _view,
 }
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar)

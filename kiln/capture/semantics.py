@@ -21,6 +21,7 @@ from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
+from kiln.capture.views import advance, items_of, view_iter
 
 BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
               operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub, operator.truediv,
@@ -38,7 +39,7 @@ _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: 
 def constant_of(tx, value: Any) -> V.Variable:
     if isinstance(value, tuple):
         return V.TupleVar([constant_of(tx, v) for v in value])
-    if isinstance(value, frozenset):
+    if isinstance(value, (set, frozenset)):
         return V.SetVar([V.Constant(v) for v in value])
     return V.Constant(value)
 
@@ -60,6 +61,9 @@ def python_value(v: V.Variable) -> Any:
         return {k: python_value(i) for k, i in v.items.items()}
     if isinstance(v, V.SetVar):
         return {python_value(i) for i in v.items}
+    if isinstance(v, V.DictViewVar):  # a view of a copy: enough to fold `d.keys() - {...}`, `==`
+        keys = [python_value(k) for k in items_of(V.DictViewVar(v.dict, "keys"))]
+        return getattr(dict.fromkeys(keys) if v.kind == "keys" else python_value(v.dict), v.kind)()
     if isinstance(v, V.FunctionVar) and v.fn is not None:
         return v.fn
     if isinstance(v, V.SymNumber):
@@ -89,6 +93,8 @@ def _has_tensor(v) -> bool:
         return any(_has_tensor(i) for i in v.items)
     if isinstance(v, V.DictVar):
         return any(_has_tensor(i) for i in v.items.values())
+    if isinstance(v, V.DictViewVar):
+        return any(_has_tensor(i) for i in items_of(v))
     return False
 
 
@@ -178,9 +184,12 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
     if isinstance(v, (V.ListVar, V.TupleVar)):
         return list(v.items)
     if isinstance(v, V.IteratorVar):
-        items = v.items[v.index:]
-        v.index = len(v.items)
+        items = []
+        while (item := advance(tx, v)) is not None:
+            items.append(item)
         return items
+    if isinstance(v, V.DictViewVar):
+        return items_of(v)
     if isinstance(v, V.DictVar):
         return [V.Constant(k) if not isinstance(k, V.Variable) else k for k in v.items]
     if isinstance(v, V.SetVar):
@@ -205,6 +214,8 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
 def get_iter(tx, v: V.Variable) -> V.Variable:
     if isinstance(v, V.IteratorVar):
         return v
+    if isinstance(v, V.DictViewVar):
+        return view_iter(v)
     return V.IteratorVar(iterate(tx, v))
 
 
@@ -216,6 +227,8 @@ def truth(tx, v: V.Variable) -> bool:
         return bool(v.items)
     if isinstance(v, V.DictVar):
         return bool(v.items)
+    if isinstance(v, V.DictViewVar):
+        return bool(v.dict.items)
     if isinstance(v, V.SymNumber):
         return bool(v.example)  # a branch on a symbolic size: the ShapeEnv records the guard
     if isinstance(v, V.TensorVar):
@@ -266,6 +279,10 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
                    for i in container.items)
     if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in container.items)
+    if isinstance(container, V.DictViewVar):
+        if container.kind == "keys":
+            return contains(tx, container.dict, item)
+        return any(truth(tx, binary_op(tx, operator.eq, i, item)) for i in items_of(container))
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):

@@ -95,6 +95,16 @@ class DefaultSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class ViewDictSource(Source):
+    """The dict a dict view (`d.keys()`) looks at. A view has no attribute for it (`.mapping` is a
+    read-only proxy); CPython hands it to the garbage collector as the view's one referent."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"__import__('gc').get_referents({self.base.expr()})[0]"
+
+
+@dataclasses.dataclass(frozen=True)
 class TypeSource(Source):
     base: Source
 

@@ -1,10 +1,11 @@
-"""The corpus (`capture_corpus.py`, `capture_corpus_python.py`, `capture_corpus_breaks.py`): each program equals eager on two input sets, each
+"""The corpus (`capture_corpus.py`, `capture_corpus_python.py`, `capture_corpus_breaks.py`, `capture_corpus_aliasing.py`): each program equals eager on two input sets, each
 called twice, and compiles to the expected number of graphs (one, where no break is intended)."""
 from __future__ import annotations
 
 import pytest
 
 import capture_corpus as corpus
+import capture_corpus_aliasing  # noqa: F401 (registers programs)
 import capture_corpus_breaks  # noqa: F401 (registers programs)
 import capture_corpus_python  # noqa: F401 (registers programs)
 from capture_support import breaks_of, run_compiled

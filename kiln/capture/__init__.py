@@ -9,7 +9,7 @@ buffers of modules appear as `get_attr` nodes; later stages read them from `gm` 
 
 How it works, in pipeline order: `frame.py` (the wrapper and its cache of entries) ->
 `interpreter.py` + `opcodes.py` (the symbolic bytecode interpreter) -> `semantics.py`,
-`attributes.py`, `calls.py`, `builtins.py`, `classes.py`, `model_outputs.py`, `views.py`, `torch_calls.py` (the Python data model
+`attributes.py`, `calls.py`, `builtins.py`, `classes.py`, `model_outputs.py`, `views.py`, `autograd_function.py`, `torch_calls.py` (the Python data model
 over trackers from `variables.py`, built by `builder.py` with guards from `guards.py`) ->
 `output.py` (the FX graph) -> `convert.py` + `rebuild.py` (generated entry code) and `resume.py`
 (resume functions after graph breaks).

@@ -103,6 +103,8 @@ def _wrap_constant(out, value, source):
 
 
 def _wrap_sequence(out, value, source):
+    if isinstance(value, list) and _overrides_items(type(value), list):
+        return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
@@ -111,8 +113,23 @@ def _wrap_sequence(out, value, source):
     return V.TupleVar(items, type(value), source=source)
 
 
+def _overrides_items(cls: type, base: type) -> bool:
+    """Does a subclass of list/dict change how its items are read (`ACT2FN[name]` builds a module)?
+    Then it is an object whose Python methods are followed, not a plain container."""
+    from kiln.capture.model_outputs import is_model_output
+    if cls is base or is_model_output(cls):
+        return False
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if any(isinstance(klass.__dict__.get(name), types.FunctionType) for name in _ITEM_METHODS):
+            return True
+    return False
+
+
+_ITEM_METHODS = ("__getitem__", "__iter__", "__contains__", "__len__", "get", "keys", "values", "items")
+
+
 def _wrap_dict(out, value, source):
-    if not all(isinstance(k, (str, int, enum.Enum)) for k in value):
+    if not all(isinstance(k, (str, int, enum.Enum)) for k in value) or _overrides_items(type(value), dict):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))

@@ -583,6 +583,9 @@ def _contains(tx, args, kwargs):
 @method(dict.__getitem__, list.__getitem__, tuple.__getitem__)
 def _getitem(tx, args, kwargs):
     from kiln.capture.semantics import getitem
+    if isinstance(args[0], V.ObjectVar):  # `super().__getitem__(k)` in a subclass's own __getitem__
+        from kiln.capture.attributes import builtin_getitem
+        return builtin_getitem(tx, args[0], args[1])
     return getitem(tx, args[0], args[1])
 
 

@@ -337,7 +337,8 @@ _SPECIAL_FUNCTIONS = {
 
 
 def _register_special_calls():
-    from kiln.capture import masks, model_outputs
+    from kiln.capture import autograd_function, masks, model_outputs
+    _SPECIAL_FUNCTIONS[torch.autograd.Function.apply.__func__] = autograd_function.apply
     _SPECIAL_FUNCTIONS[model_outputs._to_tuple] = model_outputs.to_tuple
     _SPECIAL_FUNCTIONS[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 

@@ -74,6 +74,18 @@ class ItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class BuiltinItemSource(Source):
+    """`base[key]` by the builtin container's own lookup (`dict.__getitem__(base, key)`), past a
+    subclass's `__getitem__`, which may build a new object on each read (transformers' ACT2FN)."""
+    base: Source
+    key: Any
+    container: str  # "dict" | "list" | "tuple"
+
+    def expr(self) -> str:
+        return f"{self.container}.__getitem__({self.base.expr()}, {self.key!r})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ClosureSource(Source):
     """The contents of cell `index` of a function's closure."""
     fn: Source

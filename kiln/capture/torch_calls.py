@@ -63,16 +63,28 @@ def to_fx(tx, v: V.Variable) -> Any:
 
 def _object_to_fx(tx, v):
     from kiln.capture.calls import _is_torch_op
+    if type(v.value).__module__ == "numpy":
+        return _constant_to_fx(tx, v)
     if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
             or _is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
 
 
+def _constant_to_fx(tx, v):
+    """A numpy scalar (`np.sqrt(d)` scaling a tensor) is the Python number it holds, as torch's
+    argument parser reads it: the graph's printed code must not name numpy, which it cannot see."""
+    if type(v.value).__module__ == "numpy":
+        if getattr(v.value, "ndim", None) == 0:
+            return v.value.item()
+        raise tx.unsupported("a numpy array passed to a torch operation in a graph")
+    return v.value
+
+
 _TO_FX = {
     V.TensorVar: lambda tx, v: v.node,
     V.SymNumber: lambda tx, v: v.node,
-    V.Constant: lambda tx, v: v.value,
+    V.Constant: _constant_to_fx,
     # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them
     V.TupleVar: lambda tx, v: (torch.Size if v.cls is torch.Size and v.is_constant() else tuple)(
         to_fx(tx, i) for i in v.items),

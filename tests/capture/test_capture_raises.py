@@ -80,3 +80,25 @@ def test_objects_answering_every_attribute_are_not_taken_for_compiled_functions(
     assert_same(cf(x), calls_through_permissive_namespace(x))
     assert len(rec.graphs) == 1
     assert "__kiln_original__" not in vars(_NS) and "__kiln_original__" not in vars(torch.ops)
+
+
+def test_autograd_function_with_grad_keeps_its_own_backward():
+    """With autograd, `apply` runs eagerly (a graph break) so the Function's backward, which is not
+    its forward's derivative here, computes the grads; without it, forward is inlined (one graph)."""
+    import capture_corpus_real_code as real
+
+    def fn(x):
+        return real._Clamp.apply(x * 2, 0.1).sum()
+
+    kiln.reset()
+    rec = Recorder()
+    cf = kiln.compile(fn, backend=rec)
+    x = torch.randn(5, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cf(x).backward()
+    compiled_grad, x.grad = x.grad, None
+    fn(x).backward()
+    assert_same(compiled_grad, x.grad)
+    with torch.no_grad():
+        assert_same(cf(x), fn(x))

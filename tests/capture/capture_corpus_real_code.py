@@ -1,0 +1,83 @@
+"""Patterns from real model code (transformers) that kiln once crashed on, broke the graph at, or
+computed differently from eager: environment reads, numpy scalars, dict subclasses that build
+what they hold, autograd.Functions under inference. Each is one graph, equal to eager."""
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import torch
+
+from capture_corpus import program
+
+
+@program()
+def environ_reads(x):
+    """os.environ.get / os.getenv / `in os.environ`, for a variable that is not set (KeyError inside
+    os.environ's Mapping.get is the program's own, caught there)."""
+    flag = os.environ.get("KILN_TEST_UNSET_VARIABLE", "0")
+    other = os.getenv("KILN_TEST_UNSET_VARIABLE")
+    present = "KILN_TEST_UNSET_VARIABLE" in os.environ
+    return x * (int(flag) + 1), other, present
+
+
+_SCALE = np.sqrt(np.float64(32.0))  # CTRL scales its embeddings by np.sqrt(d_model)
+_HALF = np.float32(0.5)
+
+
+@program()
+def numpy_scalar_scales_a_tensor(x):
+    y = x * _SCALE
+    y *= _HALF
+    return y
+
+
+class _Instantier(collections.OrderedDict):
+    """transformers' ACT2FN: reading an item builds a module from the (class, kwargs) it holds."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+_ACTIVATIONS = _Instantier({"silu": torch.nn.SiLU, "leaky": (torch.nn.LeakyReLU, {"negative_slope": 0.2})})
+
+
+@program()
+def dict_subclass_getitem_builds_a_module(x):
+    return _ACTIVATIONS["silu"](x) + _ACTIVATIONS["leaky"](x)
+
+
+class _Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, low):
+        ctx.save_for_backward(x)
+        ctx.low = low
+        return x.clamp(min=low)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > ctx.low), None
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+@program()
+def autograd_function_without_grad(x):
+    return _Clamp.apply(x, 0.1) + _Square.apply(x)

@@ -110,6 +110,12 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
             return _SPECIAL_FUNCTIONS[value](tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
+    if isinstance(value, torch.jit.ScriptFunction):
+        # torch.jit.script / trace keep the Python function they compiled: follow that
+        original = getattr(value, "_torchdynamo_inline", None)
+        if isinstance(original, types.FunctionType):
+            from kiln.capture.attributes import _function
+            return _call_function(tx, _function(original), args, kwargs)
     if isinstance(value, type):
         from kiln.capture.classes import call_class
         return call_class(tx, fn, args, kwargs)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.model_outputs import is_model_output
+from kiln.capture.model_outputs import in_field_order, is_model_output
 from kiln.capture.views import items_of
 from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
 
@@ -178,8 +178,10 @@ def _dict(r, v):
     if v.source is not None:
         return v.source.expr()
     inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
-    if is_model_output(v.cls):  # a ModelOutput: its keys are its fields' names
+    if is_model_output(v.cls) and in_field_order(v):  # a ModelOutput: its keys are its fields' names
         return f"{r.const(v.cls)}(**{{{inner}}})"
+    if is_model_output(v.cls):  # keys in another order: (name, value) pairs keep it
+        return f"{r.const(v.cls)}([{', '.join(f'({r.key(k)}, {r.expr(i)})' for k, i in v.items.items())}])"
     return f"{{{inner}}}" if v.cls is dict else f"{r.const(v.cls)}({{{inner}}})"
 
 

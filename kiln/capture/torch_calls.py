@@ -205,5 +205,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         call_torch(tx, "call_function", operator.setitem, args, kwargs)
         return V.Constant(None)
     if name == "type" and len(args) == 1 and not kwargs:
-        raise tx.unsupported("Tensor.type() without arguments returns a string kiln does not model")
+        # the type's name ('torch.FloatTensor', 'torch.cuda.HalfTensor'): metadata, guarded already
+        from kiln.capture.examples import device_of
+        device, cpu_name = device_of(self_var.example), torch.empty(0, dtype=self_var.example.dtype).type()
+        return V.Constant(cpu_name if device.type == "cpu" else cpu_name.replace("torch.", f"torch.{device.type}.", 1))
     return call_torch(tx, "call_method", name, args, kwargs)

@@ -81,3 +81,26 @@ class _Square(torch.autograd.Function):
 @program()
 def autograd_function_without_grad(x):
     return _Clamp.apply(x, 0.1) + _Square.apply(x)
+
+
+@torch.jit.script
+def _scripted_bias(x, y: float):
+    return x * y + 1.0
+
+
+@program()
+def torch_jit_script_function(x):
+    """DeBERTa's helpers are torch.jit.script functions: their Python source is followed."""
+    return _scripted_bias(x, 3.0).relu()
+
+
+@program()
+def tensor_type_new_and_python_sizes(x):
+    """`Tensor.type()` names, `x.new(shape)`, `[0] * n` and min/max over sizes, as model code
+    builds its buffers."""
+    name = x.type()
+    buf = x.new(x.shape[0], 2).fill_(1.0)
+    counts = [0] * x.shape[1]
+    counts[min(x.shape) - 1] += 1
+    longest = max(x.shape[0], x.shape[1], *x.size())
+    return name, buf.shape, counts, x.type(torch.float64) * longest, x.new_zeros(min(x.size()))

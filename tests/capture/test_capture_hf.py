@@ -258,3 +258,39 @@ def test_output_hidden_states_hooks_are_inlined_into_one_graph(name):
     for a, e in zip(actual.hidden_states, expected.hidden_states):
         assert_same(a, e)
     assert len(rec.graphs) == 1
+
+
+def _outputs_from_containers(x):
+    maps = _Out((x, x * 2))  # a tuple of tensors: the first field's value (DETR backbones)
+    pairs = _Out([("logits", x + 1), ("loss", x.sum())])  # (name, value) pairs set those fields
+    named = _Out({"hidden": (x,), "logits": x - 1})
+    empty = _Out([])
+    return maps, pairs, named, len(empty), maps.logits is None
+
+
+def test_model_output_built_from_one_container():
+    cf, rec = _capture(_outputs_from_containers)
+    x = torch.randn(3)
+    actual, expected = cf(x), _outputs_from_containers(x)
+    for a, e in zip(actual[:3], expected[:3]):
+        assert type(a) is _Out and list(a.keys()) == list(e.keys())
+        assert_same(a.to_tuple(), e.to_tuple())
+    assert actual[3:] == expected[3:]
+    assert len(rec.graphs) == 1
+
+
+def _set_fields_out_of_order(x):
+    out = _Out(hidden=(x,))
+    out.logits = x * 2  # a field set later goes last, as ModelOutput.__setattr__ appends it
+    out["loss"] = x.sum()
+    return out, out[0], out.to_tuple()[1]
+
+
+def test_model_output_keys_keep_the_order_they_were_set_in():
+    cf, rec = _capture(_set_fields_out_of_order)
+    x = torch.randn(3)
+    (a, a0, a1), (e, e0, e1) = cf(x), _set_fields_out_of_order(x)
+    assert list(a.keys()) == list(e.keys()) == ["hidden", "logits", "loss"]
+    assert_same(a.to_tuple(), e.to_tuple())
+    assert_same((a0, a1), (e0, e1))
+    assert len(rec.graphs) == 1

@@ -40,6 +40,9 @@ SIZE_OVERRIDES: dict[str, Any] = {
     **{k: 4 for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")},
     **{k: 32 for k in ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")},
     "num_experts_per_tok": 2, "n_shared_experts": 1, "n_group": 1, "topk_group": 1,
+    # multi-head latent attention (DeepSeek), state-space layers (Mamba, Bamba)
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 8, "kv_lora_rank": 16, "q_lora_rank": 16,
+    "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_n_groups": 1, "state_size": 8, "mamba_d_state": 8,
     # positions and images
     "max_position_embeddings": 128, "n_positions": 128, "image_size": 64,
 }
@@ -83,13 +86,26 @@ def _overrides(config) -> dict:
     for key, value in vars(config).items():
         if isinstance(value, transformers.PretrainedConfig):
             out[key] = {**value.to_dict(), **_overrides(value)}
+        elif key == "num_key_value_heads" and value == getattr(config, "num_attention_heads", None):
+            out[key] = SIZE_OVERRIDES["num_attention_heads"]  # no grouped-query attention: keep it so
         elif key in SIZE_OVERRIDES and isinstance(value, int) and not isinstance(value, bool):
             out[key] = min(value, SIZE_OVERRIDES[key]) if key not in ("max_position_embeddings",) else SIZE_OVERRIDES[key]
         elif key in ("depths", "num_layers_per_stage") and isinstance(value, (list, tuple)):
             out[key] = [1] * len(value)
         elif key == "vocab_size" and isinstance(value, int):
             out[key] = max(VOCAB, _largest_token_id(config) + 1)
+    layers = out.get("num_hidden_layers")
+    if layers is not None and isinstance(getattr(config, "layer_types", None), (list, tuple)):
+        out["layer_types"] = list(config.layer_types[:layers])  # one entry per layer, as validated
     return out
+
+
+def _without(overrides: dict, key: str) -> dict:
+    return {k: _without(v, key) if isinstance(v, dict) else v for k, v in overrides.items() if k != key}
+
+
+def _keys(overrides: dict) -> set:
+    return {k for k, v in overrides.items()} | {k2 for v in overrides.values() if isinstance(v, dict) for k2 in _keys(v)}
 
 
 def _largest_token_id(config) -> int:
@@ -102,7 +118,20 @@ def tiny_config(model_type: str):
     ensure_torchvision_importable()
     import transformers
     cls = transformers.CONFIG_MAPPING[model_type]
-    config = cls(**_overrides(cls()))
+    overrides = _overrides(cls())
+    for _ in range(4):  # a shrunk value the config rejects by name (heads that must divide, ...) is left default
+        try:
+            config = cls(**overrides)
+            break
+        except Exception as e:
+            named = [k for k in _keys(overrides) if isinstance(k, str) and k in str(e)]
+            if not named and "layer_types" in overrides:  # derived from the layer count in some configs
+                named = ["layer_types"]
+            if not named:
+                raise
+            overrides = _without(overrides, max(named, key=len))
+    else:
+        config = cls(**overrides)
     config.use_cache = False  # no cache objects in the outputs: one forward, one result
     for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
         if isinstance(getattr(config, key, None), float):

@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mappings", default=",".join(MAPPINGS), help="comma list of transformers auto mappings")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
     p.add_argument("--out", default="bench/results/hf_corpus", help="folder for the .jsonl and .md")
-    p.add_argument("--resume", default=None, metavar="JSONL", help="append to this run, skipping its models")
+    p.add_argument("--resume", default=None, metavar="JSONL",
+                   help="append to this run, skipping its models (all of --models run; a later row wins)")
     p.add_argument("--report", default=None, metavar="JSONL", help="only write the markdown of this run")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.models.split(",") if args.models else [e.class_name for e in corpus_entries(mappings)]
     os.makedirs(args.out, exist_ok=True)
     path = args.resume or os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S") + "_cpu.jsonl")
-    if args.resume and os.path.exists(path):
+    if args.resume and os.path.exists(path) and not args.models:
         done = {json.loads(line)["model"] for line in open(path) if line.strip()}
         names = [n for n in names if n not in done]
     print(f"{len(names)} models -> {path}", flush=True)

@@ -46,7 +46,7 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
 
 
 def _wrap_container(out, value, source):
-    """One tracker per real list/dict/set, however many sources reach it (two arguments, a local
+    """One tracker per real list/dict/iterator, however many sources reach it (two arguments, a local
     and an attribute, a list held twice in another): a mutation through one alias is seen through
     all, as in Python. A second source is guarded to be the same object."""
     known = out.tensor_by_id.get(id(value))
@@ -219,4 +219,4 @@ _WRAPPERS: dict[type, Callable] = {
     ResumeIterator: _wrap_resume_iterator,
     **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
-_MUTABLE_CONTAINERS = (list, dict)
+_MUTABLE_CONTAINERS = (list, dict, ResumeIterator)

@@ -256,4 +256,4 @@ _PRINTERS = {
     V.SymNumber: _sym,
     V.DictViewVar: _view,
 }
-_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar)
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar)

@@ -127,3 +127,12 @@ def _sort_in_place(x):
     alias = order
     order.sort(reverse=True)
     return x * alias[0], alias, sorted(alias)
+
+
+@brk(graphs=1)
+def iterator_aliased(x):
+    it = iter([x, x * 2, x * 3])
+    same = it
+    print(end="")  # a graph break that prints nothing
+    next(same)
+    return next(it)

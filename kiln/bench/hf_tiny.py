@@ -167,22 +167,26 @@ def _image_size(config) -> int | None:
 
 
 def make_inputs(model: torch.nn.Module, config) -> dict:
-    """Inputs from `forward`'s parameters: token ids (and decoder ids), else images, else audio."""
+    """Inputs from `forward`'s parameters: token ids (and decoder ids), else images, else audio;
+    images with the ids when forward requires both (text-conditioned detectors)."""
     params = inspect.signature(model.forward).parameters
     g = torch.Generator().manual_seed(1)
     text = getattr(config, "text_config", None) or config
     vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or VOCAB
+    inputs = {}
     if "input_ids" in params:
         high = min(vocab, VOCAB)
-        inputs = {"input_ids": torch.randint(3, high, (BATCH, SEQ), generator=g)}
+        inputs["input_ids"] = torch.randint(3, high, (BATCH, SEQ), generator=g)
         if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
             inputs["decoder_input_ids"] = torch.randint(3, high, (BATCH, DECODER_SEQ), generator=g)
-        return inputs
-    if "pixel_values" in params:
+    required = "pixel_values" in params and params["pixel_values"].default is inspect.Parameter.empty
+    if "pixel_values" in params and (required or not inputs):
         size = _image_size(config) or 64
         channels = getattr(config, "num_channels", None) or getattr(getattr(config, "vision_config", None),
                                                                      "num_channels", 3)
-        return {"pixel_values": torch.randn(BATCH, channels, size, size, generator=g)}
+        inputs["pixel_values"] = torch.randn(BATCH, channels, size, size, generator=g)
+    if inputs:
+        return inputs
     if "input_values" in params:
         return {"input_values": torch.randn(BATCH, 4000, generator=g)}
     raise Skip(f"no inputs the corpus can make for forward({', '.join(list(params)[:4])}, ...)")

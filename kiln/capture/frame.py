@@ -90,6 +90,9 @@ class CompiledFunction:
                                        *_bind_defaults(self.fn, args, kwargs))
             reason = failed.describe() if failed is not None else "a guard failed"
             if len(self.entries) >= self.config.cache_size_limit:
+                if self.config.fullgraph:  # one graph or an error: never eagerly
+                    raise Unsupported(f"{_name(self.fn)} was recompiled {self.config.cache_size_limit} times "
+                                      f"(cache_size_limit); the last failed guard: {reason}")
                 if not self.warned_limit:
                     warnings.warn(f"kiln: {_name(self.fn)} was recompiled {self.config.cache_size_limit} times "
                                   f"(cache_size_limit); running it eagerly from now on. Last failed guard: {reason}")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kiln
+import kiln.capture
 from capture_support import Recorder, assert_same
 from kiln.errors import Unsupported
 
@@ -102,3 +103,19 @@ def test_autograd_function_with_grad_keeps_its_own_backward():
     assert_same(compiled_grad, x.grad)
     with torch.no_grad():
         assert_same(cf(x), fn(x))
+
+
+def test_fullgraph_past_the_cache_size_limit_raises_instead_of_running_eagerly():
+    def scaled(x, n):
+        return x * n
+
+    kiln.reset()
+    rec = Recorder()
+    from kiln.config import CaptureConfig
+    cf = kiln.capture.capture(scaled, rec, CaptureConfig(fullgraph=True, cache_size_limit=2))
+    x = torch.randn(3)
+    assert_same(cf(x, 1), scaled(x, 1))
+    assert_same(cf(x, 2), scaled(x, 2))
+    with pytest.raises(Unsupported, match=r"cache_size_limit.*n == 2"):
+        cf(x, 3)
+    assert len(rec.graphs) == 2

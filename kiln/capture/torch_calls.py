@@ -73,11 +73,12 @@ def _object_to_fx(tx, v):
 
 def _constant_to_fx(tx, v):
     """A numpy scalar (`np.sqrt(d)` scaling a tensor) is the Python number it holds, as torch's
-    argument parser reads it: the graph's printed code must not name numpy, which it cannot see."""
+    argument parser reads it: the graph's printed code must not name numpy, which it cannot see.
+    An array, even 0-d, is not: `tensor * array` is numpy's operation (a float64 array back)."""
     if type(v.value).__module__ == "numpy":
-        if getattr(v.value, "ndim", None) == 0:
-            return v.value.item()
-        raise tx.unsupported("a numpy array passed to a torch operation in a graph")
+        if type(v.value).__name__ == "ndarray":
+            raise tx.unsupported("a numpy array in a torch operation (numpy computes it)")
+        return v.value.item()
     return v.value
 
 

@@ -104,3 +104,14 @@ def tensor_type_new_and_python_sizes(x):
     counts[min(x.shape) - 1] += 1
     longest = max(x.shape[0], x.shape[1], *x.size())
     return name, buf.shape, counts, x.type(torch.float64) * longest, x.new_zeros(min(x.size()))
+
+
+
+_ZERO_D = np.asarray(2.0)  # a 0-d array: `x * _ZERO_D` is numpy's product (float64), not torch's
+
+
+@program(graphs=2, breaks=3)
+def numpy_array_of_a_tensor_across_a_break(x):
+    """`np.asarray(x.detach())` breaks the graph; the resume function computes with the array."""
+    y = np.asarray(x.detach())
+    return torch.as_tensor(y) * y.shape[0] + x * _HALF, x * _ZERO_D

@@ -102,11 +102,14 @@ def getitem_position(tx, d: V.DictVar, key):
 def setattr_field(tx, d: V.DictVar, name: str, value: V.Variable) -> None:
     if name not in _field_names(d.cls):
         raise tx.unsupported(f"setting attribute {name!r} (not a field) on a {d.cls.__name__}")
-    if d.source is not None or _is_none(value):
-        # an input's writes would replay through dict methods ModelOutput forbids; a None write
-        # keeps a stale key in ModelOutput but not in this model
-        raise tx.unsupported(f"setting {d.cls.__name__}.{name} here (an input output object, or to None)")
+    if _is_none(value):
+        # ModelOutput.__setattr__ leaves the key (and its old value) and sets the attribute to None:
+        # the two disagree, which this model cannot hold
+        raise tx.unsupported(f"setting {d.cls.__name__}.{name} to None")
     d.items[name] = value  # as ModelOutput.__setattr__: a new key goes last, a set one keeps its place
+    if d.source is not None:  # an output object from outside (a submodule's, before a break): replayed key by key
+        from kiln.capture.output import ContainerMutation
+        tx.out.side_effects.append(ContainerMutation(d))
 
 
 def in_field_order(d: V.DictVar) -> bool:

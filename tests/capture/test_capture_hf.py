@@ -294,3 +294,19 @@ def test_model_output_keys_keep_the_order_they_were_set_in():
     assert_same(a.to_tuple(), e.to_tuple())
     assert_same((a0, a1), (e0, e1))
     assert len(rec.graphs) == 1
+
+
+def _set_field_of_input_output(out, x):
+    out.logits = out.loss * x  # gemma3n sets pooler_output on its vision tower's output
+    return out.logits + 1
+
+
+def test_attribute_writes_into_an_input_model_output_replay():
+    x = torch.randn(3)
+    eager_out, compiled_out = _Out(loss=x.sum()), _Out(loss=x.sum())
+    fn, rec = _capture(_set_field_of_input_output)
+    assert_same(fn(compiled_out, x), _set_field_of_input_output(eager_out, x))
+    assert list(compiled_out.keys()) == list(eager_out.keys()) == ["loss", "logits"]
+    assert_same(compiled_out.logits, eager_out.logits)
+    assert_same(compiled_out["logits"], eager_out["logits"])
+    assert len(rec.graphs) == 1

@@ -288,6 +288,9 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
         from kiln.capture.attributes import object_contains
         return object_contains(tx, container, python_value(item))
+    if isinstance(container, V.NewObjectVar) and hasattr(container.cls, "__contains__"):
+        from kiln.capture.attributes import getattr_var as ga
+        return truth(tx, tx.call(ga(tx, container, "__contains__"), [item]))
     raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
 
 
@@ -420,16 +423,29 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
         mutate_list(tx, obj, assign)
     elif isinstance(obj, V.DictVar):
         dict_set(tx, obj, key, value)
-    else:
+    elif not object_item_method(tx, obj, "__setitem__", [key, value]):
         raise tx.unsupported(f"item assignment on a {obj.python_type().__name__}")
 
 
 def delitem(tx, obj: V.Variable, key: V.Variable):
-    k = python_value(key)
+    k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
         mutate_list(tx, obj, lambda items: items.__delitem__(k))
     elif isinstance(obj, V.DictVar):
         obj.items.pop(k)
         _record_mutation(tx, obj)
-    else:
+    elif not object_item_method(tx, obj, "__delitem__", [key]):
         raise tx.unsupported(f"`del` of an item of a {obj.python_type().__name__}")
+
+
+def object_item_method(tx, obj: V.Variable, name: str, args: list) -> bool:
+    """`obj[k] = v` / `del obj[k]` through the class's Python method (UserDict, user containers);
+    False when it has none."""
+    if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
+        return False
+    from kiln.capture.attributes import _function, class_lookup
+    method = class_lookup(obj.python_type(), name)
+    if not isinstance(method, types.FunctionType):
+        return False
+    tx.call(V.MethodVar(_function(method), obj), args)
+    return True

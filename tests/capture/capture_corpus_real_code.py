@@ -115,3 +115,17 @@ def numpy_array_of_a_tensor_across_a_break(x):
     """`np.asarray(x.detach())` breaks the graph; the resume function computes with the array."""
     y = np.asarray(x.detach())
     return torch.as_tensor(y) * y.shape[0] + x * _HALF, x * _ZERO_D
+
+
+class _Cache(collections.UserDict):
+    """A container whose item writes are Python methods (Gemma 4 keeps its per-layer state so)."""
+
+
+@program()
+def userdict_item_writes(x):
+    cache = _Cache()
+    cache["a"] = x * 2
+    cache["b"] = x + 1
+    del cache["b"]
+    cache["c"] = cache["a"] - 1
+    return cache["a"] + cache["c"], len(cache), "b" in cache

@@ -132,11 +132,7 @@ class CompiledFunction:
             try:
                 trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                     dynamic_dims=self.dynamic_dims)
-            except (GraphBreak, ObservedException) as e:
-                if isinstance(e, ObservedException):
-                    # the function raises on these inputs (or kiln's model of it does): the
-                    # instruction it escapes from runs natively, so Python raises it for real
-                    e = _raise_break(e)
+            except GraphBreak as e:
                 if self.config.fullgraph:
                     raise Unsupported(e.reason, e.where) from None
                 if e.root_offset is None or e.root_offset == stop_at:
@@ -144,6 +140,13 @@ class CompiledFunction:
                 stop_at, reason = e.root_offset, e
                 nested = _is_nested_break(self.fn.__code__, e.root_offset, e.where)
                 continue
+            except ObservedException as e:
+                # [Note: an exception escapes the frame] The function raises on these inputs as
+                # traced, and the trace may differ from eager on purpose: code reads
+                # `is_compiling()` (True here) and skips what eager does (LongT5 leaves its
+                # attention mask None, then reads its shape). So the whole frame runs eagerly, as
+                # torch.compile runs a frame that raises; under fullgraph that is an error.
+                return self._eager_entry(args, kwargs, f"the code raises {e.describe()}", e.where)
             trace.break_reason = reason
             try:
                 entry = build_entry(self.fn, trace, self.backend, args, kwargs, self._make_resume,
@@ -187,12 +190,6 @@ def _warn_break(fn, reason: str, where: str | None):
         _WARNED_BREAKS.add(key)
         warnings.warn(f"kiln: graph break in {_name(fn)}" + (f" at {where}" if where else "") + f": {reason}",
                       stacklevel=3)
-
-
-def _raise_break(e: ObservedException) -> GraphBreak:
-    brk = GraphBreak(f"the code raises {e.describe()}", e.where)
-    brk.root_offset = e.root_offset
-    return brk
 
 
 def _is_nested_break(code, offset, where) -> bool:

@@ -36,13 +36,12 @@ class GraphBreak(Exception):
 
 class ObservedException(Exception):
     """A Python exception raised by the traced program itself (not by kiln). `where` is the user's
-    line that raised it; `root_offset` the root frame's instruction it escaped from, if it did."""
+    line that raised it."""
 
     def __init__(self, exc: V.ExceptionVar):
         super().__init__(exc.cls.__name__)
         self.exc = exc
         self.where: str | None = None
-        self.root_offset: int | None = None
 
     def describe(self) -> str:
         """`AttributeError: message`, with the message when it is known at capture time."""
@@ -190,8 +189,6 @@ class Tracer:
                 self.push(e.exc)
                 self.jump(entry.target)
                 return
-        if self.parent is None:
-            e.root_offset = self.inst.offset
         raise e
 
     def raise_(self, cls: type, *args):

@@ -129,3 +129,9 @@ def userdict_item_writes(x):
     del cache["b"]
     cache["c"] = cache["a"] - 1
     return cache["a"] + cache["c"], len(cache), "b" in cache
+
+
+@program()
+def python_types_as_dtypes(x):
+    """transformers' chunked masks: `torch.zeros(n, dtype=int)`."""
+    return torch.zeros(x.shape[0], dtype=int) + x.shape[1], x.to(float) * 2, torch.ones(2, dtype=bool)

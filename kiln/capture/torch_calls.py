@@ -68,8 +68,8 @@ def _object_to_fx(tx, v):
     from kiln.capture.calls import _is_torch_op
     if type(v.value).__module__ == "numpy":
         return _constant_to_fx(tx, v)
-    if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads it as
-        return _PYTHON_DTYPES[v.value]
+    if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:
+        return _PYTHON_DTYPES[v.value]  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads
     if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
             or _is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value

@@ -10,7 +10,8 @@ buffers of modules appear as `get_attr` nodes; later stages read them from `gm` 
 How it works, in pipeline order: `frame.py` (the wrapper and its cache of entries) ->
 `interpreter.py` + `opcodes.py` (the symbolic bytecode interpreter) -> `semantics.py`,
 `attributes.py`, `calls.py`, `classes.py`, `torch_calls.py` (the Python data model over trackers from
-`variables.py`, built by `builder.py` with guards from `guards.py`); one module per family of values
+`variables.py`, built by `builder.py` with guards from `guards.py`; `views.py` keeps dict views live,
+`autograd_function.py` follows `Function.apply`); one module per family of values
 registers its callables and methods in `callables.py`'s table (`builtins.py`, `containers.py`,
 `collections_types.py`, `iterators.py`, `stdlib_functions.py`, `numpy_calls.py`, `pytree_calls.py`,
 `model_outputs.py`) ->

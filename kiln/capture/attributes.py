@@ -17,7 +17,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
 from kiln.capture.output import AttrWrite
-from kiln.capture.sources import AttrSource, DictEntrySource, ItemSource
+from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource
 
 _MISSING = object()
 
@@ -241,6 +241,7 @@ _GETATTR = {
     V.ListVar: _getattr_container,
     V.DictVar: _getattr_container,
     V.SetVar: _getattr_container,
+    V.DictViewVar: _getattr_container,
     V.SuperVar: _getattr_super,
     V.FunctionVar: _getattr_function,
     V.MethodVar: _getattr_method,
@@ -340,8 +341,23 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
         k = python_value(key)
         if v.source is not None and not _literal(k):
             raise tx.unsupported(f"reading a {type(obj).__name__} of the program's by a {type(k).__name__} key")
-        return _wrap(tx, obj[k], ItemSource(v.source, k) if v.source else None)
+        return builtin_getitem(tx, v, key)
     raise tx.unsupported(f"indexing a {cls.__name__}")
+
+
+def builtin_getitem(tx, v: V.ObjectVar, key: V.Variable) -> V.Variable:
+    """The item of a real dict/list/tuple by the builtin's own lookup, past any subclass override
+    (what `super().__getitem__(k)` inside that override reads)."""
+    from kiln.capture.semantics import python_value
+    obj, k = v.value, python_value(key)
+    base = next(b for b in (dict, list, tuple) if isinstance(obj, b))
+    try:
+        item = base.__getitem__(obj, k)
+    except (KeyError, IndexError, TypeError) as e:  # the program's own exception (os.environ.get catches it)
+        tx.raise_(type(e), *e.args)
+    plain = type(obj) is base  # a subclass may override what `[k]` means: guards read past it
+    source = (ItemSource(v.source, k) if plain else BuiltinItemSource(v.source, k, base.__name__)) if v.source else None
+    return _wrap(tx, item, source)
 
 
 def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:

@@ -30,17 +30,48 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
     """A tracker for `value`. `module_state`: a parameter or buffer read from an nn.Module."""
     if isinstance(value, torch.Tensor):
         return _wrap_tensor(out, value, source, module_state)
-    original = getattr(value, "__kiln_original__", None)
-    if original is not None and not isinstance(value, type):
+    original = compiled_original(value)
+    if original is not None:
         # a kiln-compiled callable called from captured code: inline what it wraps
         _guard(out, GuardKind.ID, source, value)
         out.keepalive.append(value)
         return wrap(out, original, None)
+    if isinstance(value, _MUTABLE_CONTAINERS):
+        return _wrap_container(out, value, source)
     for cls in type(value).__mro__:
         fn = _WRAPPERS.get(cls)
         if fn is not None:
             return fn(out, value, source)
     return _wrap_object(out, value, source)
+
+
+def _wrap_container(out, value, source):
+    """One tracker per real list/dict/iterator, however many sources reach it (two arguments, a local
+    and an attribute, a list held twice in another): a mutation through one alias is seen through
+    all, as in Python. A second source is guarded to be the same object."""
+    known = out.tensor_by_id.get(id(value))
+    if known is not None:
+        if source is not None and known.source is not None and source != known.source:
+            out.guard(Guard(GuardKind.SAME, source, known.source))
+        elif known.source is None:
+            known.source = source
+        return known
+    fn = next(_WRAPPERS[cls] for cls in type(value).__mro__ if cls in _WRAPPERS)
+    var = out.tensor_by_id[id(value)] = fn(out, value, source)
+    out.keepalive.append(value)
+    return var
+
+
+def compiled_original(value: Any) -> Any:
+    """What a kiln-compiled callable wraps, or None. The marker is looked up on the type, never by
+    `getattr` on the value: objects with a permissive `__getattr__` (`torch.ops` and its namespaces,
+    mocks) would answer any name, and `torch.ops` would even grow a namespace of that name."""
+    if isinstance(value, type):
+        return None
+    for klass in type(value).__mro__:
+        if "__kiln_original__" in klass.__dict__:
+            return value.__kiln_original__
+    return None
 
 
 def _wrap_tensor(out, value, source, module_state):
@@ -72,6 +103,8 @@ def _wrap_constant(out, value, source):
 
 
 def _wrap_sequence(out, value, source):
+    if isinstance(value, list) and _overrides_items(type(value), list):
+        return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
@@ -89,8 +122,23 @@ def _wrap_deque(out, value, source):
     return V.ListVar(items, collections.deque, value.maxlen, source=source)
 
 
+def _overrides_items(cls: type, base: type) -> bool:
+    """Does a subclass of list/dict change how its items are read (`ACT2FN[name]` builds a module)?
+    Then it is an object whose Python methods are followed, not a plain container."""
+    from kiln.capture.model_outputs import is_model_output
+    if cls is base or is_model_output(cls):
+        return False
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if any(isinstance(klass.__dict__.get(name), types.FunctionType) for name in _ITEM_METHODS):
+            return True
+    return False
+
+
+_ITEM_METHODS = ("__getitem__", "__iter__", "__contains__", "__len__", "get", "keys", "values", "items")
+
+
 def _wrap_dict(out, value, source):
-    if not all(isinstance(k, (str, int, enum.Enum)) for k in value):
+    if not all(isinstance(k, (str, int, enum.Enum)) for k in value) or _overrides_items(type(value), dict):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
@@ -140,6 +188,17 @@ def _wrap_partial(out, value, source):
     return V.PartialVar(fn, args, kwargs, source=source)
 
 
+def _wrap_view(out, value, source):
+    """A real dict view (a local kept across a graph break): a live view of its dict's tracker."""
+    import gc
+    from kiln.capture.sources import ViewDictSource
+    from kiln.capture.views import VIEW_TYPES
+    _guard(out, GuardKind.TYPE, source, type(value))
+    (viewed,) = gc.get_referents(value)
+    kind = next(k for k, t in VIEW_TYPES.items() if isinstance(value, t))
+    return V.DictViewVar(wrap(out, viewed, ViewDictSource(source) if source else None), kind, source=source)
+
+
 def _wrap_resume_iterator(out, value, source):
     from kiln.capture.sources import AttrSource
     _guard(out, GuardKind.TYPE, source, type(value))
@@ -174,4 +233,6 @@ _WRAPPERS: dict[type, Callable] = {
     types.ModuleType: _wrap_unguarded,
     torch.nn.Module: _wrap_identity,
     ResumeIterator: _wrap_resume_iterator,
+    **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
+_MUTABLE_CONTAINERS = (list, dict, ResumeIterator)

@@ -52,6 +52,8 @@ def _len(tx, args, kwargs):
     v = args[0]
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
         return V.Constant(len(v.items))
+    if isinstance(v, V.DictViewVar):
+        return V.Constant(len(v.dict.items))
     if isinstance(v, V.TensorVar):
         if v.example.dim() == 0:
             tx.raise_(TypeError, "len() of a 0-d tensor")
@@ -169,8 +171,17 @@ def _needs_data(name):
     return handle
 
 
-for _name in ("int", "float", "bool"):
+for _name in ("int", "float"):
     BUILTINS[getattr(builtins, _name)] = _needs_data(_name)
+
+
+@builtin(bool)
+def _bool(tx, args, kwargs):
+    """Python's truth rule (`truth`): a container of tensors is true when not empty."""
+    from kiln.capture.semantics import truth
+    if args and isinstance(args[0], V.TensorVar):
+        raise tx.unsupported("bool() of a tensor reads its data, which a graph cannot hand back to Python")
+    return V.Constant(bool(args) and truth(tx, args[0]))
 
 
 @builtin(print)

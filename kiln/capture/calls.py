@@ -112,6 +112,12 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
+    if isinstance(value, torch.jit.ScriptFunction):
+        # torch.jit.script / trace keep the Python function they compiled: follow that
+        original = getattr(value, "_torchdynamo_inline", None)
+        if isinstance(original, types.FunctionType):
+            from kiln.capture.attributes import _function
+            return _call_function(tx, _function(original), args, kwargs)
     if isinstance(value, type):
         from kiln.capture.classes import call_class
         return call_class(tx, fn, args, kwargs)
@@ -410,13 +416,14 @@ for _fn, _query in FOLDED.items():
 
 
 def _register_special_calls():
-    from kiln.capture import masks, model_outputs
+    from kiln.capture import autograd_function, masks, model_outputs
     import torch.distributions.kl
     import torch.testing._utils
     import torch.utils.checkpoint
     CALLABLES[torch.utils.checkpoint.checkpoint] = _checkpoint
     CALLABLES[torch.testing._utils.freeze_rng_state] = _rng_frozen
     CALLABLES[torch.distributions.kl.kl_divergence] = _kl_divergence
+    CALLABLES[torch.autograd.Function.apply.__func__] = autograd_function.apply
     CALLABLES[model_outputs._to_tuple] = model_outputs.to_tuple
     CALLABLES[torch.nn.functional.scaled_dot_product_attention] = masks.sdpa
 

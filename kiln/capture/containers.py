@@ -185,17 +185,17 @@ def _dict_get(tx, args, kwargs):
 
 @handles(dict.items, collections.OrderedDict.items)
 def _dict_items(tx, args, kwargs):
-    return V.ListVar([V.TupleVar([V.Constant(k), v]) for k, v in args[0].items.items()])
+    return V.DictViewVar(args[0], "items")       # live, as Python's (views.py)
 
 
 @handles(dict.keys, collections.OrderedDict.keys)
 def _dict_keys(tx, args, kwargs):
-    return V.ListVar([V.Constant(k) for k in args[0].items])
+    return V.DictViewVar(args[0], "keys")
 
 
 @handles(dict.values, collections.OrderedDict.values)
 def _dict_values(tx, args, kwargs):
-    return V.ListVar(list(args[0].items.values()))
+    return V.DictViewVar(args[0], "values")
 
 
 @handles(dict.update, collections.OrderedDict.update)
@@ -251,6 +251,9 @@ def _contains(tx, args, kwargs):
 @handles(dict.__getitem__, list.__getitem__, tuple.__getitem__)
 def _getitem(tx, args, kwargs):
     from kiln.capture.semantics import getitem
+    if isinstance(args[0], V.ObjectVar):  # `super().__getitem__(k)` in a subclass's own __getitem__
+        from kiln.capture.attributes import builtin_getitem
+        return builtin_getitem(tx, args[0], args[1])
     return getitem(tx, args[0], args[1])
 
 

@@ -329,7 +329,7 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
-    body += reads + effects + tail
+    body += r.prelude + reads + effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,
                          f"<kiln entry of {fn.__code__.co_name}>", fn)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from kiln import log
+from kiln.capture.builder import compiled_original
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture import recompiles, trace_events
 from kiln.capture.guards import GuardKind
@@ -71,9 +72,12 @@ class CompiledFunction:
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
-        self.__kiln_original__ = fn
         functools.update_wrapper(self, fn)
         _ALL_WRAPPERS.add(self)
+
+    @property
+    def __kiln_original__(self):
+        return self.fn
 
     def __call__(self, *args, **kwargs):
         for entry in self.entries:
@@ -96,6 +100,9 @@ class CompiledFunction:
             reason = why_missed(self.entries[-1], self.params, *_bind_defaults(self.fn, args, kwargs))
             if len(self.entries) >= self.config.cache_size_limit:
                 limit = self.config.cache_size_limit
+                if self.config.fullgraph:  # one graph or an error: never eagerly
+                    raise Unsupported(f"{_name(self.fn)} was recompiled {limit} times (cache_size_limit); "
+                                      f"the last failed guard: {reason}")
                 warnings.warn(f"kiln: {_name(self.fn)} has {limit} compiled entries, its cache_size_limit "
                               f"(options={{'cache_size_limit': n}}); calls that match none run eagerly from now on. "
                               f"The guard that failed: {reason}", stacklevel=3)
@@ -168,8 +175,12 @@ class CompiledFunction:
                 nested = _is_nested_break(self.fn.__code__, e.root_offset, e.where)
                 continue
             except ObservedException as e:
-                # the function raises on these inputs: let Python raise it, for real
-                return self._eager_entry(args, kwargs, f"the code raises {e.exc.cls.__name__}", None)
+                # [Note: an exception escapes the frame] The function raises on these inputs as
+                # traced, and the trace may differ from eager on purpose: code reads
+                # `is_compiling()` (True here) and skips what eager does (LongT5 leaves its
+                # attention mask None, then reads its shape). So the whole frame runs eagerly, as
+                # torch.compile runs a frame that raises; under fullgraph that is an error.
+                return self._eager_entry(args, kwargs, f"the code raises {e.describe()}", e.where)
             trace.break_reason = reason
             try:
                 entry = build_entry(self.fn, trace, self.backend, args, kwargs, self._make_resume,
@@ -188,7 +199,10 @@ class CompiledFunction:
         return self._eager_entry(args, kwargs, "too many graph breaks", None)
 
     def _eager_entry(self, args, kwargs, reason: str, where: str | None) -> Entry:
-        """Run the whole function eagerly; guarded on nothing, so it is always reused."""
+        """Run the whole function eagerly; guarded on nothing, so it is always reused. Never under
+        fullgraph=True: that contract is one graph or an error."""
+        if self.config.fullgraph:
+            raise Unsupported(f"the whole function would run eagerly: {reason}", where)
         _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
         _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
         check = lambda *a, **k: True  # noqa: E731
@@ -248,7 +262,7 @@ _WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def wrap_callable(target: Any, *, backend, config) -> Any:
     """A callable that behaves as `target` with its Python frames captured by kiln."""
-    if isinstance(target, CompiledFunction) or hasattr(target, "__kiln_original__"):
+    if compiled_original(target) is not None:
         return target
     if isinstance(target, types.MethodType):
         inner = wrap_callable(target.__func__, backend=backend, config=config)

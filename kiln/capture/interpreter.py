@@ -38,11 +38,19 @@ class GraphBreak(Exception):
 
 
 class ObservedException(Exception):
-    """A Python exception raised by the traced program itself (not by kiln)."""
+    """A Python exception raised by the traced program itself (not by kiln). `where` is the user's
+    line that raised it."""
 
     def __init__(self, exc: V.ExceptionVar):
         super().__init__(exc.cls.__name__)
         self.exc = exc
+        self.where: str | None = None
+
+    def describe(self) -> str:
+        """`AttributeError: message`, with the message when it is known at capture time."""
+        args = [a.value for a in self.exc.args if isinstance(a, V.Constant)]
+        message = str(args[0]) if len(args) == 1 else ", ".join(map(repr, args))
+        return f"{self.exc.cls.__name__}: {message}" if message else self.exc.cls.__name__
 
 
 class FrameReturn(Exception):
@@ -172,6 +180,8 @@ class Tracer:
             except FrameReturn:
                 return self.return_value
             except ObservedException as e:
+                if e.where is None:
+                    e.where = self.where()
                 self.handle_exception(e)
             except NotConstant as e:
                 kind = e.args[0].python_type().__name__ if e.args else "value"

@@ -21,6 +21,7 @@ import operator
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.semantics import binary_op, constant_of, get_iter, is_python_constant, iterate, python_value, truth
+from kiln.capture.views import advance
 
 _LONGEST = 100_000  # an unrolled loop longer than this is taken to be infinite (`itertools.count`)
 
@@ -37,12 +38,12 @@ def _next(tx, args, kwargs):
     it = args[0]
     if not isinstance(it, V.IteratorVar):
         raise tx.unsupported(f"next() on a {it.python_type().__name__}")
-    if it.index >= len(it.items):
+    item = advance(tx, it)             # a dict view's iterator reads the dict as it is now
+    if item is None:
         if len(args) > 1:
             return args[1]
         tx.raise_(StopIteration)
-    it.index += 1
-    return it.items[it.index - 1]
+    return item
 
 
 @handles(range)
@@ -85,6 +86,8 @@ def _real_argument(tx, kind, v, consumed: dict):
     if kind == "J":
         return [_real_argument(tx, "I", inner, consumed) for inner in iterate(tx, v)]
     if isinstance(v, V.IteratorVar):
+        if v.view is not None:     # its items are the dict's keys, read live ([Note] in views.py)
+            raise tx.unsupported("an itertools function over an iterator of a dict view")
         if id(v) not in consumed:  # zip(it, it) takes from one iterator twice
             consumed[id(v)] = _Consumed(v)
         return consumed[id(v)]

@@ -42,10 +42,34 @@ def construct(tx, cls, args, kwargs) -> V.DictVar:
         values[k] = v
     first = values.get(names[0]) if names else None
     others_none = all(_is_none(values.get(n, V.Constant(None))) for n in names[1:])
-    if others_none and first is not None and isinstance(first, (V.DictVar, V.ListVar, V.TupleVar)):
-        # __post_init__ would read a lone container first field as (key, value) pairs
-        raise tx.unsupported(f"{cls.__name__}(...) built from a single container (its fields as key/value pairs)")
+    if others_none and isinstance(first, (V.DictVar, V.ListVar, V.TupleVar)):
+        return _from_container(tx, cls, names[0], first)
     return V.DictVar({n: values[n] for n in names if n in values and not _is_none(values[n])}, cls)
+
+
+def _is_pair(v: V.Variable) -> bool:
+    return isinstance(v, (V.ListVar, V.TupleVar)) and len(v.items) == 2 and \
+        isinstance(v.items[0], V.Constant) and isinstance(v.items[0].value, str)
+
+
+def _from_container(tx, cls, first_name: str, first: V.Variable) -> V.DictVar:
+    """A lone container first field, as `ModelOutput.__post_init__` reads it: a dict or a sequence
+    of (name, value) pairs sets those keys (an empty one sets none); any other sequence (DETR's
+    tuple of feature maps) is the first field's value."""
+    if isinstance(first, V.DictVar):
+        elements = [V.TupleVar([V.Constant(k), v]) for k, v in first.items.items()]
+    else:
+        elements = list(first.items)
+    if elements and not _is_pair(elements[0]):
+        return V.DictVar({first_name: first}, cls)
+    items = {}
+    for element in elements:
+        if not _is_pair(element):
+            tx.raise_(ValueError, f"Cannot set key/value for {element}. It needs to be a tuple (key, value).")
+        name, value = element.items[0].value, element.items[1]
+        if not _is_none(value):
+            items[name] = value
+    return V.DictVar(items, cls)
 
 
 def getattr_field(tx, d: V.DictVar, name: str):
@@ -78,11 +102,18 @@ def getitem_position(tx, d: V.DictVar, key):
 def setattr_field(tx, d: V.DictVar, name: str, value: V.Variable) -> None:
     if name not in _field_names(d.cls):
         raise tx.unsupported(f"setting attribute {name!r} (not a field) on a {d.cls.__name__}")
-    if d.source is not None or _is_none(value):
-        # an input's writes would replay through dict methods ModelOutput forbids; a None write
-        # keeps a stale key in ModelOutput but not in this model
-        raise tx.unsupported(f"setting {d.cls.__name__}.{name} here (an input output object, or to None)")
-    d.items[name] = value
-    ordered = {n: d.items[n] for n in _field_names(d.cls) if n in d.items}  # keys stay in field order
-    d.items.clear()
-    d.items.update(ordered)
+    if _is_none(value):
+        # ModelOutput.__setattr__ leaves the key (and its old value) and sets the attribute to None:
+        # the two disagree, which this model cannot hold
+        raise tx.unsupported(f"setting {d.cls.__name__}.{name} to None")
+    d.items[name] = value  # as ModelOutput.__setattr__: a new key goes last, a set one keeps its place
+    if d.source is not None:  # an output object from outside (a submodule's, before a break): replayed key by key
+        from kiln.capture.output import ContainerMutation
+        tx.out.side_effects.append(ContainerMutation(d))
+
+
+def in_field_order(d: V.DictVar) -> bool:
+    """Are the keys in field order (so `cls(**items)` rebuilds them), or were they set otherwise
+    (from (name, value) pairs, by a later write), so that only `cls([(name, value), ...])` does?"""
+    names = [n for n in _field_names(d.cls) if n in d.items]
+    return names == list(d.items)

@@ -15,6 +15,7 @@ import operator
 
 from kiln.capture import semantics as S
 from kiln.capture import variables as V
+from kiln.capture.views import advance
 from kiln.capture.interpreter import PY312, PY313, FrameReturn, GraphBreak, ObservedException, Tracer
 from kiln.capture.sources import ClosureSource, GlobalSource
 
@@ -504,9 +505,9 @@ def for_iter(tx, inst):
     it = tx.stack[-1]
     if not isinstance(it, V.IteratorVar):
         raise tx.unsupported(f"iterating over {it.python_type().__name__} is not supported")
-    if it.index < len(it.items):
-        tx.push(it.items[it.index])
-        it.index += 1
+    item = advance(tx, it)
+    if item is not None:
+        tx.push(item)
         return
     tx.jump(inst.argval)
     if PY313:  # the iterator stays; END_FOR pops a value and POP_TOP the iterator

@@ -61,7 +61,7 @@ class OutputGraph:
         self.inputs: list[tuple[Source, V.TensorVar]] = []
         self.input_values: dict[torch.fx.Node, torch.Tensor] = {}  # placeholder -> this call's tensor
         self.mask_verdicts: dict[torch.fx.Node, str | None] = {}  # [Note: mask elision] in masks.py
-        self.tensor_by_id: dict[int, V.Variable] = {}  # one tracker per real object (aliasing)
+        self.tensor_by_id: dict[int, V.Variable] = {}  # one tracker per real tensor, list, dict (aliasing)
         self.guards: list[Guard] = []
         self.side_effects: list[Any] = []
         self.globals_dicts: dict[str, dict] = {"__G": frame_globals}

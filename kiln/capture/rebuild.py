@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.model_outputs import is_model_output
+from kiln.capture.model_outputs import in_field_order, is_model_output
+from kiln.capture.views import items_of
 from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
@@ -69,10 +70,19 @@ _SIMPLE = (int, float, str, bool, type(None), bytes)
 
 
 class Rebuilder:
+    """[Note: one object per tracker] A mutable value made in traced code (a list, dict, set, dict
+    view, new object) may leave the region several times: in two locals (`b = a`), twice inside
+    another container, in a local and a side effect. Python code after the region sees ONE object,
+    so its expression is printed once, into `prelude` (`__v<i> = [...]`, run before anything
+    reads it), and every use names it. Printing it at each use would hand the resume function
+    distinct copies, and a mutation through one alias would not be seen through the others."""
+
     def __init__(self):
         self.outputs: list[torch.fx.Node] = []
         self._output_index: dict[torch.fx.Node, int] = {}
         self.consts: dict[int, tuple[str, Any]] = {}
+        self.prelude: list[str] = []
+        self._shared: dict[int, tuple[V.Variable, str]] = {}
 
     def const(self, value: Any) -> str:
         if type(value) in _SIMPLE and (not isinstance(value, float) or value == value and abs(value) != float("inf")):
@@ -95,7 +105,14 @@ class Rebuilder:
         fn = _PRINTERS.get(type(v))
         if fn is None:
             raise CannotRebuild(f"a {type(v).__name__} cannot be rebuilt outside the graph")
-        return fn(self, v)
+        if type(v) not in _MUTABLE or v.source is not None:
+            return fn(self, v)
+        shared = self._shared.get(id(v))
+        if shared is None:
+            text = fn(self, v)
+            shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
+            self.prelude.append(f"{shared[1]} = {text}")
+        return shared[1]
 
     def side_effect(self, effect) -> list[str]:
         if isinstance(effect, AttrWrite):
@@ -172,8 +189,10 @@ def _dict(r, v):
     if v.source is not None:
         return v.source.expr()
     inner = ", ".join(f"{r.key(k)}: {r.expr(i)}" for k, i in v.items.items())
-    if is_model_output(v.cls):  # a ModelOutput: its keys are its fields' names
+    if is_model_output(v.cls) and in_field_order(v):  # a ModelOutput: its keys are its fields' names
         return f"{r.const(v.cls)}(**{{{inner}}})"
+    if is_model_output(v.cls):  # keys in another order: (name, value) pairs keep it
+        return f"{r.const(v.cls)}([{', '.join(f'({r.key(k)}, {r.expr(i)})' for k, i in v.items.items())}])"
     if v.cls is dict:
         return f"{{{inner}}}"
     if v.cls is collections.defaultdict:
@@ -216,7 +235,12 @@ def _new_object(r, v):
 
 
 def _iterator(r, v):
-    return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.items[v.index:])}))"
+    items = v.items[v.index:] if v.view is None else items_of(V.DictViewVar(v.view.dict, v.view.kind))[v.index:]
+    return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in items)}))"
+
+
+def _view(r, v):
+    return v.source.expr() if v.source is not None else f"{r.expr(v.dict)}.{v.kind}()"
 
 
 def _exception(r, v):
@@ -249,4 +273,6 @@ _PRINTERS = {
     V.ExceptionVar: _exception,
     V.ContextVar: _context,
     V.SymNumber: _sym,
+    V.DictViewVar: _view,
 }
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar)

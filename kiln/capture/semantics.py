@@ -22,6 +22,7 @@ from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
+from kiln.capture.views import advance, items_of, view_iter
 
 BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
               operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub, operator.truediv,
@@ -74,6 +75,9 @@ def python_value(v: V.Variable) -> Any:
         return {k: python_value(i) for k, i in v.items.items()}
     if isinstance(v, V.SetVar):
         return v.cls(python_value(i) for i in v.items)
+    if isinstance(v, V.DictViewVar):  # a view of a copy: enough to fold `d.keys() - {...}`, `==`
+        keys = [python_value(k) for k in items_of(V.DictViewVar(v.dict, "keys"))]
+        return getattr(dict.fromkeys(keys) if v.kind == "keys" else python_value(v.dict), v.kind)()
     if isinstance(v, V.FunctionVar) and v.fn is not None:
         return v.fn
     if isinstance(v, V.SymNumber):
@@ -103,6 +107,8 @@ def _has_tensor(v) -> bool:
         return any(_has_tensor(i) for i in v.items)
     if isinstance(v, V.DictVar):
         return any(_has_tensor(i) for i in v.items.values())
+    if isinstance(v, V.DictViewVar):
+        return any(_has_tensor(i) for i in items_of(v))
     return False
 
 
@@ -218,9 +224,12 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
     if isinstance(v, (V.ListVar, V.TupleVar)):
         return list(v.items)
     if isinstance(v, V.IteratorVar):
-        items = v.items[v.index:]
-        v.index = len(v.items)
+        items = []
+        while (item := advance(tx, v)) is not None:
+            items.append(item)
         return items
+    if isinstance(v, V.DictViewVar):
+        return items_of(v)
     if isinstance(v, V.DictVar):
         return [V.Constant(k) if not isinstance(k, V.Variable) else k for k in v.items]
     if isinstance(v, V.SetVar):
@@ -245,6 +254,8 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
 def get_iter(tx, v: V.Variable) -> V.Variable:
     if isinstance(v, V.IteratorVar):
         return v
+    if isinstance(v, V.DictViewVar):
+        return view_iter(v)
     return V.IteratorVar(iterate(tx, v))
 
 
@@ -258,6 +269,8 @@ def truth(tx, v: V.Variable) -> bool:
         return bool(v.items)
     if isinstance(v, V.DictVar):
         return bool(v.items)
+    if isinstance(v, V.DictViewVar):
+        return bool(v.dict.items)
     if isinstance(v, V.SymNumber):
         return bool(v.example)  # a branch on a symbolic size: the ShapeEnv records the guard
     if isinstance(v, V.TensorVar) and "checked_truth" in v.node.meta:
@@ -316,11 +329,18 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
         return key_of(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(items_equal(tx, i, item) for i in container.items)
+    if isinstance(container, V.DictViewVar):
+        if container.kind == "keys":
+            return contains(tx, container.dict, item)
+        return any(items_equal(tx, i, item) for i in items_of(container))
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
         from kiln.capture.attributes import object_contains
         return object_contains(tx, container, python_value(item))
+    if isinstance(container, V.NewObjectVar) and hasattr(container.cls, "__contains__"):
+        from kiln.capture.attributes import getattr_var as ga
+        return truth(tx, tx.call(ga(tx, container, "__contains__"), [item]))
     raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
 
 
@@ -333,8 +353,9 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
-    if is_python_constant(a) and is_python_constant(b) and not isinstance(a, _MUTABLE) \
-            and not isinstance(b, _MUTABLE):
+    views = isinstance(a, V.DictViewVar) or isinstance(b, V.DictViewVar)   # `d.keys() - {...}`: a fresh set
+    if is_python_constant(a) and is_python_constant(b) and (views or not isinstance(a, _MUTABLE)
+                                                            and not isinstance(b, _MUTABLE)):
         try:
             return constant_of(tx, op(python_value(a), python_value(b)))
         except Exception as e:
@@ -498,16 +519,29 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
         mutate_list(tx, obj, assign)
     elif isinstance(obj, V.DictVar):
         dict_set(tx, obj, key, value)
-    else:
+    elif not object_item_method(tx, obj, "__setitem__", [key, value]):
         raise tx.unsupported(f"item assignment on a {obj.python_type().__name__}")
 
 
 def delitem(tx, obj: V.Variable, key: V.Variable):
-    k = python_value(key)
+    k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
         mutate_list(tx, obj, lambda items: items.__delitem__(k))
     elif isinstance(obj, V.DictVar):
         obj.items.pop(k)
         _record_mutation(tx, obj)
-    else:
+    elif not object_item_method(tx, obj, "__delitem__", [key]):
         raise tx.unsupported(f"`del` of an item of a {obj.python_type().__name__}")
+
+
+def object_item_method(tx, obj: V.Variable, name: str, args: list) -> bool:
+    """`obj[k] = v` / `del obj[k]` through the class's Python method (UserDict, user containers);
+    False when it has none."""
+    if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
+        return False
+    from kiln.capture.attributes import _function, class_lookup
+    method = class_lookup(obj.python_type(), name)
+    if not isinstance(method, types.FunctionType):
+        return False
+    tx.call(V.MethodVar(_function(method), obj), args)
+    return True

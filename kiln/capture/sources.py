@@ -74,6 +74,18 @@ class ItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class BuiltinItemSource(Source):
+    """`base[key]` by the builtin container's own lookup (`dict.__getitem__(base, key)`), past a
+    subclass's `__getitem__`, which may build a new object on each read (transformers' ACT2FN)."""
+    base: Source
+    key: Any
+    container: str  # "dict" | "list" | "tuple"
+
+    def expr(self) -> str:
+        return f"{self.container}.__getitem__({self.base.expr()}, {self.key!r})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ClosureSource(Source):
     """The contents of cell `index` of a function's closure."""
     fn: Source
@@ -92,6 +104,16 @@ class DefaultSource(Source):
         if isinstance(self.index, str):
             return f"{self.fn.expr()}.__kwdefaults__[{self.index!r}]"
         return f"{self.fn.expr()}.__defaults__[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewDictSource(Source):
+    """The dict a dict view (`d.keys()`) looks at. A view has no attribute for it (`.mapping` is a
+    read-only proxy); CPython hands it to the garbage collector as the view's one referent."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"__import__('gc').get_referents({self.base.expr()})[0]"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,18 +62,36 @@ def to_fx(tx, v: V.Variable) -> Any:
     return fn(tx, v)
 
 
+_PYTHON_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}
+
+
 def _object_to_fx(tx, v):
     from kiln.capture.calls import _is_torch_op
+    if type(v.value).__module__ == "numpy":
+        return _constant_to_fx(tx, v)
+    if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:
+        return _PYTHON_DTYPES[v.value]  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads
     if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
             or _is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
 
 
+def _constant_to_fx(tx, v):
+    """A numpy scalar (`np.sqrt(d)` scaling a tensor) is the Python number it holds, as torch's
+    argument parser reads it: the graph's printed code must not name numpy, which it cannot see.
+    An array, even 0-d, is not: `tensor * array` is numpy's operation (a float64 array back)."""
+    if type(v.value).__module__ == "numpy":
+        if type(v.value).__name__ == "ndarray":
+            raise tx.unsupported("a numpy array in a torch operation (numpy computes it)")
+        return v.value.item()
+    return v.value
+
+
 _TO_FX = {
     V.TensorVar: lambda tx, v: v.node,
     V.SymNumber: lambda tx, v: v.node,
-    V.Constant: lambda tx, v: _plain_number(v.value),
+    V.Constant: _constant_to_fx,
     # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them
     V.TupleVar: lambda tx, v: (torch.Size if v.cls is torch.Size and v.is_constant() else tuple)(
         to_fx(tx, i) for i in v.items),
@@ -83,14 +101,6 @@ _TO_FX = {
     V.ObjectVar: _object_to_fx,
     V.FunctionVar: lambda tx, v: v.fn if v.fn is not None and _printable(v.fn) else _no_fn(tx),
 }
-
-
-def _plain_number(value):
-    """A NumPy scalar goes into the graph as the Python number it acts as next to a tensor."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(value, numpy.generic):
-        return value.item()
-    return value
 
 
 def _printable(fn) -> bool:
@@ -201,5 +211,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         call_torch(tx, "call_function", operator.setitem, args, kwargs)
         return V.Constant(None)
     if name == "type" and len(args) == 1 and not kwargs:
-        raise tx.unsupported("Tensor.type() without arguments returns a string kiln does not model")
+        # the type's name ('torch.FloatTensor', 'torch.cuda.HalfTensor'): metadata, guarded already
+        from kiln.capture.examples import device_of
+        device, cpu_name = device_of(self_var.example), torch.empty(0, dtype=self_var.example.dtype).type()
+        return V.Constant(cpu_name if device.type == "cpu" else cpu_name.replace("torch.", f"torch.{device.type}.", 1))
     return call_torch(tx, "call_method", name, args, kwargs)

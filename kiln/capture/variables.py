@@ -143,10 +143,25 @@ class SetVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class DictViewVar(Variable):
+    """`d.keys()`, `d.values()` or `d.items()` of a dict tracker; live (see `views.py`)."""
+    dict: DictVar
+    kind: str  # "keys" | "values" | "items"
+
+    def python_type(self):
+        from kiln.capture.views import VIEW_TYPES
+        return VIEW_TYPES[self.kind]
+
+
+@dataclasses.dataclass(eq=False)
 class IteratorVar(Variable):
-    """Iterators over a known sequence of trackers (list/tuple/range/zip/enumerate/map/generators)."""
+    """Iterators over a known sequence of trackers (list/tuple/range/zip/enumerate/map/generators).
+    Over a dict view, `items` are the keys and `view` gives each value when reached (`views.py`);
+    step it with `views.advance`."""
     items: list
     index: int = 0
+    view: DictViewVar | None = None
+    size: int = 0  # the dict's length when the iterator over its view was made
 
     def python_type(self):
         return types.GeneratorType

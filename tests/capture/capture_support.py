@@ -5,6 +5,7 @@ import collections
 import copy
 import warnings
 
+import pytest
 import torch
 
 import kiln.capture
@@ -54,6 +55,37 @@ def assert_same(actual, expected, path="output"):
         assert_same(vars(actual), vars(expected), path)
     else:
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def quiet_transformers():
+    """transformers' warnings off for a test module (autouse where imported)."""
+    try:
+        import transformers
+    except ImportError:
+        yield
+        return
+    level = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    yield
+    transformers.logging.set_verbosity(level)
+
+
+def assert_train_step_equal(model, compiled, inputs: dict):
+    """One training step through `compiled` and through `model`: the loss and every parameter's
+    grad equal (the model's forward takes `inputs` as keywords and returns `.loss`)."""
+    def step(fn):
+        model.zero_grad(set_to_none=True)
+        out = fn(**inputs)
+        out.loss.backward()
+        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss_e, grads_e = step(model)
+    loss_c, grads_c = step(compiled)
+    assert_same(loss_c, loss_e)
+    assert list(grads_c) == list(grads_e)
+    for n in grads_e:
+        torch.testing.assert_close(grads_c[n], grads_e[n], msg=lambda m: f"grad of {n}: {m}")
 
 
 def run_compiled(fn, make_inputs, *, config=CaptureConfig(), seeds=(0, 1), calls=2):

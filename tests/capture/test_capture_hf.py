@@ -18,7 +18,7 @@ import torch
 
 import kiln
 import kiln.capture
-from capture_support import Recorder, assert_same
+from capture_support import Recorder, assert_same, assert_train_step_equal, quiet_transformers  # noqa: F401
 from kiln.config import CaptureConfig
 
 transformers = pytest.importorskip("transformers")
@@ -145,14 +145,6 @@ def _tiny(name):
 MODELS = ["gpt2", "bert", "t5", "llama"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _quiet_transformers():
-    level = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()
-    yield
-    transformers.logging.set_verbosity(level)
-
-
 @pytest.mark.parametrize("name", MODELS)
 def test_hf_model_infer_one_graph(name):
     torch.manual_seed(0)
@@ -178,19 +170,7 @@ def test_hf_model_train_grads_equal(name):
     model.train()
     kiln.reset()
     compiled = kiln.compile(model, fullgraph=True, backend="aot_eager")
-
-    def grads(fn):
-        model.zero_grad(set_to_none=True)
-        out = fn(**inputs)
-        out.loss.backward()
-        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    loss_e, grads_e = grads(model)
-    loss_c, grads_c = grads(compiled)
-    assert_same(loss_c, loss_e)
-    assert list(grads_c) == list(grads_e)
-    for n in grads_e:
-        torch.testing.assert_close(grads_c[n], grads_e[n], msg=lambda m: f"grad of {n}: {m}")
+    assert_train_step_equal(model, compiled, inputs)
 
 
 def _pop_then_break(x, **kwargs):
@@ -277,4 +257,56 @@ def test_output_hidden_states_hooks_are_inlined_into_one_graph(name):
     assert len(actual.hidden_states) == len(expected.hidden_states) == 3
     for a, e in zip(actual.hidden_states, expected.hidden_states):
         assert_same(a, e)
+    assert len(rec.graphs) == 1
+
+
+def _outputs_from_containers(x):
+    maps = _Out((x, x * 2))  # a tuple of tensors: the first field's value (DETR backbones)
+    pairs = _Out([("logits", x + 1), ("loss", x.sum())])  # (name, value) pairs set those fields
+    named = _Out({"hidden": (x,), "logits": x - 1})
+    empty = _Out([])
+    return maps, pairs, named, len(empty), maps.logits is None
+
+
+def test_model_output_built_from_one_container():
+    cf, rec = _capture(_outputs_from_containers)
+    x = torch.randn(3)
+    actual, expected = cf(x), _outputs_from_containers(x)
+    for a, e in zip(actual[:3], expected[:3]):
+        assert type(a) is _Out and list(a.keys()) == list(e.keys())
+        assert_same(a.to_tuple(), e.to_tuple())
+    assert actual[3:] == expected[3:]
+    assert len(rec.graphs) == 1
+
+
+def _set_fields_out_of_order(x):
+    out = _Out(hidden=(x,))
+    out.logits = x * 2  # a field set later goes last, as ModelOutput.__setattr__ appends it
+    out["loss"] = x.sum()
+    return out, out[0], out.to_tuple()[1]
+
+
+def test_model_output_keys_keep_the_order_they_were_set_in():
+    cf, rec = _capture(_set_fields_out_of_order)
+    x = torch.randn(3)
+    (a, a0, a1), (e, e0, e1) = cf(x), _set_fields_out_of_order(x)
+    assert list(a.keys()) == list(e.keys()) == ["hidden", "logits", "loss"]
+    assert_same(a.to_tuple(), e.to_tuple())
+    assert_same((a0, a1), (e0, e1))
+    assert len(rec.graphs) == 1
+
+
+def _set_field_of_input_output(out, x):
+    out.logits = out.loss * x  # gemma3n sets pooler_output on its vision tower's output
+    return out.logits + 1
+
+
+def test_attribute_writes_into_an_input_model_output_replay():
+    x = torch.randn(3)
+    eager_out, compiled_out = _Out(loss=x.sum()), _Out(loss=x.sum())
+    fn, rec = _capture(_set_field_of_input_output)
+    assert_same(fn(compiled_out, x), _set_field_of_input_output(eager_out, x))
+    assert list(compiled_out.keys()) == list(eager_out.keys()) == ["loss", "logits"]
+    assert_same(compiled_out.logits, eager_out.logits)
+    assert_same(compiled_out["logits"], eager_out["logits"])
     assert len(rec.graphs) == 1

@@ -1,0 +1,107 @@
+"""The markdown of an hf_corpus run: totals per compiler, failure groups by reason, one row per model.
+
+`write_markdown(jsonl_path)` writes `<run>.md` next to the JSON lines and returns its text.
+Reasons are grouped after dropping what differs between sites of one cause (file paths, line
+numbers, quoted names of values), so each group is one thing to fix, largest first.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import re
+
+COMPILERS = ("kiln", "torch.compile")
+
+
+def load(path: str) -> list[dict]:
+    rows = {}
+    for line in open(path):
+        if line.strip():
+            row = json.loads(line)
+            rows[row["model"]] = row  # a resumed run's later row wins
+    return list(rows.values())
+
+
+def one_graph(result: dict) -> bool:
+    return result["status"] == "correct" and result["graphs"] == 1 and not result["breaks"]
+
+
+def reason_group(reason: str) -> str:
+    reason = re.sub(r"\S+\.py:\d+ in \S+", "<site>", reason)
+    reason = re.sub(r"(at|in) <site>", "", reason)
+    reason = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
+    reason = re.sub(r"\b\d+\b", "N", reason)
+    return reason.strip()[:160]
+
+
+def totals(rows: list[dict]) -> dict:
+    ran = [r for r in rows if "skipped" not in r]
+    out = {"models": len(rows), "ran": len(ran), "skipped": len(rows) - len(ran)}
+    for c in COMPILERS:
+        results = [r[c] for r in ran if c in r]
+        out[c] = {"correct": sum(x["status"] == "correct" for x in results),
+                  "wrong": sum(x["status"] == "wrong" for x in results),
+                  "error": sum(x["status"] == "error" for x in results),
+                  "one_graph": sum(one_graph(x) for x in results),
+                  "graphs": sum(x["graphs"] or 0 for x in results),
+                  "breaks": sum(len(x["breaks"]) for x in results)}
+    return out
+
+
+def _groups(rows: list[dict], compiler: str) -> list[tuple[str, int, list[str]]]:
+    groups: dict[str, list[str]] = collections.defaultdict(list)
+    for r in rows:
+        x = r.get(compiler)
+        if x is None:
+            continue
+        reasons = [b["reason"] for b in x["breaks"]]
+        if x["status"] != "correct":
+            reasons.append(f"{x['status']}: {x['detail']}")
+        for reason in dict.fromkeys(reason_group(s) for s in reasons):
+            groups[reason].append(r["model"])
+    return sorted(((k, len(v), v) for k, v in groups.items()), key=lambda g: -g[1])
+
+
+def _cell(x: dict | None) -> str:
+    if x is None:
+        return "-"
+    mark = {"correct": "ok", "wrong": "**WRONG**", "error": "error"}[x["status"]]
+    return f"{mark} {x['graphs'] if x['graphs'] is not None else '-'}g/{len(x['breaks'])}b"
+
+
+def markdown(rows: list[dict], title: str) -> str:
+    t = totals(rows)
+    lines = [f"# {title}", "",
+             f"{t['models']} model classes from transformers' auto mappings; {t['ran']} ran (tiny config, "
+             f"random weights, CPU, eval, no_grad), {t['skipped']} skipped (no tiny config, no inputs the corpus "
+             "makes, eager fails, or the worker crashed). Each compiler uses one counting backend that runs "
+             "its graphs as FX Python; `one graph` = correct, 1 graph, 0 breaks.", "",
+             "| compiler | correct | one graph | wrong results | errors | graphs | breaks |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for c in COMPILERS:
+        x = t[c]
+        lines.append(f"| {c} | {x['correct']} | {x['one_graph']} | {x['wrong']} | {x['error']} | {x['graphs']} "
+                     f"| {x['breaks']} |")
+    for c in COMPILERS:
+        lines += ["", f"## {c}: break and failure groups", "", "| models | reason | examples |", "| --- | --- | --- |"]
+        for reason, n, models in _groups(rows, c)[:40]:
+            lines.append(f"| {n} | {reason.replace('|', '/')} | {', '.join(models[:4])} |")
+    skipped = collections.Counter(reason_group(r["skipped"]) for r in rows if "skipped" in r)
+    lines += ["", "## skipped", "", "| models | reason |", "| --- | --- |"]
+    lines += [f"| {n} | {reason.replace('|', '/')} |" for reason, n in skipped.most_common(25)]
+    lines += ["", "## per model", "", "| model | kiln | torch.compile | kiln's first break |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        if "skipped" in r:
+            continue
+        k = r.get("kiln") or {}
+        first = (k.get("breaks") or [{}])[0].get("reason") or (k.get("detail") if k.get("status") != "correct" else "")
+        lines.append(f"| {r['model']} | {_cell(r.get('kiln'))} | {_cell(r.get('torch.compile'))} "
+                     f"| {(first or '')[:120].replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path: str) -> str:
+    text = markdown(load(path), f"transformers capture corpus ({path.rsplit('/', 1)[-1]})")
+    with open(path.rsplit(".", 1)[0] + ".md", "w") as f:
+        f.write(text)
+    return text

@@ -1,0 +1,49 @@
+"""Dict views (`d.keys()`, `d.values()`, `d.items()`): live windows onto a dict tracker.
+
+A view is not a copy: read after its dict changed, it shows the new contents, and a loop over
+`d.items()` sees a value written to a later key during the loop. So a view is a `DictViewVar`
+holding the `DictVar` itself, and every read of it (iteration, `len`, `in`, folding to a constant,
+rebuilding after the graph, where it becomes a view of the rebuilt dict) reads the dict as it is
+at that moment. An iterator over a view (`IteratorVar.view`) holds the keys only, as CPython's
+walks the dict's entries by position: each value is read when the loop reaches it, and the
+iterator raises RuntimeError once the dict has changed size, as Python's does.
+
+Hands on: `VIEW_TYPES`, `items_of`, `view_iter`, `advance` (the one way to step any iterator).
+"""
+from __future__ import annotations
+
+from kiln.capture import variables as V
+
+VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
+
+
+def _key_var(k) -> V.Variable:
+    return k if isinstance(k, V.Variable) else V.Constant(k)
+
+
+def _item(view: V.DictViewVar, key: V.Variable) -> V.Variable:
+    if view.kind == "keys":
+        return key
+    value = view.dict.items[key.value if isinstance(key, V.Constant) else key]
+    return value if view.kind == "values" else V.TupleVar([key, value])
+
+
+def items_of(view: V.DictViewVar) -> list[V.Variable]:
+    """What iterating the view yields now."""
+    return [_item(view, _key_var(k)) for k in view.dict.items]
+
+
+def view_iter(view: V.DictViewVar) -> V.IteratorVar:
+    return V.IteratorVar([_key_var(k) for k in view.dict.items], view=view, size=len(view.dict.items))
+
+
+def advance(tx, it: V.IteratorVar) -> V.Variable | None:
+    """The iterator's next item, or None when it is exhausted."""
+    if it.view is not None and it.index <= len(it.items) and len(it.view.dict.items) != it.size:
+        it.index = len(it.items) + 1  # as CPython's: raise once, then stay exhausted
+        tx.raise_(RuntimeError, "dictionary changed size during iteration")
+    if it.index >= len(it.items):
+        return None
+    it.index += 1
+    key = it.items[it.index - 1]
+    return key if it.view is None else _item(it.view, key)

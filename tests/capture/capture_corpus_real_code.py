@@ -1,0 +1,139 @@
+"""Patterns from real model code (transformers) that kiln once crashed on, broke the graph at, or
+computed differently from eager: environment reads, numpy scalars, dict subclasses that build
+what they hold, autograd.Functions under inference. Each is one graph, equal to eager."""
+from __future__ import annotations
+
+import collections
+import os
+
+import numpy as np
+import torch
+
+from capture_corpus import program
+
+
+@program()
+def environ_reads(x):
+    """os.environ.get / os.getenv / `in os.environ`, for a variable that is not set (KeyError inside
+    os.environ's Mapping.get is the program's own, caught there)."""
+    flag = os.environ.get("KILN_TEST_UNSET_VARIABLE", "0")
+    other = os.getenv("KILN_TEST_UNSET_VARIABLE")
+    present = "KILN_TEST_UNSET_VARIABLE" in os.environ
+    return x * (int(flag) + 1), other, present
+
+
+_SCALE = np.sqrt(np.float64(32.0))  # CTRL scales its embeddings by np.sqrt(d_model)
+_HALF = np.float32(0.5)
+
+
+@program()
+def numpy_scalar_scales_a_tensor(x):
+    y = x * _SCALE
+    y *= _HALF
+    return y
+
+
+class _Instantier(collections.OrderedDict):
+    """transformers' ACT2FN: reading an item builds a module from the (class, kwargs) it holds."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+_ACTIVATIONS = _Instantier({"silu": torch.nn.SiLU, "leaky": (torch.nn.LeakyReLU, {"negative_slope": 0.2})})
+
+
+@program()
+def dict_subclass_getitem_builds_a_module(x):
+    return _ACTIVATIONS["silu"](x) + _ACTIVATIONS["leaky"](x)
+
+
+class _Clamp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, low):
+        ctx.save_for_backward(x)
+        ctx.low = low
+        return x.clamp(min=low)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x > ctx.low), None
+
+
+class _Square(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+@program()
+def autograd_function_without_grad(x):
+    return _Clamp.apply(x, 0.1) + _Square.apply(x)
+
+
+@torch.jit.script
+def _scripted_bias(x, y: float):
+    return x * y + 1.0
+
+
+@program()
+def torch_jit_script_function(x):
+    """DeBERTa's helpers are torch.jit.script functions: their Python source is followed."""
+    return _scripted_bias(x, 3.0).relu()
+
+
+@program()
+def tensor_type_new_and_python_sizes(x):
+    """`Tensor.type()` names, `x.new(shape)`, `[0] * n` and min/max over sizes, as model code
+    builds its buffers."""
+    name = x.type()
+    buf = x.new(x.shape[0], 2).fill_(1.0)
+    counts = [0] * x.shape[1]
+    counts[min(x.shape) - 1] += 1
+    longest = max(x.shape[0], x.shape[1], *x.size())
+    return name, buf.shape, counts, x.type(torch.float64) * longest, x.new_zeros(min(x.size()))
+
+
+
+_ZERO_D = np.asarray(2.0)  # a 0-d array: `x * _ZERO_D` is numpy's product (float64), not torch's
+
+
+@program(graphs=1, breaks=1)
+def numpy_array_of_a_tensor_across_a_break(x):
+    """`np.asarray(x.detach())` is traced into the graph as torch ops (numpy_calls.py; before that it
+    broke the graph and the resume function, which computes with the array, named `array`); the
+    product with a global 0-d array is numpy's (float64) and breaks."""
+    y = np.asarray(x.detach())
+    return torch.as_tensor(y) * y.shape[0] + x * _HALF, x * _ZERO_D
+
+
+class _Cache(collections.UserDict):
+    """A container whose item writes are Python methods (Gemma 4 keeps its per-layer state so)."""
+
+
+@program()
+def userdict_item_writes(x):
+    cache = _Cache()
+    cache["a"] = x * 2
+    cache["b"] = x + 1
+    del cache["b"]
+    cache["c"] = cache["a"] - 1
+    return cache["a"] + cache["c"], len(cache), "b" in cache
+
+
+@program()
+def python_types_as_dtypes(x):
+    """transformers' chunked masks: `torch.zeros(n, dtype=int)`."""
+    return torch.zeros(x.shape[0], dtype=int) + x.shape[1], x.to(float) * 2, torch.ones(2, dtype=bool)

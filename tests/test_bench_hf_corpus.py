@@ -1,0 +1,45 @@
+"""The transformers capture corpus on a small sample (kiln.bench.hf_corpus): six architectures, one
+of them a mixture of experts, each correct and ONE graph through kiln and through torch.compile
+with the same counting backend; the markdown report counts them. The full corpus is
+`python -m kiln.bench.hf_corpus` (its table is under bench/results/hf_corpus/)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from kiln.bench import hf_corpus, hf_corpus_report  # noqa: E402
+from kiln.bench.hf_tiny import Entry  # noqa: E402
+
+SAMPLE = [("gpt2", "GPT2Model"), ("bert", "BertForMaskedLM"), ("t5", "T5Model"), ("llama", "LlamaForCausalLM"),
+          ("vit", "ViTModel"), ("mixtral", "MixtralForCausalLM")]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [hf_corpus.run_model(Entry(t, c, "sample")) for t, c in SAMPLE]
+
+
+def test_sample_is_correct_and_one_graph(rows):
+    for row in rows:
+        assert "skipped" not in row, row
+        for compiler in hf_corpus.COMPILERS:
+            result = row[compiler]
+            assert hf_corpus_report.one_graph(result), f"{row['model']} through {compiler}: {result}"
+
+
+def test_report_counts_the_sample(rows, tmp_path):
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = hf_corpus_report.write_markdown(str(path))
+    assert "| kiln | 6 | 6 | 0 | 0 | 6 | 0 |" in text and "| torch.compile | 6 | 6 | 0 | 0 | 6 | 0 |" in text
+    assert (tmp_path / "run.md").read_text() == text
+
+
+def test_wrong_results_are_reported():
+    import torch
+    assert hf_corpus.same(torch.ones(2), torch.ones(2)) is None
+    assert "max difference" in hf_corpus.same(torch.ones(2), torch.zeros(2))
+    assert "output tensors" in hf_corpus.same((torch.ones(2),), (torch.ones(2), torch.ones(1)))

@@ -145,6 +145,9 @@ class LoweringContext:
         self._count = 0
         self.node_of: dict[TensorValue, str] = {}   # a graph node's value -> the node's name
         self.origins: dict[str, str] = {}            # buffer -> the graph node whose value it holds
+        # the fake values of the tensor arguments of the node being lowered, in order: their strides
+        # and storage offsets, which a TensorValue does not carry (the `as_strided` rule needs them)
+        self.arg_metas: tuple = ()
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -403,8 +406,12 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     # vector @ matrix) reshapes an earlier node's value and its extern would get a wrong buffer.
 
     def to_meta(x):
+        # storage offsets kept: an `as_strided` in the graph addresses its input's storage as the
+        # trace saw it (see [Note: as_strided positions])
         if isinstance(x, torch.Tensor):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) if all(x.shape) else 0
+            base = torch.empty(x.storage_offset() + extent, dtype=x.dtype, device="meta")
+            return base.as_strided(x.shape, x.stride(), x.storage_offset())
         return x
 
     class Recorder(torch.fx.Interpreter):
@@ -533,6 +540,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             env[node] = args[0][args[1]]
             continue
         meta = values.get(node)
+        ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its
             # recorded expression is what consumers index with; the host binds the symbols

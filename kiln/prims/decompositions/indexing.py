@@ -144,11 +144,11 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
 
 
 @register(aten.index_select.default)
-def index_select(a, dim, index):
+def index_select(a, dim, idx):
     if a.ndim == 0:
         return p.copy_strided(a, [])
     dim = canonical_dim(dim, a.ndim)
-    indices = [None] * dim + [reshape(index, [-1])]
+    indices = [None] * dim + [reshape(idx, [-1])]
     return index(a, indices)
 
 

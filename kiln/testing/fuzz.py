@@ -169,21 +169,26 @@ def shrink(program: Program, outcome: Outcome, budget: int = 200) -> Program:
     return program
 
 
+def regression_test(program: Program):
+    """A pytest test function: `program` under kiln matches eager (see `check`)."""
+    def test():
+        outcome = check(program)
+        assert outcome.kind == "ok", outcome.detail
+    return test
+
+
 def write_repro(program: Program, outcome: Outcome, folder: str, name: str | None = None) -> str:
-    """A standalone regression test: the program as data (source of truth for the check) and as
-    readable text, and a test that it matches eager under kiln."""
+    """A standalone regression test file: the program as data (what `check` runs) and as text."""
     os.makedirs(folder, exist_ok=True)
     name = name or f"test_fuzz_{program.seed}"
     path = os.path.join(folder, f"{name}.py")
     first = outcome.detail.split("\n")[0]
-    source = program.source()
-    lines = [f'"""Found by `python -m kiln.testing.fuzz` (seed {program.seed}), shrunk: {outcome.kind}.',
-             "", f"{first}", '"""', "from kiln.testing.fuzz import check",
+    lines = [f'"""Found by `python -m kiln.testing.fuzz` (seed {program.seed}), shrunk: {outcome.kind}.', "",
+             first, '"""', "from kiln.testing.fuzz import regression_test",
              "from kiln.testing.programs import Input, Program, Step", "",
-             "# The program, as it reads:", *[f"# {line}" for line in source.splitlines()], "",
-             f"PROGRAM = {_program_repr(program)}", "", "",
-             f"def {name}():", "    outcome = check(PROGRAM)", "    assert outcome.kind == 'ok', outcome.detail", "",
-             "", "if __name__ == '__main__':", f"    {name}()", "    print('ok')", ""]
+             *[f"# {line}" for line in program.source().splitlines()], "",
+             f"PROGRAM = {_program_repr(program)}", "", f"{name} = regression_test(PROGRAM)", "",
+             f'if __name__ == "__main__":', f"    {name}()", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path

@@ -2,10 +2,9 @@
 
 call 1: RuntimeError: setStorage: sizes [1], strides [17], storage offset 8, and itemsize 4 requiring a storage size of 36 are out of bounds for storage of size 32
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x1):
 #     v3 = x1.clamp(min=0.1)
 #     v12 = v3[1::2]
@@ -26,12 +25,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_diagonal_of_slice = regression_test(PROGRAM)
 
-def test_fuzz_diagonal_of_slice():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_diagonal_of_slice()
-    print('ok')

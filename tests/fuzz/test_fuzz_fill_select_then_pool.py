@@ -2,10 +2,9 @@
 
 call 1: RuntimeError: setStorage: sizes [1, 8, 1], strides [16, 2, 1], storage offset 0, and itemsize 4 requiring a storage size of 60 are out of bounds for storage of size 32
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x0):
 #     v2 = torch.take_along_dim(x0, torch.argsort(x0, dim=1), 1)
 #     v2.select(2, 0).fill_(7)
@@ -26,12 +25,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_fill_select_then_pool = regression_test(PROGRAM)
 
-def test_fuzz_fill_select_then_pool():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_fill_select_then_pool()
-    print('ok')

@@ -2,10 +2,9 @@
 
 call 1: CompileStageError: kiln prims stage failed: backend 'kiln': TypeError: 'Tensor' object is not callable
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x1):
 #     v7 = x1.index_add(1, ((torch.arange(1) * 1 + 1) % 6).reshape((1,)), x1.narrow(1, 0, 1).expand((2, 1)))
 #     return (v7,)
@@ -22,12 +21,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_index_select = regression_test(PROGRAM)
 
-def test_fuzz_index_select():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_index_select()
-    print('ok')

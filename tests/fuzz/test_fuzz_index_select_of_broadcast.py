@@ -2,10 +2,9 @@
 
 call 1: CompileStageError: kiln aot stage failed: backend 'kiln': RuntimeError: unsupported operation: more than one element of the written-to tensor refers to a single memory location. Please clone() the tensor before performing the operation.
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x0):
 #     v1 = torch.ones((8, 2)) * x0.sum()
 #     v6 = torch.index_select(v1, 0, ((torch.arange(1) * 3 + 5) % 8).reshape((1,)))
@@ -24,12 +23,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_index_select_of_broadcast = regression_test(PROGRAM)
 
-def test_fuzz_index_select_of_broadcast():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_index_select_of_broadcast()
-    print('ok')

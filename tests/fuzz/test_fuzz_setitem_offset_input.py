@@ -2,10 +2,9 @@
 
 call 1, inputs after the call: result 0: integer results differ
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x2):
 #     x2[:, 0] = 0
 #     return ()
@@ -22,12 +21,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_setitem_offset_input = regression_test(PROGRAM)
 
-def test_fuzz_setitem_offset_input():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_setitem_offset_input()
-    print('ok')

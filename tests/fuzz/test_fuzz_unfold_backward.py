@@ -2,10 +2,9 @@
 
 call 1, gradients: result 0: max abs diff 0.815; RMSE vs float64: compiled 0.306, eager 2.62e-08 (limit 2x + 0.0001)
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x1):
 #     v4 = torch.softmax(x1, -2)
 #     v10 = v4.transpose(1, 0)
@@ -28,12 +27,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_unfold_backward = regression_test(PROGRAM)
 
-def test_fuzz_unfold_backward():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_unfold_backward()
-    print('ok')

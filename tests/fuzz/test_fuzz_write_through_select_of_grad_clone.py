@@ -2,10 +2,9 @@
 
 call 1: RuntimeError: !self.requires_grad() || self.is_contiguous() INTERNAL ASSERT FAILED at "/__w/pytorch/pytorch/aten/src/ATen/native/TensorShape.cpp":4754, please report a bug to PyTorch. as_strided_scatter is currently only supported for contiguous inputs
 """
-from kiln.testing.fuzz import check
+from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
-# The program, as it reads:
 # def f(x1):
 #     v1 = x1.clone()
 #     v1.select(2, 0).fill_(7)
@@ -24,12 +23,7 @@ PROGRAM = Program(
     module=False,
 )
 
+test_fuzz_write_through_select_of_grad_clone = regression_test(PROGRAM)
 
-def test_fuzz_write_through_select_of_grad_clone():
-    outcome = check(PROGRAM)
-    assert outcome.kind == 'ok', outcome.detail
-
-
-if __name__ == '__main__':
+if __name__ == "__main__":
     test_fuzz_write_through_select_of_grad_clone()
-    print('ok')

@@ -10,7 +10,6 @@ the Function's inputs.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from typing import Callable, Mapping
@@ -107,7 +106,10 @@ class AotRuntime:
                     isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
                 outs = _CompiledFunction.apply(self, *primals)
             else:
-                with torch.no_grad() if self.bw is not None else contextlib.nullcontext():
+                # no gradient flows through this call (none was traced, or none is needed): an
+                # extern writing into a buffer of the program (`mm(out=...)`) refuses inputs that
+                # require grad under grad mode
+                with torch.no_grad():
                     outs = self.fw(*primals)[:self.info.num_fw_outputs]
         return self._epilogue(primals, list(outs))
 

@@ -206,7 +206,12 @@ def real_stand_in(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
     if type(x) is not torch.Tensor or x.device.type == "meta":  # already data-free (fake)
         return x.detach().requires_grad_(requires_grad)
     with torch.no_grad():
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+        if _overlaps(x):   # copy_ refuses to write a layout whose elements share memory: copy its storage span
+            extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+            span = x.as_strided((extent,), (1,), x.storage_offset()).clone()
+            out = span.as_strided(x.shape, x.stride(), 0)
+        else:
+            out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
     return out.requires_grad_(requires_grad)
 
 

@@ -174,10 +174,11 @@ class LoweringContext:
                     return buf
         return None
 
-    def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None) -> ir.Buffer:
-        """Materialize `tv` into a buffer (unless it already is one of the requested layout)."""
+    def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None, fresh: bool = False) -> ir.Buffer:
+        """Materialize `tv` into a buffer (unless it already is one of the requested layout, or
+        `fresh`: always a new buffer, which starts at offset 0 and aliases nothing)."""
         buf = self.buffer_of(tv)
-        if buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
+        if not fresh and buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
             return buf
         strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
         buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
@@ -575,7 +576,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 outputs.append(view)
                 continue
             strides = meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
-            outputs.append(ctx.realize(value, strides).name)
+            # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
+            # the input may be mutated after (aot's epilogue) and the caller may write either
+            holder = ctx.buffer_of(value)
+            fresh = holder is not None and (holder.name in inputs or holder.name in constants)
+            outputs.append(ctx.realize(value, strides, fresh=fresh).name)
         else:
             outputs.append(value)
     graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs),

@@ -361,11 +361,6 @@ def _reads_storage_offset(target) -> bool:
     return getattr(packet, "__name__", "") in ("as_strided", "as_strided_scatter", "as_strided_copy")
 
 
-def _fresh_copy(ctx: LoweringContext, tv: TensorValue) -> ir.BufferArg:
-    buf = ctx.add_buffer(ir.Buffer(ctx.new_name(), tuple(tv.sizes), ir.contiguous_strides(tv.sizes), tv.dtype,
-                                   tv.device))
-    ctx.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
-    return ir.BufferArg(buf.name)
 
 
 def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
@@ -375,7 +370,7 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     broadcast = target in _TAKES_BROADCAST_VIEWS
     call_args = tuple(_extern_arg(ctx, a, broadcast) for a in args)
     if _reads_storage_offset(target) and call_args and isinstance(args[0], TensorValue):
-        call_args = (_fresh_copy(ctx, args[0]),) + call_args[1:]
+        call_args = (ir.BufferArg(ctx.realize(args[0], fresh=True).name),) + call_args[1:]
     call_kwargs = tuple((k, _extern_arg(ctx, v, broadcast)) for k, v in kwargs.items())
     flat = list(meta) if isinstance(meta, (tuple, list)) else [meta]
     names, values = [], []

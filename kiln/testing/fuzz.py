@@ -94,8 +94,14 @@ def execute(program: Program, fn, args, tensors, double: bool = False):
 
 
 def eager_run(program: Program, double: bool = False):
-    fn, args, tensors = build(program, double)
-    return execute(program, fn, args, tensors, double)
+    """Eager results; `double`: float inputs and factories (torch.ones(...)) in float64."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if double else previous)
+    try:
+        fn, args, tensors = build(program, double)
+        return execute(program, fn, args, tensors, double)
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _is_refusal(e: BaseException) -> bool:
@@ -206,7 +212,7 @@ def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, 
     """Generate and check `programs` programs from seeds seed, seed+1, ...; returns the counts."""
     counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "invalid": 0}
     failures = []
-    start = time.time()
+    start, cpu_start = time.time(), _cpu_seconds()
     for s in range(seed, seed + programs):
         try:
             program = generate(s, dtypes, max_steps)
@@ -229,8 +235,38 @@ def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, 
         if done % 50 == 0:
             log(f"[{done}/{programs}] {counts} {(time.time() - start) / done:.2f}s/program")
     counts["seconds"] = round(time.time() - start, 1)
-    log(f"done: {counts}, {counts['seconds'] / max(programs, 1):.2f}s/program")
+    counts["cpu_seconds"] = round(_cpu_seconds() - cpu_start, 1)
+    log(f"done: {counts}, {counts['seconds'] / max(programs, 1):.2f}s/program "
+        f"({counts['cpu_seconds'] / max(programs, 1):.2f} CPU s/program, g++ included)")
     return counts
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (g++): what a program costs on a
+    machine shared with other work, where wall time says more about the neighbours."""
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _shard(args) -> dict:
+    programs, seed, out, do_shrink, dtypes, max_steps = args
+    return campaign(programs, seed, out, do_shrink, dtypes, max_steps, log=lambda m: print(m, flush=True))
+
+
+def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps) -> dict:
+    """`campaign` over `jobs` processes, each a contiguous block of seeds (a machine's cores)."""
+    import multiprocessing
+    per = -(-programs // jobs)
+    blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps)
+              for k in range(jobs) if programs - k * per > 0]
+    start = time.time()
+    with multiprocessing.get_context("spawn").Pool(len(blocks)) as pool:
+        parts = pool.map(_shard, blocks)
+    total = {k: sum(p[k] for p in parts) for k in parts[0]}
+    total["seconds"] = round(time.time() - start, 1)
+    print(f"all {jobs} jobs: {total}, {total['seconds'] / max(programs, 1):.2f}s/program wall", flush=True)
+    return total
 
 
 def main(argv=None) -> int:
@@ -241,10 +277,14 @@ def main(argv=None) -> int:
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--half", action="store_true", help="also draw float16/bfloat16 tensors")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
     a = parser.parse_args(argv)
     dtypes = ("float32", "int64", "bool") + (("float16", "bfloat16") if a.half else ())
-    counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,
-                      log=lambda m: print(m, flush=True))
+    if a.jobs > 1:
+        counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps)
+    else:
+        counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,
+                          log=lambda m: print(m, flush=True))
     return 1 if counts["wrong"] or counts["crash"] else 0
 
 

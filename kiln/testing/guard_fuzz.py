@@ -22,9 +22,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import random
 import re
 import sys
+import tempfile
 import time
 import warnings
 
@@ -219,7 +221,8 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
     state = State()
     recorder = Recorder(_base_backend(use_kiln))
     module = Subject() if as_module else None
-    compiled = kiln.compile(module if as_module else SUBJECT, backend=recorder)
+    debug_dir = os.path.join(tempfile.gettempdir(), "kiln_fuzz_debug")   # repro folders of crashes
+    compiled = kiln.compile(module if as_module else SUBJECT, backend=recorder, options={"debug_dir": debug_dir})
     failures = []
     mutation = "first call"
     for step in range(length + 1):
@@ -235,12 +238,19 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
         try:
             res = _call(compiled, x2, xs2, state, module)
         except Exception as e:
-            failures.append(("crash", mutation, f"{type(e).__name__}: {str(e)[:300]}"))
+            from kiln.testing.fuzz import _is_refusal
+            failures.append(("refusal" if _is_refusal(e) else "crash", mutation, f"{type(e).__name__}: {str(e)[:300]}"))
             break
         if module is not None:
             module.w.grad = None
-        tol = 1e-2 if state.autocast else 1e-4
-        verdict = same(ref, res, tol=tol)
+        fp64 = None
+        if state.autocast:   # bf16 matmuls: the float64 run arbitrates, as in the benchmark's rule
+            import copy
+            s64 = dataclasses.replace(state, dtype=torch.float64, autocast=False)
+            x4, xs4 = _inputs(s64, seed * 100 + step)
+            m64 = copy.deepcopy(module).double() if as_module else None
+            fp64 = _call(m64 if as_module else SUBJECT, x4, xs4, s64, m64)
+        verdict = same(ref, res, fp64, tol=1e-2 if state.autocast else 1e-4)
         if not verdict.ok:
             failures.append(("wrong", mutation, f"{state}: {verdict.detail}"))
         if recorder.compiled == before and recorder.ran:   # a cached entry ran: would a fresh compile agree?
@@ -262,7 +272,7 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
 
 
 def campaign(sequences: int, seed: int, kiln_every: int = 10, length: int = 6, log=print) -> dict:
-    counts = {"sequences": 0, "calls": 0, "wrong": 0, "stale": 0, "crash": 0}
+    counts = {"sequences": 0, "calls": 0, "wrong": 0, "stale": 0, "crash": 0, "refusal": 0}
     start = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

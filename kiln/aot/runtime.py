@@ -117,7 +117,9 @@ class AotRuntime:
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
-            if target.requires_grad:
+            # as eager's in-place write: an input written with a value that requires grad joins
+            # the autograd graph (x.copy_(w) makes x require grad)
+            if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
                 target.copy_(value)
             else:
                 with torch.no_grad():

@@ -87,9 +87,10 @@ def execute(program: Program, fn, args, tensors, double: bool = False):
         diff = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
         if diff:
             torch.autograd.backward(diff, _tangents(diff, double))
-    results = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
-    after = [tensors[i.name].detach().clone() for i in program.inputs]
-    grads = [tensors[i.name].grad for i in program.inputs if tensors[i.name].requires_grad]
+        results = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+        after = [tensors[i.name].detach().clone() for i in program.inputs]
+        # an input written in place with a value that requires grad requires grad too (no .grad)
+        grads = [tensors[i.name].grad for i in program.inputs if tensors[i.name].requires_grad]
     return results, after, grads
 
 

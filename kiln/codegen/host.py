@@ -375,7 +375,7 @@ def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:
     """`t` in the layout a program was written for. A layout with stride-0 dims (an expanded
     input, saved for the backward, which the forward handed on as a dense copy) holds one
     element along them: `t`'s first is taken, as every one is equal in a broadcast value."""
-    broadcast = [d for d, st in enumerate(strides) if st == 0 and t.shape[d] != 1]
+    broadcast = [d for d, st in enumerate(strides) if st == 0 and t.shape[d] > 1]
     if broadcast:
         small = t
         for d in broadcast:

@@ -47,9 +47,12 @@ def _meta_eval(target, args, kwargs):
     return pytree.tree_map(lambda o: meta_of(o) if isinstance(o, torch.Tensor) else o, out)
 
 
-def _same_shape(a, b) -> bool:
+def _same_layout(a, b) -> bool:
+    """Same shape, dtype and strides: `b` can stand for `a` whole (a later view of `a` replays on it;
+    an expanded `b` standing for a dense `a` made `a.view(-1)` impossible)."""
     va, vb = (x.meta.get("val") if isinstance(x, fx.Node) else None for x in (a, b))
-    return isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
+    return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
+            and va.dtype == vb.dtype and va.stride() == vb.stride())
 
 
 def _device_of(args) -> torch.device | None:
@@ -181,7 +184,7 @@ class _Functionalizer:
         kwargs = self.read_args(dict(node.kwargs))
         if schema.is_out_overload(op):
             kwargs = {k: v for k, v in kwargs.items() if k not in {names[i] for i in eff.mutated}}
-        if op is aten.copy_.default and _same_shape(node.args[0], node.args[1]):
+        if op is aten.copy_.default and _same_layout(node.args[0], node.args[1]):
             # A full overwrite does not read the old value: keep no dependency on it (the old
             # value is often an `empty_like`, which would pin its own input for the backward).
             new = args[1]

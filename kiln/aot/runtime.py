@@ -10,7 +10,6 @@ the Function's inputs.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Mapping
 
 import torch
@@ -106,7 +105,10 @@ class AotRuntime:
                     isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
                 outs = _CompiledFunction.apply(self, *primals)
             else:
-                with torch.no_grad() if self.bw is not None else contextlib.nullcontext():
+                # no gradient flows through this call (none was traced, or none is needed): an
+                # extern writing into a buffer of the program (`mm(out=...)`) refuses inputs that
+                # require grad under grad mode
+                with torch.no_grad():
                     outs = self.fw(*primals)[:self.info.num_fw_outputs]
         return self._epilogue(primals, list(outs))
 
@@ -114,7 +116,9 @@ class AotRuntime:
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
-            if target.requires_grad:
+            # as eager's in-place write: an input written with a value that requires grad joins
+            # the autograd graph (x.copy_(w) makes x require grad)
+            if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
                 target.copy_(value)
             else:
                 with torch.no_grad():

@@ -211,7 +211,12 @@ def real_stand_in(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
     if type(x) is not torch.Tensor or x.device.type == "meta":  # already data-free (fake)
         return x.detach().requires_grad_(requires_grad)
     with torch.no_grad():
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+        if _overlaps(x):   # copy_ refuses to write a layout whose elements share memory: copy its storage span
+            extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+            span = x.as_strided((extent,), (1,), x.storage_offset()).clone()
+            out = span.as_strided(x.shape, x.stride(), 0)
+        else:
+            out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
     return out.requires_grad_(requires_grad)
 
 
@@ -359,7 +364,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
         wrt = [(i, p) for i, p in enumerate(primals) if specs[i].requires_grad]
         tangents = []
         for o in diff_out:
-            t = make_stand_in(torch.zeros_like(o) if type(o) is torch.Tensor else o, False)
+            t = make_stand_in(_tangent_like(o), False)
             node = graph.placeholder(f"tangent_{len(specs)}")
             recorder.bind(t, node)
             specs.append(InputSpec("tangent", str(len(tangents))))
@@ -379,6 +384,32 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
         setattr(root, name, value)
     return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec,
                       traced_on="real" if fake_mode is None else "fake")
+
+
+def _tangent_like(o: torch.Tensor) -> torch.Tensor:
+    """A stand-in for the gradient of output `o`. An output whose elements share memory (unfold,
+    expand) gets a contiguous tangent: the program copies the incoming gradient into the layout it
+    was traced with, and a copy into a self-overlapping layout would keep one value per location
+    (eager's autograd never hands such a gradient anyway)."""
+    if _overlaps(o):
+        return o.new_zeros(o.shape)   # a fake `o` gives a fake
+    return torch.zeros_like(o) if type(o) is torch.Tensor else o
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether two elements of `t` share a memory location (static layouts only; a symbolic one is
+    taken not to)."""
+    dims = [(st, n) for n, st in zip(t.shape, t.stride()) if not (isinstance(n, int) and n == 1)]
+    if not all(isinstance(x, int) for d in dims for x in d):
+        return False
+    if any(n == 0 for _, n in dims):
+        return False
+    reach = 0   # the furthest element the smaller strides reach
+    for st, n in sorted(dims):
+        if st <= reach:
+            return True
+        reach += st * (n - 1)
+    return False
 
 
 def _seed_input(recorder: _Recorder, graph: fx.Graph, specs: list[InputSpec], make_stand_in) -> torch.Tensor:

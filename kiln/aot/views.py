@@ -105,9 +105,18 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     if step.op is aten.expand.default:
         raise NotYetImplemented("kiln.aot: a write into an expanded view (all copies share memory) is not "
                                 "functionalized; clone the tensor before writing into it")
-    # Any other view: write through its strides, relative to the base's storage.
-    offset = view_val.storage_offset() - base_val.storage_offset()
-    return emit(aten.as_strided_scatter.default, base, value, list(view_val.shape), list(view_val.stride()), offset)
+    # Any other view: write through its strides. ATen's as_strided_scatter reads them in its
+    # input's storage, offset included, and a base's storage at run time need not be the traced
+    # one (an input view with a storage offset, a transposed clone): the base is first copied into
+    # a contiguous tensor of its own, and the view's layout taken in that copy, by replaying the
+    # step on a contiguous stand-in.
+    if not step.static:
+        raise NotYetImplemented(f"kiln.aot: a write through {step.op} with symbolic arguments is not "
+                                "functionalized; clone the tensor's view before writing into it")
+    stand_in = step.apply(torch.empty(base_val.shape, dtype=base_val.dtype, device="meta"))
+    dense = emit(aten.clone.default, base, memory_format=torch.contiguous_format)
+    return emit(aten.as_strided_scatter.default, dense, value, list(stand_in.shape), list(stand_in.stride()),
+                stand_in.storage_offset())
 
 
 def emit_step(emit: Emit, base: fx.Node, step: ViewStep) -> fx.Node:

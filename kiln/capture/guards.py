@@ -27,13 +27,14 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
     EMPTY = "empty"          # not value (hook dicts)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
+    AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
     SAME = "same"            # value is the object another source reads (aliased inputs)
     SHAPES = "shapes"        # the ShapeEnv's guard function holds over the tensor inputs
     VALUE = "value"          # a function of tensor inputs' values holds ([Note: mask elision])
 
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
-_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
+_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
           GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
           GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
@@ -78,6 +79,8 @@ class Guard:
                     f"strides={list(s.strides)}, requires_grad={s.requires_grad}")
         if self.kind is GuardKind.GRAD_MODE:
             return f"torch.is_grad_enabled() is {self.expected}"
+        if self.kind is GuardKind.AUTOCAST:
+            return f"autocast (cpu enabled, dtype, cuda enabled, dtype) is {self.expected}"
         if self.kind is GuardKind.SAME:
             return f"{where} is {self.expected.describe()}"
         if self.kind is GuardKind.SHAPES:
@@ -147,6 +150,8 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"not {e}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
+    if kind is GuardKind.AUTOCAST:
+        return [f"__autocast_state() == {const(x)}"]
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
     if kind in (GuardKind.SHAPES, GuardKind.VALUE):
@@ -204,6 +209,13 @@ def share_reads(conditions: list[str], params: list[str]) -> list[str]:
     return [chain.sub(rewrite, cond) for cond in conditions]
 
 
+def autocast_state() -> tuple:
+    """What a traced graph's casts depend on: autocast on CPU and on CUDA, each enabled and its dtype
+    (a graph traced under autocast holds bf16 casts a call without it must not run)."""
+    return (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"),
+            torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda"))
+
+
 def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
                    name: str = "__kiln_guard") -> Callable[..., bool]:
     """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss."""
@@ -217,7 +229,7 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
     conditions = [c for g in sort_guards(guards) for c in guard_code(g, const)] or ["True"]
     conditions = share_reads(conditions, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
     body = " and\n            ".join(conditions)
-    names = ["__grad_enabled", *bindings, *(n for n, _ in consts.values())]
+    names = ["__grad_enabled", "__autocast_state", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def {name}({params}):\n"
            f"        try:\n"
@@ -227,7 +239,8 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
            f"    return {name}\n")
     namespace: dict[str, Any] = {}
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
-    fn = namespace["__make"](torch.is_grad_enabled, *bindings.values(), *[v for _, v in consts.values()])
+    fn = namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
+                             *[v for _, v in consts.values()])
     fn.__kiln_source__ = src
     return fn
 

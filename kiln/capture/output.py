@@ -71,6 +71,8 @@ class OutputGraph:
         self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.grad_enabled = torch.is_grad_enabled()
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
+        from kiln.capture.guards import autocast_state
+        self.guard(Guard(GuardKind.AUTOCAST, None, autocast_state()))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
         self.examples = Examples()
         self.instructions = 0  # interpreted so far, all frames together

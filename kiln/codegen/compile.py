@@ -69,10 +69,12 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         graph = dedupe_buffers(graph)
     with log.stage("layouts"):
         graph = optimize_layouts(graph)
-    log.emit("kernels", "loop IR", str(graph))
+    if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
+        log.emit("kernels", "loop IR", str(graph))
     with log.stage("schedule"):
         sched = schedule(graph)
-    log.emit("kernels", "schedule", str(sched))
+    if log.enabled("kernels"):
+        log.emit("kernels", "schedule", str(sched))
     device = next((b.device for b in graph.buffers), "cpu")
     printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]

@@ -118,17 +118,23 @@ SCANS_CPP = {
 
 
 class _IndexPrinter(C99CodePrinter):
-    """Index expressions: int64 arithmetic; floor(a/b) and Mod on non-negative indices."""
+    """Index expressions: int64 arithmetic. C's `/` and `%` truncate toward zero, sympy's floor
+    and Mod round down: they agree on non-negative operands, and the others (sympy writes
+    `Mod(31 - x0, 2)` as `Mod(1 - x0, 2)`; a flip's index) print through the floor helpers."""
 
     def _print_floor(self, expr):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
         if den == 1:
             return self._print(num)
-        return f"(({self._print(num)}) / ({self._print(den)}))"
+        if _nonnegative(num) and _nonnegative(den):
+            return f"(({self._print(num)}) / ({self._print(den)}))"
+        return f"kiln_floordiv<int64_t>({self._print(num)}, {self._print(den)})"
 
     def _print_Mod(self, expr):
         a, b = expr.args
-        return f"(({self._print(a)}) % ({self._print(b)}))"
+        if _nonnegative(a) and _nonnegative(b):
+            return f"(({self._print(a)}) % ({self._print(b)}))"
+        return f"kiln_remainder<int64_t>({self._print(a)}, {self._print(b)})"
 
     def _print_Max(self, expr):
         out = self._print(expr.args[0])
@@ -183,6 +189,25 @@ class CppUnsupported(Exception):
 
 
 # Ops that may trap (integer division by zero) when evaluated on values a `where` did not select.
+def _nonnegative(e) -> bool:
+    """Whether index expression `e` is >= 0 by its form: loop variables and sizes are, and so are
+    sums and products of them with non-negative coefficients, Mods and floors of such."""
+    e = sympy.sympify(e)
+    if e.is_number:
+        return bool(e >= 0)
+    if e.is_Symbol or isinstance(e, sympy.Mod):
+        return True
+    if isinstance(e, sympy.floor):
+        return _nonnegative(e.args[0])
+    if e.is_Add or e.is_Mul or isinstance(e, sympy.Min):
+        return all(_nonnegative(t) for t in e.args)
+    if isinstance(e, sympy.Max):
+        return any(_nonnegative(t) for t in e.args)
+    if e.is_Pow:
+        return e.exp.is_Integer and e.exp > 0 and _nonnegative(e.base)
+    return False
+
+
 _MAY_TRAP_INT = frozenset({"truediv", "floordiv", "remainder", "fmod"})
 
 

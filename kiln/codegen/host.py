@@ -372,6 +372,15 @@ class _KeptStorage(threading.local):
 
 
 def _restride(t: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """`t` in the layout a program was written for. A layout with stride-0 dims (an expanded
+    input, saved for the backward, which the forward handed on as a dense copy) holds one
+    element along them: `t`'s first is taken, as every one is equal in a broadcast value."""
+    broadcast = [d for d, st in enumerate(strides) if st == 0 and t.shape[d] > 1]
+    if broadcast:
+        small = t
+        for d in broadcast:
+            small = small.narrow(d, 0, 1)
+        return _restride(small, strides).expand(t.shape)
     out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
     out.copy_(t)
     return out

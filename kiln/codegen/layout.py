@@ -136,9 +136,12 @@ def _relaid_index(index, old: ir.Buffer, new_strides, upper: dict) -> sympy.Expr
     """The flat offset of the element at contiguous offset `index`, in the new strides."""
     index = sympy.sympify(index)
     out = sympy.Integer(0)
+    strides = [sympy.sympify(st) for st in old.strides]
+    outermost = max(range(len(strides)), key=lambda d: strides[d], default=0) \
+        if all(st.is_number for st in strides) else 0
     for d, (size, old_stride, new_stride) in enumerate(zip(old.sizes, old.strides, new_strides)):
         i = sympy.floor(index / old_stride) if old_stride != 1 else index
-        if d > 0:
+        if d != outermost:      # every dim but the one of the largest stride wraps (any dense order)
             i = sympy.Mod(i, size)
         out = out + i * new_stride
     return simplify_index(out, upper)
@@ -263,6 +266,9 @@ def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
                 pinned |= {a.name for a in torch.utils._pytree.tree_leaves(arg) if isinstance(a, (ir.BufferArg, ir.ViewArg))}
         pinned |= {a.name for a in torch.utils._pytree.tree_leaves([v for _, v in node.kwargs])
                    if isinstance(a, (ir.BufferArg, ir.ViewArg))}
+    for node in graph.nodes:   # a gather's index holds values the loop bounds do not know: not re-indexed
+        if isinstance(node, ir.ComputedBuffer):
+            pinned |= {ld.buffer for ld in ir.loads_of(node.body.expr) if ld.indirect}
     plan: dict[str, tuple] = {}
     for node in graph.nodes:
         if not isinstance(node, ir.ComputedBuffer) or not isinstance(node.body, ir.Pointwise) or node.buffer in pinned:

@@ -145,6 +145,9 @@ class LoweringContext:
         self._count = 0
         self.node_of: dict[TensorValue, str] = {}   # a graph node's value -> the node's name
         self.origins: dict[str, str] = {}            # buffer -> the graph node whose value it holds
+        # the fake values of the tensor arguments of the node being lowered, in order: their strides
+        # and storage offsets, which a TensorValue does not carry (the `as_strided` rule needs them)
+        self.arg_metas: tuple = ()
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -171,10 +174,11 @@ class LoweringContext:
                     return buf
         return None
 
-    def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None) -> ir.Buffer:
-        """Materialize `tv` into a buffer (unless it already is one of the requested layout)."""
+    def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None, fresh: bool = False) -> ir.Buffer:
+        """Materialize `tv` into a buffer (unless it already is one of the requested layout, or
+        `fresh`: always a new buffer, which starts at offset 0 and aliases nothing)."""
         buf = self.buffer_of(tv)
-        if buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
+        if not fresh and buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
             return buf
         strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
         buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
@@ -407,8 +411,12 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     # vector @ matrix) reshapes an earlier node's value and its extern would get a wrong buffer.
 
     def to_meta(x):
+        # storage offsets kept: an `as_strided` in the graph addresses its input's storage as the
+        # trace saw it (see [Note: as_strided positions])
         if isinstance(x, torch.Tensor):
-            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+            extent = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) if all(x.shape) else 0
+            base = torch.empty(x.storage_offset() + extent, dtype=x.dtype, device="meta")
+            return base.as_strided(x.shape, x.stride(), x.storage_offset())
         return x
 
     class Recorder(torch.fx.Interpreter):
@@ -537,6 +545,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             env[node] = args[0][args[1]]
             continue
         meta = values.get(node)
+        ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its
             # recorded expression is what consumers index with; the host binds the symbols
@@ -571,7 +580,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 outputs.append(view)
                 continue
             strides = meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
-            outputs.append(ctx.realize(value, strides).name)
+            # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
+            # the input may be mutated after (aot's epilogue) and the caller may write either
+            holder = ctx.buffer_of(value)
+            fresh = holder is not None and (holder.name in inputs or holder.name in constants)
+            outputs.append(ctx.realize(value, strides, fresh=fresh).name)
         else:
             outputs.append(value)
     graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs),

@@ -353,12 +353,24 @@ def _is_host_value(m) -> bool:
     return isinstance(m, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
+def _reads_storage_offset(target) -> bool:
+    """ATen ops whose offset argument is absolute in their input's storage: an input of the graph,
+    or a view, may start anywhere in its storage at run time, so such an op gets a copy of its own
+    (which starts at offset 0, as the traced value did)."""
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, "__name__", "") in ("as_strided", "as_strided_scatter", "as_strided_copy")
+
+
+
+
 def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     """Run `target` eagerly on whole tensors; its outputs become buffers of the meta's layout."""
     # Only matmuls take broadcast views: other kernels have layout demands of their own (CUDA
     # attention's bias must be aligned; a stride-0 one failed with a misaligned address).
     broadcast = target in _TAKES_BROADCAST_VIEWS
     call_args = tuple(_extern_arg(ctx, a, broadcast) for a in args)
+    if _reads_storage_offset(target) and call_args and isinstance(args[0], TensorValue):
+        call_args = (ir.BufferArg(ctx.realize(args[0], fresh=True).name),) + call_args[1:]
     call_kwargs = tuple((k, _extern_arg(ctx, v, broadcast)) for k, v in kwargs.items())
     flat = list(meta) if isinstance(meta, (tuple, list)) else [meta]
     names, values = [], []

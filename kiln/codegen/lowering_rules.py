@@ -18,7 +18,8 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.ir import Constant, IndexValue, Load, Op, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
-                                   register, reindex, reshape_index, size_scalar, to_sympy)
+                                   floordiv, modulo, register, reindex, reshape_index, size_scalar,
+                                   to_sympy)
 
 # ---------------------------------------------------------------------------- elementwise
 
@@ -298,13 +299,64 @@ def select(ctx, meta, self=None, dim=0, index=0, **_):
 
 @register("as_strided")
 def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_offset=None, **_):
+    """[Note: as_strided positions] `size`, `stride` and `storage_offset` address the input's
+    *storage*, whose layout is its fake's (strides, storage offset), while a buffer of ours holds
+    only the input's elements: a slice realized on its own has a storage of its own. So a storage
+    position is first turned into the input element it lands on (or read straight from a buffer
+    laid out as that storage). Every as_strided the decompositions emit (diagonal, unfold, a view's
+    as_strided) stays within its input's elements; one that reads outside them is refused."""
     self = self if self is not None else a
-    buf = ctx.buffer_of(self)
-    if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
-        buf = ctx.realize(self)
+    sizes, strides = tuple(map(to_sympy, size)), tuple(map(to_sympy, stride))
     offset = to_sympy(storage_offset or 0)
-    index = buf.offset + offset + sum((loop_var(k) * to_sympy(s) for k, s in enumerate(stride)), sympy.Integer(0))
-    return TensorValue(tuple(map(to_sympy, size)), self.dtype, self.device, Load(buf.name, index, buf.dtype))
+    a_meta = ctx.arg_metas[0] if ctx.arg_metas and isinstance(ctx.arg_metas[0], torch.Tensor) else None
+    buf = ctx.buffer_of(self)
+    position = offset + sum((loop_var(k) * s for k, s in enumerate(strides)), sympy.Integer(0))
+    layout = None if a_meta is None else (tuple(map(to_sympy, a_meta.stride())), to_sympy(a_meta.storage_offset()))
+    if layout is None or not all(e.is_Integer for e in (*layout[0], layout[1], *sizes, *strides, offset)):
+        # symbolic layouts: positions are taken to be those of a contiguous input (the former rule)
+        if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
+            buf = ctx.realize(self)
+        return TensorValue(sizes, self.dtype, self.device, Load(buf.name, buf.offset + position, buf.dtype))
+    a_strides, a_offset = layout
+    element = _element_at(position - a_offset, self.sizes, a_strides, sizes)
+    if element is None:
+        from kiln.errors import NotYetImplemented
+        raise NotYetImplemented(f"kiln codegen: as_strided{tuple(size), tuple(stride), storage_offset} reads "
+                                f"storage outside its input's elements (sizes {tuple(a_meta.shape)}, strides "
+                                f"{tuple(a_meta.stride())}, offset {a_meta.storage_offset()})")
+    if buf is not None and tuple(buf.strides) == a_strides:   # the buffer is laid out as the storage
+        return TensorValue(sizes, self.dtype, self.device,
+                           Load(buf.name, buf.offset + position - a_offset, buf.dtype))
+    return reindex(self, sizes, element)
+
+
+def _element_at(rel: sympy.Expr, a_sizes, a_strides, out_sizes) -> list | None:
+    """The input element (per-dim indices) at storage position `a_offset + rel`, as expressions in
+    the output's loop variables, when every output element lands on one; else None."""
+    import numpy as np
+    dims = sorted((d for d in range(len(a_sizes)) if a_sizes[d] != 1 and a_strides[d] != 0),
+                  key=lambda d: -int(a_strides[d]))
+    element: list = [sympy.Integer(0)] * len(a_sizes)
+    rest = rel
+    for d in dims:
+        element[d] = floordiv(rest, a_strides[d])
+        rest = modulo(rest, a_strides[d])
+    numel = int(ir.product(out_sizes))
+    if numel == 0:
+        return element
+    if numel > 1 << 20:
+        return None
+    xs = [loop_var(k) for k in range(len(out_sizes))]
+    grids = np.meshgrid(*[np.arange(int(s)) for s in out_sizes], indexing="ij") if out_sizes else []
+    pos = sympy.lambdify(xs, rel, modules="numpy")(*grids) + np.zeros(tuple(int(s) for s in out_sizes), dtype=np.int64)
+    left = pos.copy()
+    for d in dims:
+        j, left = np.floor_divide(left, int(a_strides[d])), np.mod(left, int(a_strides[d]))
+        if np.any(j < 0) or np.any(j >= int(a_sizes[d])):
+            return None
+    if np.any(left != 0) or np.any(pos < 0):
+        return None
+    return element
 
 
 # ---------------------------------------------------------------------------- creation

@@ -399,8 +399,11 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
         if isinstance(body, ir.Pointwise) and p.kind == "inner" and buf.name not in holders:
             # its expression for a later stage: this stage's values inlined too
             again = _localize(_inline_earlier(expr, recompute, {}), in_scope)
+            # an earlier value of this kernel that is not recomputed never reaches memory: an
+            # expression loading it cannot be evaluated in another stage
             if sum(1 for _ in ir.walk(again)) > MAX_RECOMPUTE_NODES or \
-                    any(isinstance(e, ir.Op) and e.name in EXPENSIVE_OPS for e in ir.walk(again)):
+                    any(isinstance(e, ir.Op) and e.name in EXPENSIVE_OPS for e in ir.walk(again)) or \
+                    any(ld.buffer in locals_ for ld in ir.loads_of(again)):
                 again, keep_in = None, _scratch_for(p, plan, planner)
                 if keep_in in holders:
                     keep_in = None

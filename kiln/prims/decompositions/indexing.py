@@ -144,11 +144,11 @@ def scatter_reduce(a, dim, index, src, reduce, *, include_self=True):
 
 
 @register(aten.index_select.default)
-def index_select(a, dim, index):
+def index_select(a, dim, idx):
     if a.ndim == 0:
         return p.copy_strided(a, [])
     dim = canonical_dim(dim, a.ndim)
-    indices = [None] * dim + [reshape(index, [-1])]
+    indices = [None] * dim + [reshape(idx, [-1])]
     return index(a, indices)
 
 
@@ -216,8 +216,8 @@ def masked_fill(a, mask, value):
         value = convert(to_device(value, a.device), a.dtype)
     elif not a.dtype.is_floating_point and not a.dtype.is_complex and isinstance(value, float):
         value = int(value) if a.dtype != torch.bool else bool(value)
-    out = where(mask, value if isinstance(value, torch.Tensor) else full([], value, a.dtype, a.device), a)
-    return broadcast_to(out, a.shape) if list(out.shape) != list(a.shape) else out
+    # the result broadcasts `a` with the mask, as eager's does (a mask larger than `a` widens it)
+    return where(mask, value if isinstance(value, torch.Tensor) else full([], value, a.dtype, a.device), a)
 
 
 @register(aten.take.default)

@@ -1,0 +1,293 @@
+"""Differential fuzzing: random programs run eagerly and through `kiln.compile`, compared.
+
+    python -m kiln.testing.fuzz --programs N --seed S [--out tests/fuzz] [--no-shrink]
+
+Each program (`kiln.testing.programs`) runs eagerly, in float64 (the arbiter of `same`), and
+compiled by kiln with the C++ backend, twice (the second call reuses the cached entry and the kept
+buffers); forward results, inputs the program mutates, and gradients of every input and parameter
+that requires grad after a backward with seeded tangents are compared by the benchmark's accuracy
+rule (`kiln.bench.accuracy.same`). A program ends in one `Outcome`:
+
+- ok;
+- wrong: kiln returned a result that differs (the one thing kiln must never do);
+- crash: kiln raised where eager did not (a kiln bug, however clearly reported);
+- refusal: kiln said it does not support the program (`Unsupported`, `NotYetImplemented`).
+
+A failing program is shrunk (`shrink`: drop steps while it fails the same way) and saved as a
+standalone test file under `--out` (`write_repro`), which pytest then runs as a regression test.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import linecache
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+import torch
+
+from kiln.testing.programs import NAMESPACE, Input, Program, Step, generate
+
+FORWARD_TOL, GRAD_TOL = 1e-4, 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    kind: str            # ok | wrong | crash | refusal
+    detail: str = ""
+
+    @property
+    def signature(self) -> str:
+        """What a shrunk program must keep failing with: the kind and the error's type/first line."""
+        return self.kind + ":" + self.detail.split("\n")[0][:60] if self.kind == "crash" else self.kind
+
+
+def build(program: Program, double: bool = False, tag: str = ""):
+    """(callable, args, leaves): the program as a function or a freshly built module, its argument
+    tensors, and every tensor (argument, parameter or buffer) by input name."""
+    source = program.source()
+    filename = f"<kiln fuzz program {program.seed}{tag}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = dict(NAMESPACE)
+    exec(compile(source, filename, "exec"), scope)
+    tensors = {i.name: i.make(double) for i in program.inputs}
+    if program.module:
+        state = {i.name: tensors[i.name] for i in program.inputs if i.role != "arg"}
+        mod = scope["M"](state)
+        for i in program.inputs:   # the module's own Parameter objects are what get .grad
+            if i.role != "arg":
+                tensors[i.name] = getattr(mod, i.name)
+        fn = mod
+    else:
+        fn = scope["f"]
+    args = [tensors[i.name] for i in program.inputs if not (program.module and i.role != "arg")]
+    return fn, args, tensors
+
+
+def _tangents(outputs, double: bool):
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for o in outputs:
+        t = torch.randn(o.shape, generator=g)
+        out.append(t.double() if double else t.to(o.dtype))
+    return out
+
+
+def execute(program: Program, fn, args, tensors, double: bool = False):
+    """Call, then backward through every float output that requires grad; returns what is
+    compared: (outputs, input values after the call, gradients)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outputs = fn(*args)
+        outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        diff = [o for o in outputs if isinstance(o, torch.Tensor) and o.requires_grad]
+        if diff:
+            torch.autograd.backward(diff, _tangents(diff, double))
+        results = [o.detach().clone() if isinstance(o, torch.Tensor) else o for o in outputs]
+        after = [tensors[i.name].detach().clone() for i in program.inputs]
+        # an input written in place with a value that requires grad requires grad too (no .grad)
+        grads = [tensors[i.name].grad for i in program.inputs if tensors[i.name].requires_grad]
+    return results, after, grads
+
+
+def eager_run(program: Program, double: bool = False):
+    """Eager results; `double`: float inputs and factories (torch.ones(...)) in float64."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64 if double else previous)
+    try:
+        fn, args, tensors = build(program, double)
+        return execute(program, fn, args, tensors, double)
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _is_refusal(e: BaseException) -> bool:
+    from kiln.errors import NotYetImplemented, Unsupported
+    while e is not None:
+        if isinstance(e, (NotYetImplemented, Unsupported)):
+            return True
+        e = e.__cause__
+    return False
+
+
+def check(program: Program, calls: int = 2) -> Outcome:
+    """Run `program` eagerly and under kiln; the verdict."""
+    import kiln
+    from kiln.bench.accuracy import same
+    try:
+        ref = eager_run(program)
+    except Exception as e:
+        return Outcome("invalid", f"eager raised {type(e).__name__}: {e}")
+    try:
+        fp64 = eager_run(program, double=True)
+    except Exception:
+        fp64 = None   # the program mixes float64 with float32 tensors: plain allclose decides
+    kiln.reset()
+    debug_dir = os.path.join(tempfile.gettempdir(), "kiln_fuzz_debug")
+    for call in range(calls):
+        fn, args, tensors = build(program, tag=f" compiled")
+        if call == 0:
+            compiled = kiln.compile(fn, options={"debug_dir": debug_dir})
+        elif program.module:   # the same compiled module object, fresh state
+            compiled._orig_mod.load_state_dict(fn.state_dict())
+            for name, p in compiled._orig_mod.named_parameters():
+                p.grad = None
+            tensors.update({i.name: getattr(compiled._orig_mod, i.name) for i in program.inputs if i.role != "arg"})
+        try:
+            res = execute(program, compiled, args, tensors)
+        except Exception as e:
+            kind = "refusal" if _is_refusal(e) else "crash"
+            return Outcome(kind, f"call {call + 1}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}")
+        for what, i, tol in (("outputs", 0, FORWARD_TOL), ("inputs after the call", 1, FORWARD_TOL),
+                             ("gradients", 2, GRAD_TOL)):
+            verdict = same(ref[i], res[i], fp64[i] if fp64 is not None else None, tol=tol)
+            if not verdict.ok:
+                return Outcome("wrong", f"call {call + 1}, {what}: {verdict.detail}")
+    return Outcome("ok")
+
+
+def shrink(program: Program, outcome: Outcome, budget: int = 200) -> Program:
+    """Drop steps (one at a time, last first, then the outputs one by one) while the program
+    fails with the same signature."""
+    tries = 0
+    changed = True
+    while changed and tries < budget:
+        changed = False
+        for k in reversed(range(len(program.steps))):
+            if k >= len(program.steps):
+                continue
+            smaller = program.without({k})
+            if not smaller.steps:
+                continue
+            tries += 1
+            if check(smaller).signature == outcome.signature:
+                program, changed = smaller, True
+        for o in list(program.outputs):
+            if len(program.outputs) > 1:
+                smaller = dataclasses.replace(program, outputs=[x for x in program.outputs if x != o])
+                smaller = smaller.without(set())
+                tries += 1
+                if check(smaller).signature == outcome.signature:
+                    program, changed = smaller, True
+    return program
+
+
+def regression_test(program: Program):
+    """A pytest test function: `program` under kiln matches eager (see `check`)."""
+    def test():
+        outcome = check(program)
+        assert outcome.kind == "ok", outcome.detail
+    return test
+
+
+def write_repro(program: Program, outcome: Outcome, folder: str, name: str | None = None) -> str:
+    """A standalone regression test file: the program as data (what `check` runs) and as text."""
+    os.makedirs(folder, exist_ok=True)
+    name = name or f"test_fuzz_{program.seed}"
+    path = os.path.join(folder, f"{name}.py")
+    first = outcome.detail.split("\n")[0]
+    lines = [f'"""Found by `python -m kiln.testing.fuzz` (seed {program.seed}), shrunk: {outcome.kind}.', "",
+             first, '"""', "from kiln.testing.fuzz import regression_test",
+             "from kiln.testing.programs import Input, Program, Step", "",
+             *[f"# {line}" for line in program.source().splitlines()], "",
+             f"PROGRAM = {_program_repr(program)}", "", f"{name} = regression_test(PROGRAM)", "",
+             f'if __name__ == "__main__":', f"    {name}()", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def _program_repr(p: Program) -> str:
+    inputs = ",\n        ".join(repr(i) for i in p.inputs)
+    steps = ",\n        ".join(repr(s) for s in p.steps)
+    return (f"Program(\n    seed={p.seed},\n    inputs=[\n        {inputs},\n    ],\n    steps=[\n        {steps},\n"
+            f"    ],\n    outputs={p.outputs!r},\n    module={p.module!r},\n)")
+
+
+def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, dtypes=("float32", "int64", "bool"),
+             max_steps: int = 30, log=print) -> dict:
+    """Generate and check `programs` programs from seeds seed, seed+1, ...; returns the counts."""
+    counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "invalid": 0}
+    failures = []
+    start, cpu_start = time.time(), _cpu_seconds()
+    for s in range(seed, seed + programs):
+        try:
+            program = generate(s, dtypes, max_steps)
+        except RuntimeError:
+            counts["invalid"] += 1
+            continue
+        outcome = check(program)
+        counts[outcome.kind] += 1
+        if outcome.kind in ("wrong", "crash"):
+            first = outcome.detail.split("\n")[0][:200]
+            log(f"seed {s}: {outcome.kind}: {first}")
+            if out:
+                small = shrink(program, outcome) if do_shrink else program
+                path = write_repro(small, check(small) if do_shrink else outcome, out)
+                log(f"  -> {path} ({len(small.steps)} steps)")
+            failures.append((s, outcome))
+        elif outcome.kind == "refusal":
+            log(f"seed {s}: refusal: {outcome.detail.split(chr(10))[0][:200]}")
+        done = s - seed + 1
+        if done % 50 == 0:
+            log(f"[{done}/{programs}] {counts} {(time.time() - start) / done:.2f}s/program")
+    counts["seconds"] = round(time.time() - start, 1)
+    counts["cpu_seconds"] = round(_cpu_seconds() - cpu_start, 1)
+    log(f"done: {counts}, {counts['seconds'] / max(programs, 1):.2f}s/program "
+        f"({counts['cpu_seconds'] / max(programs, 1):.2f} CPU s/program, g++ included)")
+    return counts
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (g++): what a program costs on a
+    machine shared with other work, where wall time says more about the neighbours."""
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _shard(args) -> dict:
+    programs, seed, out, do_shrink, dtypes, max_steps = args
+    return campaign(programs, seed, out, do_shrink, dtypes, max_steps, log=lambda m: print(m, flush=True))
+
+
+def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps) -> dict:
+    """`campaign` over `jobs` processes, each a contiguous block of seeds (a machine's cores)."""
+    import multiprocessing
+    per = -(-programs // jobs)
+    blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps)
+              for k in range(jobs) if programs - k * per > 0]
+    start = time.time()
+    with multiprocessing.get_context("spawn").Pool(len(blocks)) as pool:
+        parts = pool.map(_shard, blocks)
+    total = {k: sum(p[k] for p in parts) for k in parts[0]}
+    total["seconds"] = round(time.time() - start, 1)
+    print(f"all {jobs} jobs: {total}, {total['seconds'] / max(programs, 1):.2f}s/program wall", flush=True)
+    return total
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kiln.testing.fuzz", description=__doc__.split("\n")[0])
+    parser.add_argument("--programs", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="folder for shrunk repro tests (default: none written)")
+    parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--half", action="store_true", help="also draw float16/bfloat16 tensors")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
+    a = parser.parse_args(argv)
+    dtypes = ("float32", "int64", "bool") + (("float16", "bfloat16") if a.half else ())
+    if a.jobs > 1:
+        counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps)
+    else:
+        counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,
+                          log=lambda m: print(m, flush=True))
+    return 1 if counts["wrong"] or counts["crash"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -259,10 +259,11 @@ def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) 
         cond = " and ".join(guard_code(guard, const))
         tests.append(f"        try:\n            if not ({cond}): return {i}\n"
                      f"        except Exception:\n            return {i}\n")
-    names = ["__grad_enabled", *bindings, *(n for n, _ in consts.values())]
+    names = ["__grad_enabled", "__autocast_state", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
            f"    return __kiln_first_failure\n")
     namespace: dict[str, Any] = {}
     exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
-    return namespace["__make"](torch.is_grad_enabled, *bindings.values(), *[v for _, v in consts.values()])
+    return namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
+                               *[v for _, v in consts.values()])

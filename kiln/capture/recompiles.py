@@ -55,6 +55,9 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
         return f"{guard.describe()} (now it is not)"
     if kind is GuardKind.GRAD_MODE:
         return f"{guard.describe()} (now {torch.is_grad_enabled()})"
+    if kind is GuardKind.AUTOCAST:
+        from kiln.capture.guards import autocast_state
+        return f"{guard.describe()} (now {autocast_state()})"
     if kind in (GuardKind.ID, GuardKind.SAME):
         return f"{guard.describe()} (now another {type(value).__name__})"
     if kind is GuardKind.TYPE:

@@ -115,10 +115,10 @@ def _time(run: Run) -> str:
     shown = rows[:40]
     more = f'<p class="none">{len(rows) - len(shown)} shorter frames not drawn</p>' if len(rows) > len(shown) else ""
     return ('<section id="time"><h2>Compile time</h2>'
-            '<p>Seconds per stage, summed over every compiled frame. <em>capture</em> is a frame\'s time outside '
-            'its backend (bytecode capture, guards, the entry\'s code); <em>backend other</em> is the backend\'s '
-            'time no stage timer claims (imports on the first compile, cache keys, linking). The aot trace '
-            '(aot trace) excludes the decomposition into prims, timed as decompose.</p>'
+            '<p>Seconds per stage (kiln.log\'s stages, as <code>KILN_LOG=perf</code> prints them), summed over '
+            'every compiled frame: each second counts once, in the innermost stage running (the decomposition '
+            'into prims inside the aot trace is <em>decompose</em>); <em>backend other</em> is the backend\'s '
+            'time no stage claims.</p>'
             f'{chart.stage_bars(totals, colours)}<h3>Per frame</h3><p class="legend">{chart.legend(colours)}</p>'
             f'{chart.frame_bars(shown, colours)}{more}</section>')
 

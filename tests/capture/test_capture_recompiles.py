@@ -148,3 +148,24 @@ def test_explain_reports_each_recompile_with_its_guard(capsys):
     details = [r.detail for r in report.recompiles]
     assert any(d.startswith("x.size(0) == 4 (now 6)") for d in details), details
     assert "guard failed: x.size(0) == 4 (now 6)" in str(report)
+
+
+def test_a_recompile_under_another_autocast_state_names_autocast():
+    """The autocast guard (fuzz's find) is diagnosed like the others: a float that changed is named
+    as itself, and a change of autocast as autocast with its state now."""
+    from kiln.capture import frame
+    events: list = []
+    frame._EVENT_SINKS.append(events)
+    try:
+        kiln.reset()
+        g = kiln.compile(lambda x, s: x * s)
+        x = torch.randn(3)
+        g(x, 2.0)
+        g(x, 3.0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            g(x, 3.0)
+    finally:
+        frame._EVENT_SINKS.remove(events)
+    reasons = [e.detail for e in events if e.kind == "recompile"]
+    assert reasons[0].startswith("s == 2.0 (now 3.0)"), reasons
+    assert reasons[1].startswith("autocast") and "(now (True, torch.bfloat16" in reasons[1], reasons

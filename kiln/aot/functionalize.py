@@ -55,6 +55,13 @@ def _same_layout(a, b) -> bool:
             and va.dtype == vb.dtype and va.stride() == vb.stride())
 
 
+def _contiguous_overwrite(a, b) -> bool:
+    """`a.copy_(b)` overwrites all of a contiguous `a` on `b`'s device (same shape)."""
+    va, vb = (x.meta.get("val") if isinstance(x, fx.Node) else None for x in (a, b))
+    return (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor) and va.shape == vb.shape
+            and va.device == vb.device and va.is_contiguous())
+
+
 def _device_of(args) -> torch.device | None:
     for a in pytree.tree_leaves(args):
         if isinstance(a, fx.Node) and "device" in a.meta:
@@ -188,6 +195,13 @@ class _Functionalizer:
             # A full overwrite does not read the old value: keep no dependency on it (the old
             # value is often an `empty_like`, which would pin its own input for the backward).
             new = args[1]
+        elif op is aten.copy_.default and _contiguous_overwrite(node.args[0], node.args[1]):
+            # the same, into a contiguous target of another dtype or from another layout: the source
+            # converted into the target's dtype and layout stands for it (dropout's mask stays
+            # recomputable in the backward, as no dependency on the overwritten value is kept)
+            target = node.args[0].meta["val"]
+            new = self.emit(aten._to_copy.default, args[1], dtype=target.dtype,
+                            memory_format=torch.contiguous_format)
         else:
             new = self.emit(fop, *args, **kwargs)
         if fop._schema.name.endswith("_functional"):   # returns: op's own outputs, then new args

@@ -182,6 +182,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
     # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
     fw_gm.meta["kiln_static_inputs"] = tuple(joint.input_indices("param", "buffer"))
+    fw_gm.meta["kiln_user_outputs"] = info.num_fw_outputs   # the rest are saved for the backward
     # the backward's caller keeps none of its inputs: a compiler may take them as a list it empties
     # and free each after its last use (returning a callable with `boxed = True`)
     bw_gm.meta["kiln_boxed"] = True

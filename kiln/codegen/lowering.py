@@ -570,7 +570,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 ctx.origins.setdefault(holder.name, node.name)
 
     outputs = []
-    for out_node, value in zip(_flat_outputs(output_node.args[0]), arg(_flat_outputs(output_node.args[0]))):
+    # a forward's outputs past its user outputs are values saved for its backward (aot's partition):
+    # those may be the inputs themselves (a weight), never copied
+    user_outputs = gm.meta.get("kiln_user_outputs")
+    for position, (out_node, value) in enumerate(zip(_flat_outputs(output_node.args[0]),
+                                                     arg(_flat_outputs(output_node.args[0])))):
         if isinstance(value, TensorValue):
             meta = values.get(out_node) if isinstance(out_node, torch.fx.Node) else None
             # a strided view of a computed buffer (an extern's result reshaped) returns as a view,
@@ -583,7 +587,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
             # the input may be mutated after (aot's epilogue) and the caller may write either
             holder = ctx.buffer_of(value)
-            fresh = holder is not None and (holder.name in inputs or holder.name in constants)
+            fresh = holder is not None and (holder.name in inputs or holder.name in constants) \
+                and (user_outputs is None or position < user_outputs)
             outputs.append(ctx.realize(value, strides, fresh=fresh).name)
         else:
             outputs.append(value)

@@ -139,5 +139,6 @@ def test_gpt_neox_generate_compiles_each_graph_once():
     with torch.no_grad():
         got = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
     assert torch.equal(got, want)
-    assert len(backend.compiled) == 3, "prefill, the first decode step, then a symbolic KV length"
-    assert backend.programs() <= 3
+    # prefill, then decode with the KV length symbolic from its first step ([Note: sizes that change together])
+    assert len(backend.compiled) == 2, "prefill and one decode graph"
+    assert backend.programs() <= 2

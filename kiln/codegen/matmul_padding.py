@@ -184,22 +184,16 @@ def _plan(node: ir.ExternKernel, name: str, buffers: dict, devices) -> tuple[dic
 
 
 def _read_corners(graph: ir.Graph, corners: dict[str, ir.Buffer]) -> ir.Graph:
-    """Kernels that read a padded result read its corner from the padded buffer itself."""
-    from kiln.codegen.indexing import simplify_index
-    from kiln.codegen.layout import _node_bounds, _relaid_index
-    old = graph.buffer_map()
-    nodes = []
-    for node in graph.nodes:
-        if isinstance(node, ir.ComputedBuffer):
-            upper = _node_bounds(node.body)
+    """Kernels that read a padded result read its corner from the padded buffer itself: their loads
+    re-indexed to its strides (`layout.apply_layouts`), then renamed to it."""
+    from kiln.codegen.layout import apply_layouts
+    graph = apply_layouts(graph, {name: wide.strides for name, wide in corners.items()})
 
-            def fix(e, upper=upper):
-                if isinstance(e, ir.Load) and e.buffer in corners:
-                    wide = corners[e.buffer]
-                    index = _relaid_index(e.index, old[e.buffer], wide.strides, upper)
-                    return dataclasses.replace(e, buffer=wide.name, index=simplify_index(index, upper))
-                return e
-            node = dataclasses.replace(node, body=dataclasses.replace(node.body, expr=ir.map_expr(node.body.expr, fix)))
-        nodes.append(node)
+    def rename(e):
+        if isinstance(e, ir.Load) and e.buffer in corners:
+            return dataclasses.replace(e, buffer=corners[e.buffer].name)
+        return e
+    nodes = tuple(dataclasses.replace(n, body=dataclasses.replace(n.body, expr=ir.map_expr(n.body.expr, rename)))
+                  if isinstance(n, ir.ComputedBuffer) else n for n in graph.nodes)
     buffers = tuple(b for b in graph.buffers if b.name not in corners)
-    return dataclasses.replace(graph, buffers=buffers, nodes=tuple(nodes))
+    return dataclasses.replace(graph, buffers=buffers, nodes=nodes)

@@ -122,7 +122,7 @@ class FakeTensorMode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         """[Note: dispatch modes without dynamo] torch wraps a mode's `__torch_dispatch__` in
         `torch._disable_dynamo` unless this says False: a wrapper on every op, whose first call
-        imports torch._dynamo (1.5-5 s, most of a warm start on CPU). kiln never runs under
+        imports torch's dynamo package (1.5-5 s, most of a warm start on CPU). kiln never runs under
         dynamo, so its modes opt out (kiln/aot/trace.py's recorder too)."""
         return False
 

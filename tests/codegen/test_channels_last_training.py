@@ -67,3 +67,25 @@ def test_saved_activations_are_channels_last_and_training_equals_eager(device, m
     # what the plan expected of every convolution and its gradient is what the kernels returned
     activations = [r for r in restrided if len(r[0]) == 4 and r[0][1] != 3]
     assert not activations, activations
+
+
+def test_a_convolution_bias_added_by_a_fused_kernel_trains_equal_to_eager(monkeypatch):
+    """[Note: convolution bias on CUDA], run on the CPU: the split the CUDA path makes, end to end."""
+    from kiln.prims.decompositions import externs
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    monkeypatch.setattr(externs, "adds_bias_apart", lambda x: True)
+    calls = []
+    conv = externs.EXTERN_OF_ATEN[externs._CONVOLUTION]
+    monkeypatch.setitem(externs.EXTERN_OF_ATEN, externs._CONVOLUTION,
+                        lambda *a: calls.append(a[2]) or conv(*a))
+    kiln.reset()
+    torch.manual_seed(0)
+    model, reference = Net(), Net()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(4, 3, 16, 16)
+    got_loss, got_grads = _step(kiln.compile(model), x)
+    want_loss, want_grads = _step(reference, x)
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-4, atol=1e-5)
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    assert calls and all(bias is None for bias in calls), calls    # every convolution ran without its bias

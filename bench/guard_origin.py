@@ -44,7 +44,7 @@ def main() -> None:
         if pins and str(fact) not in seen:
             seen.add(str(fact))
             print(f"=== guard {fact} (kernel {kernel_location}); dispatching {dispatching[-3:]}")
-            print("".join(traceback.format_stack(limit=14)[:-1]))
+            print("".join(traceback.format_stack(limit=8)[:-1]))
         return add_guard(self, fact, kernel_location)
     shape_env.ShapeEnv.add_guard = traced_add_guard
     dense = node.SymNode.is_non_overlapping_and_dense
@@ -57,6 +57,22 @@ def main() -> None:
         return out
     node.SymNode.is_non_overlapping_and_dense = traced_dense
 
+    from kiln.capture import examples as capture_examples
+    run_example = capture_examples.Examples.run
+
+    def traced_run_example(self, fn, a, k):
+        if fn is torch.nn.functional.scaled_dot_product_attention:
+            print(f"+++ sdpa args {[(type(x).__name__, getattr(x, 'shape', x), getattr(x, 'device', None)) for x in a]}"
+                  f" kwargs {[(n, type(x).__name__, x if not isinstance(x, torch.Tensor) else x.shape) for n, x in k.items()]}")
+        return run_example(self, fn, a, k)
+    capture_examples.Examples.run = traced_run_example
+    index = torch.SymInt.__index__
+
+    def traced_index(self):
+        print(f"*** SymInt.__index__ on {self}; Python caller:")
+        print("".join(traceback.format_stack(limit=4)[:-1]))
+        return index(self)
+    torch.SymInt.__index__ = traced_index
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=512, max_position_embeddings=512)

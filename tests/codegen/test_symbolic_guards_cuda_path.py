@@ -60,16 +60,22 @@ def _cuda_reported(fake: FakeTensor) -> FakeTensor:
     return FakeTensor(fake._meta, torch.device("cuda"), fake.fake_mode)
 
 
+def _captured_block() -> torch.fx.GraphModule:
+    """The graph capture gives for `Block` with a dynamic sequence length."""
+    graphs = []
+    captured = kiln.capture.capture(Block().eval(), lambda gm, ex: graphs.append(gm) or gm.forward,
+                                    CaptureConfig(dynamic=True))
+    with torch.no_grad():
+        captured(torch.randn(2, 128, 64))
+    (gm,) = graphs
+    return gm
+
+
 def test_the_kiln_backends_cuda_path_adds_no_guard_on_symbolic_sizes(monkeypatch):
     from kiln.aot import trace
     from kiln.codegen import compile as codegen_compile
     from kiln.codegen.backend import compile_graph_module
-    graphs = []
-    model = Block().eval()
-    captured = kiln.capture.capture(model, lambda gm, ex: graphs.append(gm) or gm.forward, CaptureConfig(dynamic=True))
-    with torch.no_grad():
-        captured(torch.randn(2, 128, 64))
-    (gm,) = graphs
+    gm = _captured_block()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = [_cuda_reported(n.meta["example_value"]) for n in placeholders]
     for node, example in zip(placeholders, examples):
@@ -123,12 +129,7 @@ def test_aot_routes_attention_through_the_rule_and_restores_the_graph(monkeypatc
     calls = []
     rule = attention.scaled_dot_product_attention
     monkeypatch.setattr(attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or rule(*a, **k))
-    graphs = []
-    model = Block().eval()
-    captured = kiln.capture.capture(model, lambda gm, ex: graphs.append(gm) or gm.forward, CaptureConfig(dynamic=True))
-    with torch.no_grad():
-        captured(torch.randn(2, 128, 64))
-    (gm,) = graphs
+    gm = _captured_block()
     before = gm.code
     examples = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
     trace.trace_joint(gm, examples)

@@ -4,16 +4,19 @@ Public API:
 
     aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler, bw_compiler,
                 decompositions: Mapping[OpOverload, Callable] | None = None,
-                partition=min_cut_partition) -> callable
+                partition=min_cut_partition, numerics="fast") -> callable
         Trace, functionalize, partition, then fw_compiler(fw_gm, example_inputs) -> callable and
         bw_compiler(bw_gm, example_inputs) -> callable. The graphs hold ATen ops, or only the ops
         missing from `decompositions` when a table is given (the backward is traced by autograd on
         ATen ops first, then decomposed below autograd). Returns a callable with gm's signature;
         parameters and buffers of gm are read from gm at each call and receive their gradients.
+        A few torch functions trace through kiln's own rules (`F.linear` over rows, attention's
+        kernel choice on symbolic CUDA sizes: kiln/aot/rules.py); `numerics="eager"` keeps only
+        the rules that compute as eager does.
 
 The named passes, each testable alone:
 
-    trace_joint(gm, example_inputs, *, decompositions=None, with_backward=None) -> JointGraph
+    trace_joint(gm, example_inputs, *, decompositions=None, with_backward=None, numerics="fast") -> JointGraph
         one ATen graph: (*user inputs, *params, *buffers, [rng_seed], *tangents) ->
         (*user outputs, *new values of mutated inputs, *grads of inputs requiring grad)
     functionalize(joint: JointGraph) -> JointGraph       no in-place ops or writes through views

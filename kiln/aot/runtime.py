@@ -179,11 +179,11 @@ def _refuse_mutated_aliased_inputs(joint: JointGraph, example_inputs: list) -> N
 
 def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: Callable,
                 bw_compiler: Callable, decompositions: Mapping | None = None,
-                partition: Callable = min_cut_partition) -> Callable:
+                partition: Callable = min_cut_partition, numerics: str = "fast") -> Callable:
     """Trace `gm` with its backward, functionalize, partition, compile both halves; see
     `kiln.aot` for the contract."""
     with log.stage("aot trace"):          # [Note: compile stages]
-        joint = trace_joint(gm, example_inputs, decompositions=decompositions)
+        joint = trace_joint(gm, example_inputs, decompositions=decompositions, numerics=numerics)
     with log.stage("functionalize"):
         joint = functionalize(joint)
     _refuse_mutated_aliased_inputs(joint, list(example_inputs))

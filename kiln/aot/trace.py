@@ -263,7 +263,7 @@ def _differentiable(t) -> bool:
 
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
                 decompositions: Mapping[Any, Callable] | None = None,
-                with_backward: bool | None = None, fake: bool = True) -> JointGraph:
+                with_backward: bool | None = None, fake: bool = True, numerics: str = "fast") -> JointGraph:
     """Trace `gm(*example_inputs)` and, when grads are needed, its backward, into one ATen graph.
 
     with_backward: None traces the backward when grad mode is on and some input or parameter
@@ -279,10 +279,10 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     """
     real_inputs = not any(hasattr(x, "fake_mode") for x in example_inputs)
     if not fake or not real_inputs:
-        return _trace_joint(gm, example_inputs, decompositions, with_backward, fake)
+        return _trace_joint(gm, example_inputs, decompositions, with_backward, fake, numerics)
     from kiln.symbolic import DataDependentOp, MissingMetaKernel
     try:
-        return _trace_joint(gm, example_inputs, decompositions, with_backward, True)
+        return _trace_joint(gm, example_inputs, decompositions, with_backward, True, numerics)
     except DataDependentOp:
         raise
     except MissingMetaKernel as e:
@@ -293,33 +293,44 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
         raise
     except Exception:
         pass
-    return dataclasses.replace(_trace_joint(gm, example_inputs, decompositions, with_backward, False),
+    return dataclasses.replace(_trace_joint(gm, example_inputs, decompositions, with_backward, False, numerics),
                                traced_on="real")
 
 
-@contextlib.contextmanager
-def _attention_rule(gm: fx.GraphModule):
-    """While tracing, gm's SDPA calls go through kiln's rule for symbolic CUDA fakes ([Note: attention
-    kernels chosen at the hints] in kiln/symbolic/attention.py); gm is restored afterwards."""
+def _traced_rules(numerics: str) -> dict:
+    """Torch functions the trace runs through a rule of kiln's instead of their ATen composite;
+    under numerics="eager" only those that keep eager's arithmetic ([Note: numerics])."""
+    from kiln.aot.rules import linear
     from kiln.symbolic import attention
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rules = {torch.nn.functional.scaled_dot_product_attention: attention.scaled_dot_product_attention}
+    if numerics != "eager":
+        rules[torch.nn.functional.linear] = linear      # one rounding where ATen's bmm + add rounds twice
+    return rules
+
+
+@contextlib.contextmanager
+def _with_rules(gm: fx.GraphModule, numerics: str):
+    """While tracing, gm's calls of `_traced_rules` functions go through kiln's rules ([Note:
+    attention kernels chosen at the hints], [Note: linear over rows]); gm is restored afterwards."""
+    rules = _traced_rules(numerics)
     graph = gm.graph if isinstance(gm, fx.GraphModule) else None
-    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target is sdpa] if graph is not None else []
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in rules] if graph is not None else []
     if not nodes:
         yield
         return
+    originals = [n.target for n in nodes]
     for n in nodes:
-        n.target = attention.scaled_dot_product_attention
+        n.target = rules[n.target]
     gm.recompile()
     try:
         yield
     finally:
-        for n in nodes:
-            n.target = sdpa
+        for n, target in zip(nodes, originals):
+            n.target = target
         gm.recompile()
 
 
-def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> JointGraph:
+def _trace_joint(gm, example_inputs, decompositions, with_backward, fake, numerics) -> JointGraph:
     fake_mode = _fake_mode_for(example_inputs, fake)
     make_stand_in = real_stand_in if fake_mode is None else functools.partial(fake_stand_in, fake_mode)
     faking = contextlib.nullcontext() if fake_mode is None else _Faking(fake_mode)
@@ -365,7 +376,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
     user_args = visible[:len(example_inputs)]
     stand_ins = {id(t): v for (_, _, t), v in zip(state, visible[len(example_inputs):])}
 
-    with swapped_state(gm, stand_ins), _attention_rule(gm), faking, recorder:
+    with swapped_state(gm, stand_ins), _with_rules(gm, numerics), faking, recorder:
         out = gm(*user_args)
     flat_out, out_spec = pytree.tree_flatten(out)
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}

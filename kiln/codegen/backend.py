@@ -146,7 +146,8 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     compiler = _compiler(options)
     runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
                           decompositions=decompositions,
-                          partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT))
+                          partition=functools.partial(min_cut_partition, recomputable_ops=COPYING_MOVEMENT),
+                          numerics=options.numerics)
     if hasattr(runtime, "fw"):         # an AotRuntime: link both halves now, errors included
         runtime.fw = _finished(runtime.fw)
         runtime.bw = _finished(runtime.bw)

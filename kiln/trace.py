@@ -14,6 +14,7 @@ was imported), `pid` and the kind's fields. The kinds and who emits them:
     break      function, reason, where, line_text                 capture's Event stream (frame.py)
     recompile  function, reason                                    capture's Event stream
     eager      function, reason (the cache-size limit: the frame runs eagerly from now on)
+    split      function, reason (a graph cut at DDP's gradient buckets: the pieces)   capture's Event stream
     stage      stage, seconds                                      aot's and codegen's pass timers
     backend    name, seconds (one call of the backend on a graph)  kiln/backends.py
     schedule   printer, ir (the loop IR), kernels [{name, source, origins, launch}], refused

@@ -21,6 +21,7 @@ recompiles alone) are how distributed programs come to hang or diverge. `get_wor
 from __future__ import annotations
 
 import dataclasses
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -47,11 +48,22 @@ def module_run_natively(module: torch.nn.Module) -> torch.nn.Module | None:
     return None
 
 
+def _fsdp_class():
+    # no module is sharded before the program imported FSDP (an import of about a second)
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return getattr(fsdp, "FSDPModule", None)   # FSDP2; torch 2.6 and later
+
+
 def native_reason(module: torch.nn.Module) -> str | None:
     """Why a call of `module` is not inlined but run natively, or None."""
     if module_run_natively(module) is not None:
         return (f"{type(module).__name__}'s forward runs as torch wrote it (its reducer's hooks); kiln "
                 "captures the forward of the module it wraps")
+    fsdp = _fsdp_class()
+    if fsdp is not None and isinstance(module, fsdp) and type(module).__call__ is torch.nn.Module.__call__:
+        return (f"{type(module).__name__} is sharded by FSDP2, whose hooks all-gather its parameters and "
+                "reduce-scatter their gradients: they run as torch wrote them, and kiln captures its forward "
+                "on its own")
     return None
 
 

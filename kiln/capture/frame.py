@@ -168,7 +168,10 @@ class CompiledFunction:
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                         dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
             except GraphBreak as e:
-                if self.config.fullgraph:
+                # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
+                # frame, which holds no graph, so fullgraph applies to the frames it captures
+                at_module = e.wrap_callee and self.fn.__code__ is _call_module.__code__
+                if self.config.fullgraph and not at_module:
                     raise Unsupported(e.reason, e.where) from None
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
@@ -193,7 +196,8 @@ class CompiledFunction:
                 _emit(Event("graph", _name(self.fn), entry.graph))
             if reason is not None:
                 _emit(Event("break", _name(self.fn), reason.reason, reason.where))
-                _warn_break(self.fn, reason.reason, reason.where)
+                if not (reason.wrap_callee and self.fn.__code__ is _call_module.__code__):
+                    _warn_break(self.fn, reason.reason, reason.where)   # the user's code broke
             entry.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
                                              **{k: v for k, v in trace.out.globals_dicts.items()}}
             return entry

@@ -315,12 +315,13 @@ def _native_call(module: torch.nn.Module, inner: torch.nn.Module, backend, confi
     forward = getattr(type(inner), "forward", None)
     if compiled_original(inner) is not None or not isinstance(forward, types.FunctionType):
         return module    # already compiled (DDP(kiln.compile(m))), or no Python forward to capture
-    return _cached(module, backend, config, lambda: NativeModuleCall(module, inner, forward, backend, config))
+    return _cached(module, backend, config, lambda: NativeModuleCall(module, inner, forward, backend, config),
+                   "native")
 
 
-def _cached(target, backend, config, make):
+def _cached(target, backend, config, make, kind: str = "frame"):
     per = _WRAPPED.setdefault(target, {})
-    key = (id(backend), config)
+    key = (id(backend), config, kind)   # kind: a module's forward alone, or its call run natively
     if key not in per:
         per[key] = make()
     return per[key]

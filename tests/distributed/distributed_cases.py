@@ -97,7 +97,7 @@ def ddp_case(name: str, form: str, split: bool, rank: int) -> dict:
     opts = {"ddp_split": split}
     if form == "outer":                     # kiln.compile(DDP(model)), as torch.compile documents
         ddp = DDP(model, bucket_cap_mb=cap)
-        call = kiln.compile(ddp, backend=rec.backend, options=opts)
+        call = kiln.compile(ddp, backend=rec.backend, options=opts, fullgraph=True)   # the model is one graph
     else:                                   # DDP(kiln.compile(model))
         ddp = DDP(kiln.compile(model, backend=rec.backend, options=opts), bucket_cap_mb=cap)
         call = ddp

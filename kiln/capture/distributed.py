@@ -108,7 +108,13 @@ def _query(fn: Callable, rank_dependent: bool):
             import inspect
             bound = inspect.signature(fn).bind(*real, **real_kwargs)
             real = tuple(bound.args)
-        value = fn(*real)
+        try:
+            value = fn(*real)
+        except Exception as e:   # no process group yet: the program raises, as it would eagerly,
+            initialized = torch.distributed.is_initialized()   # and does so until there is one
+            tx.out.guard(Guard(GuardKind.PROCESS_GROUP, None,
+                               ProcessQuery(torch.distributed.is_initialized, (), initialized, False)))
+            tx.raise_(type(e), str(e))
         query = ProcessQuery(fn, real, value, rank_dependent)
         where = tx.where()
         tx.out.guard(Guard(GuardKind.PROCESS_GROUP, None, query, where=where))

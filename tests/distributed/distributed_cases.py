@@ -18,11 +18,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import kiln
-from kiln.backends import aot_eager
+from kiln import backends
 from kiln.bench.zoo import ZOO, loss_of
 
 STEPS = 3
-BUCKET_MB = {"gpt2": 0.05, "resnet": 0.02}   # the test models hold 0.6 and 0.08 MiB of parameters
+BACKENDS = {"aot_eager": backends.aot_eager, "kiln": backends.kiln}   # capture + aot; the whole pipeline
+BUCKET_MB = {"gpt2": 0.05, "resnet": 0.02, "mlp": 0.2}   # the test models hold 0.6, 0.08, 0.6 MiB of parameters
 
 
 def _model(name: str, rank: int):
@@ -44,15 +45,16 @@ def _grad(p: torch.Tensor) -> torch.Tensor:
 
 
 class Recorder:
-    """A counting backend (aot_eager underneath), and the order of the backward's events."""
+    """A counting backend (aot_eager or kiln underneath), and the order of the backward's events."""
 
-    def __init__(self):
+    def __init__(self, backend: str = "aot_eager"):
         self.graphs = 0
         self.events: list[str] = []
+        self.compiler = BACKENDS[backend]
 
     def backend(self, gm, example_inputs):
         self.graphs += 1
-        return aot_eager(gm, example_inputs)
+        return self.compiler(gm, example_inputs)
 
     def comm_hook(self, state, bucket):
         self.events.append("allreduce")
@@ -88,12 +90,12 @@ def _train(model, call, inputs, recorder: Recorder | None = None):
     return losses, grads
 
 
-def ddp_case(name: str, form: str, split: bool, rank: int) -> dict:
+def ddp_case(name: str, form: str, split: bool, rank: int, backend: str = "aot_eager") -> dict:
     model, inputs = _model(name, rank)
     reference = copy.deepcopy(model)
     cap = BUCKET_MB[name]
     eager = _train(reference, DDP(reference, bucket_cap_mb=cap), inputs)
-    rec = Recorder()
+    rec = Recorder(backend)
     opts = {"ddp_split": split}
     if form == "outer":                     # kiln.compile(DDP(model)), as torch.compile documents
         ddp = DDP(model, bucket_cap_mb=cap)
@@ -151,6 +153,7 @@ CASES = {
     "ddp_gpt2_outer": lambda r: ddp_case("gpt2", "outer", True, r),
     "ddp_gpt2_one_graph": lambda r: ddp_case("gpt2", "outer", False, r),
     "ddp_resnet_inner": lambda r: ddp_case("resnet", "inner", True, r),
+    "ddp_mlp_kiln": lambda r: ddp_case("mlp", "outer", True, r, backend="kiln"),
     "fsdp_gpt2": lambda r: fsdp_case("gpt2", r),
     "fsdp_resnet": lambda r: fsdp_case("resnet", r),
     "ranks": rank_case,

@@ -60,7 +60,7 @@ def _overlaps(events: list[str]) -> bool:
     return "allreduce" in events[:last_piece]
 
 
-@pytest.mark.parametrize("case", ["ddp_gpt2_outer", "ddp_resnet_inner"])
+@pytest.mark.parametrize("case", ["ddp_gpt2_outer", "ddp_resnet_inner", "ddp_mlp_kiln"])
 def test_ddp_trains_as_eager_with_graphs_at_buckets(ranks, case):
     results = _case(ranks, case)
     for res in results:

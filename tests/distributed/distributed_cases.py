@@ -124,6 +124,16 @@ def fsdp_case(name: str, rank: int) -> dict:
     return {"eager": eager, "compiled": compiled, "graphs": rec.graphs, "blocks": blocks}
 
 
+def explain_case(rank: int) -> dict:
+    """What `kiln.explain` says of a DDP module: the split, piece by piece."""
+    model, inputs = _model("gpt2", rank)
+    report = kiln.explain(DDP(model, bucket_cap_mb=BUCKET_MB["gpt2"]), *inputs)
+    with torch.no_grad():
+        inference = kiln.explain(DDP(model, bucket_cap_mb=BUCKET_MB["gpt2"]), *inputs)
+    return {"splits": [s.detail for s in report.splits], "text": str(report), "graphs": report.graph_count,
+            "inference_splits": len(inference.splits)}
+
+
 class RankReader(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -156,6 +166,7 @@ CASES = {
     "ddp_mlp_kiln": lambda r: ddp_case("mlp", "outer", True, r, backend="kiln"),
     "fsdp_gpt2": lambda r: fsdp_case("gpt2", r),
     "fsdp_resnet": lambda r: fsdp_case("resnet", r),
+    "explain": explain_case,
     "ranks": rank_case,
 }
 

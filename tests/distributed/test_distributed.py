@@ -87,6 +87,15 @@ def test_fsdp2_trains_as_eager_with_blocks_compiled(ranks, case):
         assert res["graphs"] >= res["blocks"] + 1, res
 
 
+def test_explain_reports_the_split(ranks):
+    for res in _case(ranks, "explain"):
+        split, = res["splits"]
+        assert len(split.pieces) >= 3 and res["graphs"] == 1, res["text"]
+        assert all(p.nbytes >= split.bucket_bytes for p in split.pieces[1:-1]), res["text"]  # each piece fills a bucket
+        assert "split for DDP into" in res["text"] and "piece 0:" in res["text"]
+        assert res["inference_splits"] == 0      # no backward, no buckets to overlap
+
+
 def test_rank_dependent_guards_reported_and_recompile_names_the_rank(ranks):
     results = _case(ranks, "ranks")
     for rank, res in enumerate(results):

@@ -32,8 +32,8 @@ written with one `write` on a file opened for appending, so processes (data-load
 launcher's children) never split one another's lines.
 
 `KILN_LOG` topics printed from events (on stderr): `breaks` (a line per graph break), `guards` (a
-line per compiled entry, then a line per guard), `graphs` (the captured graph; aot prints its
-forward and backward itself). The other topics print where their stage runs (recompiles.py,
+line per compiled entry, then a line per guard), `graphs` (the captured graph, and its pieces when
+it is cut at DDP's buckets; aot prints its forward and backward itself). The other topics print where their stage runs (recompiles.py,
 aot/runtime.py, codegen/compile.py).
 """
 from __future__ import annotations
@@ -111,6 +111,7 @@ LINES: dict[str, dict[str, Callable[[dict], str]]] = {
     "graphs": {
         "graph": lambda e: (f"{e['stage']} graph of {e['function']} ({e['nodes']} nodes):\n{e['code'].strip()}"
                             if e["stage"] == "capture" else None),
+        "split": lambda e: f"graph of {e['function']} {e['reason']}",
     },
 }
 

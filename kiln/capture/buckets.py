@@ -225,9 +225,10 @@ def build(gm: torch.fx.GraphModule, example_inputs: list, pieces: list, backend:
     output = next(n for n in gm.graph.nodes if n.op == "output")
     slots: dict[torch.fx.Node, int] = {n: i for i, n in enumerate(placeholders)}
     later: list[set] = []
-    for k in range(len(pieces)):   # nodes of piece k read after it (by later pieces or the output)
-        rest = {n for nodes, _, _ in pieces[k + 1:] for n in nodes} | {output}
-        later.append({n for n in pieces[k][0] if any(u in rest for u in n.users)})
+    for k in range(len(pieces)):   # piece k's tensors read by later pieces, and what the graph returns
+        rest = {n for nodes, _, _ in pieces[k + 1:] for n in nodes}
+        later.append({n for n in pieces[k][0] if output in n.users
+                      or _is_tensor_value(n) and any(u in rest for u in n.users)})
     steps, last_use = [], {}
     for k, (nodes, _, _) in enumerate(pieces):
         module, inputs, outputs = _piece_module(gm, nodes, later[k])

@@ -78,3 +78,33 @@ def test_pieces_compute_the_graph():
     model(x).backward()
     for got, want in zip(grads, [p.grad for p in model.parameters()] + [x.grad]):
         torch.testing.assert_close(got, want)
+
+
+class SizeAcross(torch.nn.Module):
+    """A size read in the first layer and used in the last: with symbolic sizes, a SymInt node."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.last = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        n = x.size(0)
+        h = torch.relu(self.first(x))
+        return self.last(h).reshape(n * 8).sum()
+
+
+def test_sizes_are_recomputed_not_passed_between_pieces():
+    model = SizeAcross()
+    x = torch.randn(4, 8)
+    graphs = []
+    kiln.compile(model, backend=lambda gm, ex: graphs.append(gm) or gm.forward, dynamic=True)(x)
+    gm, = graphs
+    pieces = buckets.plan(gm, _synced(model), first_bucket=1, bucket=1)
+    assert len(pieces) == 2
+    modules = []
+    run = buckets.build(gm, [x], pieces, lambda piece, ex: modules.append((piece, ex)) or piece.forward)
+    for piece, examples in modules:     # only tensors cross: the size is read again in the piece using it
+        assert all(isinstance(e, torch.Tensor) for e in examples), piece.code
+    for n in (4, 6):
+        y = torch.randn(n, 8)
+        torch.testing.assert_close(run(y)[0], model(y))

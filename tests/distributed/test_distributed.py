@@ -36,6 +36,7 @@ def ranks(tmp_path_factory):
         for p in context.processes:
             if p.is_alive():
                 p.kill()
+                p.join(10)
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

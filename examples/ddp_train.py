@@ -73,6 +73,8 @@ def main() -> None:
     p.add_argument("--compare", action="store_true", help="also time the model compiled without DDP")
     p.add_argument("--one-graph", action="store_true", help="options={'ddp_split': False}: no cut at buckets")
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP's bucket_cap_mb (default: DDP's 25)")
+    p.add_argument("--bucket-view", action="store_true",
+                   help="DDP's gradient_as_bucket_view=True: gradients live in the buckets (no copies)")
     p.add_argument("--backend", default="kiln")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None,
                    help="bf16 autocast (default: on for cuda)")
@@ -105,6 +107,8 @@ def main() -> None:
     ddp_kwargs = {"device_ids": [local_rank]} if cuda else {}
     if args.bucket_cap_mb is not None:
         ddp_kwargs["bucket_cap_mb"] = args.bucket_cap_mb
+    if args.bucket_view:
+        ddp_kwargs["gradient_as_bucket_view"] = True
     ddp = DDP(model, **ddp_kwargs)
     options = {"ddp_split": not args.one_graph}
     trainers = {"DDP compiled": Trainer(model, kiln.compile(ddp, backend=args.backend, options=options), args, device)}

@@ -9,7 +9,8 @@ kiln runs DDP's own forward and captures the model's, cutting the graph at DDP's
 so each bucket's all-reduce overlaps the backward of earlier layers (`--one-graph` keeps one
 graph). Every rank trains on its own batch. It prints the loss, the median step time after
 warm-up and, with `--compare`, the median step time of the same model compiled without DDP,
-timed in the same rounds (a DDP step, then a plain step), and their ratio.
+timed in the same rounds (a DDP step, then a plain step), and their ratio. `KILN_LOG=graphs`
+prints where the graph was cut (a line per piece: its parameters and bytes).
 """
 from __future__ import annotations
 

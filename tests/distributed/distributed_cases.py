@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import os
 import traceback
 import warnings
 
@@ -174,6 +175,8 @@ CASES = {
 def run_rank(rank: int, world: int, store: str, out_dir: str, cases: list[str]) -> None:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    if os.path.exists("/sys/class/net/lo"):   # gloo on loopback: containers' host names may not resolve
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     results = {}

@@ -14,13 +14,15 @@ which FSDP2's hooks on the block's inputs and outputs drive in backward as in ea
 [Note: rank-dependent values] `dist.get_rank()` read in traced code is answered at capture time
 and guarded (`GuardKind.PROCESS_GROUP`), so a graph specialized on rank 0 never runs on rank 1.
 The guard is marked rank-dependent: each rank compiles its own graph, which `kiln.explain` lists
-and a warning says once per line, since ranks that run different graphs (or one rank that
+(`rank_dependent`: also reads of RANK, LOCAL_RANK, ... through `os.environ`, which capture reads
+through a source for that reason) and a warning says once per line of a `dist` query, since ranks that run different graphs (or one rank that
 recompiles alone) are how distributed programs come to hang or diverge. `get_world_size()`,
 `is_initialized()` and friends are guarded the same way, not marked: every rank reads one value.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import warnings
 from typing import Any, Callable
@@ -30,6 +32,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.guards import Guard, GuardKind
+from kiln.capture.sources import AttrSource
 
 
 def _ddp_class():
@@ -95,6 +98,24 @@ def world_size() -> int:
 
 
 _WARNED: set = set()
+# what torchrun and friends set per process; WORLD_SIZE and MASTER_* are every rank's alike
+RANK_VARIABLES = frozenset(os.environ.encodekey(k) for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK",
+                                                              "NODE_RANK", "LOCAL_PROCESS_RANK"))
+
+
+def rank_dependent(guard: Guard) -> bool:
+    """Whether `guard` checks a value that differs between ranks: `dist.get_rank()` and friends,
+    or an environment variable that holds a rank (read through `os.environ`)."""
+    if guard.kind is GuardKind.PROCESS_GROUP:
+        return guard.expected.rank_dependent
+    source = guard.source
+    if guard.kind not in (GuardKind.CONST, GuardKind.ABSENT) or source is None:
+        return False
+    key = guard.expected if guard.kind is GuardKind.ABSENT else getattr(source, "key", None)
+    if guard.kind is GuardKind.CONST:
+        source = getattr(source, "base", None)
+    return (key in RANK_VARIABLES and isinstance(source, AttrSource) and source.attr == "_data"
+            and isinstance(source.base, AttrSource) and source.base.attr == "environ")
 
 
 def _query(fn: Callable, rank_dependent: bool):

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from kiln.capture import frame
-from kiln.capture.guards import GuardKind
+from kiln.capture.distributed import rank_dependent
 from kiln.config import CaptureConfig
 
 
@@ -78,6 +78,5 @@ def explain(fn: Callable, *args, **kwargs) -> ExplainReport:
         recompiles=[e for e in events if e.kind == "recompile"],
         guards=sorted({g.describe() for g in all_guards}), output=output,
         splits=[e for e in events if e.kind == "split"],
-        rank_guards=sorted({g.describe() for g in all_guards
-                            if g.kind is GuardKind.PROCESS_GROUP and g.expected.rank_dependent}))
+        rank_guards=sorted({g.describe() for g in all_guards if rank_dependent(g)}))
 

@@ -26,6 +26,7 @@ class GuardKind(enum.Enum):
     LEN = "len"              # len(value) == n
     DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
     EMPTY = "empty"          # not value (hook dicts)
+    ABSENT = "absent"        # key not in value (a lookup that raised KeyError: `os.environ.get(k, default)`)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
     SAME = "same"            # value is the object another source reads (aliased inputs)
@@ -36,7 +37,7 @@ class GuardKind(enum.Enum):
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
-          GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
+          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
           GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
@@ -88,6 +89,8 @@ class Guard:
             return "symbolic sizes satisfy: " + (self.expected[2].replace("\n", "; ") or "their ranges")
         if self.kind is GuardKind.VALUE:
             return self.expected[2]
+        if self.kind is GuardKind.ABSENT:
+            return f"{where} has no key {self.expected!r}"
         if self.kind is GuardKind.PROCESS_GROUP:
             q = self.expected
             return f"{q.call_text()} == {q.value!r}" + (" (rank-dependent: each rank compiles its own graph)"
@@ -153,6 +156,8 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"list({e}) == {const(list(x))}"]
     if kind is GuardKind.EMPTY:
         return [f"not {e}"]
+    if kind is GuardKind.ABSENT:
+        return [f"{const(x)} not in {e}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.AUTOCAST:

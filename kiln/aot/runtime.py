@@ -10,7 +10,7 @@ the Function's inputs.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.fx as fx
@@ -150,6 +150,19 @@ def _example(node: fx.Node):
     return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=device).zero_()
 
 
+def _in_saved_layouts(examples: list, fw_strides: Sequence, info) -> list:
+    """The backward's examples with each saved value in the strides the forward program returns it
+    ([Note: saved values in the layout of their producer])."""
+    saved = fw_strides[info.num_fw_outputs:info.num_fw_outputs + len(info.saved)]
+    out = list(examples)
+    for i, strides in enumerate(saved):
+        x = out[i]
+        if strides is not None and isinstance(x, torch.Tensor) and tuple(x.stride()) != tuple(strides) \
+                and len(strides) == x.dim() and not any(isinstance(d, torch.SymInt) for d in x.shape):
+            out[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).zero_()
+    return out
+
+
 def _refuse_mutated_aliased_inputs(joint: JointGraph, example_inputs: list) -> None:
     """A write into one input that shares memory with another input would show in both in eager;
     the functional graph treats inputs as distinct, so refuse plainly rather than differ."""
@@ -191,7 +204,8 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
     bw = None
     if joint.input_indices("tangent") and joint.output_indices("grad"):
         trace.graph_event("aot backward", None, bw_gm)
-        bw = bw_compiler(bw_gm, [_example(n) for n in bw_gm.graph.nodes if n.op == "placeholder"])
+        examples = [_example(n) for n in bw_gm.graph.nodes if n.op == "placeholder"]
+        bw = bw_compiler(bw_gm, _in_saved_layouts(examples, getattr(fw, "output_strides", ()), info))
     runtime = AotRuntime(gm, joint, fw, bw, info)
     runtime.graphs = (fw_gm, bw_gm)
     return runtime

@@ -297,6 +297,28 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
                                traced_on="real")
 
 
+@contextlib.contextmanager
+def _attention_rule(gm: fx.GraphModule):
+    """While tracing, gm's SDPA calls go through kiln's rule for symbolic CUDA fakes ([Note: attention
+    kernels chosen at the hints] in kiln/symbolic/attention.py); gm is restored afterwards."""
+    from kiln.symbolic import attention
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    graph = gm.graph if isinstance(gm, fx.GraphModule) else None
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target is sdpa] if graph is not None else []
+    if not nodes:
+        yield
+        return
+    for n in nodes:
+        n.target = attention.scaled_dot_product_attention
+    gm.recompile()
+    try:
+        yield
+    finally:
+        for n in nodes:
+            n.target = sdpa
+        gm.recompile()
+
+
 def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> JointGraph:
     fake_mode = _fake_mode_for(example_inputs, fake)
     make_stand_in = real_stand_in if fake_mode is None else functools.partial(fake_stand_in, fake_mode)
@@ -343,7 +365,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
     user_args = visible[:len(example_inputs)]
     stand_ins = {id(t): v for (_, _, t), v in zip(state, visible[len(example_inputs):])}
 
-    with swapped_state(gm, stand_ins), faking, recorder:
+    with swapped_state(gm, stand_ins), _attention_rule(gm), faking, recorder:
         out = gm(*user_args)
     flat_out, out_spec = pytree.tree_flatten(out)
     placeholders = {n: i for i, n in enumerate(n for n in graph.nodes if n.op == "placeholder")}

@@ -39,6 +39,7 @@ class _Unwrapped:
 
     def __init__(self, pending: PendingProgram, wrap):
         self.pending, self.wrap = pending, wrap
+        self.output_strides = pending.output_strides
 
     def finish(self):
         return self.wrap(self.pending.finish())

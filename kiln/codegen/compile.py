@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import sympy
 import torch
 
 from kiln import log, trace
@@ -68,7 +69,8 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     with log.stage("dedupe"):
         graph = dedupe_buffers(graph)
     with log.stage("layouts"):
-        graph = optimize_layouts(graph)
+        graph = optimize_layouts(graph, _saved_outputs(graph, gm.meta.get("kiln_user_outputs")))
+    output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))
     with log.stage("schedule"):
@@ -99,22 +101,24 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
         log.count("kernels compiled", len(kernels))
         if probe:
             return _boxed(check.checked(call, gm, dict(graph.origins), fns))
-        if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants) \
+        call.output_strides = output_strides
+        if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants, output_strides) \
                 and not constants:
             call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
         return _boxed(call)
     if wait or probe or not kernels:
         return finish()
     start_builds(printer, built)
-    return PendingProgram(finish)
+    return PendingProgram(finish, output_strides)
 
 
 class PendingProgram:
     """A program whose kernels are building: `finish()` waits for them and returns the linked
     callable (the backend finishes a forward after lowering its backward: [Note: parallel builds])."""
 
-    def __init__(self, finish):
+    def __init__(self, finish, output_strides: tuple = ()):
         self._finish, self._call = finish, None
+        self.output_strides = output_strides
 
     def finish(self):
         if self._call is None:
@@ -172,6 +176,26 @@ def restore_kernels(printer, built: dict) -> dict:
         fns.update(printer.restore(part))
     fns.update({name: fns[first] for name, first in built["same"].items()})
     return fns
+
+
+def _saved_outputs(graph: ir.Graph, user_outputs: int | None) -> frozenset:
+    """The buffers a forward returns only for its backward ([Note: saved values in the layout of
+    their producer]): outputs after the first `user_outputs` that are no user output too."""
+    if user_outputs is None:
+        return frozenset()
+    users = {o for o in graph.outputs[:user_outputs] if isinstance(o, str)}
+    return frozenset(o for o in graph.outputs[user_outputs:] if isinstance(o, str) and o not in users)
+
+
+def _output_strides(graph: ir.Graph) -> tuple:
+    """Each output's strides as the program returns them (static ints), None where not known here."""
+    buffers = graph.buffer_map()
+    out = []
+    for o in graph.outputs:
+        buf = buffers.get(o) if isinstance(o, str) else None
+        strides = [sympy.sympify(s) for s in buf.strides] if buf is not None else []
+        out.append(tuple(int(s) for s in strides) if buf is not None and all(s.is_Integer for s in strides) else None)
+    return tuple(out)
 
 
 def _size_facts_key(example_inputs: Sequence[Any]) -> str:

@@ -1,10 +1,13 @@
-"""The layout pass: channels-last activations around CPU convolutions, and buffers computed
-elementwise from a permuted input laid out in that input's order (all devices).
+"""The layout pass: channels-last activations around convolutions, and buffers computed
+elementwise from a permuted input laid out in that input's order.
 
-oneDNN (ATen's CPU convolution) computes in a channels-last layout; given an NCHW input it reorders
-the input and the output on every call, which costs as much as the convolution itself on small
-images. Given a channels-last (NHWC) input, it reads it in place and returns a channels-last output.
-So, on CPU, a 4-d buffer that kiln computes and a convolution reads gets NHWC strides, and so does
+oneDNN (ATen's CPU convolution) and cuDNN compute in a channels-last layout; given an NCHW input,
+oneDNN reorders the input and the output on every call (as costly as the convolution itself on
+small images), cuDNN runs transposing kernels around its NHWC engines (on the H200 resnet50's
+inference spent 2 of its 4 ms of convolution in them) and ATen sends a depthwise convolution to
+its slow native kernel (convnext_tiny: 4.9 ms against cuDNN's 1.3 ms in NHWC). Given channels-last
+(NHWC) inputs, both read them in place and return channels-last outputs. So a 4-d buffer that
+kiln computes and a convolution (or a convolution's gradient) reads gets NHWC strides, and so does
 that convolution's output: chains conv -> (batch norm, activation, residual add, pooling) -> conv
 then never leave NHWC, and the fused pointwise kernels between them (whose loop-order pass puts the
 channel dim innermost) read and write it at unit stride.
@@ -17,7 +20,19 @@ read through a strided view (`ViewArg`) or by an extern other than a convolution
 layout: their strides are a contract with code outside the kernels. A convolution reading a buffer
 kiln does not compute (a graph's image input) reads a channels-last copy of it (one cheap pass).
 Upstream of a relaid buffer, a 4-d buffer of the same batch and channels computed elementwise
-(pooling's input, an activation) follows it.
+(pooling's input, an activation) follows it. An extern's result whose strides are not the planned
+ones is copied into them (the host program checks), so a plan that guesses a kernel's answer wrong
+costs a copy, never a wrong result.
+
+[Note: saved values in the layout of their producer] In training, the activations a convolution
+reads are also what the forward saves for the backward: forward outputs, which would keep their
+contiguous layout and keep the convolutions NCHW. The forward's outputs past its user outputs go
+only to kiln's own backward, so they are the pass's to lay out (`free_outputs`). The forward
+program reports the strides it returns (`output_strides`, kept in the program cache too), and
+aot compiles the backward with its saved inputs in those strides (`_in_saved_layouts` in
+kiln/aot/runtime.py): the backward's convolution gradients read NHWC activations and write NHWC
+gradients. A backward compiled for other strides would still be right: its inputs are checked and
+copied into the layout it was written for.
 
 [Note: layouts that follow their input] `linear` under autocast casts its float32 weight to
 bfloat16 and multiplies by its transpose: `mm(x, convert(permute(W)))`. Laid out contiguously in
@@ -48,8 +63,16 @@ def channels_last_strides(sizes) -> tuple[sympy.Expr, ...]:
     return (h * w * c, sympy.Integer(1), w * c, c)
 
 
+def _op_name(node) -> str:
+    return getattr(node.op, "__name__", "").split(".")[0] if isinstance(node, ir.ExternKernel) else ""
+
+
 def _is_convolution(node) -> bool:
-    return isinstance(node, ir.ExternKernel) and getattr(node.op, "__name__", "").split(".")[0] == "convolution"
+    return _op_name(node) == "convolution"
+
+
+def _is_convolution_backward(node) -> bool:
+    return _op_name(node) == "convolution_backward"
 
 
 def _view_names(value) -> set[str]:
@@ -57,8 +80,10 @@ def _view_names(value) -> set[str]:
     return {a.name for a in leaves if isinstance(a, ir.ViewArg)}
 
 
-def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
-    """Buffer name -> new (NHWC) strides, for the buffers the convolutions read and write."""
+def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> dict[str, tuple]:
+    """Buffer name -> new (NHWC) strides, for the buffers the convolutions (and their gradients)
+    read and write. `free_outputs`: graph outputs whose layout is no contract (a forward's values
+    saved for its backward: [Note: saved values in the layout of their producer])."""
     buffers = graph.buffer_map()
     producer = {}
     for node in graph.nodes:
@@ -69,11 +94,12 @@ def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
                 if o is not None:
                     producer[o] = node
     pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
+    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
+               if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
     for node in graph.nodes:
         if isinstance(node, ir.ExternKernel):
             pinned |= _view_names((node.args, [v for _, v in node.kwargs]))
-            if not _is_convolution(node):     # an eager op may care about its input's strides
+            if not (_is_convolution(node) or _is_convolution_backward(node)):   # an eager op may care
                 pinned |= {a.name for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs]))
                            if isinstance(a, ir.BufferArg)}
 
@@ -82,20 +108,37 @@ def plan_channels_last(graph: ir.Graph) -> dict[str, tuple]:
         return (name not in pinned and len(buf.sizes) == 4 and all(sympy.sympify(s).is_number for s in buf.sizes)
                 and buf.strides == ir.contiguous_strides(buf.sizes) and buf.offset == 0)
 
+    def computed_elementwise(name: str) -> bool:
+        source = producer.get(name)
+        return isinstance(source, ir.ComputedBuffer) and isinstance(source.body, (ir.Pointwise, ir.Reduction))
+
+    def nhwc(name: str) -> bool:
+        return name in plan or _is_channels_last(buffers[name])
+
     plan: dict[str, tuple] = {}
+
+    def relay(name: str) -> None:
+        plan[name] = channels_last_strides(buffers[name].sizes)
+
     for node in graph.nodes:
-        if not _is_convolution(node) or not node.args or not isinstance(node.args[0], ir.BufferArg):
+        conv, grad = _is_convolution(node), _is_convolution_backward(node)
+        if not (conv or grad) or not node.outputs:
             continue
-        x = node.args[0].name
-        out = node.outputs[0] if node.outputs else None
-        if out is None or len(buffers[x].sizes) != 4:
+        # convolution(x, w, ...) -> y; convolution_backward(dy, x, w, ...) -> (dx, dw, db)
+        activations = [a.name for a in node.args[:2 if grad else 1] if isinstance(a, ir.BufferArg)]
+        if not activations or any(len(buffers[a].sizes) != 4 for a in activations):
             continue
-        source = producer.get(x)
-        if x not in plan and relayable(x) and isinstance(source, ir.ComputedBuffer) \
-                and isinstance(source.body, (ir.Pointwise, ir.Reduction)):
-            plan[x] = channels_last_strides(buffers[x].sizes)
-        if (x in plan or buffers[x].strides == channels_last_strides(buffers[x].sizes)) and relayable(out):
-            plan[out] = channels_last_strides(buffers[out].sizes)
+        for a in activations:
+            if a not in plan and relayable(a) and computed_elementwise(a):
+                relay(a)
+        weight = node.args[2 if grad else 1] if len(node.args) > (2 if grad else 1) else None
+        if isinstance(weight, ir.BufferArg) and any(nhwc(a) for a in activations) and relayable(weight.name) \
+                and computed_elementwise(weight.name):
+            relay(weight.name)      # autocast's cast of the weight writes it channels-last
+        # cuDNN and oneDNN answer in channels-last when an activation (or the weight) is channels-last
+        out = node.outputs[0]
+        if out and any(nhwc(a) for a in activations) and out not in plan and relayable(out):
+            relay(out)
     # upstream: a 4-d buffer computed elementwise (activation, pooling) from another of the same
     # batch and channels goes channels-last with its source, so the kernel between them reads
     # and writes both at unit stride along the channels
@@ -249,11 +292,13 @@ def _dense(buf: ir.Buffer) -> bool:
         int(s) == 1 for s in buf.sizes)
 
 
-def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
-    """Buffer name -> strides in its main input's dim order ([Note: layouts that follow their input])."""
+def plan_input_order(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> dict[str, tuple]:
+    """Buffer name -> strides in its main input's dim order ([Note: layouts that follow their input]);
+    `free_outputs` as for `plan_channels_last`."""
     buffers = graph.buffer_map()
     pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
+    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
+               if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
     operands: set[str] = set()
     for node in graph.nodes:
         if not isinstance(node, ir.ExternKernel):
@@ -289,16 +334,15 @@ def plan_input_order(graph: ir.Graph) -> dict[str, tuple]:
     return plan
 
 
-def optimize_layouts(graph: ir.Graph) -> ir.Graph:
-    """The pass: channels-last around convolutions on CPU, then buffers that follow their input's
-    order on every device (see the module docstring)."""
+def optimize_layouts(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> ir.Graph:
+    """The pass: channels-last around convolutions, then buffers that follow their input's order
+    (see the module docstring). `free_outputs`: outputs whose strides are the pass's to choose."""
     if not graph.buffers:
         return graph
-    if all(b.device == "cpu" for b in graph.buffers):   # CUDA graphs keep ATen's layouts around convolutions
-        graph = _channels_last_inputs(graph)
-        graph = apply_layouts(graph, plan_channels_last(graph))
-        graph = _channels_last_weights(graph)
-    graph = apply_layouts(graph, plan_input_order(graph))
+    graph = _channels_last_inputs(graph)
+    graph = apply_layouts(graph, plan_channels_last(graph, free_outputs))
+    graph = _channels_last_weights(graph)
+    graph = apply_layouts(graph, plan_input_order(graph, free_outputs))
     return pad_matmuls(graph)      # [Note: aligned matmuls], CUDA only
 
 

@@ -93,7 +93,8 @@ def _resolve_op(name: str):
     return getattr(getattr(getattr(torch.ops, ns), packet), overload)
 
 
-def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.GraphModule, constants: dict) -> bool:
+def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.GraphModule, constants: dict,
+          output_strides: tuple = ()) -> bool:
     """Keep `program` under `key`: its host source, the kernels as the printer module named
     `printer` saved them (`printer.saved`), and how to re-link externs and constants. Whether it
     was kept."""
@@ -109,7 +110,7 @@ def store(key: str, program, printer: str, built: dict | None, gm: torch.fx.Grap
     if set(targets) != set(constants):
         return False
     entry = {"host": program.source, "printer": printer, "built": built, "kernels": program.kernels,
-             "externs": externs, "constants": targets}
+             "externs": externs, "constants": targets, "output_strides": output_strides}
     files.write_json("graphs", f"{key}.json", entry)
     return True
 
@@ -133,6 +134,7 @@ def load(key: str, gm: torch.fx.GraphModule):
         call = link(program, fns, constants)
         call.kiln_compiled = True
         call.kiln_warm = True
+        call.output_strides = tuple(None if s is None else tuple(s) for s in entry.get("output_strides", ()))
         if not constants:
             call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
         return call

@@ -36,6 +36,7 @@ class CudaGraphed:
         self.disabled: str | None = None          # why graphs are off, once they are
         self.kiln_compiled = True
         self.programs = getattr(program, "programs", None)
+        self.output_strides = getattr(program, "output_strides", ())
 
     def __call__(self, *args):
         if self.disabled is not None:

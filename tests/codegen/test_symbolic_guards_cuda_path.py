@@ -11,6 +11,8 @@ tests/codegen/test_gpu_varying_lengths.py.
 """
 from __future__ import annotations
 
+import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -58,16 +60,22 @@ def _cuda_reported(fake: FakeTensor) -> FakeTensor:
     return FakeTensor(fake._meta, torch.device("cuda"), fake.fake_mode)
 
 
+def _captured_block() -> torch.fx.GraphModule:
+    """The graph capture gives for `Block` with a dynamic sequence length."""
+    graphs = []
+    captured = kiln.capture.capture(Block().eval(), lambda gm, ex: graphs.append(gm) or gm.forward,
+                                    CaptureConfig(dynamic=True))
+    with torch.no_grad():
+        captured(torch.randn(2, 128, 64))
+    (gm,) = graphs
+    return gm
+
+
 def test_the_kiln_backends_cuda_path_adds_no_guard_on_symbolic_sizes(monkeypatch):
     from kiln.aot import trace
     from kiln.codegen import compile as codegen_compile
     from kiln.codegen.backend import compile_graph_module
-    graphs = []
-    model = Block().eval()
-    captured = kiln.capture.capture(model, lambda gm, ex: graphs.append(gm) or gm.forward, CaptureConfig(dynamic=True))
-    with torch.no_grad():
-        captured(torch.randn(2, 128, 64))
-    (gm,) = graphs
+    gm = _captured_block()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = [_cuda_reported(n.meta["example_value"]) for n in placeholders]
     for node, example in zip(placeholders, examples):
@@ -87,3 +95,43 @@ def test_the_kiln_backends_cuda_path_adds_no_guard_on_symbolic_sizes(monkeypatch
     names = [n.name for n in placeholders]
     accepted = _accepts(env, names, lambda n: (torch.randn(2, n, 64),))
     assert all(accepted.values()), accepted
+
+
+@pytest.mark.parametrize("kernel", ["math", "flash", "efficient", "cudnn"])
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "bool-mask"])
+def test_cuda_attention_chosen_at_the_hints_pins_no_length(kernel, masked):
+    """[Note: attention kernels chosen at the hints]: each kernel's op on symbolic CUDA fakes, through
+    kiln's rule (the choice itself needs CUDA: it is given here), adds no guard that pins a size."""
+    from kiln.symbolic import attention
+    choice = {"math": attention.MATH, "flash": attention.FLASH, "efficient": attention.EFFICIENT,
+              "cudnn": attention.CUDNN}[kernel]
+    if masked and choice == attention.FLASH:
+        pytest.skip("the flash kernel takes no mask; the chooser never picks it for one")
+    mode = FakeTensorMode()
+    q = _cuda_reported(mode.from_real(torch.randn(2, 2, 128, 64), "q", dynamic_dims=(2,)))
+    mask = _cuda_reported(mode.from_real(torch.ones(2, 1, 128, 128, dtype=torch.bool), "m", dynamic_dims=(2, 3))) \
+        if masked else None
+    chooser = attention.kernel_choice
+    attention.kernel_choice = lambda *a: choice
+    try:
+        with torch.no_grad(), mode:
+            out = attention.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+    finally:
+        attention.kernel_choice = chooser
+    assert out.device.type == "cuda" and tuple(out.shape) == tuple(q.shape) and out.dtype == q.dtype
+    pins = [g for g in mode.shape_env.guards if isinstance(g.expr, sympy.Eq) and any(a.is_Integer for a in g.expr.args)]
+    assert not pins, mode.shape_env.format_guards()
+
+
+def test_aot_routes_attention_through_the_rule_and_restores_the_graph(monkeypatch):
+    from kiln.aot import trace
+    from kiln.symbolic import attention
+    calls = []
+    rule = attention.scaled_dot_product_attention
+    monkeypatch.setattr(attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or rule(*a, **k))
+    gm = _captured_block()
+    before = gm.code
+    examples = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]
+    trace.trace_joint(gm, examples)
+    assert calls, "the aot trace did not call kiln's attention rule"
+    assert gm.code == before      # the user's graph is restored

@@ -121,7 +121,8 @@ def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: 
     if mode is not None and backend != "kiln":
         raise InvalidOption(f"mode={mode!r} applies to the kiln backend only, not backend={backend!r}")
     resolved = backends.resolve(backend, opts)
-    config = CaptureConfig(dynamic=dynamic, fullgraph=fullgraph, cache_size_limit=opts.cache_size_limit)
+    config = CaptureConfig(dynamic=dynamic, fullgraph=fullgraph, cache_size_limit=opts.cache_size_limit,
+                           ddp_split=opts.ddp_split)
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
     compiled = capture.capture(model, resolved, config)

@@ -23,6 +23,7 @@ class Options:
     debug_dir: str | None = None     # where repro scripts and reports go (default: ./kiln_debug)
     cpp_threads: int | None = None   # OpenMP threads for C++ kernels (default: torch's)
     numerics: str = "fast"           # "eager": eager's bits where kiln can give them ([Note: numerics])
+    ddp_split: bool = True           # under DDP, one graph per gradient bucket (kiln/capture/buckets.py)
 
     @staticmethod
     def from_user(mode: str | None, options: dict[str, Any] | None) -> "Options":
@@ -50,6 +51,8 @@ class Options:
             raise InvalidOption(f"options['on_error'] must be 'raise' or 'eager', got {result.on_error!r}")
         if result.numerics not in ("fast", "eager"):
             raise InvalidOption(f"options['numerics'] must be 'fast' or 'eager', got {result.numerics!r}")
+        if not isinstance(result.ddp_split, bool):
+            raise InvalidOption(f"options['ddp_split'] must be True or False, got {result.ddp_split!r}")
         if not isinstance(result.cache_size_limit, int) or result.cache_size_limit < 1:
             raise InvalidOption(f"options['cache_size_limit'] must be a positive int, got {result.cache_size_limit!r}")
         return result
@@ -62,3 +65,4 @@ class CaptureConfig:
     dynamic: bool | None = None      # None: static first, a dim that changes becomes symbolic
     fullgraph: bool = False          # True: any graph break raises `Unsupported`
     cache_size_limit: int = 8
+    ddp_split: bool = True           # split graphs at DDP's gradient buckets ([Note: why a captured graph is split for DDP])

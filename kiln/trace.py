@@ -14,6 +14,7 @@ was imported), `pid` and the kind's fields. The kinds and who emits them:
     break      function, reason, where, line_text                 capture's Event stream (frame.py)
     recompile  function, reason                                    capture's Event stream
     eager      function, reason (the cache-size limit: the frame runs eagerly from now on)
+    split      function, reason (a graph cut at DDP's gradient buckets: the pieces)   capture's Event stream
     stage      stage, seconds                                      aot's and codegen's pass timers
     backend    name, seconds (one call of the backend on a graph)  kiln/backends.py
     schedule   printer, ir (the loop IR), kernels [{name, source, origins, launch}], refused
@@ -31,8 +32,8 @@ written with one `write` on a file opened for appending, so processes (data-load
 launcher's children) never split one another's lines.
 
 `KILN_LOG` topics printed from events (on stderr): `breaks` (a line per graph break), `guards` (a
-line per compiled entry, then a line per guard), `graphs` (the captured graph; aot prints its
-forward and backward itself). The other topics print where their stage runs (recompiles.py,
+line per compiled entry, then a line per guard), `graphs` (the captured graph, and its pieces when
+it is cut at DDP's buckets; aot prints its forward and backward itself). The other topics print where their stage runs (recompiles.py,
 aot/runtime.py, codegen/compile.py).
 """
 from __future__ import annotations
@@ -110,6 +111,7 @@ LINES: dict[str, dict[str, Callable[[dict], str]]] = {
     "graphs": {
         "graph": lambda e: (f"{e['stage']} graph of {e['function']} ({e['nodes']} nodes):\n{e['code'].strip()}"
                             if e["stage"] == "capture" else None),
+        "split": lambda e: f"graph of {e['function']} {e['reason']}",
     },
 }
 

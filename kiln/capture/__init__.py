@@ -16,7 +16,10 @@ registers its callables and methods in `callables.py`'s table (`builtins.py`, `c
 `collections_types.py`, `iterators.py`, `stdlib_functions.py`, `numpy_calls.py`, `pytree_calls.py`,
 `model_outputs.py`) ->
 `output.py` (the FX graph) -> `convert.py` + `rebuild.py` (generated entry code) and `resume.py`
-(resume functions after graph breaks).
+(resume functions after graph breaks). Under torch.distributed, `distributed.py` says which module
+calls run natively (DDP's forward, FSDP2's hooks) and guards process-group queries, and
+`buckets.py` cuts each graph compiled during a DDP forward at DDP's gradient buckets before the
+backend sees it.
 """
 from kiln.capture.explain import ExplainReport, explain
 from kiln.capture.frame import capture, reset

@@ -9,6 +9,7 @@ later reads through an overlay.
 """
 from __future__ import annotations
 
+import os
 import types
 from typing import Any
 
@@ -83,6 +84,10 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     if isinstance(obj, types.ModuleType):
         if not hasattr(obj, name):
             tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
+        if obj is os and name == "environ" and source is not None:
+            # [Note: rank-dependent values] the environment is read through a source, so what the
+            # program read of it (RANK, LOCAL_RANK, a flag) is guarded
+            return _wrap(tx, os.environ, AttrSource(source, name))
         return _wrap(tx, getattr(obj, name), None)  # module attributes are not guarded
     if isinstance(obj, type):
         return _getattr_class(tx, v, name)
@@ -354,6 +359,9 @@ def builtin_getitem(tx, v: V.ObjectVar, key: V.Variable) -> V.Variable:
     try:
         item = base.__getitem__(obj, k)
     except (KeyError, IndexError, TypeError) as e:  # the program's own exception (os.environ.get catches it)
+        if isinstance(e, KeyError) and base is dict and v.source is not None:
+            from kiln.capture.guards import Guard, GuardKind   # ...until the key appears
+            tx.out.guard(Guard(GuardKind.ABSENT, v.source, k))
         tx.raise_(type(e), *e.args)
     plain = type(obj) is base  # a subclass may override what `[k]` means: guards read past it
     source = (ItemSource(v.source, k) if plain else BuiltinItemSource(v.source, k, base.__name__)) if v.source else None

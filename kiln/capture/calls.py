@@ -226,7 +226,11 @@ def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variabl
     from kiln.capture.attributes import getattr_var
     from kiln.capture.guards import Guard, GuardKind
     from kiln.capture.sources import AttrSource
+    from kiln.capture.distributed import native_reason
     mod = mod_var.value
+    reason = native_reason(mod)
+    if reason is not None:   # [Note: DDP and FSDP2 run as torch wrote them]
+        raise _run_natively(tx, reason)
     if type(mod).__call__ is not torch.nn.Module.__call__:
         return tx.inline(_fn_of(type(mod).__call__), [mod_var, *args], kwargs)
     m = torch.nn.modules.module
@@ -235,7 +239,8 @@ def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variabl
         raise tx.unsupported("global nn.Module hooks are registered; kiln does not capture through them")
     if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None) or \
             getattr(mod, "_forward_hooks_with_kwargs", None) or getattr(mod, "_forward_pre_hooks_with_kwargs", None):
-        raise tx.unsupported(f"{type(mod).__name__} has backward hooks or hooks with kwargs, which kiln does not capture")
+        raise _run_natively(tx, f"{type(mod).__name__} has backward hooks or hooks with kwargs, which kiln does "
+                                "not capture: they run natively around its forward, captured on its own")
     if mod_var.source is not None:
         for table in ("_forward_pre_hooks", "_forward_hooks"):
             if not getattr(mod, table):
@@ -253,6 +258,13 @@ def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variabl
         if not (isinstance(out, V.Constant) and out.value is None):
             result = out
     return result
+
+
+def _run_natively(tx, reason: str):
+    """A graph break at this module call, which runs natively with the module's frames captured."""
+    brk = tx.unsupported(reason)
+    brk.wrap_callee = True
+    return brk
 
 
 # -- context managers ------------------------------------------------------------------------------

@@ -20,9 +20,9 @@ from typing import Any, Callable
 import torch
 
 from kiln import log
+from kiln.capture import buckets, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
-from kiln.capture import recompiles, trace_events
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -37,7 +37,7 @@ MAX_BREAK_RETRIES = 32
 @dataclasses.dataclass
 class Event:
     """What `kiln.explain` reports: one thing that happened while compiling."""
-    kind: str  # "graph" | "break" | "recompile" | "eager"
+    kind: str  # "graph" | "break" | "recompile" | "eager" | "split"
     function: str
     detail: Any
     where: str | None = None
@@ -112,7 +112,8 @@ class CompiledFunction:
                                                f"failed guard: {reason}", "no recompile")
                 self.eager_calls += 1
                 return self.fn(*args, **kwargs)
-            _emit(Event("recompile", _name(self.fn), reason))
+            who = distributed.rank()
+            _emit(Event("recompile", _name(self.fn), reason if who is None else f"rank {who}: {reason}"))
             recompiles.log(_name(self.fn), reason)
             if self.config.dynamic is None:
                 changed = self._changed_dims(self.entries[-1], args, kwargs)
@@ -167,12 +168,15 @@ class CompiledFunction:
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                         dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
             except GraphBreak as e:
-                if self.config.fullgraph:
+                # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
+                # frame, which holds no graph, so fullgraph applies to the frames it captures
+                at_module = e.wrap_callee and self.fn.__code__ is _call_module.__code__
+                if self.config.fullgraph and not at_module:
                     raise Unsupported(e.reason, e.where) from None
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
                 stop_at, reason = e.root_offset, e
-                nested = _is_nested_break(self.fn.__code__, e.root_offset, e.where)
+                nested = e.wrap_callee or _is_nested_break(self.fn.__code__, e.root_offset, e.where)
                 continue
             except ObservedException as e:
                 # [Note: an exception escapes the frame] The function raises on these inputs as
@@ -183,7 +187,7 @@ class CompiledFunction:
                 return self._eager_entry(args, kwargs, f"the code raises {e.describe()}", e.where)
             trace.break_reason = reason
             try:
-                entry = build_entry(self.fn, trace, self.backend, args, kwargs, self._make_resume,
+                entry = build_entry(self.fn, trace, self._graph_compiler(), args, kwargs, self._make_resume,
                                     functools.partial(wrap_callable, backend=self.backend, config=self.config),
                                     wrap_callee=nested)
             except CannotRebuild as e:
@@ -192,11 +196,24 @@ class CompiledFunction:
                 _emit(Event("graph", _name(self.fn), entry.graph))
             if reason is not None:
                 _emit(Event("break", _name(self.fn), reason.reason, reason.where))
-                _warn_break(self.fn, reason.reason, reason.where)
+                if not (reason.wrap_callee and self.fn.__code__ is _call_module.__code__):
+                    _warn_break(self.fn, reason.reason, reason.where)   # the user's code broke
             entry.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
                                              **{k: v for k, v in trace.out.globals_dicts.items()}}
             return entry
         return self._eager_entry(args, kwargs, "too many graph breaks", None)
+
+    def _graph_compiler(self) -> Callable:
+        """The backend, cutting graphs at DDP's gradient buckets when one runs (buckets.py)."""
+        if not self.config.ddp_split:
+            return self.backend
+
+        def compile_graph(gm, example_inputs):
+            compiled, split = buckets.compile_at_buckets(gm, example_inputs, self.backend)
+            if split is not None:
+                _emit(Event("split", _name(self.fn), split))
+            return compiled
+        return compile_graph
 
     def _eager_entry(self, args, kwargs, reason: str, where: str | None) -> Entry:
         """Run the whole function eagerly; guarded on nothing, so it is always reused. Never under
@@ -268,9 +285,14 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
         inner = wrap_callable(target.__func__, backend=backend, config=config)
         return types.MethodType(inner, target.__self__) if inner is not target.__func__ else target
     if isinstance(target, torch.nn.Module):
-        # the module's forward broke: capture forward's own frame, per instance (hooks run eagerly)
-        if type(target).__call__ is not torch.nn.Module.__call__ or _has_hooks(target):
+        inner = distributed.module_run_natively(target)
+        if inner is not None:   # DDP: its forward as torch wrote it, the module it wraps captured
+            return _native_call(target, inner, backend, config)
+        # the module's forward broke: capture forward's own frame, per instance
+        if type(target).__call__ is not torch.nn.Module.__call__:
             return target
+        if _has_hooks(target):   # hooks as nn.Module.__call__ runs them, forward captured
+            return _native_call(target, target, backend, config)
         forward = type(target).forward
         if not isinstance(forward, types.FunctionType):
             return target
@@ -285,12 +307,21 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
 def _has_hooks(module: torch.nn.Module) -> bool:
     m = torch.nn.modules.module
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or getattr(module, "_backward_pre_hooks", None)
                 or m._global_forward_hooks or m._global_forward_pre_hooks)
 
 
-def _cached(target, backend, config, make):
+def _native_call(module: torch.nn.Module, inner: torch.nn.Module, backend, config):
+    forward = getattr(type(inner), "forward", None)
+    if compiled_original(inner) is not None or not isinstance(forward, types.FunctionType):
+        return module    # already compiled (DDP(kiln.compile(m))), or no Python forward to capture
+    return _cached(module, backend, config, lambda: NativeModuleCall(module, inner, forward, backend, config),
+                   "native")
+
+
+def _cached(target, backend, config, make, kind: str = "frame"):
     per = _WRAPPED.setdefault(target, {})
-    key = (id(backend), config)
+    key = (id(backend), config, kind)   # kind: a module's forward alone, or its call run natively
     if key not in per:
         per[key] = make()
     return per[key]
@@ -310,6 +341,35 @@ class ForwardCall:
 
     def __call__(self, *args, **kwargs):
         return self.compiled(self.module_ref(), *args, **kwargs)
+
+
+class NativeModuleCall:
+    """`module(*args)` run natively (hooks, DDP's reducer and FSDP2's all-gathers as torch wrote
+    them) with `inner.forward` (the module's own, or the one of the module DDP wraps) redirected,
+    for the call's duration, to that forward captured in its own frame. The instance attribute is
+    what `nn.Module.__call__` reads; a forward the user set on the instance wins and runs as it is."""
+
+    def __init__(self, module: torch.nn.Module, inner: torch.nn.Module, forward, backend, config):
+        self.module_ref, self.inner_ref = weakref.ref(module), weakref.ref(inner)
+        self.forward = ForwardCall(inner, forward, backend, config)
+        self.depth = 0
+
+    @property
+    def __kiln_original__(self):
+        return self.module_ref()
+
+    def __call__(self, *args, **kwargs):
+        module, inner = self.module_ref(), self.inner_ref()
+        if self.depth == 0 and "forward" in inner.__dict__:
+            return module(*args, **kwargs)
+        self.depth += 1
+        inner.__dict__["forward"] = self.forward
+        try:
+            return module(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            if self.depth == 0:
+                inner.__dict__.pop("forward", None)
 
 
 def _call_module(self, *args, **kwargs):

@@ -26,16 +26,18 @@ class GuardKind(enum.Enum):
     LEN = "len"              # len(value) == n
     DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
     EMPTY = "empty"          # not value (hook dicts)
+    ABSENT = "absent"        # key not in value (a lookup that raised KeyError: `os.environ.get(k, default)`)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
     SAME = "same"            # value is the object another source reads (aliased inputs)
     SHAPES = "shapes"        # the ShapeEnv's guard function holds over the tensor inputs
     VALUE = "value"          # a function of tensor inputs' values holds ([Note: mask elision])
+    PROCESS_GROUP = "process_group"  # a torch.distributed query (get_rank()) returns what it did ([Note: rank-dependent values])
 
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
-_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
-          GuardKind.DICT_KEYS: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
+_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
+          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
           GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
@@ -87,6 +89,12 @@ class Guard:
             return "symbolic sizes satisfy: " + (self.expected[2].replace("\n", "; ") or "their ranges")
         if self.kind is GuardKind.VALUE:
             return self.expected[2]
+        if self.kind is GuardKind.ABSENT:
+            return f"{where} has no key {self.expected!r}"
+        if self.kind is GuardKind.PROCESS_GROUP:
+            q = self.expected
+            return f"{q.call_text()} == {q.value!r}" + (" (rank-dependent: each rank compiles its own graph)"
+                                                         if q.rank_dependent else "")
         text = {GuardKind.TYPE: "type is {}", GuardKind.ID: "is the same object ({})",
                 GuardKind.CONST: "== {!r}", GuardKind.LEN: "has length {}", GuardKind.DICT_KEYS: "has keys {}",
                 GuardKind.EMPTY: "is empty{}"}[self.kind]
@@ -148,12 +156,16 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"list({e}) == {const(list(x))}"]
     if kind is GuardKind.EMPTY:
         return [f"not {e}"]
+    if kind is GuardKind.ABSENT:
+        return [f"{const(x)} not in {e}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.AUTOCAST:
         return [f"__autocast_state() == {const(x)}"]
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
+    if kind is GuardKind.PROCESS_GROUP:
+        return [f"{const(x.fn)}(*{const(x.args)}) == {const(x.value)}"]
     if kind in (GuardKind.SHAPES, GuardKind.VALUE):
         fn, sources = x[0], x[1]
         return [f"{const(fn)}({', '.join(s.expr() for s in sources)})"]

@@ -35,6 +35,9 @@ class GraphBreak(Exception):
         self.reason = reason
         self.where = where
         self.root_offset: int | None = None  # the root frame's instruction that was running
+        # the call that broke runs natively through `frame.wrap_callable`, which captures the frames
+        # it calls (a module whose hooks run as torch wrote them, DDP's forward)
+        self.wrap_callee = False
 
 
 class ObservedException(Exception):

@@ -58,12 +58,17 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     if kind is GuardKind.AUTOCAST:
         from kiln.capture.guards import autocast_state
         return f"{guard.describe()} (now {autocast_state()})"
+    if kind is GuardKind.PROCESS_GROUP:
+        q = guard.expected
+        return f"{q.call_text()} == {q.value!r} (now {_short(q.fn(*q.args))})"
     if kind in (GuardKind.ID, GuardKind.SAME):
         return f"{guard.describe()} (now another {type(value).__name__})"
     if kind is GuardKind.TYPE:
         return f"{guard.describe()} (now {type(value).__qualname__})"
     if kind is GuardKind.LEN:
         return f"{guard.describe()} (now {_len(value)})"
+    if kind is GuardKind.ABSENT:
+        return f"{guard.describe()} (now it has)"
     if kind is GuardKind.DICT_KEYS:
         return f"{guard.describe()} (now {list(value) if isinstance(value, dict) else _short(value)})"
     return f"{guard.describe()} (now {_short(value)})"
@@ -146,7 +151,19 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+_WARNED_RANKS: set = set()
+
+
 def log(function: str, reason: str, event: str = "recompile") -> None:
-    """`KILN_LOG=recompiles`: one line per recompile (and per function reaching the limit)."""
+    """`KILN_LOG=recompiles`: one line per recompile (and per function reaching the limit), with
+    the rank under torch.distributed. There a recompile is also a warning, once per function: a
+    rank that recompiles alone runs another graph than its peers (and stalls them meanwhile)."""
+    from kiln.capture.distributed import rank, world_size
+    who = rank()
+    prefix = f"rank {who}: " if who is not None else ""
     if "recompiles" in os.environ.get("KILN_LOG", "").split(","):
-        print(f"[kiln recompiles] {event} of {function}: {reason}", file=sys.stderr)
+        print(f"[kiln recompiles] {prefix}{event} of {function}: {reason}", file=sys.stderr)
+    elif event == "recompile" and world_size() > 1 and function not in _WARNED_RANKS:
+        _WARNED_RANKS.add(function)
+        import warnings
+        warnings.warn(f"kiln: rank {who} recompiles {function}: {reason}", stacklevel=3)

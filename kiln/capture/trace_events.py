@@ -69,7 +69,8 @@ def capture_event(event) -> None:
     if event.kind == "graph":
         trace.graph_event("capture", event.function, event.detail)
         return
-    fields = {"function": event.function, "reason": str(event.detail)}
+    detail = event.detail.describe() if hasattr(event.detail, "describe") else str(event.detail)  # a BucketSplit
+    fields = {"function": event.function, "reason": detail}
     if event.where:
         fields["where"] = event.where
         match = _WHERE.match(event.where)

@@ -142,6 +142,7 @@ def _frame(i: int, f: FrameCompile) -> str:
         notes.append('<p class="failed">this compile did not finish: an error was raised</p>')
     if f.eager:
         notes.append('<p class="eager">the whole function runs eagerly</p>')
+    notes += [f'<pre class="split">{escape(text)}</pre>' for text in f.splits]   # DDP's buckets
     body = [head, *notes, _source(f), _outside_breaks(f), _guards(f)]
     body += [_graph(i, j, g) for j, g in enumerate(f.graphs)]
     return f'<article class="frame" id="{_frame_id(i)}" data-function="{escape(f.function)}">{"".join(body)}</article>'

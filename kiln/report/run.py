@@ -48,6 +48,7 @@ class FrameCompile:
     recompile: str | None = None       # the guard that failed, when this compile is a recompile
     guards: list = dataclasses.field(default_factory=list)
     breaks: list = dataclasses.field(default_factory=list)      # `break` events
+    splits: list = dataclasses.field(default_factory=list)      # `split` events: a graph cut at DDP's buckets
     graphs: list = dataclasses.field(default_factory=list)
     stages: dict = dataclasses.field(default_factory=dict)      # stage -> seconds
     caches: list = dataclasses.field(default_factory=list)      # `cache` events
@@ -200,6 +201,9 @@ class _Reader:
 
     def on_break(self, e):
         self.current().breaks.append(e)
+
+    def on_split(self, e):
+        self.current().splits.append(e["reason"])
 
     def on_recompile(self, e):
         self.recompiles[e["function"]] = e["reason"]

@@ -176,3 +176,17 @@ def test_a_log_that_cannot_be_written_warns_and_turns_itself_off(tmp_path, resto
     with pytest.warns(UserWarning, match="KILN_TRACE: cannot write"):
         trace.emit("stage", stage="x", seconds=1.0)
     assert not trace.active()
+
+
+def test_a_graph_cut_at_ddp_buckets_is_on_its_frame(tmp_path):
+    from kiln.report.page import _frame
+    text = "split for DDP into 2 graphs at its gradient buckets (bucket_cap 25 MiB, first bucket 1 MiB):"
+    _write(tmp_path / "kiln-trace.jsonl", [
+        {"kind": "process", "argv": ["train.py"]},
+        {"kind": "frame_start", "function": "forward", "file": "m.py", "line": 1},
+        {"kind": "split", "function": "forward", "reason": text},
+        {"kind": "frame", "function": "forward", "file": "m.py", "line": 1, "source": ["def forward():"], "seconds": 1.0},
+    ])
+    (frame,) = read_run(str(tmp_path)).processes[0].frames
+    assert frame.splits == [text]
+    assert f'<pre class="split">{text}</pre>' in _frame(0, frame)

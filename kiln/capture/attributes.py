@@ -328,8 +328,11 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
         return _wrap(tx, obj._parameters[name], DictEntrySource(v.source, "_parameters", name) if v.source else None,
                      module_state=True)
     cls = v.python_type() if isinstance(v, V.NewObjectVar) else type(obj)
-    if cls.__module__ in _TYPING_MODULES and is_python_constant(key):
-        # `Optional[int]`, `Dict[str, Tensor]`: typing's subscriptions are pure and cached, so run them
+    generic_class = isinstance(obj, type) and hasattr(obj, "__class_getitem__")
+    if (cls.__module__ in _TYPING_MODULES or generic_class) and is_python_constant(key):
+        # `Optional[int]`, `Dict[str, Tensor]`: typing's subscriptions are pure and cached, so run them;
+        # so is a class subscripted (`list[int]`, `collections.abc.Callable[[T], bool]` in an
+        # annotation evaluated at def time): a generic alias made by its `__class_getitem__`
         try:
             return _wrap(tx, obj[python_value(key)], None)
         except TypeError as e:

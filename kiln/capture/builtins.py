@@ -222,8 +222,13 @@ def _reduce(tx, args, kwargs):
 
 def _lru_cached(tx, wrapper, args, kwargs):
     """A `functools.lru_cache`/`cache` function: its wrapped function is inlined. The cache is for
-    pure functions (its documented contract), so calling through gives the value a hit would."""
+    pure functions (its documented contract), so calling through gives the value a hit would. One
+    whose function is marked constant (`calls.is_assumed_constant`; the wrapper copies the mark) is
+    called for real on constants, through its cache, as eager calls it."""
     from kiln.capture.attributes import _function
+    from kiln.capture.calls import _constant_arguments, _run_at_trace_time, is_assumed_constant
+    if is_assumed_constant(wrapper) and _constant_arguments(args, kwargs):
+        return _run_at_trace_time(tx, wrapper, args, kwargs)
     return tx.inline(_function(wrapper.__wrapped__), args, kwargs)
 
 

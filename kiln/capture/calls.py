@@ -67,7 +67,22 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
             return _run_at_trace_time(tx, real, args, kwargs)
+        if is_assumed_constant(real) and _constant_arguments(args, kwargs):
+            return _run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
+
+
+def is_assumed_constant(fn) -> bool:
+    """A function its library marked as constant for compilers (`torch.compiler.assume_constant_result`
+    sets this attribute; transformers marks its install and version probes so): called with
+    constants, it is run while tracing and its result is a constant of the graph, as torch.compile
+    does. Its code often reads what capture does not follow (importlib.metadata, `vars`)."""
+    return getattr(fn, "_dynamo_marked_constant", False) is True
+
+
+def _constant_arguments(args, kwargs) -> bool:
+    from kiln.capture.semantics import is_python_constant
+    return all(is_python_constant(a) for a in [*args, *kwargs.values()])
 
 
 def _graph_arguments(tx, args, kwargs) -> bool:
@@ -164,10 +179,13 @@ TRACE_TIME_FUNCTIONS = {
 
 def _run_at_trace_time(tx, fn, args, kwargs):
     from kiln.capture.builder import wrap
-    from kiln.capture.semantics import is_python_constant, python_value
-    if not all(is_python_constant(a) for a in [*args, *kwargs.values()]):
+    from kiln.capture.semantics import python_value
+    if not _constant_arguments(args, kwargs):
         raise tx.unsupported(f"{fn.__qualname__} on values known only at run time")
-    result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+    try:
+        result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+    except Exception as e:
+        tx.raise_(type(e), str(e))
     if args and result is python_value(args[0]):
         return args[0]  # keeps its source, so later reads are guarded
     return wrap(tx.out, result, None)

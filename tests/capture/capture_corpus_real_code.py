@@ -4,6 +4,7 @@ what they hold, autograd.Functions under inference. Each is one graph, equal to 
 from __future__ import annotations
 
 import collections
+import functools
 import os
 
 import numpy as np
@@ -137,3 +138,38 @@ def userdict_item_writes(x):
 def python_types_as_dtypes(x):
     """transformers' chunked masks: `torch.zeros(n, dtype=int)`."""
     return torch.zeros(x.shape[0], dtype=int) + x.shape[1], x.to(float) * 2, torch.ones(2, dtype=bool)
+
+
+@torch.compiler.assume_constant_result
+def _installed_version(package):
+    """transformers' install probes: importlib.metadata and `vars` inside, which capture does not
+    follow; marked constant, so run while tracing."""
+    import importlib.metadata
+    return len(vars(importlib.metadata)) > 0 and importlib.metadata.version(package) != ""
+
+
+@functools.lru_cache
+@torch.compiler.assume_constant_result
+def _cached_probe(flag=True):
+    return _installed_version("torch") and flag
+
+
+@program()
+def assume_constant_result_functions(x):
+    """A function marked by torch.compiler.assume_constant_result, and an lru_cache over one
+    (transformers' is_torch_greater_or_equal, is_torch_distributed_available): their results are
+    constants of the graph."""
+    if _installed_version("torch") and _cached_probe(flag=True):
+        return x + 1
+    return x - 1
+
+
+@program()
+def generic_alias_annotations(x):
+    """A nested function whose annotations subscript classes, evaluated at def time (torch's
+    pytree helpers: `is_leaf: Callable[[PyTree], bool] | None`)."""
+    import collections.abc
+
+    def scale(v, by: list[int], check: collections.abc.Callable[[int], bool] | None = None) -> dict[str, int]:
+        return v * sum(by)
+    return scale(x, [1, 2]), tuple[int, ...]

@@ -269,6 +269,17 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
 
 
+def delattr_var(tx, obj: V.Variable, name: str):
+    """`del obj.attr` on an object made inside captured code (contextlib's generator context manager
+    drops its arguments on entry); a later read falls back to the class, as in Python."""
+    if isinstance(obj, V.NewObjectVar) and not isinstance(class_lookup(obj.cls, "__delattr__"), types.FunctionType):
+        if name not in obj.attrs:
+            tx.raise_(AttributeError, name)
+        del obj.attrs[name]
+        return
+    raise tx.unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__}")
+
+
 # -- containers that are real objects (nn.ModuleList and friends) ------------------------------------
 def _module_children(tx, v: V.ObjectVar) -> list[tuple[str, V.Variable]]:
     mod = v.value

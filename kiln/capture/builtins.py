@@ -128,6 +128,13 @@ def _setattr(tx, args, kwargs):
     return V.Constant(None)
 
 
+@builtin(delattr)
+def _delattr(tx, args, kwargs):
+    from kiln.capture.attributes import delattr_var
+    delattr_var(tx, args[0], python_value(args[1]))
+    return V.Constant(None)
+
+
 @builtin(callable)
 def _callable(tx, args, kwargs):
     v = args[0]
@@ -312,6 +319,13 @@ def _object_init(tx, args, kwargs):
 def _object_setattr(tx, args, kwargs):
     from kiln.capture.attributes import setattr_var
     setattr_var(tx, args[0], python_value(args[1]), args[2])
+    return V.Constant(None)
+
+
+@builtin(delattr)
+def _delattr(tx, args, kwargs):
+    from kiln.capture.attributes import delattr_var
+    delattr_var(tx, args[0], python_value(args[1]))
     return V.Constant(None)
 
 

@@ -37,8 +37,18 @@ def _is_torch_op(fn: Any) -> bool:
     if isinstance(fn, types.FunctionType):
         # a graph node must name its target as module.name (lambdas and local helpers are inlined)
         return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
-            getattr(sys.modules.get(module), fn.__name__, None) is fn
+            _reached_by_attributes(module, fn)
     return False
+
+
+def _reached_by_attributes(module: str, fn) -> bool:
+    """Whether `module.name` read attribute by attribute from `torch` is `fn`, as the graph's Python
+    reads it. A package can shadow a submodule by a function of the same name
+    (`torch._higher_order_ops.associative_scan` is the function there): its helpers are inlined."""
+    value = sys.modules.get("torch")
+    for part in [*module.split(".")[1:], fn.__name__]:
+        value = getattr(value, part, None)
+    return value is fn
 
 
 def _is_tensor_method(fn: Any) -> bool:
@@ -285,6 +295,9 @@ def enter_context(tx, ctx: V.Variable):
             return ctx, V.Constant(None)
         if ctx.kind == "nothing":
             return ctx, V.Constant(None)
+        if ctx.kind == "getitem_to_index":
+            tx.out.getitem_to_index += 1
+            return ctx, V.Constant(None)
         if ctx.kind == "rng_frozen":
             tx.out.examples.watching_random += 1
             ctx.saved = tx.out.examples.random_ops
@@ -305,6 +318,8 @@ def enter_context(tx, ctx: V.Variable):
 def exit_context(tx, ctx: V.ContextVar):
     if ctx.kind in ("grad", "grad_set"):
         set_grad_mode(tx, ctx.saved)
+    elif ctx.kind == "getitem_to_index":
+        tx.out.getitem_to_index -= 1
     elif ctx.kind == "rng_frozen":
         # the RNG state is put back at the end: the same as doing nothing, unless the region drew
         # random numbers, which kiln's graphs do not rewind

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-exported)
+from kiln.capture.attributes import delattr_var, getattr_var, setattr_var  # noqa: F401 (re-exported)
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
 from kiln.capture.interpreter import NotConstant
 from kiln.capture.model_outputs import getitem_position, is_model_output
@@ -464,6 +464,9 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
+        indices = key.items if isinstance(key, V.TupleVar) else [key]
+        if tx.out.getitem_to_index and all(isinstance(i, V.TensorVar) for i in indices):
+            return call_torch(tx, "call_function", torch.ops.aten.index.Tensor, [obj, V.ListVar(list(indices))], {})
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None

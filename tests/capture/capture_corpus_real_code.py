@@ -4,6 +4,7 @@ what they hold, autograd.Functions under inference. Each is one graph, equal to 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 
@@ -173,3 +174,31 @@ def generic_alias_annotations(x):
     def scale(v, by: list[int], check: collections.abc.Callable[[int], bool] | None = None) -> dict[str, int]:
         return v * sum(by)
     return scale(x, [1, 2]), tuple[int, ...]
+
+
+@contextlib.contextmanager
+def _scaled(factor):
+    yield factor * 2
+
+
+class _Scratch:
+    kind = "class"
+
+
+@program()
+def delete_attributes_of_new_objects(x):
+    """`del obj.attr` / delattr on objects made inside captured code: contextlib's generator
+    context manager deletes its arguments on entry (Mamba's scan); a read after falls back to the
+    class attribute, a second delete raises AttributeError."""
+    with _scaled(3) as f:
+        y = x * f
+    s = _Scratch()
+    s.kind = "instance"
+    s.extra = 1
+    del s.kind
+    delattr(s, "extra")
+    try:
+        del s.extra
+    except AttributeError:
+        y = y + 1
+    return y, s.kind, hasattr(s, "extra")

@@ -134,6 +134,14 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
 
 
 def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
+    hook = class_lookup(v.cls, "__getattribute__")
+    if isinstance(hook, types.FunctionType):  # the class's own (transformers' configs map names)
+        return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
+    return new_object_attribute(tx, v, name)
+
+
+def new_object_attribute(tx, v: V.NewObjectVar, name: str) -> V.Variable:
+    """`object.__getattribute__(v, name)`: the instance's own attributes, then the class's."""
     if name in v.attrs:
         return v.attrs[name]
     if name == "__class__":
@@ -260,7 +268,11 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
     if isinstance(obj, V.NewObjectVar):
-        obj.attrs[name] = value
+        hook = class_lookup(obj.cls, "__setattr__")
+        if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
+            tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
+        else:
+            obj.attrs[name] = value
         return
     if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
         tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value

@@ -166,8 +166,24 @@ BUILTINS[abs] = _foldable(abs, _tensor_op(operator.abs))
 BUILTINS[pow] = _foldable(pow, _tensor_op(operator.pow))
 BUILTINS[round] = _foldable(round, _tensor_op(round))
 BUILTINS[divmod] = _foldable(divmod)
-for _fn in (str, repr, format, chr, ord, hash, ascii, bin, hex, oct, complex, slice):
+for _fn in (chr, ord, hash, ascii, bin, hex, oct, complex, slice, format):
     BUILTINS[_fn] = _foldable(_fn)
+
+
+def _exception_text(fn):
+    """str()/repr() of a caught exception whose arguments are constants, by BaseException's own
+    text (`errors.append(str(e))` in a validator's `except TypeError as e`)."""
+    def otherwise(tx, args, kwargs):
+        e = args[0] if len(args) == 1 and not kwargs else None
+        if isinstance(e, V.ExceptionVar) and all(is_python_constant(a) for a in e.args) and \
+                getattr(e.cls, "__str__") is BaseException.__str__ and getattr(e.cls, "__repr__") is BaseException.__repr__:
+            return V.Constant(fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args])))
+        raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
+    return otherwise
+
+
+BUILTINS[str] = _foldable(str, _exception_text(str))
+BUILTINS[repr] = _foldable(repr, _exception_text(repr))
 
 
 def _needs_data(name):
@@ -317,9 +333,22 @@ def _object_init(tx, args, kwargs):
 
 @builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
+    """object's own attribute store, past a class's `__setattr__` (which calls it)."""
     from kiln.capture.attributes import setattr_var
-    setattr_var(tx, args[0], python_value(args[1]), args[2])
+    if isinstance(args[0], V.NewObjectVar):
+        args[0].attrs[python_value(args[1])] = args[2]
+    else:
+        setattr_var(tx, args[0], python_value(args[1]), args[2])
     return V.Constant(None)
+
+
+@builtin(object.__getattribute__)
+def _object_getattribute(tx, args, kwargs):
+    """object's own attribute lookup, past a class's `__getattribute__` (which calls it)."""
+    from kiln.capture.attributes import getattr_var, new_object_attribute
+    if isinstance(args[0], V.NewObjectVar):
+        return new_object_attribute(tx, args[0], python_value(args[1]))
+    return getattr_var(tx, args[0], python_value(args[1]))
 
 
 @builtin(delattr)

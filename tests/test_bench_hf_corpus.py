@@ -43,3 +43,11 @@ def test_wrong_results_are_reported():
     assert hf_corpus.same(torch.ones(2), torch.ones(2)) is None
     assert "max difference" in hf_corpus.same(torch.ones(2), torch.zeros(2))
     assert "output tensors" in hf_corpus.same((torch.ones(2),), (torch.ones(2), torch.ones(1)))
+
+
+def test_one_compiler_rerun_keeps_the_others_results():
+    """`--compilers kiln --resume run.jsonl`: the new kiln result, torch.compile's from the run."""
+    earlier = {"model": "M", "kiln": {"status": "wrong"}, "torch.compile": {"status": "correct"}}
+    row = hf_corpus._with_earlier({"model": "M", "kiln": {"status": "correct"}}, earlier)
+    assert row == {"model": "M", "kiln": {"status": "correct"}, "torch.compile": {"status": "correct"}}
+    assert hf_corpus._with_earlier({"model": "M", "skipped": "x"}, earlier) == {"model": "M", "skipped": "x"}

@@ -16,6 +16,10 @@ restarts the worker after a model that crashes it or runs past `--timeout`, so o
 only its own row. Rows are appended to a JSON-lines file as they finish (a run that is stopped
 keeps what it did; `--resume` skips the models already there), and `report.py`-style markdown
 (totals, failure groups by reason, one row per model) is written next to it.
+
+`--compilers kiln --resume run.jsonl` reruns one compiler's column of a run (after a fix): each new
+row keeps the other compilers' results from the run's latest row for that model, so the table
+compares kiln at this commit with the torch.compile results already measured.
 """
 from __future__ import annotations
 
@@ -138,20 +142,21 @@ def run_model(entry: Entry, compilers=COMPILERS) -> dict:
 
 
 # -- the worker and its driver -----------------------------------------------------------------------
-def _worker(names: list[str], mappings) -> None:
+def _worker(names: list[str], mappings, compilers=COMPILERS) -> None:
     entries = {e.class_name: e for e in corpus_entries(mappings)}
     for name in names:
         print(START_MARKER + name, flush=True)
-        row = run_model(entries[name])
+        row = run_model(entries[name], compilers)
         print(ROW_MARKER + json.dumps(row, default=str), flush=True)
 
 
-def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> None:
+def run_corpus(names: list[str], out_path: str, timeout: float, mappings, compilers=COMPILERS) -> None:
     """Run `names` in a worker process, restarting it after a crash or a timeout; append rows."""
     pending = list(names)
+    earlier = _latest_rows(out_path) if tuple(compilers) != COMPILERS else {}
     while pending:
         command = [sys.executable, "-m", "kiln.bench.hf_corpus", "--worker", "--mappings", ",".join(mappings),
-                   "--models", ",".join(pending)]
+                   "--compilers", ",".join(compilers), "--models", ",".join(pending)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         lines: queue.Queue = queue.Queue()
@@ -172,6 +177,7 @@ def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> Non
                 current, started = line[len(START_MARKER):].strip(), time.monotonic()
             elif line.startswith(ROW_MARKER):
                 row = json.loads(line[len(ROW_MARKER):])
+                row = _with_earlier(row, earlier.get(row["model"]))
                 _append(out_path, row)
                 pending.remove(row["model"])
                 current = None
@@ -185,6 +191,23 @@ def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> Non
         elif pending:  # died before starting a model (an import failed): do not loop forever
             _append(out_path, {"model": pending[0], "skipped": f"crashed: worker exited with {process.returncode}"})
             pending.pop(0)
+
+
+def _latest_rows(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    return {row["model"]: row for row in map(json.loads, filter(str.strip, open(path)))}
+
+
+def _with_earlier(row: dict, earlier: dict | None) -> dict:
+    """A row of some compilers completed by the other compilers' results of the run's earlier row."""
+    if earlier is None or "skipped" in row or "skipped" in earlier:
+        return row
+    merged = dict(row)
+    for c in COMPILERS:
+        if c in earlier and c not in row:
+            merged[c] = earlier[c]
+    return merged
 
 
 def _append(path: str, row: dict) -> None:
@@ -208,11 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default=None, metavar="JSONL",
                    help="append to this run, skipping its models (all of --models run; a later row wins)")
     p.add_argument("--report", default=None, metavar="JSONL", help="only write the markdown of this run")
+    p.add_argument("--compilers", default=",".join(COMPILERS),
+                   help="comma list of compilers to run (with --resume: the others' results are kept)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     mappings = tuple(m for m in args.mappings.split(",") if m)
+    compilers = tuple(c for c in args.compilers.split(",") if c)
     if args.worker:
-        _worker(args.models.split(","), mappings)
+        _worker(args.models.split(","), mappings, compilers)
         return 0
     if args.report:
         from kiln.bench.hf_corpus_report import write_markdown
@@ -225,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         done = {json.loads(line)["model"] for line in open(path) if line.strip()}
         names = [n for n in names if n not in done]
     print(f"{len(names)} models -> {path}", flush=True)
-    run_corpus(names, path, args.timeout, mappings)
+    run_corpus(names, path, args.timeout, mappings, compilers)
     from kiln.bench.hf_corpus_report import write_markdown
     print(write_markdown(path))
     return 0

@@ -128,7 +128,8 @@ class Tracer:
         line = None
         if self.inst is not None and self.inst.positions is not None:
             line = self.inst.positions.lineno
-        return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {self.code.co_name}"
+        from kiln.capture.resume import user_function_name
+        return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {user_function_name(self.code.co_name)}"
 
     def user_where(self) -> str:
         """`where()` of the innermost frame outside torch: the user's line a torch module was called on."""

@@ -100,6 +100,8 @@ def _unrolled_examples(tx, args, kwargs):
     from kiln.capture.semantics import python_value
     n = python_value(args[0])
     if n > MAX_EXAMPLES:
-        raise tx.unsupported(f"torch.vmap over {n} examples: kiln unrolls a vmap per example, up to {MAX_EXAMPLES}")
+        from kiln.capture.interpreter import GraphBreak
+        raise GraphBreak(f"torch.vmap over {n} examples: kiln unrolls a vmap per example, up to {MAX_EXAMPLES}",
+                         tx.user_where())
     return V.Constant(n)
 

@@ -13,7 +13,7 @@ import torch
 from torch.testing._utils import freeze_rng_state
 from torch.utils import _pytree as pytree
 
-from capture_corpus import program
+from capture_corpus import program, t
 
 _Pair = collections.namedtuple("_Pair", "left right")
 
@@ -233,3 +233,11 @@ def associative_scan_generic(x):
         return left[0] * right[0], right[0] * left[1] + right[1]
     _, states = associative_scan(combine, (x.sigmoid(), x), dim=1, combine_mode="generic")
     return states
+
+
+@program(inputs=t(300, 3), graphs=2, breaks=1)
+def vmap_past_the_unroll_limit_breaks(x):
+    """A vmap over more examples than kiln unrolls breaks the graph (at the user's call) and runs
+    eagerly; the code before and after it is captured."""
+    y = x * 2
+    return torch.vmap(lambda r: r.sum() * 2)(y) + 1

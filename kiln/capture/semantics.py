@@ -211,8 +211,11 @@ def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
 def make_slice(tx, parts: list) -> V.Variable:
     if all(is_python_constant(p) for p in parts):
         return V.Constant(slice(*[python_value(p) for p in parts]))
-    if all(isinstance(p, V.SymNumber) or is_python_constant(p) for p in parts):
-        return V.SliceVar(list(parts))    # symbolic sizes: the slice goes into the graph as it is
+    if all(isinstance(p, (V.SymNumber, V.TensorVar)) or is_python_constant(p) for p in parts):
+        # symbolic sizes: the slice goes into the graph as it is. Tensor bounds (`mask[start:end]`
+        # over a cumsum) too: the op that reads them breaks the graph (their values are data), at
+        # an instruction that runs natively, the slice rebuilt
+        return V.SliceVar(list(parts))
     raise tx.unsupported("a slice with tensor bounds")
 
 

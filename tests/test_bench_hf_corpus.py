@@ -34,7 +34,7 @@ def test_report_counts_the_sample(rows, tmp_path):
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     text = hf_corpus_report.write_markdown(str(path))
-    assert "| kiln | 6 | 6 | 0 | 0 | 6 | 0 |" in text and "| torch.compile | 6 | 6 | 0 | 0 | 6 | 0 |" in text
+    assert "| kiln | 6 | 6 | 0 | 0 | 0 | 6 | 0 |" in text and "| torch.compile | 6 | 6 | 0 | 0 | 0 | 6 | 0 |" in text
     assert (tmp_path / "run.md").read_text() == text
 
 
@@ -51,3 +51,25 @@ def test_one_compiler_rerun_keeps_the_others_results():
     row = hf_corpus._with_earlier({"model": "M", "kiln": {"status": "correct"}}, earlier)
     assert row == {"model": "M", "kiln": {"status": "correct"}, "torch.compile": {"status": "correct"}}
     assert hf_corpus._with_earlier({"model": "M", "skipped": "x"}, earlier) == {"model": "M", "skipped": "x"}
+
+
+def test_model_differences_are_not_wrong_results():
+    """A compiled output unlike eager's is the model's doing when eager varies between calls, or when
+    eager told it is being compiled (torch.compiler.is_compiling()) gives that output; else wrong."""
+    import torch
+
+    class ComputesOtherwiseCompiled(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if torch.compiler.is_compiling() else x
+
+    class Random(torch.nn.Module):
+        def forward(self, x):
+            return x + torch.rand_like(x)
+
+    x = torch.ones(3)
+    path = ComputesOtherwiseCompiled()
+    assert hf_corpus._status(path, {"x": x}, [x * 2], path(x), path(x), {})[0] == "compile_path"
+    assert hf_corpus._status(path, {"x": x}, [x * 3], path(x), path(x), {})[0] == "wrong"
+    assert hf_corpus._status(path, {"x": x}, [x], path(x), path(x), {}) == ("correct", None)
+    noisy = Random()
+    assert hf_corpus._status(noisy, {"x": x}, [x], noisy(x), noisy(x), {})[0] == "eager_varies"

@@ -195,3 +195,12 @@ def slice_with_tensor_bounds(x):
     for s, e in zip(starts, ends):
         mask[s:e, s:e] = 0
     return x + mask, x[ends[0]:]
+
+
+# 3.12 reads and writes `x[a:b]` by BINARY_SLICE / STORE_SLICE, which a break runs natively too
+@brk(graphs=2, breaks=2, inputs=t(6, 6))
+def two_part_slice_with_tensor_bounds(x):
+    ends = torch.tensor([2, 4]).cumsum(-1)
+    y = x.clone()
+    y[ends[0]:ends[1]] = 5
+    return y, x[ends[0]:]

@@ -73,3 +73,24 @@ def test_model_differences_are_not_wrong_results():
     assert hf_corpus._status(path, {"x": x}, [x], path(x), path(x), {}) == ("correct", None)
     noisy = Random()
     assert hf_corpus._status(noisy, {"x": x}, [x], noisy(x), noisy(x), {})[0] == "eager_varies"
+
+
+def test_fullgraph_column_is_one_graph_or_raised_naming_the_line():
+    """`--compilers "kiln fullgraph"`: a break under fullgraph=True is `raised` with the user's line."""
+    import torch
+
+    class Breaks(torch.nn.Module):
+        def forward(self, input_ids):
+            return input_ids * int(input_ids.sum())
+
+    result = hf_corpus._RUNNERS["kiln fullgraph"]
+    try:
+        result(Breaks(), {"input_ids": torch.ones(2)})
+        raise AssertionError("fullgraph=True returned")
+    except Exception as e:
+        from kiln.errors import Unsupported
+        assert isinstance(e, Unsupported) and e.where and "test_bench_hf_corpus.py" in e.where
+    rows = [{"model": "A", "kiln fullgraph": {"status": "raised", "detail": "x.py:1 in f: r", "graphs": None,
+                                              "breaks": []}, "kiln": {"status": "correct", "detail": None,
+                                                                      "graphs": 2, "breaks": [{"reason": "r"}]}}]
+    assert "1 models: 0 one graph, 1 raised" in hf_corpus_report.markdown(rows, "t")

@@ -19,11 +19,14 @@ keeps what it did; `--resume` skips the models already there), and `report.py`-s
 
 `--compilers kiln --resume run.jsonl` reruns one compiler's column of a run (after a fix): each new
 row keeps the other compilers' results from the run's latest row for that model, so the table
-compares kiln at this commit with the torch.compile results already measured.
+compares kiln at this commit with the torch.compile results already measured. `--compilers
+"kiln fullgraph"` adds a column of kiln under fullgraph=True: one graph, or `raised` (an
+Unsupported error naming the user's line); the report counts them.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import queue
@@ -79,14 +82,14 @@ def same(actual, expected) -> str | None:
     return None
 
 
-def _kiln(model, inputs: dict) -> dict:
+def _kiln(model, inputs: dict, fullgraph: bool = False) -> dict:
     import kiln
     from kiln.capture import frame
     kiln.reset()
     counter, events = _Counter(), []
     frame._EVENT_SINKS.append(events)
     try:
-        compiled = kiln.compile(model, backend=counter)
+        compiled = kiln.compile(model, backend=counter, fullgraph=fullgraph)
         outputs = [compiled(**inputs) for _ in range(2)]
     finally:
         frame._EVENT_SINKS.remove(events)
@@ -106,7 +109,9 @@ def _torch_compile(model, inputs: dict) -> dict:
     return {"outputs": outputs, "graphs": counter.graphs, "breaks": breaks}
 
 
-_RUNNERS = {"kiln": _kiln, "torch.compile": _torch_compile}
+# "kiln fullgraph" (`--compilers "kiln fullgraph"`): one graph, or `raised`: an Unsupported error
+# that names the user's line, as fullgraph=True promises
+_RUNNERS = {"kiln": _kiln, "torch.compile": _torch_compile, "kiln fullgraph": functools.partial(_kiln, fullgraph=True)}
 
 
 def _error(e: BaseException) -> str:
@@ -166,7 +171,9 @@ def run_model(entry: Entry, compilers=COMPILERS) -> dict:
                 status, wrong = _status(model, inputs, result.pop("outputs"), expected, eager_again, cache)
                 row[name] = {"status": status, "detail": wrong, **result}
             except Exception as e:
-                row[name] = {"status": "error", "detail": _error(e), "graphs": None, "breaks": [],
+                from kiln.errors import Unsupported
+                raised = name == "kiln fullgraph" and isinstance(e, Unsupported) and e.where is not None
+                row[name] = {"status": "raised" if raised else "error", "detail": _error(e), "graphs": None, "breaks": [],
                              "traceback": traceback.format_exc(limit=-8)}
             row[name]["seconds"] = round(time.perf_counter() - start, 2)
     return row
@@ -235,7 +242,7 @@ def _with_earlier(row: dict, earlier: dict | None) -> dict:
     if earlier is None or "skipped" in row or "skipped" in earlier:
         return row
     merged = dict(row)
-    for c in COMPILERS:
+    for c in _RUNNERS:
         if c in earlier and c not in row:
             merged[c] = earlier[c]
     return merged
@@ -249,7 +256,7 @@ def _append(path: str, row: dict) -> None:
 def _one_line(row: dict) -> str:
     if "skipped" in row:
         return f"{row['model']}: skipped ({row['skipped'][:80]})"
-    parts = [f"{c} {row[c]['status']} {row[c]['graphs']}g/{len(row[c]['breaks'])}b" for c in COMPILERS if c in row]
+    parts = [f"{c} {row[c]['status']} {row[c]['graphs']}g/{len(row[c]['breaks'])}b" for c in _RUNNERS if c in row]
     return f"{row['model']}: " + ", ".join(parts)
 
 

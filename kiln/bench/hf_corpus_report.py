@@ -11,6 +11,7 @@ import json
 import re
 
 COMPILERS = ("kiln", "torch.compile")
+FULLGRAPH = "kiln fullgraph"  # rows rerun with fullgraph=True: one graph, or `raised` naming the line
 # outputs that differ from eager's by the model's own doing (hf_corpus._status)
 MODEL_DIFFERENCES = {"eager_varies": "eager varies", "compile_path": "model's compile path"}
 
@@ -29,6 +30,7 @@ def one_graph(result: dict) -> bool:
 
 
 def reason_group(reason: str) -> str:
+    reason = (reason.strip().splitlines() or [""])[0]  # dynamo's reasons go on with an explanation
     reason = re.sub(r"\S+\.py:\d+ in \S+", "<site>", reason)
     reason = re.sub(r"(at|in) <site>", "", reason)
     reason = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
@@ -68,8 +70,22 @@ def _groups(rows: list[dict], compiler: str) -> list[tuple[str, int, list[str]]]
 def _cell(x: dict | None) -> str:
     if x is None:
         return "-"
-    mark = {"correct": "ok", "wrong": "**WRONG**", "error": "error", **MODEL_DIFFERENCES}[x["status"]]
+    mark = {"correct": "ok", "wrong": "**WRONG**", "error": "error", "raised": "raised",
+            **MODEL_DIFFERENCES}[x["status"]]
     return f"{mark} {x['graphs'] if x['graphs'] is not None else '-'}g/{len(x['breaks'])}b"
+
+
+def _fullgraph_lines(rows: list[dict]) -> list[str]:
+    """`fullgraph=True` over the rows rerun so: one graph, or an error naming the user's line."""
+    results = [(r["model"], r[FULLGRAPH]) for r in rows if FULLGRAPH in r]
+    if not results:
+        return []
+    one = [m for m, x in results if one_graph(x)]
+    raised = [m for m, x in results if x["status"] == "raised"]
+    other = [f"{m} ({x['status']}: {x['detail'] or ''})"[:160] for m, x in results if m not in one and m not in raised]
+    return ["", f"With `fullgraph=True` (`--compilers '{FULLGRAPH}'`), {len(results)} models: {len(one)} one graph, "
+                f"{len(raised)} raised `Unsupported` naming the line (`file:line in function: reason`), "
+                f"{len(other)} neither{': ' + '; '.join(other) if other else ''}."]
 
 
 def markdown(rows: list[dict], title: str) -> str:
@@ -88,6 +104,7 @@ def markdown(rows: list[dict], title: str) -> str:
         x = t[c]
         lines.append(f"| {c} | {x['correct']} | {x['one_graph']} | {x['wrong']} | {x['model']} | {x['error']} "
                      f"| {x['graphs']} | {x['breaks']} |")
+    lines += _fullgraph_lines(rows)
     for c in COMPILERS:
         lines += ["", f"## {c}: break and failure groups", "", "| models | reason | examples |", "| --- | --- | --- |"]
         for reason, n, models in _groups(rows, c)[:40]:

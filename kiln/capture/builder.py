@@ -160,9 +160,18 @@ _TABLE_VALUES = (types.FunctionType, types.BuiltinFunctionType, type, str, int, 
 
 
 def _is_table(value: dict) -> bool:
-    """A small dict whose values compare by identity or by value (functions, classes, scalars), so
-    `==` against a copy tells whether it changed."""
-    return len(value) <= 64 and all(isinstance(v, _TABLE_VALUES) for v in value.values())
+    """A small dict whose keys are constants (classes, typing forms, dtypes, tuples of them) and whose
+    values compare by identity or by value (functions, classes, scalars), so `==` against a copy
+    tells whether it changed."""
+    return len(value) <= 64 and all(isinstance(v, _TABLE_VALUES) for v in value.values()) and \
+        all(_constant_key(k) for k in value)
+
+
+def _constant_key(k) -> bool:
+    if isinstance(k, tuple):
+        return all(_constant_key(i) for i in k)
+    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum)) or \
+        type(k).__module__ in ("typing", "types", "typing_extensions")
 
 
 def _wrap_function(out, value, source):

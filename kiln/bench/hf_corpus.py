@@ -173,8 +173,8 @@ def run_model(entry: Entry, compilers=COMPILERS) -> dict:
             except Exception as e:
                 from kiln.errors import Unsupported
                 raised = name == "kiln fullgraph" and isinstance(e, Unsupported) and e.where is not None
-                row[name] = {"status": "raised" if raised else "error", "detail": _error(e), "graphs": None, "breaks": [],
-                             "traceback": traceback.format_exc(limit=-8)}
+                row[name] = {"status": "raised" if raised else "error", "detail": _error(e), "graphs": None,
+                             "breaks": [], "traceback": traceback.format_exc(limit=-8)}
             row[name]["seconds"] = round(time.perf_counter() - start, 2)
     return row
 

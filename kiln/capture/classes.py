@@ -167,8 +167,9 @@ _CLASS_KINDS = [
 
 # torch's own compiler's TorchFunctionMode around vmapped mask functions: indexing a tensor by
 # tensors alone is aten.index (a copy; a 0-d index tensor is not read as an int). A context of kind
-# "getitem_to_index" (`semantics.getitem`). By name: kiln imports no torch._dynamo.
-_GETITEM_TO_INDEX_CONTEXTS = {"torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex"}
+# "getitem_to_index" (`semantics.getitem`). By (module, name): kiln imports nothing of torch's
+# dynamo package, where it lives.
+_GETITEM_TO_INDEX_CONTEXTS = {("_trace_wrapped_higher_order_op", "TransformGetItemToIndex")}
 
 
 def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
@@ -176,7 +177,7 @@ def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
     fn = _CLASS_CALLS.get(cls)
     if fn is not None:
         return fn(tx, cls, args, kwargs)
-    if f"{cls.__module__}.{cls.__qualname__}" in _GETITEM_TO_INDEX_CONTEXTS and not args and not kwargs:
+    if (cls.__module__.rpartition(".")[2], cls.__qualname__) in _GETITEM_TO_INDEX_CONTEXTS and not args and not kwargs:
         return V.ContextVar("getitem_to_index", ())
     for matches, fn in _CLASS_KINDS:
         if matches(cls):

@@ -352,13 +352,6 @@ def _object_getattribute(tx, args, kwargs):
     return getattr_var(tx, args[0], python_value(args[1]))
 
 
-@builtin(delattr)
-def _delattr(tx, args, kwargs):
-    from kiln.capture.attributes import delattr_var
-    delattr_var(tx, args[0], python_value(args[1]))
-    return V.Constant(None)
-
-
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dtype, torch.device, frozenset,
               type(None))

@@ -105,7 +105,8 @@ def shallow_copy(tx, v: V.Variable) -> V.Variable:
         return v  # immutable: copy.copy returns the object itself
     if isinstance(v, V.NewObjectVar) and _copies_its_dict(v.cls):
         return V.NewObjectVar(v.cls, dict(v.attrs))
-    if isinstance(v, V.ObjectVar) and _copies_its_dict(type(v.value)) and isinstance(vars(v.value), dict):
+    if isinstance(v, V.ObjectVar) and isinstance(getattr(v.value, "__dict__", None), dict) and \
+            _copies_its_dict(type(v.value)):
         return _copy_of_object(tx, v)
     raise tx.unsupported(f"copy.copy of a {v.python_type().__name__} inside captured code")
 

@@ -16,10 +16,17 @@ restarts the worker after a model that crashes it or runs past `--timeout`, so o
 only its own row. Rows are appended to a JSON-lines file as they finish (a run that is stopped
 keeps what it did; `--resume` skips the models already there), and `report.py`-style markdown
 (totals, failure groups by reason, one row per model) is written next to it.
+
+`--compilers kiln --resume run.jsonl` reruns one compiler's column of a run (after a fix): each new
+row keeps the other compilers' results from the run's latest row for that model, so the table
+compares kiln at this commit with the torch.compile results already measured. `--compilers
+"kiln fullgraph"` adds a column of kiln under fullgraph=True: one graph, or `raised` (an
+Unsupported error naming the user's line); the report counts them.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import queue
@@ -75,14 +82,14 @@ def same(actual, expected) -> str | None:
     return None
 
 
-def _kiln(model, inputs: dict) -> dict:
+def _kiln(model, inputs: dict, fullgraph: bool = False) -> dict:
     import kiln
     from kiln.capture import frame
     kiln.reset()
     counter, events = _Counter(), []
     frame._EVENT_SINKS.append(events)
     try:
-        compiled = kiln.compile(model, backend=counter)
+        compiled = kiln.compile(model, backend=counter, fullgraph=fullgraph)
         outputs = [compiled(**inputs) for _ in range(2)]
     finally:
         frame._EVENT_SINKS.remove(events)
@@ -102,7 +109,9 @@ def _torch_compile(model, inputs: dict) -> dict:
     return {"outputs": outputs, "graphs": counter.graphs, "breaks": breaks}
 
 
-_RUNNERS = {"kiln": _kiln, "torch.compile": _torch_compile}
+# "kiln fullgraph" (`--compilers "kiln fullgraph"`): one graph, or `raised`: an Unsupported error
+# that names the user's line, as fullgraph=True promises
+_RUNNERS = {"kiln": _kiln, "torch.compile": _torch_compile, "kiln fullgraph": functools.partial(_kiln, fullgraph=True)}
 
 
 def _error(e: BaseException) -> str:
@@ -110,8 +119,38 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {first[:300]}"
 
 
+def _eager_as_compiled(model, inputs: dict):
+    """Eager's output with `torch.compiler.is_compiling()` True: the code path a model takes under
+    any compiler (transformers materializes masks it skips in eager, [Note: model's own differences])."""
+    real = torch.compiler.is_compiling
+    torch.compiler.is_compiling = lambda: True
+    try:
+        return model(**inputs)
+    finally:
+        torch.compiler.is_compiling = real
+
+
+def _status(model, inputs, outputs: list, expected, eager_again, cache: dict) -> tuple[str, str | None]:
+    """[Note: model's own differences] A compiled output that differs from eager's is `wrong` unless
+    the model is to blame: `eager_varies` when eager differs from itself on a second call (random
+    masking, sampled durations), `compile_path` when eager itself gives the compiled output once told
+    it is being compiled (the model computes another function under any compiler)."""
+    diffs = [same(out, expected) for out in outputs]
+    wrong = next((d for d in diffs if d is not None), None)
+    if wrong is None:
+        return "correct", None
+    if same(eager_again, expected) is not None:
+        return "eager_varies", wrong
+    if "as_compiled" not in cache:
+        cache["as_compiled"] = _eager_as_compiled(model, inputs)
+    if all(same(out, cache["as_compiled"]) is None for out in outputs):
+        return "compile_path", wrong
+    return "wrong", wrong
+
+
 def run_model(entry: Entry, compilers=COMPILERS) -> dict:
-    """One row: eager vs each compiler. `status` per compiler: correct | wrong | error."""
+    """One row: eager vs each compiler. `status` per compiler: correct | wrong | error, or one of the
+    model's own differences (`_status`): eager_varies | compile_path."""
     row = {"model": entry.class_name, "model_type": entry.model_type, "mapping": entry.mapping}
     try:
         model, inputs = build(entry)
@@ -121,37 +160,41 @@ def run_model(entry: Entry, compilers=COMPILERS) -> dict:
         warnings.simplefilter("ignore")
         try:
             expected = model(**inputs)
+            eager_again = model(**inputs)
         except Exception as e:
             return {**row, "skipped": f"eager fails: {_error(e)}"}
+        cache: dict = {}
         for name in compilers:
             start = time.perf_counter()
             try:
                 result = _RUNNERS[name](model, inputs)
-                diffs = [same(out, expected) for out in result.pop("outputs")]
-                wrong = next((d for d in diffs if d is not None), None)
-                row[name] = {"status": "wrong" if wrong else "correct", "detail": wrong, **result}
+                status, wrong = _status(model, inputs, result.pop("outputs"), expected, eager_again, cache)
+                row[name] = {"status": status, "detail": wrong, **result}
             except Exception as e:
-                row[name] = {"status": "error", "detail": _error(e), "graphs": None, "breaks": [],
-                             "traceback": traceback.format_exc(limit=-8)}
+                from kiln.errors import Unsupported
+                raised = name == "kiln fullgraph" and isinstance(e, Unsupported) and e.where is not None
+                row[name] = {"status": "raised" if raised else "error", "detail": _error(e), "graphs": None,
+                             "breaks": [], "traceback": traceback.format_exc(limit=-8)}
             row[name]["seconds"] = round(time.perf_counter() - start, 2)
     return row
 
 
 # -- the worker and its driver -----------------------------------------------------------------------
-def _worker(names: list[str], mappings) -> None:
+def _worker(names: list[str], mappings, compilers=COMPILERS) -> None:
     entries = {e.class_name: e for e in corpus_entries(mappings)}
     for name in names:
         print(START_MARKER + name, flush=True)
-        row = run_model(entries[name])
+        row = run_model(entries[name], compilers)
         print(ROW_MARKER + json.dumps(row, default=str), flush=True)
 
 
-def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> None:
+def run_corpus(names: list[str], out_path: str, timeout: float, mappings, compilers=COMPILERS) -> None:
     """Run `names` in a worker process, restarting it after a crash or a timeout; append rows."""
     pending = list(names)
+    earlier = _latest_rows(out_path) if tuple(compilers) != COMPILERS else {}
     while pending:
         command = [sys.executable, "-m", "kiln.bench.hf_corpus", "--worker", "--mappings", ",".join(mappings),
-                   "--models", ",".join(pending)]
+                   "--compilers", ",".join(compilers), "--models", ",".join(pending)]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         lines: queue.Queue = queue.Queue()
@@ -172,6 +215,7 @@ def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> Non
                 current, started = line[len(START_MARKER):].strip(), time.monotonic()
             elif line.startswith(ROW_MARKER):
                 row = json.loads(line[len(ROW_MARKER):])
+                row = _with_earlier(row, earlier.get(row["model"]))
                 _append(out_path, row)
                 pending.remove(row["model"])
                 current = None
@@ -187,6 +231,23 @@ def run_corpus(names: list[str], out_path: str, timeout: float, mappings) -> Non
             pending.pop(0)
 
 
+def _latest_rows(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    return {row["model"]: row for row in map(json.loads, filter(str.strip, open(path)))}
+
+
+def _with_earlier(row: dict, earlier: dict | None) -> dict:
+    """A row of some compilers completed by the other compilers' results of the run's earlier row."""
+    if earlier is None or "skipped" in row or "skipped" in earlier:
+        return row
+    merged = dict(row)
+    for c in _RUNNERS:
+        if c in earlier and c not in row:
+            merged[c] = earlier[c]
+    return merged
+
+
 def _append(path: str, row: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(row, default=str) + "\n")
@@ -195,7 +256,7 @@ def _append(path: str, row: dict) -> None:
 def _one_line(row: dict) -> str:
     if "skipped" in row:
         return f"{row['model']}: skipped ({row['skipped'][:80]})"
-    parts = [f"{c} {row[c]['status']} {row[c]['graphs']}g/{len(row[c]['breaks'])}b" for c in COMPILERS if c in row]
+    parts = [f"{c} {row[c]['status']} {row[c]['graphs']}g/{len(row[c]['breaks'])}b" for c in _RUNNERS if c in row]
     return f"{row['model']}: " + ", ".join(parts)
 
 
@@ -208,11 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default=None, metavar="JSONL",
                    help="append to this run, skipping its models (all of --models run; a later row wins)")
     p.add_argument("--report", default=None, metavar="JSONL", help="only write the markdown of this run")
+    p.add_argument("--compilers", default=",".join(COMPILERS),
+                   help="comma list of compilers to run (with --resume: the others' results are kept)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     mappings = tuple(m for m in args.mappings.split(",") if m)
+    compilers = tuple(c for c in args.compilers.split(",") if c)
     if args.worker:
-        _worker(args.models.split(","), mappings)
+        _worker(args.models.split(","), mappings, compilers)
         return 0
     if args.report:
         from kiln.bench.hf_corpus_report import write_markdown
@@ -225,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         done = {json.loads(line)["model"] for line in open(path) if line.strip()}
         names = [n for n in names if n not in done]
     print(f"{len(names)} models -> {path}", flush=True)
-    run_corpus(names, path, args.timeout, mappings)
+    run_corpus(names, path, args.timeout, mappings, compilers)
     from kiln.bench.hf_corpus_report import write_markdown
     print(write_markdown(path))
     return 0

@@ -11,6 +11,9 @@ import json
 import re
 
 COMPILERS = ("kiln", "torch.compile")
+FULLGRAPH = "kiln fullgraph"  # rows rerun with fullgraph=True: one graph, or `raised` naming the line
+# outputs that differ from eager's by the model's own doing (hf_corpus._status)
+MODEL_DIFFERENCES = {"eager_varies": "eager varies", "compile_path": "model's compile path"}
 
 
 def load(path: str) -> list[dict]:
@@ -27,6 +30,7 @@ def one_graph(result: dict) -> bool:
 
 
 def reason_group(reason: str) -> str:
+    reason = (reason.strip().splitlines() or [""])[0]  # dynamo's reasons go on with an explanation
     reason = re.sub(r"\S+\.py:\d+ in \S+", "<site>", reason)
     reason = re.sub(r"(at|in) <site>", "", reason)
     reason = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", reason)
@@ -41,6 +45,7 @@ def totals(rows: list[dict]) -> dict:
         results = [r[c] for r in ran if c in r]
         out[c] = {"correct": sum(x["status"] == "correct" for x in results),
                   "wrong": sum(x["status"] == "wrong" for x in results),
+                  "model": sum(x["status"] in MODEL_DIFFERENCES for x in results),
                   "error": sum(x["status"] == "error" for x in results),
                   "one_graph": sum(one_graph(x) for x in results),
                   "graphs": sum(x["graphs"] or 0 for x in results),
@@ -65,8 +70,23 @@ def _groups(rows: list[dict], compiler: str) -> list[tuple[str, int, list[str]]]
 def _cell(x: dict | None) -> str:
     if x is None:
         return "-"
-    mark = {"correct": "ok", "wrong": "**WRONG**", "error": "error"}[x["status"]]
+    mark = {"correct": "ok", "wrong": "**WRONG**", "error": "error", "raised": "raised",
+            **MODEL_DIFFERENCES}[x["status"]]
     return f"{mark} {x['graphs'] if x['graphs'] is not None else '-'}g/{len(x['breaks'])}b"
+
+
+def _fullgraph_lines(rows: list[dict]) -> list[str]:
+    """`fullgraph=True` over the rows rerun so: one graph, or an error naming the user's line."""
+    results = [(r["model"], r[FULLGRAPH]) for r in rows if FULLGRAPH in r]
+    if not results:
+        return []
+    # one graph whatever its outputs (a model's own differences are counted in the table above)
+    one = [m for m, x in results if x["graphs"] == 1 and not x["breaks"] and x["status"] not in ("error", "raised")]
+    raised = [m for m, x in results if x["status"] == "raised"]
+    other = [f"{m} ({x['status']}: {x['detail'] or ''})"[:160] for m, x in results if m not in one and m not in raised]
+    return ["", f"With `fullgraph=True` (`--compilers '{FULLGRAPH}'`), {len(results)} models: {len(one)} one graph, "
+                f"{len(raised)} raised `Unsupported` naming the line (`file:line in function: reason`), "
+                f"{len(other)} neither{': ' + '; '.join(other) if other else ''}."]
 
 
 def markdown(rows: list[dict], title: str) -> str:
@@ -75,13 +95,17 @@ def markdown(rows: list[dict], title: str) -> str:
              f"{t['models']} model classes from transformers' auto mappings; {t['ran']} ran (tiny config, "
              f"random weights, CPU, eval, no_grad), {t['skipped']} skipped (no tiny config, no inputs the corpus "
              "makes, eager fails, or the worker crashed). Each compiler uses one counting backend that runs "
-             "its graphs as FX Python; `one graph` = correct, 1 graph, 0 breaks.", "",
-             "| compiler | correct | one graph | wrong results | errors | graphs | breaks |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "its graphs as FX Python; `one graph` = correct, 1 graph, 0 breaks. `model differs`: outputs "
+             "unlike eager's by the model's own doing, not the compiler's: eager differs from itself on a second "
+             "call (`eager varies`), or eager run with `torch.compiler.is_compiling()` True gives the compiled "
+             "output (`model's compile path`).", "",
+             "| compiler | correct | one graph | wrong results | model differs | errors | graphs | breaks |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in COMPILERS:
         x = t[c]
-        lines.append(f"| {c} | {x['correct']} | {x['one_graph']} | {x['wrong']} | {x['error']} | {x['graphs']} "
-                     f"| {x['breaks']} |")
+        lines.append(f"| {c} | {x['correct']} | {x['one_graph']} | {x['wrong']} | {x['model']} | {x['error']} "
+                     f"| {x['graphs']} | {x['breaks']} |")
+    lines += _fullgraph_lines(rows)
     for c in COMPILERS:
         lines += ["", f"## {c}: break and failure groups", "", "| models | reason | examples |", "| --- | --- | --- |"]
         for reason, n, models in _groups(rows, c)[:40]:

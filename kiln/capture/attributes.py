@@ -139,6 +139,14 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
 
 
 def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
+    hook = class_lookup(v.cls, "__getattribute__")
+    if isinstance(hook, types.FunctionType):  # the class's own (transformers' configs map names)
+        return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
+    return new_object_attribute(tx, v, name)
+
+
+def new_object_attribute(tx, v: V.NewObjectVar, name: str) -> V.Variable:
+    """`object.__getattribute__(v, name)`: the instance's own attributes, then the class's."""
     if name in v.attrs:
         return v.attrs[name]
     if name == "__class__":
@@ -265,13 +273,28 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
     if isinstance(obj, V.NewObjectVar):
-        obj.attrs[name] = value
+        hook = class_lookup(obj.cls, "__setattr__")
+        if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
+            tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
+        else:
+            obj.attrs[name] = value
         return
     if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
         tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
         tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
+
+
+def delattr_var(tx, obj: V.Variable, name: str):
+    """`del obj.attr` on an object made inside captured code (contextlib's generator context manager
+    drops its arguments on entry); a later read falls back to the class, as in Python."""
+    if isinstance(obj, V.NewObjectVar) and not isinstance(class_lookup(obj.cls, "__delattr__"), types.FunctionType):
+        if name not in obj.attrs:
+            tx.raise_(AttributeError, name)
+        del obj.attrs[name]
+        return
+    raise tx.unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__}")
 
 
 # -- containers that are real objects (nn.ModuleList and friends) ------------------------------------
@@ -333,8 +356,11 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
         return _wrap(tx, obj._parameters[name], DictEntrySource(v.source, "_parameters", name) if v.source else None,
                      module_state=True)
     cls = v.python_type() if isinstance(v, V.NewObjectVar) else type(obj)
-    if cls.__module__ in _TYPING_MODULES and is_python_constant(key):
-        # `Optional[int]`, `Dict[str, Tensor]`: typing's subscriptions are pure and cached, so run them
+    generic_class = isinstance(obj, type) and hasattr(obj, "__class_getitem__")
+    if (cls.__module__ in _TYPING_MODULES or generic_class) and is_python_constant(key):
+        # `Optional[int]`, `Dict[str, Tensor]`: typing's subscriptions are pure and cached, so run them;
+        # so is a class subscripted (`list[int]`, `collections.abc.Callable[[T], bool]` in an
+        # annotation evaluated at def time): a generic alias made by its `__class_getitem__`
         try:
             return _wrap(tx, obj[python_value(key)], None)
         except TypeError as e:

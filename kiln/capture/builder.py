@@ -138,6 +138,11 @@ _ITEM_METHODS = ("__getitem__", "__iter__", "__contains__", "__len__", "get", "k
 
 
 def _wrap_dict(out, value, source):
+    if type(value) is dict and not all(isinstance(k, (str, int, enum.Enum)) for k in value) and _is_table(value):
+        # a table keyed by classes or typing forms (huggingface_hub's validators by type origin):
+        # keys a guard cannot print, so the whole dict is guarded equal to a copy of it
+        _guard(out, GuardKind.CONST, source, dict(value))
+        return V.DictVar({k: wrap(out, v, None) for k, v in value.items()}, dict, None, source=source)
     if not all(isinstance(k, (str, int, enum.Enum)) for k in value) or _overrides_items(type(value), dict):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
@@ -149,6 +154,24 @@ def _wrap_dict(out, value, source):
         factory = wrap(out, value.default_factory, AttrSource(source, "default_factory") if source else None)
         factory = None if isinstance(factory, V.Constant) and factory.value is None else factory
     return V.DictVar(items, type(value), factory, source=source)
+
+
+_TABLE_VALUES = (types.FunctionType, types.BuiltinFunctionType, type, str, int, float, bool, type(None))
+
+
+def _is_table(value: dict) -> bool:
+    """A small dict whose keys are constants (classes, typing forms, dtypes, tuples of them) and whose
+    values compare by identity or by value (functions, classes, scalars), so `==` against a copy
+    tells whether it changed."""
+    return len(value) <= 64 and all(isinstance(v, _TABLE_VALUES) for v in value.values()) and \
+        all(_constant_key(k) for k in value)
+
+
+def _constant_key(k) -> bool:
+    if isinstance(k, tuple):
+        return all(_constant_key(i) for i in k)
+    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum)) or \
+        type(k).__module__ in ("typing", "types", "typing_extensions")
 
 
 def _wrap_function(out, value, source):

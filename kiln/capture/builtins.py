@@ -128,6 +128,13 @@ def _setattr(tx, args, kwargs):
     return V.Constant(None)
 
 
+@builtin(delattr)
+def _delattr(tx, args, kwargs):
+    from kiln.capture.attributes import delattr_var
+    delattr_var(tx, args[0], python_value(args[1]))
+    return V.Constant(None)
+
+
 @builtin(callable)
 def _callable(tx, args, kwargs):
     v = args[0]
@@ -159,8 +166,25 @@ BUILTINS[abs] = _foldable(abs, _tensor_op(operator.abs))
 BUILTINS[pow] = _foldable(pow, _tensor_op(operator.pow))
 BUILTINS[round] = _foldable(round, _tensor_op(round))
 BUILTINS[divmod] = _foldable(divmod)
-for _fn in (str, repr, format, chr, ord, hash, ascii, bin, hex, oct, complex, slice):
+for _fn in (chr, ord, hash, ascii, bin, hex, oct, complex, slice, format):
     BUILTINS[_fn] = _foldable(_fn)
+
+
+def _exception_text(fn):
+    """str()/repr() of a caught exception whose arguments are constants, by BaseException's own
+    text (`errors.append(str(e))` in a validator's `except TypeError as e`)."""
+    def otherwise(tx, args, kwargs):
+        e = args[0] if len(args) == 1 and not kwargs else None
+        plain = isinstance(e, V.ExceptionVar) and e.cls.__str__ is BaseException.__str__ and \
+            e.cls.__repr__ is BaseException.__repr__
+        if plain and all(is_python_constant(a) for a in e.args):
+            return V.Constant(fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args])))
+        raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
+    return otherwise
+
+
+BUILTINS[str] = _foldable(str, _exception_text(str))
+BUILTINS[repr] = _foldable(repr, _exception_text(repr))
 
 
 def _needs_data(name):
@@ -222,8 +246,13 @@ def _reduce(tx, args, kwargs):
 
 def _lru_cached(tx, wrapper, args, kwargs):
     """A `functools.lru_cache`/`cache` function: its wrapped function is inlined. The cache is for
-    pure functions (its documented contract), so calling through gives the value a hit would."""
+    pure functions (its documented contract), so calling through gives the value a hit would. One
+    whose function is marked constant (`calls.is_assumed_constant`; the wrapper copies the mark) is
+    called for real on constants, through its cache, as eager calls it."""
     from kiln.capture.attributes import _function
+    from kiln.capture.calls import _constant_arguments, _run_at_trace_time, is_assumed_constant
+    if is_assumed_constant(wrapper) and _constant_arguments(args, kwargs):
+        return _run_at_trace_time(tx, wrapper, args, kwargs)
     return tx.inline(_function(wrapper.__wrapped__), args, kwargs)
 
 
@@ -305,9 +334,22 @@ def _object_init(tx, args, kwargs):
 
 @builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
+    """object's own attribute store, past a class's `__setattr__` (which calls it)."""
     from kiln.capture.attributes import setattr_var
-    setattr_var(tx, args[0], python_value(args[1]), args[2])
+    if isinstance(args[0], V.NewObjectVar):
+        args[0].attrs[python_value(args[1])] = args[2]
+    else:
+        setattr_var(tx, args[0], python_value(args[1]), args[2])
     return V.Constant(None)
+
+
+@builtin(object.__getattribute__)
+def _object_getattribute(tx, args, kwargs):
+    """object's own attribute lookup, past a class's `__getattribute__` (which calls it)."""
+    from kiln.capture.attributes import getattr_var, new_object_attribute
+    if isinstance(args[0], V.NewObjectVar):
+        return new_object_attribute(tx, args[0], python_value(args[1]))
+    return getattr_var(tx, args[0], python_value(args[1]))
 
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}

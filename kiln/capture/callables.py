@@ -9,6 +9,7 @@ Each family of values registers the callables it owns here, next to their handle
 - `numpy_calls.py`: NumPy functions on arrays that stand for tensors (traced as torch ops);
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
 - `distributed.py`: torch.distributed's process-group queries (`get_rank`, `get_world_size`, ...);
+- `vmap.py`: `torch.vmap`, unrolled per example;
 - `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
   `inspect.signature`, model outputs, SDPA.
 `calls.call_variable` is the one call dispatch: it looks a real callable up here (`handler_for`)
@@ -34,7 +35,7 @@ PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), fo
 ATTRIBUTES: dict = {}
 
 _FAMILIES = ("builtins", "containers", "collections_types", "iterators", "stdlib_functions", "numpy_calls",
-             "pytree_calls", "calls", "distributed")
+             "pytree_calls", "vmap", "calls", "distributed")
 _loaded = False
 
 

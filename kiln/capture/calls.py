@@ -37,8 +37,18 @@ def _is_torch_op(fn: Any) -> bool:
     if isinstance(fn, types.FunctionType):
         # a graph node must name its target as module.name (lambdas and local helpers are inlined)
         return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
-            getattr(sys.modules.get(module), fn.__name__, None) is fn
+            _reached_by_attributes(module, fn)
     return False
+
+
+def _reached_by_attributes(module: str, fn) -> bool:
+    """Whether `module.name` read attribute by attribute from `torch` is `fn`, as the graph's Python
+    reads it. A package can shadow a submodule by a function of the same name
+    (`torch._higher_order_ops.associative_scan` is the function there): its helpers are inlined."""
+    value = sys.modules.get("torch")
+    for part in [*module.split(".")[1:], fn.__name__]:
+        value = getattr(value, part, None)
+    return value is fn
 
 
 def _is_tensor_method(fn: Any) -> bool:
@@ -67,7 +77,22 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
             return _run_at_trace_time(tx, real, args, kwargs)
+        if is_assumed_constant(real) and _constant_arguments(args, kwargs):
+            return _run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
+
+
+def is_assumed_constant(fn) -> bool:
+    """A function its library marked as constant for compilers (`torch.compiler.assume_constant_result`
+    sets this attribute; transformers marks its install and version probes so): called with
+    constants, it is run while tracing and its result is a constant of the graph, as torch.compile
+    does. Its code often reads what capture does not follow (importlib.metadata, `vars`)."""
+    return getattr(fn, "_dynamo_marked_constant", False) is True
+
+
+def _constant_arguments(args, kwargs) -> bool:
+    from kiln.capture.semantics import is_python_constant
+    return all(is_python_constant(a) for a in [*args, *kwargs.values()])
 
 
 def _graph_arguments(tx, args, kwargs) -> bool:
@@ -164,10 +189,13 @@ TRACE_TIME_FUNCTIONS = {
 
 def _run_at_trace_time(tx, fn, args, kwargs):
     from kiln.capture.builder import wrap
-    from kiln.capture.semantics import is_python_constant, python_value
-    if not all(is_python_constant(a) for a in [*args, *kwargs.values()]):
+    from kiln.capture.semantics import python_value
+    if not _constant_arguments(args, kwargs):
         raise tx.unsupported(f"{fn.__qualname__} on values known only at run time")
-    result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+    try:
+        result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
+    except Exception as e:
+        tx.raise_(type(e), str(e))
     if args and result is python_value(args[0]):
         return args[0]  # keeps its source, so later reads are guarded
     return wrap(tx.out, result, None)
@@ -279,6 +307,9 @@ def enter_context(tx, ctx: V.Variable):
             return ctx, V.Constant(None)
         if ctx.kind == "nothing":
             return ctx, V.Constant(None)
+        if ctx.kind == "getitem_to_index":
+            tx.out.getitem_to_index += 1
+            return ctx, V.Constant(None)
         if ctx.kind == "rng_frozen":
             tx.out.examples.watching_random += 1
             ctx.saved = tx.out.examples.random_ops
@@ -299,6 +330,8 @@ def enter_context(tx, ctx: V.Variable):
 def exit_context(tx, ctx: V.ContextVar):
     if ctx.kind in ("grad", "grad_set"):
         set_grad_mode(tx, ctx.saved)
+    elif ctx.kind == "getitem_to_index":
+        tx.out.getitem_to_index -= 1
     elif ctx.kind == "rng_frozen":
         # the RNG state is put back at the end: the same as doing nothing, unless the region drew
         # random numbers, which kiln's graphs do not rewind

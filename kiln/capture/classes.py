@@ -165,11 +165,20 @@ _CLASS_KINDS = [
 ]
 
 
+# torch's own compiler's TorchFunctionMode around vmapped mask functions: indexing a tensor by
+# tensors alone is aten.index (a copy; a 0-d index tensor is not read as an int). A context of kind
+# "getitem_to_index" (`semantics.getitem`). By (module, name): kiln imports nothing of torch's
+# dynamo package, where it lives.
+_GETITEM_TO_INDEX_CONTEXTS = {("_trace_wrapped_higher_order_op", "TransformGetItemToIndex")}
+
+
 def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
     cls = cls_var.value
     fn = _CLASS_CALLS.get(cls)
     if fn is not None:
         return fn(tx, cls, args, kwargs)
+    if (cls.__module__.rpartition(".")[2], cls.__qualname__) in _GETITEM_TO_INDEX_CONTEXTS and not args and not kwargs:
+        return V.ContextVar("getitem_to_index", ())
     for matches, fn in _CLASS_KINDS:
         if matches(cls):
             if fn is None:

@@ -161,6 +161,10 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
         return Step(2, ("s[0][s[1]]",)), []
     if op == "STORE_SUBSCR":
         return Step(3, ()), ["s[1][s[2]] = s[0]"]
+    if op == "BINARY_SLICE":  # 3.12: container, start, stop
+        return Step(3, ("s[0][s[1]:s[2]]",)), []
+    if op == "STORE_SLICE":  # 3.12: value, container, start, stop
+        return Step(4, ()), ["s[1][s[2]:s[3]] = s[0]"]
     if op in ("LOAD_METHOD",) or op == "LOAD_ATTR" and PY312 and inst.arg & 1:
         attr = f"s[0].{inst.argval}"  # the bound method, with a NULL (see push_callable)
         return Step(1, (attr, "__NULL__") if PY313 else ("__NULL__", attr)), []

@@ -65,6 +65,8 @@ class Guard:
             e = id(e)
         elif isinstance(e, slice):  # a slice constant (`x[slice_indices]`) does not hash before Python 3.12
             e = (slice, e.start, e.stop, e.step)
+        elif type(e) is dict:  # a table guarded whole (`builder._is_table`): its items, in order
+            e = (dict, tuple(e.items()))
         return (self.kind, self.source, e)
 
     def __hash__(self):

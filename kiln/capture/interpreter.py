@@ -78,6 +78,7 @@ def _code_info(code: types.CodeType):
 
 _CODE_INFO: dict[types.CodeType, tuple] = {}
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_CAPTURE_DIR = os.path.dirname(__file__) + os.sep
 
 
 class Tracer:
@@ -131,12 +132,14 @@ class Tracer:
         line = None
         if self.inst is not None and self.inst.positions is not None:
             line = self.inst.positions.lineno
-        return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {self.code.co_name}"
+        from kiln.capture.resume import user_function_name
+        return f"{self.code.co_filename}:{line or self.code.co_firstlineno} in {user_function_name(self.code.co_name)}"
 
     def user_where(self) -> str:
-        """`where()` of the innermost frame outside torch: the user's line a torch module was called on."""
+        """`where()` of the innermost frame outside torch (and kiln's own Python that capture
+        inlines, `vmap.vmap_per_example`): the user's line a torch module was called on."""
         tx = self
-        while tx.parent is not None and tx.code.co_filename.startswith(_TORCH_DIR):
+        while tx.parent is not None and tx.code.co_filename.startswith((_TORCH_DIR, _CAPTURE_DIR)):
             tx = tx.parent
         return tx.where()
 

@@ -240,7 +240,7 @@ def store_attr(tx, inst):
 
 @handler("DELETE_ATTR")
 def delete_attr(tx, inst):
-    raise tx.unsupported("`del obj.attr` is not supported inside captured code")
+    S.delattr_var(tx, tx.pop(), inst.argval)
 
 
 # -- building containers ---------------------------------------------------------------------------

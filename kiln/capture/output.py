@@ -70,6 +70,7 @@ class OutputGraph:
         self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
         self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.grad_enabled = torch.is_grad_enabled()
+        self.getitem_to_index = 0  # open TransformGetItemToIndex regions (`semantics.getitem`)
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
         from kiln.capture.guards import autocast_state
         self.guard(Guard(GuardKind.AUTOCAST, None, autocast_state()))

@@ -223,6 +223,10 @@ def _method(r, v):
     return f"{r.const(types.MethodType)}({r.expr(v.fn)}, {r.expr(v.self_var)})"
 
 
+def _slice(r, v):
+    return f"slice({', '.join(r.expr(i) for i in v.items)})"
+
+
 def _partial(r, v):
     args = "".join(f", {r.expr(a)}" for a in v.args)
     kwargs = "".join(f", {k}={r.expr(a)}" for k, a in v.kwargs.items())
@@ -268,6 +272,7 @@ _PRINTERS = {
     V.FunctionVar: _function,
     V.MethodVar: _method,
     V.PartialVar: _partial,
+    V.SliceVar: _slice,
     V.NewObjectVar: _new_object,
     V.IteratorVar: _iterator,
     V.ExceptionVar: _exception,

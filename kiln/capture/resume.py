@@ -19,6 +19,11 @@ _CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
 _CACHE: dict[tuple, types.CodeType] = {}
 
 
+
+def user_function_name(code_name: str) -> str:
+    """The user's function a resume function continues (`__kiln_resume_f_at_40` is `f`)."""
+    return re.sub(r"^__kiln_resume_(.*)_at_\d+$", r"\1", code_name)
+
 def _instruction_positions(bc: Bytecode) -> list[int]:
     """Indices in `bc` of its real instructions, in the order `dis.get_instructions` lists them."""
     return [i for i, ins in enumerate(bc) if isinstance(ins, Instr)]
@@ -54,8 +59,7 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
     for attr in ("name", "filename", "first_lineno", "cellvars", "freevars", "docstring"):
         if hasattr(bc, attr):
             setattr(new, attr, getattr(bc, attr))
-    base = re.sub(r"^__kiln_resume_(.*)_at_\d+$", r"\1", code.co_name)
-    new.name = f"__kiln_resume_{base}_at_{offset}"
+    new.name = f"__kiln_resume_{user_function_name(code.co_name)}_at_{offset}"
     if hasattr(bc, "qualname"):
         new.qualname = new.name
     new.flags = bc.flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)

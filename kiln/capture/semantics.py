@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import getattr_var, setattr_var  # noqa: F401 (re-exported)
+from kiln.capture.attributes import delattr_var, getattr_var, setattr_var  # noqa: F401 (re-exported)
 from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
 from kiln.capture.interpreter import NotConstant
 from kiln.capture.model_outputs import getitem_position, is_model_output
@@ -211,8 +211,11 @@ def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
 def make_slice(tx, parts: list) -> V.Variable:
     if all(is_python_constant(p) for p in parts):
         return V.Constant(slice(*[python_value(p) for p in parts]))
-    if all(isinstance(p, V.SymNumber) or is_python_constant(p) for p in parts):
-        return V.SliceVar(list(parts))    # symbolic sizes: the slice goes into the graph as it is
+    if all(isinstance(p, (V.SymNumber, V.TensorVar)) or is_python_constant(p) for p in parts):
+        # symbolic sizes: the slice goes into the graph as it is. Tensor bounds (`mask[start:end]`
+        # over a cumsum) too: the op that reads them breaks the graph (their values are data), at
+        # an instruction that runs natively, the slice rebuilt
+        return V.SliceVar(list(parts))
     raise tx.unsupported("a slice with tensor bounds")
 
 
@@ -464,6 +467,9 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
+        indices = key.items if isinstance(key, V.TupleVar) else [key]
+        if tx.out.getitem_to_index and all(isinstance(i, V.TensorVar) for i in indices):
+            return call_torch(tx, "call_function", torch.ops.aten.index.Tensor, [obj, V.ListVar(list(indices))], {})
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None

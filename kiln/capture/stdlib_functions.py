@@ -17,6 +17,8 @@ import functools
 import heapq
 import operator
 
+import torch
+
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.semantics import is_python_constant, iterate, mutate_list, python_value
@@ -101,7 +103,42 @@ def shallow_copy(tx, v: V.Variable) -> V.Variable:
         return v if v.cls is frozenset else V.SetVar(set(v.keys), dict(v.members), v.cls)
     if isinstance(v, V.TupleVar) or is_python_constant(v) and not isinstance(v, V.ObjectVar):
         return v  # immutable: copy.copy returns the object itself
+    if isinstance(v, V.NewObjectVar) and _copies_its_dict(v.cls):
+        return V.NewObjectVar(v.cls, dict(v.attrs))
+    if isinstance(v, V.ObjectVar) and isinstance(getattr(v.value, "__dict__", None), dict) and \
+            _copies_its_dict(type(v.value)):
+        return _copy_of_object(tx, v)
     raise tx.unsupported(f"copy.copy of a {v.python_type().__name__} inside captured code")
+
+
+def _copies_its_dict(cls: type) -> bool:
+    """Whether copy.copy of a `cls` instance is `object.__reduce_ex__`'s: a new instance made by
+    `object.__new__` with the same `__dict__` (no `__copy__`, reduce, getstate/setstate or slots)."""
+    from kiln.capture.attributes import _MISSING, class_lookup
+    if cls.__module__ == "builtins" or issubclass(cls, (torch.nn.Module, torch.Tensor, type, BaseException)):
+        return False
+    return class_lookup(cls, "__copy__") is _MISSING and cls.__reduce_ex__ is object.__reduce_ex__ and \
+        cls.__reduce__ is object.__reduce__ and cls.__getstate__ is object.__getstate__ and \
+        not hasattr(cls, "__setstate__") and cls.__new__ is object.__new__ and \
+        not any("__slots__" in klass.__dict__ for klass in cls.__mro__)
+
+
+def _copy_of_object(tx, v: V.ObjectVar) -> V.NewObjectVar:
+    """copy.copy of a program's object (transformers copies a config per layer): an object made in
+    captured code holding its attributes, each read from the original's `__dict__` (guarded there,
+    with the set of its keys), an attribute written earlier in the trace as written."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import AttrSource, DictEntrySource
+    obj, source = v.value, v.source
+    if source is not None:
+        tx.out.guard(Guard(GuardKind.DICT_KEYS, AttrSource(source, "__dict__"), tuple(vars(obj))))
+    attrs = {k: wrap(tx.out, value, DictEntrySource(source, "__dict__", k) if source is not None else None)
+             for k, value in vars(obj).items()}
+    for (oid, name), value in tx.out.__dict__.get("attr_overlay", {}).items():
+        if oid == id(obj):
+            attrs[name] = value
+    return V.NewObjectVar(type(obj), attrs)
 
 
 def _deep_copy(tx, v: V.Variable, memo: dict) -> V.Variable:

@@ -118,10 +118,44 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         node, example = tx.out.call(kind, target, fx_args, fx_kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError, KilnError) as e:
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        why = data_dependent_reason(e)
+        if why is not None:
+            raise tx.unsupported(f"torch op {name}: {why}; kiln has no sizes known only at run time "
+                                 "(unbacked), so the graph breaks here") from e
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e
     return wrap_result(tx, node, example, args)
+
+
+# [Note: data-dependent ops] ATen ops whose output size, or the Python value they hand back, is
+# known only from the values in a tensor. Fake tensors have no values, so kiln breaks the graph at
+# them and runs the op eagerly (results equal eager's); the reason names the op's kind.
+_DATA_DEPENDENT = {
+    "nonzero": "its output size is the number of nonzero elements",
+    "argwhere": "its output size is the number of nonzero elements",
+    "masked_select": "its output size is the number of true elements of the mask",
+    "index": "indexing by a boolean mask: the output size is the number of true elements",
+    "_unique": "its output size is the number of distinct values",
+    "_unique2": "its output size is the number of distinct values",
+    "unique_dim": "its output size is the number of distinct values",
+    "unique_consecutive": "its output size is the number of distinct values",
+    "repeat_interleave": "repeats given by a tensor: the output size is their sum",
+    "_local_scalar_dense": "it reads a Python number from a tensor (.item(), int(t), a tensor used as a size)",
+}
+
+
+def data_dependent_reason(e: BaseException) -> str | None:
+    """What makes the op that raised `e` (or its cause) depend on tensor values, if it does."""
+    from kiln.symbolic.fake import DataDependentOp, MissingMetaKernel
+    while e is not None:
+        if isinstance(e, (DataDependentOp, MissingMetaKernel)):
+            packet = getattr(e.op, "_opname", None) or getattr(getattr(e.op, "overloadpacket", None), "__name__", "")
+            return _DATA_DEPENDENT.get(packet) or _DATA_DEPENDENT.get(str(packet).split(".")[-1])
+        if isinstance(e, RuntimeError) and "repeat_interleave a meta tensor without output_size" in str(e):
+            return _DATA_DEPENDENT["repeat_interleave"]
+        e = e.__cause__
+    return None
 
 
 SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)

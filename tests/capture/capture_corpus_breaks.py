@@ -182,3 +182,25 @@ def numpy_roundtrip(x):
     y = x * 2
     a = y.numpy()
     return torch.from_numpy(a.copy()) + 1
+
+
+# slices with tensor bounds (Pixtral's block mask from a cumsum): the subscript that reads them
+# breaks the graph, at an instruction that runs natively (BUILD_SLICE did not: the whole function
+# ran eagerly)
+@brk(graphs=2, breaks=3, inputs=t(6, 6))
+def slice_with_tensor_bounds(x):
+    mask = torch.full((6, 6), -1.0)
+    ends = torch.tensor([2, 4]).cumsum(-1)
+    starts = torch.tensor([0, 2]).cumsum(-1)
+    for s, e in zip(starts, ends):
+        mask[s:e, s:e] = 0
+    return x + mask, x[ends[0]:]
+
+
+# 3.12 reads and writes `x[a:b]` by BINARY_SLICE / STORE_SLICE, which a break runs natively too
+@brk(graphs=2, breaks=2, inputs=t(6, 6))
+def two_part_slice_with_tensor_bounds(x):
+    ends = torch.tensor([2, 4]).cumsum(-1)
+    y = x.clone()
+    y[ends[0]:ends[1]] = 5
+    return y, x[ends[0]:]

@@ -13,7 +13,7 @@ import torch
 from torch.testing._utils import freeze_rng_state
 from torch.utils import _pytree as pytree
 
-from capture_corpus import program
+from capture_corpus import program, t
 
 _Pair = collections.namedtuple("_Pair", "left right")
 
@@ -191,3 +191,53 @@ def checkpoint_module_and_function(x):
     b = torch.utils.checkpoint.checkpoint(_LINEAR, x, use_reentrant=True)  # no input requires grad
     c = torch.utils.checkpoint.checkpoint(lambda t, s: t * s, x, 2.0, use_reentrant=False)
     return a, b, b.requires_grad, c
+
+
+# -- torch.vmap (unrolled per example) ----------------------------------------------------------------------
+@program()
+def vmap_in_dims_out_dims(x):
+    """vmap with a tuple of in_dims (None for an argument passed whole), out_dims, a pytree output,
+    and vmap of a vmap, as transformers builds its masks over (batch, query, key) indices."""
+    def pair(row, col):
+        return row * col.sum(), (row > 0, col[0])
+    first = torch.vmap(pair, in_dims=(0, None), out_dims=(1, 0))(x, x[0])
+    grid = torch.vmap(torch.vmap(lambda i, j: i >= j, in_dims=(None, 0)), in_dims=(0, None))
+    rows = torch.arange(x.shape[0])
+    return first, grid(rows, rows), torch.func.vmap(torch.dot)(x, x)
+
+
+@program()
+def vmap_mask_function_index_by_tensor(x):
+    """transformers' sdpa_mask: a mask function that indexes a padding mask by 0-d index tensors,
+    vmapped over two index vectors inside TransformGetItemToIndex (a TorchFunctionMode of torch's
+    compiler, a context that changes no value)."""
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    padding = x[:, 0] > 0
+
+    def mask(q, kv):
+        return (kv <= q) & padding[kv]
+    with TransformGetItemToIndex():
+        out = torch.vmap(torch.vmap(mask, in_dims=(None, 0)), in_dims=(0, None))(
+            torch.arange(x.shape[0]), torch.arange(x.shape[0]))
+    return out
+
+
+@program()
+def associative_scan_generic(x):
+    """torch's associative_scan, generic mode (Mamba's scan on CPU): its combine function vmapped,
+    its helpers (`_interleave`, read through a package that shadows its module by a function)
+    inlined."""
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+    _, states = associative_scan(combine, (x.sigmoid(), x), dim=1, combine_mode="generic")
+    return states
+
+
+@program(inputs=t(300, 3), graphs=2, breaks=1)
+def vmap_past_the_unroll_limit_breaks(x):
+    """A vmap over more examples than kiln unrolls breaks the graph (at the user's call) and runs
+    eagerly; the code before and after it is captured."""
+    y = x * 2
+    return torch.vmap(lambda r: r.sum() * 2)(y) + 1

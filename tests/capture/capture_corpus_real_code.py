@@ -4,6 +4,8 @@ what they hold, autograd.Functions under inference. Each is one graph, equal to 
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import os
 
 import numpy as np
@@ -137,3 +139,129 @@ def userdict_item_writes(x):
 def python_types_as_dtypes(x):
     """transformers' chunked masks: `torch.zeros(n, dtype=int)`."""
     return torch.zeros(x.shape[0], dtype=int) + x.shape[1], x.to(float) * 2, torch.ones(2, dtype=bool)
+
+
+@torch.compiler.assume_constant_result
+def _installed_version(package):
+    """transformers' install probes: importlib.metadata and `vars` inside, which capture does not
+    follow; marked constant, so run while tracing."""
+    import importlib.metadata
+    return len(vars(importlib.metadata)) > 0 and importlib.metadata.version(package) != ""
+
+
+@functools.lru_cache
+@torch.compiler.assume_constant_result
+def _cached_probe(flag=True):
+    return _installed_version("torch") and flag
+
+
+@program()
+def assume_constant_result_functions(x):
+    """A function marked by torch.compiler.assume_constant_result, and an lru_cache over one
+    (transformers' is_torch_greater_or_equal, is_torch_distributed_available): their results are
+    constants of the graph."""
+    if _installed_version("torch") and _cached_probe(flag=True):
+        return x + 1
+    return x - 1
+
+
+@program()
+def generic_alias_annotations(x):
+    """A nested function whose annotations subscript classes, evaluated at def time (torch's
+    pytree helpers: `is_leaf: Callable[[PyTree], bool] | None`)."""
+    import collections.abc
+
+    def scale(v, by: list[int], check: collections.abc.Callable[[int], bool] | None = None) -> dict[str, int]:
+        return v * sum(by)
+    return scale(x, [1, 2]), tuple[int, ...]
+
+
+@contextlib.contextmanager
+def _scaled(factor):
+    yield factor * 2
+
+
+class _Scratch:
+    kind = "class"
+
+
+@program()
+def delete_attributes_of_new_objects(x):
+    """`del obj.attr` / delattr on objects made inside captured code: contextlib's generator
+    context manager deletes its arguments on entry (Mamba's scan); a read after falls back to the
+    class attribute, a second delete raises AttributeError."""
+    with _scaled(3) as f:
+        y = x * f
+    s = _Scratch()
+    s.kind = "instance"
+    s.extra = 1
+    del s.kind
+    delattr(s, "extra")
+    try:
+        del s.extra
+    except AttributeError:
+        y = y + 1
+    return y, s.kind, hasattr(s, "extra")
+
+
+class _MappedConfig:
+    """transformers' PreTrainedConfig: `__setattr__` and `__getattribute__` map names through
+    `attribute_map` (`width` is `d_model`)."""
+    attribute_map = {"width": "d_model"}
+
+    def __init__(self, d_model):
+        self.d_model = d_model
+        self.depth = 2
+        self._spec = "per-layer"
+
+    def __setattr__(self, key, value):
+        if key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        super().__setattr__(key, value)
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+_GLOBAL_CONFIG = _MappedConfig(3)
+
+
+@program()
+def class_setattr_getattribute_hooks(x):
+    """An object made in captured code whose class maps attribute names in `__setattr__` and
+    `__getattribute__`: both run (kiln once stored `width` apart from `d_model`: a wrong result)."""
+    c = _MappedConfig(4)
+    c.width = 5
+    return x * c.width + c.d_model + c.depth
+
+
+@program()
+def copy_of_a_program_object(x):
+    """copy.copy of a config the program holds (NeoMME's per-layer config views): a new object
+    with the same attributes, its own writes and deletions (through `__dict__`), the original's
+    untouched."""
+    import copy
+    c = copy.copy(_GLOBAL_CONFIG)
+    c.__dict__.pop("_spec", None)
+    c.width = 7
+    return x * c.width + _GLOBAL_CONFIG.width, getattr(c, "_spec", "gone"), _GLOBAL_CONFIG._spec
+
+
+_VALIDATORS = {list: lambda v: isinstance(v, list), dict: lambda v: isinstance(v, dict), type(None): None}
+
+
+@program()
+def table_keyed_by_classes_and_exception_text(x):
+    """A module's table keyed by classes (huggingface_hub's validators by type origin), read by
+    `.get` and `in`; `str(e)` / `repr(e)` of a caught exception (a Union validator's messages)."""
+    errors = []
+    for value in ([1], {"a": 1}, 3):
+        check = _VALIDATORS.get(type(value))
+        try:
+            if check is None or not check(value):
+                raise TypeError(f"{type(value).__name__} is not valid")
+        except TypeError as e:
+            errors.append(str(e) + repr(e))
+    return x * len(errors), "; ".join(errors), (int in _VALIDATORS)

@@ -235,3 +235,35 @@ def test_compiled_function_called_from_captured_code_is_inlined():
     cf, rec = compiled(outer, fullgraph=True)
     check(cf, outer, torch.randn(3))
     assert len(rec.graphs) == 1
+
+
+class _Settings:
+    def __init__(self):
+        self.scale = 2.0
+
+
+_SETTINGS = _Settings()
+_TABLE = {int: 1.0, float: 2.0}
+
+
+def _copies_settings(x):
+    import copy
+    s = copy.copy(_SETTINGS)
+    return x * s.scale + _TABLE.get(float, 0.0)
+
+
+def test_copied_object_and_class_keyed_table_are_guarded():
+    """copy.copy of a program's object reads its attributes through guards on the original; a
+    table keyed by classes is guarded equal to its contents: changing either recompiles."""
+    cf, rec = compiled(_copies_settings)
+    x = torch.randn(3)
+    check(cf, _copies_settings, x)
+    _SETTINGS.scale, _TABLE[float] = 3.0, 2.0
+    check(cf, _copies_settings, x)
+    _TABLE[float] = 5.0
+    check(cf, _copies_settings, x)
+    _SETTINGS.extra = 1  # a new attribute is copied too: its __dict__'s keys are guarded
+    check(cf, _copies_settings, x)
+    del _SETTINGS.extra
+    _SETTINGS.scale, _TABLE[float] = 2.0, 2.0
+    assert len(rec.graphs) == 4

@@ -264,7 +264,8 @@ def _symbols_of(graph: ir.Graph, steps) -> set[sympy.Symbol]:
 
 def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -> list[str]:
     """Lines binding each size symbol at the top of `call`: from a symbolic int input (already a
-    parameter of that name), else from the first tensor input dim whose size is that symbol.
+    parameter of that name), else from the first tensor input dim whose size is that symbol, else
+    from the first whose stride is (a slice of a longer tensor: `ids[:, :n]` of a padded batch).
     Symbols an extern returns (a host value) are bound where it runs."""
     bound = {sym.name for _, sym in graph.size_inputs}
     bound |= {o for step in steps if isinstance(step, ir.ExternKernel)   # host values externs return
@@ -273,15 +274,23 @@ def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -
     for sym in sorted(_symbols_of(graph, steps), key=lambda s: s.name):
         if sym.name in bound:
             continue
-        for i, name in enumerate(graph.inputs):
-            if name is not None and sym in buffers[name].sizes:
-                lines.append(f"    {sym} = {param_names[i]}.shape[{list(buffers[name].sizes).index(sym)}]")
-                break
+        line = _read_symbol(sym, graph, buffers, param_names)
+        if line is not None:
+            lines.append(line)
         else:
             from kiln.errors import NotYetImplemented
             raise NotYetImplemented(f"kiln codegen: the size symbol {sym} is no dim of any tensor input and no "
                                     "int input of the graph, so the host program cannot read it at run time")
     return lines
+
+
+def _read_symbol(sym, graph: ir.Graph, buffers: dict, param_names: list[str]) -> str | None:
+    """The line reading `sym` from a tensor input's sizes, else strides; None if no input has it."""
+    for attribute, read in (("sizes", "shape"), ("strides", "stride()")):
+        for i, name in enumerate(graph.inputs):
+            if name is not None and sym in getattr(buffers[name], attribute):
+                return f"    {sym} = {param_names[i]}.{read}[{list(getattr(buffers[name], attribute)).index(sym)}]"
+    return None
 
 
 def _layout_check(buf: ir.Buffer, may_be_none: bool = False) -> list[str]:

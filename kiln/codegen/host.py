@@ -300,7 +300,15 @@ def _layout_check(buf: ir.Buffer, may_be_none: bool = False) -> list[str]:
     if all(sympy.sympify(s).is_number for s in buf.strides):
         strides = repr(tuple(int(s) for s in buf.strides))
     none = f"{buf.name} is not None and " if may_be_none else ""
-    return [f"    if {none}{buf.name}.stride() != {strides}: {buf.name} = _restride({buf.name}, {strides})"]
+    return [f"    if {none}{buf.name}.stride() != {strides} and _strides_differ({buf.name}, {strides}): "
+            f"{buf.name} = _restride({buf.name}, {strides})"]
+
+
+def _strides_differ(t: torch.Tensor, strides: tuple) -> bool:
+    """Whether `t`'s strides differ from `strides` in a dim of more than one element (the stride of a
+    size-1 dim is never read: a 1x1 convolution's weight gradient comes back as (16, 1, 16, 16)
+    where (16, 1, 1, 1) was planned, the same layout)."""
+    return any(n != 1 and a != b for n, a, b in zip(t.shape, t.stride(), strides))
 
 
 def _may_alias(op) -> bool:
@@ -406,7 +414,8 @@ def _one(result):
 def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | None = None):
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
-    env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_one": _one, "_view": _view,
+    env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_strides_differ": _strides_differ,
+           "_one": _one, "_view": _view,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update(dict(program.externs))

@@ -147,6 +147,8 @@ class _Recorder(TorchDispatchMode):
         if func in self.decompositions:
             with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
+                if result is not NotImplemented:
+                    result = _eager_layout(func, args, kwargs, result)
             if result is not NotImplemented:
                 return result
         if func in RANDOM_REPLACEMENTS:
@@ -180,6 +182,56 @@ class _Recorder(TorchDispatchMode):
                     self.bind(o, item, root if effects.view else None)
         else:
             node.meta["val"] = out
+
+
+def _eager_layout(func, args, kwargs, result):
+    """`result` of a decomposition, copied to the strides eager's kernel gives when they differ.
+
+    [Note: decompositions keep eager's strides] A decomposition computes the right values, but its
+    prims may lay them out otherwise (index_select through `index` came out dim-permuted where
+    eager's is contiguous). Values alone would do, were it not for what reads strides afterwards:
+    `out.view(-1)` of such a result is no view in the traced graph (a copy), so a write through it
+    was lost. So the result of a functional op is checked against the op's own meta kernel (run
+    on the fake arguments' metadata, cached by the fake mode) and, where their strides differ,
+    copied to eager's (the copy usually fuses into its producer). Ops on symbolic sizes are not
+    checked: comparing their strides would add guards."""
+    if not isinstance(result, torch.Tensor) or result.numel() <= 1 or func in _LAYOUT_FREE:
+        return result
+    effects = schema.effects(func)
+    if effects.view or effects.mutated or effects.inplace_view:
+        return result
+    flat = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat) or result._symbolic:
+        return result
+    try:
+        with torch._C._DisableTorchDispatch():
+            expected = flat[0].fake_mode.run(func, args, kwargs)
+    except Exception:
+        return result
+    if not isinstance(expected, torch.Tensor) or expected.shape != result.shape or expected.dtype != result.dtype:
+        return result
+    want = [st for n, st in zip(expected.shape, expected.stride()) if n != 1]
+    have = [st for n, st in zip(result.shape, result.stride()) if n != 1]
+    if want == have or not _dense(expected):
+        return result
+    from kiln.prims.ops import ops as p
+    return p.copy_strided(result, list(expected.stride()))
+
+
+# Ops whose output strides nothing downstream may rely on differently from what the decomposition
+# gives (fresh tensors eager lays out as its inputs, which decompositions already follow).
+_LAYOUT_FREE: frozenset = frozenset()
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: a layout a copy can be given."""
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1)
+    expect = 1
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
 
 
 @contextlib.contextmanager

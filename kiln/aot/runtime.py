@@ -58,6 +58,10 @@ class _CompiledFunction(torch.autograd.Function):
             raise NotYetImplemented(
                 "kiln.aot: double backward (backward with create_graph=True, or a gradient of a gradient) "
                 "through a compiled graph is not supported; compile with backend='eager' for this code")
+        if all(g is None for g in grads):
+            # reached only through an input this call wrote (a buffer `add_`ed with a parameter
+            # on an earlier call): no gradient flows, and the saved values may be freed already
+            return (None,) * (1 + runtime.num_primals)
         args = list(ctx.others)
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
             args[slot] = t

@@ -124,12 +124,40 @@ def _compiled(f, args):
     return kiln.compile(f, backend="kiln", fullgraph=True)(*args)
 
 
+RANDOM = ("random output: the sample draws random numbers (dropout, fractional pooling, ...); "
+          "eager draws from torch's generator, kiln from its own (seed, offset) stream, so values "
+          "cannot be compared (and OpInfo's wrapper_set_seed reseeds inside the call, which kiln "
+          "refuses under fullgraph)")
+
+
+def _draws_random(f, args) -> bool:
+    """Does eager's call run an op that draws from the generator?"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        seen = False
+
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+                Watch.seen = True
+            return func(*a, **(kw or {}))
+    try:
+        with torch.no_grad(), Watch():
+            f(*[x.detach() if isinstance(x, torch.Tensor) else x for x in args])
+    except Exception:
+        return False
+    return Watch.seen
+
+
 def run_sample(op, sample, grad: bool) -> dict:
     """One (op, sample) pair: {"forward": status, "gradient": status, "why": reason}, statuses
-    pass | fail | skip (eager raised, or no gradient to take)."""
+    pass | fail | skip (eager raised, the output is random, or no gradient to take)."""
     f, args = _call(op, sample)
     wrt = [t for t in _flat_tensors((args, sample.kwargs)) if t.requires_grad] if grad else []
     result = {"forward": "skip", "gradient": "skip", "why": ""}
+    if _draws_random(f, args):
+        result["why"] = RANDOM
+        return result
     try:
         expected = f(*args)
         eager_grads = _grads(expected, wrt) if wrt else None
@@ -220,6 +248,9 @@ def summarize(paths, out_path: str, command: str) -> str:
     import collections
     import json
     rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    for r in rows:    # rows of a run before `_draws_random`: kiln's refusal names the same cause
+        if "random ops inside a region that restores the RNG state" in r.get("why", ""):
+            r.update(forward="skip", gradient="skip", why=RANDOM)
     counts = {kind: collections.Counter(r[kind] for r in rows if r["sample"] >= 0) for kind in ("forward", "gradient")}
     reasons = collections.Counter()
     failing = collections.defaultdict(list)
@@ -239,6 +270,8 @@ def summarize(paths, out_path: str, command: str) -> str:
              f"Command: `{command}`", "",
              f"Ops: {len(ops)}; (op, sample) pairs: {sum(1 for r in rows if r['sample'] >= 0)}. "
              "Skipped pairs (eager raised on the sample, or no gradient to take) are not counted.", "",
+             f"Of the skipped, {sum(1 for r in rows if r['sample'] >= 0 and r['why'] == RANDOM)} pairs draw random "
+             f"numbers: {RANDOM}.", "",
              f"- forward: {rate(counts['forward'])} (skipped {counts['forward']['skip']})",
              f"- gradient: {rate(counts['gradient'])} (skipped {counts['gradient']['skip']})", "",
              "## Failure groups", "", "| kind | reason | pairs |", "|---|---|---|"]

@@ -274,6 +274,8 @@ def summarize(paths, out_path: str, command: str) -> str:
              f"numbers: {RANDOM}.", "",
              f"- forward: {rate(counts['forward'])} (skipped {counts['forward']['skip']})",
              f"- gradient: {rate(counts['gradient'])} (skipped {counts['gradient']['skip']})", "",
+             f"- ops whose every compared sample passes forward and gradient: "
+             f"{len(ops) - len({op for op, _ in failing})} of {len(ops)}", "",
              "## Failure groups", "", "| kind | reason | pairs |", "|---|---|---|"]
     lines += [f"| {k} | {g.replace('|', '/')} | {n} |" for (k, g), n in reasons.most_common()]
     lines += ["", "## Failing pairs by op", "", "| op | kind | samples failing | first reason |", "|---|---|---|---|"]

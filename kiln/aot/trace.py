@@ -195,13 +195,13 @@ def _eager_layout(func, args, kwargs, result):
     on the fake arguments' metadata, cached by the fake mode) and, where their strides differ,
     copied to eager's (the copy usually fuses into its producer). Ops on symbolic sizes are not
     checked: comparing their strides would add guards."""
-    if not isinstance(result, torch.Tensor) or result.numel() <= 1 or func in _LAYOUT_FREE:
-        return result
+    if not isinstance(result, FakeTensor) or result._symbolic or func in _LAYOUT_FREE:
+        return result     # (a symbolic numel below would be a guard)
     effects = schema.effects(func)
-    if effects.view or effects.mutated or effects.inplace_view:
+    if result.numel() <= 1 or effects.view or effects.mutated or effects.inplace_view:
         return result
     flat = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-    if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat) or result._symbolic:
+    if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat):
         return result
     try:
         with torch._C._DisableTorchDispatch():

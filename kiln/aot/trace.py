@@ -380,7 +380,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
         leaf = make_stand_in(x, wants_grad)
         # The program sees a non-leaf copy, so in-place writes to it are legal as in eager (where
         # inputs are often non-leaves) and autograd still differentiates w.r.t. the leaf.
-        seen = leaf.clone() if wants_grad else leaf
+        seen = _program_copy(leaf) if wants_grad else leaf
         recorder.bind(leaf, node)
         recorder.bind(seen, node)
         recorder.symbols.add_input(node, leaf)
@@ -436,6 +436,23 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake) -> Joi
         setattr(root, name, value)
     return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec,
                       traced_on="real" if fake_mode is None else "fake")
+
+
+def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
+    """A non-leaf with the leaf's values *and strides*: an output that is a view of the input is
+    rebuilt at run time by replaying its traced view steps (prim-level `as_strided` among them)
+    on the real input, so the traced input must be laid out as the real one. `clone()` keeps a
+    dense layout only: `x[::2].diagonal()` was rebuilt from a contiguous copy's strides (wrong
+    elements). Not yet for a layout whose elements share memory (an expanded input): a view of
+    the leaf would give the values, but its gradient would come through `as_strided`'s backward,
+    which differs from the view op's on overlapping memory (fuzz seed 851, a wrong gradient); the
+    dense copy there makes the rebuild fail plainly instead (out of bounds), as before."""
+    static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
+    if _overlaps(leaf) or not static or (_dense(leaf) and leaf.storage_offset() == 0):
+        return leaf.clone()
+    # the same strides and storage offset (a traced `as_strided` names the offset too)
+    span = leaf.storage_offset() + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1
+    return leaf.new_empty(span).as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).copy_(leaf)
 
 
 def _tangent_like(o: torch.Tensor) -> torch.Tensor:

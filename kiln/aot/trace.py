@@ -448,7 +448,7 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     which differs from the view op's on overlapping memory (fuzz seed 851, a wrong gradient); the
     dense copy there makes the rebuild fail plainly instead (out of bounds), as before."""
     static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
-    if _overlaps(leaf) or not static or (_dense(leaf) and leaf.storage_offset() == 0):
+    if _overlaps(leaf) or not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
         return leaf.clone()
     # the same strides and storage offset (a traced `as_strided` names the offset too)
     span = leaf.storage_offset() + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1

@@ -46,6 +46,9 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(*[  # one call: each call replaces the previous set
             o for spec, o in zip(runtime.fw_specs, outs)
             if isinstance(o, torch.Tensor) and (not spec.requires_grad or spec.alias is not None)])
+        # [Note: gradients no tangent reached] backward sees which outputs got no gradient
+        ctx.set_materialize_grads(False)
+        ctx.tangent_shapes = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
         return outs
 
     @staticmethod
@@ -55,10 +58,17 @@ class _CompiledFunction(torch.autograd.Function):
             raise NotYetImplemented(
                 "kiln.aot: double backward (backward with create_graph=True, or a gradient of a gradient) "
                 "through a compiled graph is not supported; compile with backend='eager' for this code")
+        if all(g is None for g in grads):
+            # reached only through an input this call wrote (a buffer `add_`ed with a parameter
+            # on an earlier call): no gradient flows, and the saved values may be freed already
+            return (None,) * (1 + runtime.num_primals)
         args = list(ctx.others)
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
             args[slot] = t
-        args += [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
+        tangents = [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
+        missing = {j for j, g in enumerate(tangents) if g is None}
+        args += [torch.zeros(ctx.tangent_shapes[i][0], dtype=ctx.tangent_shapes[i][1], device=ctx.tangent_shapes[i][2]) if g is None else g
+                 for i, (g, spec) in enumerate(zip(grads, runtime.fw_specs)) if spec.requires_grad]
         with autocast_off():      # [Note: compiled graphs run with autocast off]
             if getattr(runtime.bw, "boxed", False):
                 # autograd's own references go too (unless retain_graph): the program frees each
@@ -68,9 +78,30 @@ class _CompiledFunction(torch.autograd.Function):
             else:
                 got = runtime.bw(*args)
         result = [None] * runtime.num_primals
-        for index, g in zip(runtime.grad_inputs, got):
-            result[index] = g
+        for index, g, needs in zip(runtime.grad_inputs, got, runtime.grad_tangents):
+            result[index] = None if needs and needs <= missing else g
         return (None, *result)
+
+
+def tangent_dependencies(bw_gm: fx.GraphModule, num_tangents: int) -> list[frozenset]:
+    """For each output of the backward graph (a gradient), the tangents it is computed from, by
+    position among the graph's last `num_tangents` inputs.
+
+    [Note: gradients no tangent reached] Eager autograd leaves `x.grad` None when no output that
+    got a gradient depends on x: `buffer.add_(x)` where only another output is used. A compiled
+    backward runs once for all outputs, so the gradients whose every tangent was missing (None:
+    autograd materializes nothing, `set_materialize_grads(False)`) are returned as None, as eager's
+    would be; the graph itself runs with zeros for the missing tangents."""
+    placeholders = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    position = {n: j for j, n in enumerate(placeholders[len(placeholders) - num_tangents:])}
+    reach: dict[fx.Node, frozenset] = {}
+    for n in bw_gm.graph.nodes:
+        if n.op == "placeholder":
+            reach[n] = frozenset({position[n]}) if n in position else frozenset()
+        elif n.op != "output":
+            reach[n] = frozenset().union(*(reach[a] for a in n.all_input_nodes))
+    output = next(n for n in bw_gm.graph.nodes if n.op == "output")
+    return [reach.get(o, frozenset()) if isinstance(o, fx.Node) else frozenset() for o in output.args[0]]
 
 
 class AotRuntime:
@@ -87,6 +118,7 @@ class AotRuntime:
         self.grad_inputs = [joint.outputs[i].index for i in joint.output_indices("grad")]
         self.mutated_inputs = [joint.outputs[i].index for i in joint.output_indices("mutation")]
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
+        self.grad_tangents = [frozenset()] * len(self.grad_inputs)   # aot_compile reads the backward's
 
     def __call__(self, *args):
         """[Note: compiled graphs run with autocast off] The joint graph was traced below autocast:
@@ -207,5 +239,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         examples = [_example(n) for n in bw_gm.graph.nodes if n.op == "placeholder"]
         bw = bw_compiler(bw_gm, _in_saved_layouts(examples, getattr(fw, "output_strides", ()), info))
     runtime = AotRuntime(gm, joint, fw, bw, info)
+    if bw is not None:
+        runtime.grad_tangents = tangent_dependencies(bw_gm, len(joint.input_indices("tangent")))
     runtime.graphs = (fw_gm, bw_gm)
     return runtime

@@ -147,6 +147,8 @@ class _Recorder(TorchDispatchMode):
         if func in self.decompositions:
             with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
+                if result is not NotImplemented:
+                    result = _eager_layout(func, args, kwargs, result)
             if result is not NotImplemented:
                 return result
         if func in RANDOM_REPLACEMENTS:
@@ -180,6 +182,56 @@ class _Recorder(TorchDispatchMode):
                     self.bind(o, item, root if effects.view else None)
         else:
             node.meta["val"] = out
+
+
+def _eager_layout(func, args, kwargs, result):
+    """`result` of a decomposition, copied to the strides eager's kernel gives when they differ.
+
+    [Note: decompositions keep eager's strides] A decomposition computes the right values, but its
+    prims may lay them out otherwise (index_select through `index` came out dim-permuted where
+    eager's is contiguous). Values alone would do, were it not for what reads strides afterwards:
+    `out.view(-1)` of such a result is no view in the traced graph (a copy), so a write through it
+    was lost. So the result of a functional op is checked against the op's own meta kernel (run
+    on the fake arguments' metadata, cached by the fake mode) and, where their strides differ,
+    copied to eager's (the copy usually fuses into its producer). Ops on symbolic sizes are not
+    checked: comparing their strides would add guards."""
+    if not isinstance(result, FakeTensor) or result._symbolic or func in _LAYOUT_FREE:
+        return result     # (a symbolic numel below would be a guard)
+    effects = schema.effects(func)
+    if result.numel() <= 1 or effects.view or effects.mutated or effects.inplace_view:
+        return result
+    flat = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat):
+        return result
+    try:
+        with torch._C._DisableTorchDispatch():
+            expected = flat[0].fake_mode.run(func, args, kwargs)
+    except Exception:
+        return result
+    if not isinstance(expected, torch.Tensor) or expected.shape != result.shape or expected.dtype != result.dtype:
+        return result
+    want = [st for n, st in zip(expected.shape, expected.stride()) if n != 1]
+    have = [st for n, st in zip(result.shape, result.stride()) if n != 1]
+    if want == have or not _dense(expected):
+        return result
+    from kiln.prims.ops import ops as p
+    return p.copy_strided(result, list(expected.stride()))
+
+
+# Ops whose output strides nothing downstream may rely on differently from what the decomposition
+# gives (fresh tensors eager lays out as its inputs, which decompositions already follow).
+_LAYOUT_FREE: frozenset = frozenset()
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: a layout a copy can be given."""
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1)
+    expect = 1
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
 
 
 @contextlib.contextmanager
@@ -361,7 +413,7 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake, numeri
         leaf = make_stand_in(x, wants_grad)
         # The program sees a non-leaf copy, so in-place writes to it are legal as in eager (where
         # inputs are often non-leaves) and autograd still differentiates w.r.t. the leaf.
-        seen = leaf.clone() if wants_grad else leaf
+        seen = _program_copy(leaf) if wants_grad else leaf
         recorder.bind(leaf, node)
         recorder.bind(seen, node)
         recorder.symbols.add_input(node, leaf)
@@ -417,6 +469,23 @@ def _trace_joint(gm, example_inputs, decompositions, with_backward, fake, numeri
         setattr(root, name, value)
     return JointGraph(fx.GraphModule(root, graph), tuple(specs), tuple(outputs), out_spec,
                       traced_on="real" if fake_mode is None else "fake")
+
+
+def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
+    """A non-leaf with the leaf's values *and strides*: an output that is a view of the input is
+    rebuilt at run time by replaying its traced view steps (prim-level `as_strided` among them)
+    on the real input, so the traced input must be laid out as the real one. `clone()` keeps a
+    dense layout only: `x[::2].diagonal()` was rebuilt from a contiguous copy's strides (wrong
+    elements). Not yet for a layout whose elements share memory (an expanded input): a view of
+    the leaf would give the values, but its gradient would come through `as_strided`'s backward,
+    which differs from the view op's on overlapping memory (fuzz seed 851, a wrong gradient); the
+    dense copy there makes the rebuild fail plainly instead (out of bounds), as before."""
+    static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
+    if _overlaps(leaf) or not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
+        return leaf.clone()
+    # the same strides and storage offset (a traced `as_strided` names the offset too)
+    span = leaf.storage_offset() + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1
+    return leaf.new_empty(span).as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).copy_(leaf)
 
 
 def _tangent_like(o: torch.Tensor) -> torch.Tensor:

@@ -137,13 +137,21 @@ def _overrides_items(cls: type, base: type) -> bool:
 _ITEM_METHODS = ("__getitem__", "__iter__", "__contains__", "__len__", "get", "keys", "values", "items")
 
 
+def _plain_key(k) -> bool:
+    """A key whose repr is an expression evaluating to it in a guard (`torch` in scope there):
+    strings, ints, and tuples of them, bools, None and dtypes (`{("cuda", torch.bfloat16): ...}`)."""
+    if isinstance(k, tuple):
+        return all(isinstance(x, (str, int, type(None), torch.dtype)) for x in k)
+    return isinstance(k, (str, int, enum.Enum))
+
+
 def _wrap_dict(out, value, source):
-    if type(value) is dict and not all(isinstance(k, (str, int, enum.Enum)) for k in value) and _is_table(value):
+    if type(value) is dict and not all(_plain_key(k) for k in value) and _is_table(value):
         # a table keyed by classes or typing forms (huggingface_hub's validators by type origin):
         # keys a guard cannot print, so the whole dict is guarded equal to a copy of it
         _guard(out, GuardKind.CONST, source, dict(value))
         return V.DictVar({k: wrap(out, v, None) for k, v in value.items()}, dict, None, source=source)
-    if not all(isinstance(k, (str, int, enum.Enum)) for k in value) or _overrides_items(type(value), dict):
+    if not all(_plain_key(k) for k in value) or _overrides_items(type(value), dict):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))

@@ -251,7 +251,7 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
            f"        except Exception:\n"
            f"            return False\n"
            f"    return {name}\n")
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"torch": torch}   # item sources name dtype keys as torch.<dtype>
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
     fn = namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
                              *[v for _, v in consts.values()])
@@ -277,7 +277,7 @@ def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) 
     src = (f"def __make({', '.join(names)}):\n"
            f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
            f"    return __kiln_first_failure\n")
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"torch": torch}   # item sources name dtype keys as torch.<dtype>
     exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
     return namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
                                *[v for _, v in consts.values()])

@@ -141,8 +141,9 @@ MIN_KERNELS_PER_PART = 8
 
 
 def _prefetch_cpp(part: dict) -> None:
+    from kiln.codegen.cpp import PRELUDE
     from kiln.runtime.cpp_build import compile_async
-    compile_async(part["module"])            # cpp.saved: the library's source
+    compile_async(part["module"], header=PRELUDE)   # cpp.saved: the library's source
 
 
 PREFETCH = {"kiln.codegen.cpp": _prefetch_cpp}

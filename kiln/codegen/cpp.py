@@ -510,5 +510,5 @@ def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dic
 def restore(entry: dict) -> dict:
     """`build`'s result again from what `saved` kept."""
     from kiln.runtime.cpp_build import load_library
-    lib = load_library(entry["module"])
+    lib = load_library(entry["module"], header=PRELUDE)
     return {name: lib.function(name, n_ptr, n_int) for name, n_ptr, n_int in entry["kernels"]}

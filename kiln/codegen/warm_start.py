@@ -70,7 +70,8 @@ def store_runtime(entry_key: str, runtime) -> None:
         "inputs": [dataclasses.asdict(s) for s in runtime.joint.inputs],
         "outputs": [dataclasses.asdict(s) for s in runtime.joint.outputs],
         "out_spec": out_spec, "info": dataclasses.asdict(runtime.info),
-        "functional": runtime.joint.functional, "fw": programs[0], "bw": programs[1]})
+        "functional": runtime.joint.functional, "fw": programs[0], "bw": programs[1],
+        "grad_tangents": [sorted(t) for t in runtime.grad_tangents]})
 
 
 def _program_key(program) -> str | None:
@@ -101,6 +102,7 @@ def load_runtime(entry_key: str, gm: torch.fx.GraphModule, wrap: Callable[[Calla
     static = tuple(joint.input_indices("param", "buffer"))
     runtime = AotRuntime(gm, joint, wrap(fw, static), wrap(bw, ()) if bw is not None else None, info)
     runtime.graphs = None      # never traced in this process
+    runtime.grad_tangents = [frozenset(t) for t in entry.get("grad_tangents", ())] or runtime.grad_tangents
     log.count("graphs from the cache")              # aot skipped
     log.count("programs from the cache", 1 + (bw is not None))
     return runtime

@@ -1,13 +1,22 @@
-"""The op sweep through the whole kiln backend (capture -> aot -> prims -> C++ kernels), forward.
+"""The op sweep through the whole kiln backend (capture -> aot -> prims -> C++ kernels).
 
-For each OpInfo in torch's `op_db` (float32 on CPU), its first sample input is run eagerly and
-through `kiln.compile(fn, backend="kiln")`, and compared by `torch.testing.assert_close` with the
-op's default float32 tolerances (loosened to 1e-4 / 1e-5: kernels sum in another order).
-Run as a script for the full sweep (writes tests/codegen/results/op_sweep.md):
+First sample, forward (`run_op`, what CI's `test_sweep_subset.py` and the Triton sweep call): for
+each OpInfo in torch's `op_db` (float32 on CPU), its first sample input is run eagerly and through
+`kiln.compile(fn, backend="kiln")`, and compared by `torch.testing.assert_close` (1e-4 / 1e-5:
+kernels sum in another order). Writes tests/codegen/results/op_sweep.md:
 
     OMP_NUM_THREADS=1 python tests/codegen/sweep_ops.py [--limit N] [--ops a,b,c]
 
-`test_sweep_subset.py` runs a fixed, representative subset in CI.
+Every sample, forward and gradients (`run_sample`): every sample input of every op (or of every
+Nth op, `--every N`, in op_db's order), compiled with fullgraph=True, float32, CPU. A pair
+(op, sample) is checked with gradients when the op supports autograd: its float inputs require
+grad, the compiled call's outputs are compared with eager's (forward) and then the gradients of
+every input for seeded cotangents (gradient). Where that compile fails, the sample runs again
+without grad, which alone decides forward. Shards (`--shard K/N`, each a process) write JSON
+lines; `--summarize` merges them into one table with the failure reasons:
+
+    OMP_NUM_THREADS=1 python tests/codegen/sweep_ops.py --every-sample --every 8 --shard 0/2 --jsonl a.jsonl
+    python tests/codegen/sweep_ops.py --summarize a.jsonl b.jsonl --out bench/results/...md
 """
 from __future__ import annotations
 
@@ -61,17 +70,250 @@ def run_op(op, backend_context=contextlib.nullcontext) -> tuple[str, str]:
         return "fail", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
+FORWARD_TOL = dict(rtol=1e-4, atol=1e-5)
+GRAD_TOL = dict(rtol=1e-3, atol=1e-4)
+PAIR_SECONDS = 120          # a pair that compiles longer than this is a failure ("timeout")
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _flat_tensors(x):
+    from torch.utils._pytree import tree_leaves
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _reason(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"
+
+
+def _compare(got, expected, tol) -> str:
+    try:
+        torch.testing.assert_close(got, expected, equal_nan=True, check_dtype=True, check_stride=False, **tol)
+        return ""
+    except Exception as e:
+        return _reason(e)
+
+
+def _grads(out, wrt):
+    outs = [o for o in _flat_tensors(out) if o.requires_grad and o.dtype.is_floating_point]
+    if not outs or not wrt:
+        return None
+    g = torch.Generator().manual_seed(0)
+    cot = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in outs]
+    grads = torch.autograd.grad(outs, wrt, cot, allow_unused=True)
+    return [torch.zeros_like(w) if x is None else x for x, w in zip(grads, wrt)]
+
+
+def _call(op, sample):
+    """(f, args): the op on the sample as a function of the sample's positional values."""
+    args = (sample.input, *sample.args)
+    kwargs = dict(sample.kwargs)
+    fn = op.op
+
+    def f(*a):
+        return fn(*a, **kwargs)
+    return f, args
+
+
+def _compiled(f, args):
+    import kiln
+    kiln.reset()
+    return kiln.compile(f, backend="kiln", fullgraph=True)(*args)
+
+
+RANDOM = ("random output: the sample draws random numbers (dropout, fractional pooling, ...); "
+          "eager draws from torch's generator, kiln from its own (seed, offset) stream, so values "
+          "cannot be compared (and OpInfo's wrapper_set_seed reseeds inside the call, which kiln "
+          "refuses under fullgraph)")
+
+
+def _draws_random(f, args) -> bool:
+    """Does eager's call run an op that draws from the generator?"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        seen = False
+
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+                Watch.seen = True
+            return func(*a, **(kw or {}))
+    try:
+        with torch.no_grad(), Watch():
+            f(*[x.detach() if isinstance(x, torch.Tensor) else x for x in args])
+    except Exception:
+        return False
+    return Watch.seen
+
+
+def run_sample(op, sample, grad: bool) -> dict:
+    """One (op, sample) pair: {"forward": status, "gradient": status, "why": reason}, statuses
+    pass | fail | skip (eager raised, the output is random, or no gradient to take)."""
+    f, args = _call(op, sample)
+    wrt = [t for t in _flat_tensors((args, sample.kwargs)) if t.requires_grad] if grad else []
+    result = {"forward": "skip", "gradient": "skip", "why": ""}
+    if _draws_random(f, args):
+        result["why"] = RANDOM
+        return result
+    try:
+        expected = f(*args)
+        eager_grads = _grads(expected, wrt) if wrt else None
+    except Exception as e:
+        result["why"] = f"eager raised {_reason(e)}"
+        return result
+    if eager_grads is None:
+        wrt = []
+    try:
+        got = _compiled(f, args)
+    except Exception as e:
+        got, why = None, _reason(e)
+    else:
+        why = _compare(got, expected, FORWARD_TOL)
+    if wrt:
+        if got is None:
+            result["gradient"] = "fail"
+        else:
+            try:
+                mine = _grads(got, wrt)
+                gwhy = "no gradient flows through the compiled outputs" if mine is None else \
+                    _compare(mine, eager_grads, GRAD_TOL)
+            except Exception as e:
+                gwhy = _reason(e)
+            result["gradient"] = "fail" if gwhy else "pass"
+            result["why_gradient"] = gwhy
+            why = why if got is not None else why
+    if got is None and wrt:     # the compile with gradients failed: forward alone decides forward
+        result["why_gradient"] = why
+        detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+        try:
+            with torch.no_grad():
+                expected = f(*detached)
+            why = _compare(_compiled(f, detached), expected, FORWARD_TOL)
+        except Exception as e:
+            why = _reason(e)
+    result["forward"] = "fail" if why else "pass"
+    result["why"] = why
+    return result
+
+
+def _samples(op, grad: bool):
+    torch.manual_seed(0)
+    return list(op.sample_inputs("cpu", torch.float32, requires_grad=grad))
+
+
+def sweep_every_sample(ops, out_path: str, log=print) -> None:
+    import json
+    import signal
+    import warnings
+
+    def alarm(*_):
+        raise _Timeout(f"over {PAIR_SECONDS} s")
+    signal.signal(signal.SIGALRM, alarm)
+    with open(out_path, "a") as out:
+        for op in ops:
+            name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+            if op.name in UNINITIALIZED:
+                out.write(json.dumps({"op": name, "sample": -1, "forward": "skip", "gradient": "skip",
+                                      "why": "result is uninitialized memory"}) + "\n")
+                continue
+            grad = bool(op.supports_autograd)
+            try:
+                samples = _samples(op, grad)
+            except Exception as e:
+                out.write(json.dumps({"op": name, "sample": -1, "forward": "skip", "gradient": "skip",
+                                      "why": f"no float32 samples ({_reason(e)})"}) + "\n")
+                continue
+            start = time.time()
+            for k, sample in enumerate(samples):
+                signal.alarm(PAIR_SECONDS)
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        row = run_sample(op, sample, grad)
+                except _Timeout as e:
+                    row = {"forward": "fail", "gradient": "fail" if grad else "skip", "why": f"timeout {e}"}
+                except Exception as e:
+                    row = {"forward": "fail", "gradient": "fail" if grad else "skip", "why": _reason(e)}
+                finally:
+                    signal.alarm(0)
+                out.write(json.dumps({"op": name, "sample": k, **row}) + "\n")
+                out.flush()
+            log(f"{name}: {len(samples)} samples, {time.time() - start:.0f} s")
+
+
+def summarize(paths, out_path: str, command: str) -> str:
+    import collections
+    import json
+    rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    for r in rows:    # rows of a run before `_draws_random`: kiln's refusal names the same cause
+        if "random ops inside a region that restores the RNG state" in r.get("why", ""):
+            r.update(forward="skip", gradient="skip", why=RANDOM)
+    counts = {kind: collections.Counter(r[kind] for r in rows if r["sample"] >= 0) for kind in ("forward", "gradient")}
+    reasons = collections.Counter()
+    failing = collections.defaultdict(list)
+    for r in rows:
+        for kind in ("forward", "gradient"):
+            if r[kind] == "fail":
+                why = r.get("why_gradient") if kind == "gradient" and r.get("why_gradient") else r["why"]
+                group = why.split(":")[0] + ": " + " ".join(why.split(":", 1)[-1].split()[:8]) if why else "?"
+                reasons[(kind, group)] += 1
+                failing[(r["op"], kind)].append((r["sample"], why))
+
+    def rate(c):
+        tested = c["pass"] + c["fail"]
+        return f"{c['pass']}/{tested} = {c['pass'] / max(tested, 1):.1%}"
+    ops = sorted({r["op"] for r in rows})
+    lines = ["# Every-sample OpInfo sweep through kiln (fullgraph=True, float32, CPU, C++ backend)", "",
+             f"Command: `{command}`", "",
+             f"Ops: {len(ops)}; (op, sample) pairs: {sum(1 for r in rows if r['sample'] >= 0)}. "
+             "Skipped pairs (eager raised on the sample, or no gradient to take) are not counted.", "",
+             f"Of the skipped, {sum(1 for r in rows if r['sample'] >= 0 and r['why'] == RANDOM)} pairs draw random "
+             f"numbers: {RANDOM}.", "",
+             f"- forward: {rate(counts['forward'])} (skipped {counts['forward']['skip']})",
+             f"- gradient: {rate(counts['gradient'])} (skipped {counts['gradient']['skip']})", "",
+             f"- ops whose every compared sample passes forward and gradient: "
+             f"{len(ops) - len({op for op, _ in failing})} of {len(ops)}", "",
+             "## Failure groups", "", "| kind | reason | pairs |", "|---|---|---|"]
+    lines += [f"| {k} | {g.replace('|', '/')} | {n} |" for (k, g), n in reasons.most_common()]
+    lines += ["", "## Failing pairs by op", "", "| op | kind | samples failing | first reason |", "|---|---|---|---|"]
+    for (op, kind), items in sorted(failing.items()):
+        lines.append(f"| {op} | {kind} | {len(items)} ({', '.join(str(s) for s, _ in items[:8])}"
+                     f"{', ...' if len(items) > 8 else ''}) | {items[0][1].replace('|', '/')[:160]} |")
+    lines += ["", "## Ops run", "", ", ".join(ops), ""]
+    text = "\n".join(lines)
+    with open(out_path, "w") as f:
+        f.write(text)
+    return text
+
+
 def main(argv=None) -> int:
     from torch.testing._internal.common_methods_invocations import op_db
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--ops", default=None)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "op_sweep.md"))
+    parser.add_argument("--every-sample", action="store_true", help="every sample, forward and gradients")
+    parser.add_argument("--every", type=int, default=1, help="every Nth op of op_db (every sample of each)")
+    parser.add_argument("--shard", default="0/1", help="K/N: this process runs the Kth of N slices of the ops")
+    parser.add_argument("--jsonl", default="op_sweep_every_sample.jsonl")
+    parser.add_argument("--summarize", nargs="*", default=None, help="JSON-lines files to merge into --out")
+    parser.add_argument("--command", default="", help="the command recorded in the summary")
     ns = parser.parse_args(argv)
+    if ns.summarize is not None:
+        print(summarize(ns.summarize, ns.out, ns.command).split("## Failing")[0])
+        return 0
     ops = [o for o in op_db if torch.float32 in o.supported_dtypes("cpu")]
     if ns.ops:
         wanted = set(ns.ops.split(","))
         ops = [o for o in ops if o.name in wanted]
+    if ns.every_sample:
+        k, n = (int(x) for x in ns.shard.split("/"))
+        chosen = ops[::ns.every]
+        sweep_every_sample(chosen[k::n], ns.jsonl, log=lambda m: print(m, flush=True))
+        return 0
     if ns.limit:
         ops = ops[:ns.limit]
     rows, counts = [], {"pass": 0, "fail": 0, "skip": 0}

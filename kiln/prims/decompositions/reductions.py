@@ -89,9 +89,20 @@ def _var(a, dims, correction, keepdim):
     compute = computation_dtype(a.dtype)
     x = convert(a, compute)
     n = _count(a, dims)
-    s = p.sum(x, dims)
-    m = p.div(s, full(s.shape, n, compute, a.device))
     kept = [i for i in range(a.ndim) if i not in dims]
+    if a.ndim and all(not (isinstance(a.shape[d], int) and a.shape[d] == 0) for d in dims):
+        # [Note: shifted mean] the mean as first + mean(x - first) over the reduced dims: equal
+        # values give exactly their value, so their variance is exactly 0, as eager's Welford
+        # gives (a plain sum/n rounds: 3v is not always a float), and std's backward takes
+        # eager's `std == 0` branch (a gradient of 0, not noise divided by noise)
+        first = x
+        for d in dims:
+            first = p.slice(first, d, 0, 1, 1)
+        s = p.sum(p.sub(x, p.broadcast_in_dim(first, list(a.shape), list(range(a.ndim)))), dims)
+        m = p.add(p.squeeze(first, list(dims)), p.div(s, full(s.shape, n, compute, a.device)))
+    else:
+        s = p.sum(x, dims)
+        m = p.div(s, full(s.shape, n, compute, a.device))
     m_b = p.broadcast_in_dim(m, list(a.shape), kept) if a.ndim else m
     d = p.sub(x, m_b)
     ss = p.sum(p.mul(d, d), dims)

@@ -458,8 +458,13 @@ def diag_embed(a, offset=0, dim1=-2, dim2=-1):
     along = d1 if offset >= 0 else d2
     other = d2 if offset >= 0 else d1
     src = p.pad(a, 0, [0] * a.ndim, [0] * (a.ndim - 1) + [abs(offset)], [0] * a.ndim) if offset else a
-    values = p.broadcast_in_dim(src, shape, batch + [along] if along > max(batch, default=-1) else
-                                sorted(batch + [along]))
+    # src's dims (batch..., diagonal) land at batch + [along]: permuted into that order first, as
+    # broadcast_in_dim places input dims in increasing output positions
+    targets = batch + [along]
+    order = sorted(range(len(targets)), key=lambda k: targets[k])
+    if order != list(range(len(targets))):
+        src = p.permute(src, order)
+    values = p.broadcast_in_dim(src, shape, sorted(targets))
     return p.where(mask, values, full(shape, 0, a.dtype, a.device))
 
 

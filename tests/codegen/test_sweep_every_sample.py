@@ -1,0 +1,39 @@
+"""(op, sample) pairs the every-sample sweep (tests/codegen/sweep_ops.py --every-sample) found
+failing, run as the sweep runs them: fullgraph=True, float32, CPU, forward and gradients."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from sweep_ops import _samples, run_sample  # noqa: E402
+
+# (op name, variant, sample index, what was wrong)
+PAIRS = [
+    # diag_embed's values were broadcast with the batch dims out of order when a batch dim comes
+    # after the diagonal's (dim1=0, dim2=1): the prims stage refused the broadcast
+    ("diag_embed", "", 12, "offset=1, dim1=1, dim2=2"),
+    ("diag_embed", "", 13, "offset=2, dim1=0, dim2=1"),
+    ("diag_embed", "", 14, "offset=-2, dim1=0, dim2=1"),
+]
+
+
+@pytest.mark.parametrize("name,variant,index,why", PAIRS, ids=[f"{n}-{i}" for n, _, i, _ in PAIRS])
+def test_pair_matches_eager(name, variant, index, why):
+    from torch.testing._internal.common_methods_invocations import op_db
+    op = next(o for o in op_db if o.name == name and o.variant_test_name == variant)
+    grad = bool(op.supports_autograd)
+    row = run_sample(op, _samples(op, grad)[index], grad)
+    assert row["forward"] == "pass", row
+    assert row["gradient"] in ("pass", "skip") and (row["gradient"] == "pass" or not grad), row
+
+
+def test_a_sample_with_dims_first_is_not_swapped():
+    import kiln
+    x = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)   # every dim a different size
+    for kwargs in ({"offset": 0, "dim1": 0, "dim2": 1}, {"offset": 1, "dim1": 0, "dim2": 2},
+                   {"offset": -1, "dim1": 1, "dim2": 3}):
+        kiln.reset()
+        got = kiln.compile(lambda t: torch.diag_embed(t, **kwargs), fullgraph=True)(x)
+        torch.testing.assert_close(got, torch.diag_embed(x, **kwargs), rtol=0, atol=0)

@@ -63,6 +63,11 @@ def channels_last_strides(sizes) -> tuple[sympy.Expr, ...]:
     return (h * w * c, sympy.Integer(1), w * c, c)
 
 
+def _static_and_nonempty(sizes) -> bool:
+    """Sizes known at compile time, none of them 0: a buffer with no elements has no layout to choose."""
+    return all(sympy.sympify(s).is_number and sympy.sympify(s) != 0 for s in sizes)
+
+
 def _op_name(node) -> str:
     return getattr(node.op, "__name__", "").split(".")[0] if isinstance(node, ir.ExternKernel) else ""
 
@@ -105,7 +110,7 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
 
     def relayable(name: str) -> bool:
         buf = buffers[name]
-        return (name not in pinned and len(buf.sizes) == 4 and all(sympy.sympify(s).is_number for s in buf.sizes)
+        return (name not in pinned and len(buf.sizes) == 4 and _static_and_nonempty(buf.sizes)
                 and buf.strides == ir.contiguous_strides(buf.sizes) and buf.offset == 0)
 
     def computed_elementwise(name: str) -> bool:
@@ -319,8 +324,7 @@ def plan_input_order(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> 
         if not isinstance(node, ir.ComputedBuffer) or not isinstance(node.body, ir.Pointwise) or node.buffer in pinned:
             continue
         buf = buffers[node.buffer]
-        if len(buf.sizes) < 2 or not all(sympy.sympify(s).is_number for s in buf.sizes) or buf.offset != 0 \
-                or not _dense(buf):
+        if len(buf.sizes) < 2 or not _static_and_nonempty(buf.sizes) or buf.offset != 0 or not _dense(buf):
             continue
         order = _source_order(node.body, buf, buffers)
         if order is None:

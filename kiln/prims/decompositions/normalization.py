@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from kiln.prims.decompositions.refs import (broadcast_to, computation_dtype, convert, full, numel, reshape)
+from kiln.prims.decompositions.refs import (broadcast_to, computation_dtype, convert, full, has_elements, numel, reshape,
+                                            shifted_mean)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -22,7 +23,10 @@ def _bcast(t, shape, dims):
 def _stats(x, dims):
     """(mean, biased variance) over dims, without keepdim."""
     n = numel([x.shape[d] for d in dims])
-    mean = p.div(p.sum(x, dims), full([s for i, s in enumerate(x.shape) if i not in dims], n, x.dtype, x.device))
+    if has_elements(x, dims):
+        mean = shifted_mean(x, dims, n)           # equal values: exactly 0 variance ([Note: shifted mean])
+    else:
+        mean = p.div(p.sum(x, dims), full([s for i, s in enumerate(x.shape) if i not in dims], n, x.dtype, x.device))
     kept = [i for i in range(x.ndim) if i not in dims]
     d = p.sub(x, _bcast(mean, x.shape, kept))
     var = p.div(p.sum(p.mul(d, d), dims), full(mean.shape, n, x.dtype, x.device))

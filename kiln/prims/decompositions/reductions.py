@@ -11,7 +11,8 @@ import math
 import torch
 
 from kiln.prims.decompositions.refs import (broadcast_to, canonical_dim, canonical_dims, computation_dtype, convert,
-                                            full, is_float, numel, reshape, restore_dims, scalar_tensor)
+                                            full, has_elements, is_float, numel, reshape, restore_dims, scalar_tensor,
+                                            shifted_mean)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -90,16 +91,8 @@ def _var(a, dims, correction, keepdim):
     x = convert(a, compute)
     n = _count(a, dims)
     kept = [i for i in range(a.ndim) if i not in dims]
-    if a.ndim and all(not (isinstance(a.shape[d], int) and a.shape[d] == 0) for d in dims):
-        # [Note: shifted mean] the mean as first + mean(x - first) over the reduced dims: equal
-        # values give exactly their value, so their variance is exactly 0, as eager's Welford
-        # gives (a plain sum/n rounds: 3v is not always a float), and std's backward takes
-        # eager's `std == 0` branch (a gradient of 0, not noise divided by noise)
-        first = x
-        for d in dims:
-            first = p.slice(first, d, 0, 1, 1)
-        s = p.sum(p.sub(x, p.broadcast_in_dim(first, list(a.shape), list(range(a.ndim)))), dims)
-        m = p.add(p.squeeze(first, list(dims)), p.div(s, full(s.shape, n, compute, a.device)))
+    if has_elements(a, dims):
+        m = shifted_mean(x, dims, n)             # [Note: shifted mean] in refs.py
     else:
         s = p.sum(x, dims)
         m = p.div(s, full(s.shape, n, compute, a.device))

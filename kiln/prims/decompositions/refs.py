@@ -311,3 +311,21 @@ def as_tensor(value, like: torch.Tensor) -> torch.Tensor:
         return value
     return full([], value, scalar_dtype(value) if not isinstance(value, float) else like.dtype
                 if is_float(like.dtype) else torch.get_default_dtype(), like.device)
+
+
+def shifted_mean(x, dims, n):
+    """[Note: shifted mean] The mean of `x` over `dims` (n elements, none of those dims empty) as
+    first + mean(x - first): equal values give exactly their value, so their variance is exactly 0,
+    as eager's Welford gives (a plain sum / n rounds: 3v is not always a float). Batch and layer
+    norm of equal values then normalize to exactly 0 where noise / sqrt(eps) came out (fuzz seed
+    1736), and std's backward takes eager's `std == 0` branch (fuzz seed 2)."""
+    first = x
+    for d in dims:
+        first = p.slice(first, d, 0, 1, 1)
+    s = p.sum(p.sub(x, p.broadcast_in_dim(first, list(x.shape), list(range(x.ndim)))), dims)
+    return p.add(p.squeeze(first, list(dims)), p.div(s, full(s.shape, n, x.dtype, x.device)))
+
+
+def has_elements(x, dims) -> bool:
+    """Whether every one of `dims` of `x` is known to be non-empty."""
+    return x.ndim > 0 and all(not (isinstance(x.shape[d], int) and x.shape[d] == 0) for d in dims)

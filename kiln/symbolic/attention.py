@@ -32,11 +32,9 @@ MEM_EFFICIENT_ALIGNMENT = 16                       # the memory-efficient kernel
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                                  scale=None, enable_gqa=False):
     """`F.scaled_dot_product_attention`, whose kernel is chosen at the hints on symbolic CUDA fakes."""
-    if not _chosen_at_hints(query, key, value, attn_mask, enable_gqa):
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
-                                              is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-    choice = kernel_choice(query, key, value, attn_mask, dropout_p, is_causal, scale)
-    if choice is None:
+    choice = kernel_choice(query, key, value, attn_mask, dropout_p, is_causal, scale) \
+        if _chosen_at_hints(query, key, value, attn_mask, enable_gqa) else None
+    if choice not in (MATH, FLASH, EFFICIENT, CUDNN):     # not a fake, no CUDA here, or a kernel not modelled
         return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))

@@ -20,11 +20,13 @@ def _bcast(t, shape, dims):
     return p.broadcast_in_dim(t, list(shape), dims)
 
 
-def _stats(x, dims):
-    """(mean, biased variance) over dims, without keepdim."""
+def _stats(x, dims, shifted: bool = False):
+    """(mean, biased variance) over dims, without keepdim. `shifted`: the mean of [Note: shifted mean]
+    (batch norm: its statistics run over the batch, where equal rows come from broadcast inputs;
+    layer norm keeps the plain mean, whose row kernel reads only whole vectors)."""
     n = numel([x.shape[d] for d in dims])
-    if has_elements(x, dims):
-        mean = shifted_mean(x, dims, n)           # equal values: exactly 0 variance ([Note: shifted mean])
+    if shifted and has_elements(x, dims):
+        mean = shifted_mean(x, dims, n)
     else:
         mean = p.div(p.sum(x, dims), full([s for i, s in enumerate(x.shape) if i not in dims], n, x.dtype, x.device))
     kept = [i for i in range(x.ndim) if i not in dims]
@@ -107,7 +109,7 @@ def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, 
     reduce_dims = [0] + list(range(2, a.ndim))
     n = numel([a.shape[d] for d in reduce_dims])
     if training:
-        mean, var = _stats(x, reduce_dims)
+        mean, var = _stats(x, reduce_dims, shifted=True)
         invstd = _rsqrt_eps(var, eps)
         new_mean = new_var = None
         if running_mean is not None:

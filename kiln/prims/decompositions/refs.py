@@ -316,9 +316,9 @@ def as_tensor(value, like: torch.Tensor) -> torch.Tensor:
 def shifted_mean(x, dims, n):
     """[Note: shifted mean] The mean of `x` over `dims` (n elements, none of those dims empty) as
     first + mean(x - first): equal values give exactly their value, so their variance is exactly 0,
-    as eager's Welford gives (a plain sum / n rounds: 3v is not always a float). Batch and layer
-    norm of equal values then normalize to exactly 0 where noise / sqrt(eps) came out (fuzz seed
-    1736), and std's backward takes eager's `std == 0` branch (fuzz seed 2)."""
+    as eager's Welford gives (a plain sum / n rounds: 3v is not always a float). Batch norm of
+    equal values then normalizes to exactly 0 where noise / sqrt(eps) came out (fuzz seed 1736),
+    and std's backward takes eager's `std == 0` branch (fuzz seed 2)."""
     first = x
     for d in dims:
         first = p.slice(first, d, 0, 1, 1)

@@ -63,6 +63,15 @@ def channels_last_strides(sizes) -> tuple[sympy.Expr, ...]:
     return (h * w * c, sympy.Integer(1), w * c, c)
 
 
+def _contract_buffers(graph: ir.Graph, free_outputs: frozenset) -> set[str]:
+    """Buffers whose strides are a contract with code outside the kernels: the graph's inputs,
+    constants and outputs (but `free_outputs`, and every output read through a view)."""
+    pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
+    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
+               if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
+    return pinned
+
+
 def _static_and_nonempty(sizes) -> bool:
     """Sizes known at compile time, none of them 0: a buffer with no elements has no layout to choose."""
     return all(sympy.sympify(s).is_number and sympy.sympify(s) != 0 for s in sizes)
@@ -98,9 +107,7 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
             for o in node.outputs:
                 if o is not None:
                     producer[o] = node
-    pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
-               if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
+    pinned = _contract_buffers(graph, free_outputs)
     for node in graph.nodes:
         if isinstance(node, ir.ExternKernel):
             pinned |= _view_names((node.args, [v for _, v in node.kwargs]))
@@ -301,9 +308,7 @@ def plan_input_order(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> 
     """Buffer name -> strides in its main input's dim order ([Note: layouts that follow their input]);
     `free_outputs` as for `plan_channels_last`."""
     buffers = graph.buffer_map()
-    pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
-               if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
+    pinned = _contract_buffers(graph, free_outputs)
     operands: set[str] = set()
     for node in graph.nodes:
         if not isinstance(node, ir.ExternKernel):

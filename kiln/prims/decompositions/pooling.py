@@ -171,6 +171,11 @@ def _max_pool(x, k, kernel, stride, padding, dilation, ceil_mode):
     return best, _to_batch_first(flat, lead, k)
 
 
+def _ints(n, value, device):
+    """A 1-d int64 tensor of n copies of `value` (the index arithmetic of the unrolled pools)."""
+    return full([n], value, torch.int64, device)
+
+
 def _max_pool_unrolled_with_indices(x, k, dims, low, high, lowest):
     """[Note: unrolled max pooling] with its indices: a running maximum over the window offsets
     that also keeps the flat input position of the element it holds, all pointwise. The choice is
@@ -183,7 +188,7 @@ def _max_pool_unrolled_with_indices(x, k, dims, low, high, lowest):
     def along(d, values):      # an (outputs_d,) int64 tensor broadcast over the output
         return p.broadcast_in_dim(values, out_shape, [lead + d])
     starts = [p.sub(p.mul(p.iota(w.outputs, start=0, step=1, dtype=i64, device=x.device),
-                          full([w.outputs], w.stride, i64, x.device)), full([w.outputs], low[d], i64, x.device))
+                          _ints(w.outputs, w.stride, x.device)), _ints(w.outputs, low[d], x.device))
               for d, w in enumerate(dims)]
     xp = _pad_spatial(x, k, low, high, lowest)
     best = index = seen = None
@@ -192,11 +197,11 @@ def _max_pool_unrolled_with_indices(x, k, dims, low, high, lowest):
         flat, inside = full(out_shape, 0, i64, x.device), None
         for d, (w, j) in enumerate(zip(dims, offsets)):
             v = p.slice(v, lead + d, j * w.dilation, j * w.dilation + (w.outputs - 1) * w.stride + 1, w.stride)
-            pos = p.add(starts[d], full([w.outputs], j * w.dilation, i64, x.device))
-            ok = p.bitwise_and(p.ge(pos, full([w.outputs], 0, i64, x.device)),
-                               p.lt(pos, full([w.outputs], sizes[d], i64, x.device)))
+            pos = p.add(starts[d], _ints(w.outputs, j * w.dilation, x.device))
+            ok = p.bitwise_and(p.ge(pos, _ints(w.outputs, 0, x.device)),
+                               p.lt(pos, _ints(w.outputs, sizes[d], x.device)))
             inside = along(d, ok) if inside is None else p.bitwise_and(inside, along(d, ok))
-            flat = p.add(flat, along(d, p.mul(pos, full([w.outputs], strides[d], i64, x.device))))
+            flat = p.add(flat, along(d, p.mul(pos, _ints(w.outputs, strides[d], x.device))))
         if best is None:
             best, index, seen = v, flat, inside
             continue
@@ -237,19 +242,19 @@ def _max_pool_backward_gathered(grad, x, k, kernel, stride, padding, dilation, c
     here = full(list(x.shape), 0, i64, x.device)        # each input position's flat index
     for d, size in enumerate(sizes):
         here = p.add(here, p.broadcast_in_dim(p.mul(p.iota(size, start=0, step=1, dtype=i64, device=x.device),
-                                                    full([size], strides[d], i64, x.device)), list(x.shape), [lead + d]))
+                                                    _ints(size, strides[d], x.device)), list(x.shape), [lead + d]))
     candidates = []
     for d, (size, w) in enumerate(zip(sizes, dims)):
-        h = p.add(p.iota(size, start=0, step=1, dtype=i64, device=x.device), full([size], low[d], i64, x.device))
-        last = p.div(h, full([size], w.stride, i64, x.device))           # the last window starting at or before h
+        h = p.add(p.iota(size, start=0, step=1, dtype=i64, device=x.device), _ints(size, low[d], x.device))
+        last = p.div(h, _ints(size, w.stride, x.device))           # the last window starting at or before h
         per_dim = []
         for t in range(-(-w.length // w.stride)):
-            o = p.sub(last, full([size], t, i64, x.device))
-            ok = p.bitwise_and(p.bitwise_and(p.ge(o, full([size], 0, i64, x.device)),
-                                             p.lt(o, full([size], w.outputs, i64, x.device))),
-                               p.lt(p.sub(h, p.mul(o, full([size], w.stride, i64, x.device))),
-                                    full([size], w.length, i64, x.device)))
-            clamped = p.minimum(p.maximum(o, full([size], 0, i64, x.device)), full([size], w.outputs - 1, i64, x.device))
+            o = p.sub(last, _ints(size, t, x.device))
+            ok = p.bitwise_and(p.bitwise_and(p.ge(o, _ints(size, 0, x.device)),
+                                             p.lt(o, _ints(size, w.outputs, x.device))),
+                               p.lt(p.sub(h, p.mul(o, _ints(size, w.stride, x.device))),
+                                    _ints(size, w.length, x.device)))
+            clamped = p.minimum(p.maximum(o, _ints(size, 0, x.device)), _ints(size, w.outputs - 1, x.device))
             per_dim.append((clamped, ok))
         candidates.append(per_dim)
     total = full(list(x.shape), 0, compute, x.device)

@@ -48,8 +48,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         bias = None if attn_mask is None else _additive(attn_mask, query.dtype)
         return aten._scaled_dot_product_cudnn_attention(query, key, value, bias, grads, dropout_p, is_causal, False,
                                                         scale=scale)[0]
-    mask = None if attn_mask is None else _additive(attn_mask, query.dtype)
-    return aten._scaled_dot_product_attention_math(query, key, value, mask, dropout_p, is_causal, scale=scale)[0]
+    return _math(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
 def _chosen_at_hints(query, key, value, attn_mask, enable_gqa) -> bool:
@@ -92,6 +91,41 @@ def _flash(query, key, value, dropout_p, is_causal, scale):
         query, key, value = (F.pad(t, (0, pad)) for t in (query, key, value))
     out = aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     return out.narrow(-1, 0, head) if pad else out
+
+
+def _math(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """ATen's math fallback written out in torch ops. Its C++ composite reads the batch and sequence
+    sizes as ints on CUDA (a guard per length on the H200), where each op below keeps them symbolic.
+    The same steps as ATen's: half and bfloat16 computed in float unless
+    `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`, the scale's square root applied
+    to the query and to the key, a boolean mask made additive, and a softmax that gives 0, not NaN,
+    for a row with every key masked."""
+    dtype = query.dtype
+    if dtype in (torch.float16, torch.bfloat16) and not torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed():
+        query, key, value = (t.float() for t in (query, key, value))
+    scale = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    root = math.copysign(math.sqrt(abs(scale)), scale)     # a negative scale negates the query's factor
+    mask = None if attn_mask is None else _additive(attn_mask, query.dtype)
+    if is_causal:
+        keep = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+        mask = _additive(keep, query.dtype)
+    scores = _batched_mm(query * root, key.transpose(-2, -1) * abs(root))
+    if mask is not None:
+        scores = scores + mask
+    weights = aten._safe_softmax(scores, -1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, dropout_p, training=True)
+    return _batched_mm(weights, value).to(dtype)
+
+
+def _batched_mm(a, b):
+    """`torch.matmul` of 4-d tensors as the bmm it folds them into. torch 2.11's C++ matmul reads
+    the batch and row sizes as ints (a pinning guard each, seen on the H200); bmm and reshape keep
+    them symbolic."""
+    batch, heads = a.shape[0], a.shape[1]
+    b = b.expand(batch, heads, b.shape[-2], b.shape[-1])
+    out = torch.bmm(a.reshape(batch * heads, a.shape[-2], a.shape[-1]), b.reshape(batch * heads, b.shape[-2], b.shape[-1]))
+    return out.view(batch, heads, a.shape[-2], b.shape[-1])
 
 
 def _additive(mask, dtype):

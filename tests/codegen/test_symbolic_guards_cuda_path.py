@@ -135,3 +135,26 @@ def test_aot_routes_attention_through_the_rule_and_restores_the_graph(monkeypatc
     trace.trace_joint(gm, examples)
     assert calls, "the aot trace did not call kiln's attention rule"
     assert gm.code == before      # the user's graph is restored
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["plain", "bool-mask", "float-mask", "causal", "negative-scale", "masked-row"])
+def test_the_math_kernel_written_out_equals_atens(case, dtype):
+    """The math fallback kiln writes out in torch ops (its C++ composite pins sizes on CUDA) computes
+    what ATen's math kernel does, on real tensors."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from kiln.symbolic import attention
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 37, 16, dtype=dtype) for _ in range(3))
+    mask, causal, scale = None, case == "causal", -0.3 if case == "negative-scale" else None
+    if case in ("bool-mask", "masked-row"):
+        mask = torch.rand(2, 1, 37, 37) > 0.3
+        if case == "masked-row":
+            mask[0, 0, 5] = False          # every key masked: ATen's softmax gives 0 there, not NaN
+    elif case == "float-mask":
+        mask = torch.randn(2, 1, 37, 37, dtype=dtype)
+    with sdpa_kernel(SDPBackend.MATH):
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    got = attention._math(q, k, v, mask, 0.0, causal, scale)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -54,14 +54,15 @@ def sdpa(tx, args: list, kwargs: dict) -> V.Variable:
 def _verdict(tx, mask: V.TensorVar) -> str | None:
     """"all" or "causal" for a mask proven so on this call (guarded), else None."""
     out = tx.out
-    nodes = _producers(mask.node)
-    if nodes is None or _mutated(out.graph, nodes):   # checked at every use: a write may come between
+    found = _producers(mask.node)
+    if found is None or _mutated(out.graph, found[0]):   # checked at every use: a write may come between
         return None
     if mask.node in out.mask_verdicts:
         return out.mask_verdicts[mask.node]
     out.mask_verdicts[mask.node] = None
+    nodes, read = found
     inputs = [n for n in nodes if n.op == "placeholder"]
-    compute = _subgraph(nodes, inputs, mask.node)
+    compute = _subgraph(nodes, read, inputs, mask.node)
     try:
         verdict = classify(compute(*(out.input_values[n] for n in inputs)))
     except Exception:       # the ops do not run eagerly on these values: keep the mask
@@ -98,21 +99,59 @@ def _guard_function(compute: Callable, verdict: str) -> Callable[..., bool]:
     return lambda *tensors: _is_causal(compute(*tensors))
 
 
-def _producers(node: torch.fx.Node) -> list[torch.fx.Node] | None:
-    """The pure nodes `node` is computed from, in graph order; None if impure or too many."""
+def _producers(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict] | None:
+    """The pure nodes `node` is computed from, in graph order, and how to read the sizes among them
+    (`_input_dims`); None if impure or too many. A
+    symbolic size is not followed to the tensor it was read from (under `dynamic=True` HF BERT
+    sizes its mask by the embeddings' output, parameters and all): it is read again from the
+    frame input that carries it ([Note: sizes read from the inputs])."""
     seen: set[torch.fx.Node] = set()
+    read: dict[torch.fx.Node, list] = {}
     stack = [node]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
-        if not _pure(n):
+        sizes = _input_dims(n)
+        if sizes is None and not _pure(n):
             return None
         seen.add(n)
         if len(seen) > MAX_NODES:
             return None
-        stack.extend(n.all_input_nodes)
-    return [n for n in node.graph.nodes if n in seen]
+        if sizes is not None:
+            read[n] = sizes
+            stack.extend(ph for ph, _ in sizes if ph is not None)
+        else:
+            stack.extend(n.all_input_nodes)
+    return [n for n in node.graph.nodes if n in seen], read
+
+
+def _input_dims(n: torch.fx.Node) -> list[tuple[torch.fx.Node | None, int]] | None:
+    """[Note: sizes read from the inputs] For a node whose value is a size or sizes (a SymInt, a
+    torch.Size) of symbols that frame inputs carry: per size, the (placeholder, dim) to read it
+    from, or (None, value) for a static one. None for any other node."""
+    value = n.meta.get("example_value")
+    if n.op == "placeholder" or not (isinstance(value, torch.SymInt)
+                                      or isinstance(value, torch.Size) and any(isinstance(d, torch.SymInt) for d in value)):
+        return None
+    where = {}
+    for ph in n.graph.nodes:
+        if ph.op != "placeholder":
+            break
+        example = ph.meta.get("example_value")
+        if isinstance(example, torch.Tensor) and "source" in ph.meta:
+            for dim, d in enumerate(example.shape):
+                if isinstance(d, torch.SymInt):
+                    where.setdefault(d.node.expr, (ph, dim))
+    out = []
+    for d in ([value] if isinstance(value, torch.SymInt) else value):
+        if not isinstance(d, torch.SymInt):
+            out.append((None, int(d)))
+        elif d.node.expr in where:
+            out.append(where[d.node.expr])
+        else:
+            return None
+    return out
 
 
 def _pure(n: torch.fx.Node) -> bool:
@@ -155,11 +194,17 @@ def _views_one_of(node: torch.fx.Node, targets: set) -> bool:
         node = node.args[0]
 
 
-def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
-    """A callable that computes `result` from `inputs`' values with `nodes`' ops, eagerly."""
+def _subgraph(nodes: list[torch.fx.Node], read: dict, inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
+    """A callable that computes `result` from `inputs`' values with `nodes`' ops, eagerly; the sizes
+    in `read` read from the inputs."""
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for n in nodes:
+        if n in read:
+            dims = [d if ph is None else g.call_method("size", (env[ph], d)) for ph, d in read[n]]
+            env[n] = dims[0] if isinstance(n.meta["example_value"], torch.SymInt) else \
+                g.call_function(torch.Size, (dims,))
+            continue
         env[n] = g.placeholder(n.name) if n.op == "placeholder" else g.node_copy(n, env.__getitem__)
         env[n].meta = {}     # no fake example values: the guard outlives the capture's ShapeEnv
     g.output(env[result])

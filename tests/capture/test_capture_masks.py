@@ -147,3 +147,35 @@ def test_a_mask_written_between_two_uses_is_kept_for_the_second():
         torch.testing.assert_close(got, want)
     first, second = sdpa_calls(rec)
     assert first["attn_mask"] is None and second["attn_mask"] is not None
+
+
+class SizedByHidden(torch.nn.Module):
+    """HF BERT's shape under dynamic=True: the mask is sized by the hidden states, which depend on
+    parameters, so its sizes are read from an intermediate, not from an input."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.proj, self.causal = torch.nn.Linear(16, 16), causal
+
+    def forward(self, x):
+        h = self.proj(x)
+        b, n = h.shape[0], h.shape[1]
+        rows = torch.arange(n)[None, None, :, None]
+        mask = (rows >= torch.arange(n)[None, None, None, :]) if self.causal else (rows >= 0)
+        q = h.view(b, n, 2, 8).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, q, q, attn_mask=mask.expand(b, -1, n, n))
+
+
+def test_a_mask_sized_by_an_intermediate_is_elided_for_every_symbolic_length():
+    for causal in (False, True):
+        kiln.capture.reset()
+        model, rec = SizedByHidden(causal), Recorder()
+        rec.events = []
+        fn = kiln.capture.capture(model, rec, CaptureConfig(dynamic=True))
+        with torch.no_grad():
+            for n in (6, 9, 13):
+                x = torch.randn(2, n, 16)
+                torch.testing.assert_close(run(fn, rec, x), model(x))
+        (call,) = sdpa_calls(rec)
+        assert call["attn_mask"] is None and call["is_causal"] is causal, call
+        assert not [e for e in rec.events if e.kind == "recompile"]

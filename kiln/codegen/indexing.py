@@ -93,13 +93,28 @@ def _split_factor(term: sympy.Expr, kind) -> tuple | None:
 
 def _merge_div_mod(e: sympy.Expr) -> sympy.Expr:
     """c*Mod(a, b) + c*b*floor(a/b) -> c*a: a split index put back together (c and b may be
-    symbolic sizes)."""
+    symbolic sizes), as often as it applies: a dim split in three (a reshape of 2304 into
+    [3, 12, 64] and back, the fused qkv gradient of an attention block) is
+    `Mod(x, 64) + 64*Mod(floor(x/64), 12) + 768*floor(x/768)`, where `floor(x/768)` is
+    `floor(floor(x/64)/12)`: it merges into `64*floor(x/64)`, and that with `Mod(x, 64)` into `x`."""
+    while True:
+        merged = _merge_once(e)
+        if merged == e:
+            return e
+        e = merged
+
+
+def _merge_once(e: sympy.Expr) -> sympy.Expr:
     terms = list(sympy.Add.make_args(e))
     mods = {}
     for i, t in enumerate(terms):
         split = _split_factor(t, sympy.Mod)
         if split is not None:
-            mods[(split[1].args[0], split[1].args[1])] = (i, split[0])
+            a, b = split[1].args
+            mods[(a, b)] = (i, split[0], a, b)
+            if isinstance(a, sympy.floor):     # Mod(floor(n/d), b) pairs with floor(n/(d*b)) too
+                num, den = sympy.fraction(sympy.together(a.args[0]))
+                mods.setdefault((num, den * b), (i, split[0], a, b))
     if not mods:
         return e
     used = set()
@@ -110,9 +125,11 @@ def _merge_div_mod(e: sympy.Expr) -> sympy.Expr:
         c2, rest = split
         num, den = sympy.fraction(sympy.together(rest.args[0]))
         hit = mods.get((num, den))
-        if hit is not None and hit[0] not in used and sympy.expand(c2 - hit[1] * den) == 0:
-            i, c = hit
-            terms[i], terms[j] = c * num, sympy.Integer(0)
+        if hit is None or hit[0] in used:
+            continue
+        i, c, a, b = hit
+        if sympy.expand(c2 - c * b) == 0:
+            terms[i], terms[j] = c * a, sympy.Integer(0)
             used.add(i)
     return sympy.Add(*terms)
 

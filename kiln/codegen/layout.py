@@ -151,6 +151,12 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
         out = node.outputs[0]
         if out and any(nhwc(a) for a in activations) and out not in plan and relayable(out):
             relay(out)
+    # values saved for the backward (max pooling's window masks) go channels-last with the
+    # activations: the backward reads them next to channels-last gradients
+    if plan:
+        for name in sorted(free_outputs):
+            if name in buffers and name not in plan and relayable(name) and computed_elementwise(name):
+                relay(name)
     # upstream: a 4-d buffer computed elementwise (activation, pooling) from another of the same
     # batch and channels goes channels-last with its source, so the kernel between them reads
     # and writes both at unit stride along the channels
@@ -331,6 +337,8 @@ def plan_input_order(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> 
         buf = buffers[node.buffer]
         if len(buf.sizes) < 2 or not _static_and_nonempty(buf.sizes) or buf.offset != 0 or not _dense(buf):
             continue
+        if buf.strides != ir.contiguous_strides(buf.sizes):
+            continue        # laid out on purpose already (channels-last around a convolution)
         order = _source_order(node.body, buf, buffers)
         if order is None:
             continue

@@ -3,6 +3,8 @@
 The activations a convolution reads are what the forward saves for the backward; laid out NHWC by
 the forward program, the backward is compiled for those strides, so its convolution gradients read
 NHWC and write NHWC. Compared with eager on the CPU and, where there is one, on a GPU."""
+import re
+
 import pytest
 import torch
 
@@ -89,3 +91,44 @@ def test_a_convolution_bias_added_by_a_fused_kernel_trains_equal_to_eager(monkey
     for got, want in zip(got_grads, want_grads):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
     assert calls and all(bias is None for bias in calls), calls    # every convolution ran without its bias
+
+
+class Stem(torch.nn.Module):
+    """resnet's stem and first block: conv-bn-relu, a 3x3 max pool (its window masks saved for the
+    backward), a 1x1 conv-bn and the residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(3, 16, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(16)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.conv2, self.bn2 = torch.nn.Conv2d(16, 16, 1, bias=False), torch.nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        return torch.relu(self.bn2(self.conv2(y)) + y)
+
+
+def test_the_backward_of_a_pooled_stem_stays_channels_last(monkeypatch):
+    """Max pooling's gradient (a gather over its saved window masks) and batch norm's gradient write
+    NHWC like the convolutions around them: masks saved NCHW made the pool's gradient follow them,
+    and batch norm's reduction then read one operand NCHW and one NHWC (on the H200, resnet50's
+    stem: one uncoalesced 4 ms kernel of a 41 ms step)."""
+    from kiln import backends
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    kiln.reset()
+    torch.manual_seed(0)
+    model, reference = Stem(), Stem()
+    reference.load_state_dict(model.state_dict())
+    programs = []
+    compiled = kiln.compile(model, backend=lambda gm, ex: programs.append(backends.kiln(gm, ex)) or programs[-1])
+    x = torch.randn(2, 3, 32, 32)
+    got_loss, got_grads = _step(compiled, x)
+    want_loss, want_grads = _step(reference, x)
+    torch.testing.assert_close(got_loss, want_loss, rtol=1e-4, atol=1e-5)
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-4)
+    (runtime,) = programs[0].programs.values()
+    allocated = re.findall(r"_(?:keep|empty)\((?:\d+, )?\((2, 16, \d+, \d+), \), \(([\d, ]+), \)", runtime.bw.host_source)
+    assert allocated, runtime.bw.host_source
+    nchw = [(sizes, strides) for sizes, strides in allocated if strides.split(", ")[1] != "1"]
+    assert not nchw, nchw

@@ -51,7 +51,7 @@ def profile_one(suite: str, name: str, mode: str, top: int = 12) -> None:
         for e in ranked[:top]:
             print(f"   {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
         if label == "kiln":
-            _print_sources([e.key for e in ranked[:3]])
+            _print_sources([e.key for e in ranked if e.key.startswith("kiln_")][:6])
         sys.stdout.flush()
 
 

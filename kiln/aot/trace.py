@@ -353,8 +353,8 @@ def _traced_rules(numerics: str) -> dict:
     """Torch functions the trace runs through a rule of kiln's instead of their ATen composite;
     under numerics="eager" only those that keep eager's arithmetic ([Note: numerics])."""
     from kiln.aot.rules import linear
-    from kiln.symbolic import attention
-    rules = {torch.nn.functional.scaled_dot_product_attention: attention.scaled_dot_product_attention}
+    from kiln.capture.examples import SYMBOLIC_RULES
+    rules = dict(SYMBOLIC_RULES)    # attention, matmul: the same branches as ATen's, sizes kept symbolic
     if numerics != "eager":
         rules[torch.nn.functional.linear] = linear      # one rounding where ATen's bmm + add rounds twice
     return rules
@@ -362,23 +362,26 @@ def _traced_rules(numerics: str) -> dict:
 
 @contextlib.contextmanager
 def _with_rules(gm: fx.GraphModule, numerics: str):
-    """While tracing, gm's calls of `_traced_rules` functions go through kiln's rules ([Note:
-    attention kernels chosen at the hints], [Note: linear over rows]); gm is restored afterwards."""
+    """While tracing, gm's calls of `_traced_rules` functions (and matmul methods) go through kiln's
+    rules ([Note: attention kernels chosen at the hints], [Note: matmul on symbolic sizes], [Note:
+    linear over rows]); gm is restored afterwards."""
+    from kiln.capture.examples import METHOD_RULES
     rules = _traced_rules(numerics)
     graph = gm.graph if isinstance(gm, fx.GraphModule) else None
-    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in rules] if graph is not None else []
+    nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in rules
+             or n.op == "call_method" and n.target in METHOD_RULES] if graph is not None else []
     if not nodes:
         yield
         return
-    originals = [n.target for n in nodes]
-    for n in nodes:
-        n.target = rules[n.target]
+    originals = [(n.op, n.target) for n in nodes]
+    for n in nodes:     # a method call `x.matmul(y)` becomes the rule's call on (x, y)
+        n.op, n.target = "call_function", (METHOD_RULES[n.target] if n.op == "call_method" else rules[n.target])
     gm.recompile()
     try:
         yield
     finally:
-        for n, target in zip(nodes, originals):
-            n.target = target
+        for n, (op, target) in zip(nodes, originals):
+            n.op, n.target = op, target
         gm.recompile()
 
 

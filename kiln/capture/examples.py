@@ -8,12 +8,21 @@ branches on them. Nothing runs for real, nothing real is allocated or mutated.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._python_dispatch
 
-from kiln.symbolic import FakeTensorMode, ShapeEnv, attention
+from kiln.symbolic import FakeTensorMode, ShapeEnv, attention, matmul
+
+
+# Composites whose ATen implementation reads symbolic sizes as ints, run as kiln's rules instead
+# ([Note: attention kernels chosen at the hints], [Note: matmul on symbolic sizes]); a method call
+# (`x.matmul(y)`) runs the function of its METHOD_RULES entry on (self, *args).
+SYMBOLIC_RULES: dict = {torch.nn.functional.scaled_dot_product_attention: attention.scaled_dot_product_attention,
+                        torch.matmul: matmul.matmul, operator.matmul: matmul.matmul}
+METHOD_RULES: dict = {"matmul": matmul.matmul, "__matmul__": matmul.matmul}
 
 
 class Examples:
@@ -27,8 +36,7 @@ class Examples:
 
     def run(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         """Run `fn` on example values (factories under the mode make fakes too)."""
-        if fn is torch.nn.functional.scaled_dot_product_attention:    # [Note: attention kernels chosen at the hints]
-            fn = attention.scaled_dot_product_attention
+        fn = SYMBOLIC_RULES.get(fn, fn)
         with self.mode:
             if self.watching_random:
                 with _RandomOpWatch(self):

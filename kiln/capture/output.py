@@ -18,7 +18,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.capture.examples import Examples
+from kiln.capture.examples import METHOD_RULES, Examples
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind, TensorSpec
 from kiln.capture.sources import Source
@@ -155,7 +155,9 @@ class OutputGraph:
                     a.meta["first_use"] = self.current.user_where()
         # map_arg, not pytree: it also looks inside slices (`x[s - t:s]` with symbolic bounds)
         ex_args, ex_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["example_value"])
-        if kind == "call_method":
+        if kind == "call_method" and target in METHOD_RULES:
+            result = self.examples.run(METHOD_RULES[target], ex_args, ex_kwargs)
+        elif kind == "call_method":
             result = self.examples.run(getattr(ex_args[0], target), ex_args[1:], ex_kwargs)
         else:
             result = self.examples.run(target, ex_args, ex_kwargs)

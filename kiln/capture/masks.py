@@ -14,9 +14,19 @@ which is SDPA's upper-left causal mask. A VALUE guard re-runs the ops on every c
 while the mask is still that; a miss recompiles, and that capture passes the mask as it is. A mask
 built from constants and static sizes alone needs no guard. The guard costs what eager's own check
 costs: a few small kernels and one device sync.
+
+[Note: masks of symbolic sizes] Under dynamic=True a Hugging Face mask is built from a symbolic
+length read off an intermediate (`inputs_embeds.shape[1]`, the embedding's output), whose producers
+are not pure (the embedding reads a parameter): the mask was kept, so BERT's SDPA ran with an
+explicit all-true mask (a masked kernel, and a [batch, 1, length, length] buffer) where the static
+program, whose sizes are constants, dropped it. A size whose value is a symbol that an input's dim
+carries is a leaf of the mask's ops, read from that input's shape: on the capture's call and in
+the guard. A mask of sizes alone gets its verdict per sizes once (the guard caches it), so the
+guard costs a dict lookup on later calls of sizes it has seen.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Callable
 
@@ -54,27 +64,54 @@ def sdpa(tx, args: list, kwargs: dict) -> V.Variable:
 def _verdict(tx, mask: V.TensorVar) -> str | None:
     """"all" or "causal" for a mask proven so on this call (guarded), else None."""
     out = tx.out
-    nodes = _producers(mask.node)
+    sizes = _size_leaves(out.graph)
+    nodes = _producers(mask.node, sizes)
     if nodes is None or _mutated(out.graph, nodes):   # checked at every use: a write may come between
         return None
     if mask.node in out.mask_verdicts:
         return out.mask_verdicts[mask.node]
     out.mask_verdicts[mask.node] = None
-    inputs = [n for n in nodes if n.op == "placeholder"]
+    inputs = [n for n in nodes if n.op == "placeholder" or n in sizes]
+    tensors = list(dict.fromkeys(sizes[n][0] if n in sizes else n for n in inputs))
+    reads = [(tensors.index(sizes[n][0]), sizes[n][1]) if n in sizes else (tensors.index(n), None) for n in inputs]
     compute = _subgraph(nodes, inputs, mask.node)
+
+    def arguments(values):
+        return [values[i] if dim is None else values[i].shape[dim] for i, dim in reads]
     try:
-        verdict = classify(compute(*(out.input_values[n] for n in inputs)))
+        verdict = classify(compute(*arguments([out.input_values[n] for n in tensors])))
     except Exception:       # the ops do not run eagerly on these values: keep the mask
         return None
     if verdict is None:
         return None
     if inputs:
         check = _guard_function(compute, verdict)
+        if all(dim is not None for _, dim in reads):        # [Note: masks of symbolic sizes]
+            check = functools.lru_cache(maxsize=256)(check)
         what = "all true" if verdict == "all" else "causal"
-        out.guard(Guard(GuardKind.VALUE, None, (check, tuple(n.meta["source"] for n in inputs),
+        out.guard(Guard(GuardKind.VALUE, None, (lambda *values: check(*arguments(values)),
+                                                tuple(n.meta["source"] for n in tensors),
                                                 f"the attention mask at {tx.where()} is {what}")))
     out.mask_verdicts[mask.node] = verdict
     return verdict
+
+
+def _size_leaves(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Node, int]]:
+    """Nodes whose value is a symbolic size that a tensor input's dim carries: node -> (that
+    input's placeholder, the dim) ([Note: masks of symbolic sizes])."""
+    dims = {}
+    for p in graph.nodes:
+        if p.op == "placeholder" and _pure(p):
+            for d, size in enumerate(p.meta["example_value"].shape):
+                if isinstance(size, torch.SymInt):
+                    dims.setdefault(size.node.expr, (p, d))
+    leaves = {}
+    if dims:
+        for n in graph.nodes:
+            value = n.meta.get("example_value")
+            if n.op != "placeholder" and isinstance(value, torch.SymInt) and value.node.expr in dims:
+                leaves[n] = dims[value.node.expr]
+    return leaves
 
 
 def classify(mask: torch.Tensor) -> str | None:
@@ -98,20 +135,22 @@ def _guard_function(compute: Callable, verdict: str) -> Callable[..., bool]:
     return lambda *tensors: _is_causal(compute(*tensors))
 
 
-def _producers(node: torch.fx.Node) -> list[torch.fx.Node] | None:
-    """The pure nodes `node` is computed from, in graph order; None if impure or too many."""
+def _producers(node: torch.fx.Node, leaves=()) -> list[torch.fx.Node] | None:
+    """The pure nodes `node` is computed from, in graph order, down to placeholders and `leaves`;
+    None if impure or too many."""
     seen: set[torch.fx.Node] = set()
     stack = [node]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
-        if not _pure(n):
+        if n not in leaves and not _pure(n):
             return None
         seen.add(n)
         if len(seen) > MAX_NODES:
             return None
-        stack.extend(n.all_input_nodes)
+        if n not in leaves:
+            stack.extend(n.all_input_nodes)
     return [n for n in node.graph.nodes if n in seen]
 
 
@@ -156,11 +195,16 @@ def _views_one_of(node: torch.fx.Node, targets: set) -> bool:
 
 
 def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
-    """A callable that computes `result` from `inputs`' values with `nodes`' ops, eagerly."""
+    """A callable that computes `result` from `inputs`' values (in that order) with `nodes`' ops, eagerly."""
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in inputs:
+        env[n] = g.placeholder(n.name)
+        env[n].meta = {}
     for n in nodes:
-        env[n] = g.placeholder(n.name) if n.op == "placeholder" else g.node_copy(n, env.__getitem__)
+        if n in env:
+            continue
+        env[n] = g.node_copy(n, env.__getitem__)
         env[n].meta = {}     # no fake example values: the guard outlives the capture's ShapeEnv
     g.output(env[result])
     return torch.fx.GraphModule(torch.nn.Module(), g)

@@ -90,16 +90,32 @@ def _cuda_reported(x):
     return FakeTensor(x._meta, torch.device("cuda"), x.fake_mode) if isinstance(x, torch.Tensor) else x
 
 
-def _cuda_kernels(model, length: int, dynamic: bool, monkeypatch) -> dict:
-    """The Triton kernels (name -> TritonKernel) of `model` captured at `length` and compiled for CUDA."""
-    from kiln.aot import trace
-    from kiln.codegen.backend import compile_graph_module
-    from kiln.codegen.triton import launcher
+def _captured(model, dynamic: bool, *args, **kwargs) -> torch.fx.GraphModule:
     graphs = []
     captured = kiln.capture.capture(model, lambda gm, ex: graphs.append(gm) or gm.forward, CaptureConfig(dynamic=dynamic))
     with torch.no_grad():
-        captured(*_inputs(length))
+        captured(*args, **kwargs)
     (gm,) = graphs
+    return gm
+
+
+def _built(gm, examples, m) -> dict:
+    """`gm` compiled by the kiln backend (under the patches of monkeypatch context `m`): its
+    Triton kernels, name -> TritonKernel."""
+    from kiln.codegen.backend import compile_graph_module
+    from kiln.codegen.triton import launcher
+    loaded = []
+    load = launcher._load
+    m.setattr(launcher, "_load", lambda *a: loaded.append(load(*a)) or loaded[-1])
+    with torch.no_grad():
+        compile_graph_module(gm, examples, Options())
+    return {name: k for part in loaded for name, k in part.items()}
+
+
+def _cuda_kernels(model, length: int, dynamic: bool, monkeypatch) -> dict:
+    """The Triton kernels of `model` captured at `length` and compiled for CUDA."""
+    from kiln.aot import trace
+    gm = _captured(model, dynamic, *_inputs(length))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = [_cuda_reported(n.meta["example_value"]) for n in placeholders]
     for node, example in zip(placeholders, examples):
@@ -107,12 +123,7 @@ def _cuda_kernels(model, length: int, dynamic: bool, monkeypatch) -> dict:
     with monkeypatch.context() as m:
         stand_in = trace.fake_stand_in
         m.setattr(trace, "fake_stand_in", lambda mode, x, grad: _cuda_reported(stand_in(mode, x, grad)))
-        loaded = []
-        load = launcher._load
-        m.setattr(launcher, "_load", lambda *a: loaded.append(load(*a)) or loaded[-1])
-        with torch.no_grad():
-            compile_graph_module(gm, examples, Options())
-    return {name: k for part in loaded for name, k in part.items()}
+        return _built(gm, examples, m)
 
 
 def _plans(kernels: dict, sizes: tuple) -> list[tuple]:
@@ -182,3 +193,32 @@ def test_symbolic_program_with_padded_products_equals_eager(monkeypatch, tmp_pat
             torch.testing.assert_close(fast(ids, pos), model(ids, pos), rtol=1e-4, atol=1e-4)
     assert len(programs) == 1 and len(programs[0].programs) == 1
     assert padded, "no product was padded: the test would not exercise symbolic padding"
+
+
+def _hf_kernels(model, length: int, dynamic: bool, monkeypatch) -> dict:
+    """Hugging Face's model captured at `length` and compiled with Triton kernels on CPU tensors
+    (printed for the interpreter; the launch plans are the launcher's either way)."""
+    from kiln.codegen import compile as codegen_compile
+    from kiln.codegen import triton as triton_printer
+    gm = _captured(model, dynamic, input_ids=torch.randint(0, 1000, (BATCH, length)))
+    with monkeypatch.context() as m:
+        m.setattr(codegen_compile, "printer_for", lambda device: triton_printer)
+        return _built(gm, [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"], m)
+
+
+def test_hugging_face_bert_launches_as_static_at_each_length(monkeypatch):
+    """BertForMaskedLM (tiny config): with a symbolic length its mask is elided as the static
+    capture's is ([Note: masks of symbolic sizes]) and every kernel launches as the static one's."""
+    from kiln.bench.suites import ensure_torchvision_importable
+    ensure_torchvision_importable()
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=128)
+    model = transformers.BertForMaskedLM(config).eval()
+    symbolic = _hf_kernels(model, 16, True, monkeypatch)
+    (names,) = {k.spec.size_args for k in symbolic.values() if k.spec.size_args}
+    for length in (9, 16, 23):
+        sizes = tuple({"s0": BATCH, "s1": length}[n] for n in names)
+        assert _plans(symbolic, sizes) == _plans(_hf_kernels(model, length, False, monkeypatch), ()), length

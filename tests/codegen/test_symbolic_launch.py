@@ -13,6 +13,8 @@ each length; and run the symbolic program (Triton's interpreter) against eager.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 import sympy
 import torch
@@ -164,6 +166,19 @@ def test_symbolic_kernels_launch_as_the_static_ones_at_each_length(model, symbol
     assert _plans(symbolic, sizes) == plans
     # the vocabulary product is padded in both: the weight's padded copy (64 x 4004 float32) is there
     assert any(p[1] == (64 * 4004,) for p in plans), plans
+
+
+# A division or remainder by a runtime size (`// s1`, `% (64 * s1)`) in printed Triton text.
+RUNTIME_DIVISION = re.compile(r"(//|%)\s*\(?\s*(\d+\s*\*\s*)?s\d")
+
+
+def test_symbolic_kernels_divide_by_a_runtime_size_once(symbolic):
+    """[Note: one division per symbolic dim]: the head split of q/k/v over (s0, 12, s1, 64), which
+    printed run by run divided by 192*s1, 64*s1 and s1 per element, names one chain of quotients."""
+    for k in symbolic.values():
+        for function in k.source.split("@triton.jit")[1:]:
+            divisions = [line.strip() for line in function.splitlines() if RUNTIME_DIVISION.search(line)]
+            assert len(divisions) <= 1, f"{k.layout.name}: {divisions}"
 
 
 def test_symbolic_program_with_padded_products_equals_eager(monkeypatch, tmp_path):

@@ -4,11 +4,19 @@ times (median of `--steps`), and every recompile's reason (the failed guard in t
 Past the cache-size limit the compiled time should be eager's.
 
     python bench/dynamic_lengths.py [--size base|tiny] [--device cuda] [--dynamic true|none|false]
-                                    [--batch 16] [--bf16] [--limit 8]
+                                    [--batch 16] [--bf16] [--limit 8] [--steps 5]
+                                    [--lengths 128,200,...] [--compare-static] [--json out.jsonl]
+
+`--compare-static` (issue #17, item 3: symbolic kernels as fast as static ones) then forgets every
+compiled entry (`kiln.reset()`) and compiles the model statically (`dynamic=False`, a cache limit
+above the number of lengths, so each length is its own static graph), times each length again,
+and prints per length the static time and `dyn/static`, the speed of the first run relative to the
+static one (>= 0.90 is the target at every length).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import warnings
@@ -47,7 +55,12 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=8, help="cache_size_limit")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--backend", default="kiln")
+    p.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="comma-separated sequence lengths")
+    p.add_argument("--compare-static", action="store_true",
+                   help="then time kiln dynamic=False at each length (a static graph per length)")
+    p.add_argument("--json", help="append one JSON line per length to this file")
     a = p.parse_args()
+    lengths = tuple(int(x) for x in a.lengths.split(","))
     ensure_torchvision_importable()
     import transformers
     torch.manual_seed(0)
@@ -68,9 +81,10 @@ def main() -> None:
     print(f"BERT-{a.size} on {a.device}, batch {a.batch}, {'bf16 autocast' if a.bf16 else 'fp32'}, "
           f"dynamic={dynamic}, backend {a.backend}, cache_size_limit {a.limit}")
     print(f"{'length':>6} {'graphs':>6} {'programs':>8} {'compiled ms':>11} {'eager ms':>9} {'speedup':>7}")
+    rows = []
     with torch.no_grad(), autocast, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for length in LENGTHS:
+        for length in lengths:
             ids = torch.randint(0, config.vocab_size, (a.batch, length), device=a.device)
             seen = len(events)
             fast(input_ids=ids)                      # compiles, if it will
@@ -79,10 +93,37 @@ def main() -> None:
             count = sum(len(getattr(p, "programs", None) or {0: p}) for p in programs)
             print(f"{length:>6} {len(programs):>6} {count:>8} {compiled * 1e3:>11.2f} {eager * 1e3:>9.2f} "
                   f"{eager / compiled:>6.2f}x")
+            rows.append({"length": length, "graphs": len(programs), "programs": count,
+                         "compiled_ms": compiled * 1e3, "eager_ms": eager * 1e3})
             for e in events[seen:]:
                 if e.kind in ("recompile", "eager"):
                     print(f"         {e.kind}: {e.detail}")
+        if a.compare_static:
+            _compare_static(model, config, a, rows)
     frame._EVENT_SINKS.remove(events)
+    if a.json:
+        with open(a.json, "a") as f:
+            for row in rows:
+                f.write(json.dumps({"size": a.size, "device": a.device, "batch": a.batch, "bf16": a.bf16,
+                                    "dynamic": a.dynamic, "backend": a.backend, **row}) + "\n")
+
+
+def _compare_static(model, config, a, rows: list[dict]) -> None:
+    """Each length again, compiled statically; `rows` gain `static_ms`."""
+    kiln.reset()
+    static = kiln.compile(model, backend=backends.resolve(a.backend, Options(cache_size_limit=len(rows) + 8)),
+                          dynamic=False, options={"cache_size_limit": len(rows) + 8})
+    print("kiln dynamic=False, one static graph per length:")
+    print(f"{'length':>6} {'static ms':>9} {'dyn/static':>10}")
+    worst = None
+    for row in rows:
+        ids = torch.randint(0, config.vocab_size, (a.batch, row["length"]), device=a.device)
+        static(input_ids=ids)                    # compiles this length
+        row["static_ms"] = _time(lambda: static(input_ids=ids), a.steps, a.device) * 1e3
+        ratio = row["static_ms"] / row["compiled_ms"]
+        worst = ratio if worst is None else min(worst, ratio)
+        print(f"{row['length']:>6} {row['static_ms']:>9.2f} {ratio:>9.2f}x")
+    print(f"slowest length relative to static: {worst:.2f}x (target >= 0.90)")
 
 
 if __name__ == "__main__":

@@ -14,9 +14,19 @@ which is SDPA's upper-left causal mask. A VALUE guard re-runs the ops on every c
 while the mask is still that; a miss recompiles, and that capture passes the mask as it is. A mask
 built from constants and static sizes alone needs no guard. The guard costs what eager's own check
 costs: a few small kernels and one device sync.
+
+[Note: masks of symbolic sizes] Under dynamic=True a Hugging Face mask is built from a symbolic
+length read off an intermediate (`inputs_embeds.shape[1]`, the embedding's output), whose producers
+are not pure (the embedding reads a parameter): the mask was kept, so BERT's SDPA ran with an
+explicit all-true mask (a masked kernel, and a [batch, 1, length, length] buffer) where the static
+program, whose sizes are constants, dropped it. A size whose value is a symbol that an input's dim
+carries is a leaf of the mask's ops, read from that input's shape: on the capture's call and in
+the guard. A mask of sizes alone gets its verdict per sizes once (the guard caches it), so the
+guard costs a dict lookup on later calls of sizes it has seen.
 """
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Callable
 
@@ -54,28 +64,54 @@ def sdpa(tx, args: list, kwargs: dict) -> V.Variable:
 def _verdict(tx, mask: V.TensorVar) -> str | None:
     """"all" or "causal" for a mask proven so on this call (guarded), else None."""
     out = tx.out
-    found = _producers(mask.node)
-    if found is None or _mutated(out.graph, found[0]):   # checked at every use: a write may come between
+    sizes = _size_leaves(out.graph)
+    nodes = _producers(mask.node, sizes)
+    if nodes is None or _mutated(out.graph, nodes):   # checked at every use: a write may come between
         return None
     if mask.node in out.mask_verdicts:
         return out.mask_verdicts[mask.node]
     out.mask_verdicts[mask.node] = None
-    nodes, read = found
-    inputs = [n for n in nodes if n.op == "placeholder"]
-    compute = _subgraph(nodes, read, inputs, mask.node)
+    inputs = [n for n in nodes if n.op == "placeholder" or n in sizes]
+    tensors = list(dict.fromkeys(sizes[n][0] if n in sizes else n for n in inputs))
+    reads = [(tensors.index(sizes[n][0]), sizes[n][1]) if n in sizes else (tensors.index(n), None) for n in inputs]
+    compute = _subgraph(nodes, inputs, mask.node)
+
+    def arguments(values):
+        return [values[i] if dim is None else values[i].shape[dim] for i, dim in reads]
     try:
-        verdict = classify(compute(*(out.input_values[n] for n in inputs)))
+        verdict = classify(compute(*arguments([out.input_values[n] for n in tensors])))
     except Exception:       # the ops do not run eagerly on these values: keep the mask
         return None
     if verdict is None:
         return None
     if inputs:
         check = _guard_function(compute, verdict)
+        if all(dim is not None for _, dim in reads):        # [Note: masks of symbolic sizes]
+            check = functools.lru_cache(maxsize=256)(check)
         what = "all true" if verdict == "all" else "causal"
-        out.guard(Guard(GuardKind.VALUE, None, (check, tuple(n.meta["source"] for n in inputs),
+        out.guard(Guard(GuardKind.VALUE, None, (lambda *values: check(*arguments(values)),
+                                                tuple(n.meta["source"] for n in tensors),
                                                 f"the attention mask at {tx.where()} is {what}")))
     out.mask_verdicts[mask.node] = verdict
     return verdict
+
+
+def _size_leaves(graph: torch.fx.Graph) -> dict[torch.fx.Node, tuple[torch.fx.Node, int]]:
+    """Nodes whose value is a symbolic size that a tensor input's dim carries: node -> (that
+    input's placeholder, the dim) ([Note: masks of symbolic sizes])."""
+    dims = {}
+    for p in graph.nodes:
+        if p.op == "placeholder" and _pure(p):
+            for d, size in enumerate(p.meta["example_value"].shape):
+                if isinstance(size, torch.SymInt):
+                    dims.setdefault(size.node.expr, (p, d))
+    leaves = {}
+    if dims:
+        for n in graph.nodes:
+            value = n.meta.get("example_value")
+            if n.op != "placeholder" and isinstance(value, torch.SymInt) and value.node.expr in dims:
+                leaves[n] = dims[value.node.expr]
+    return leaves
 
 
 def classify(mask: torch.Tensor) -> str | None:
@@ -99,59 +135,23 @@ def _guard_function(compute: Callable, verdict: str) -> Callable[..., bool]:
     return lambda *tensors: _is_causal(compute(*tensors))
 
 
-def _producers(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict] | None:
-    """The pure nodes `node` is computed from, in graph order, and how to read the sizes among them
-    (`_input_dims`); None if impure or too many. A
-    symbolic size is not followed to the tensor it was read from (under `dynamic=True` HF BERT
-    sizes its mask by the embeddings' output, parameters and all): it is read again from the
-    frame input that carries it ([Note: sizes read from the inputs])."""
+def _producers(node: torch.fx.Node, leaves=()) -> list[torch.fx.Node] | None:
+    """The pure nodes `node` is computed from, in graph order, down to placeholders and `leaves`;
+    None if impure or too many."""
     seen: set[torch.fx.Node] = set()
-    read: dict[torch.fx.Node, list] = {}
     stack = [node]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
-        sizes = _input_dims(n)
-        if sizes is None and not _pure(n):
+        if n not in leaves and not _pure(n):
             return None
         seen.add(n)
         if len(seen) > MAX_NODES:
             return None
-        if sizes is not None:
-            read[n] = sizes
-            stack.extend(ph for ph, _ in sizes if ph is not None)
-        else:
+        if n not in leaves:
             stack.extend(n.all_input_nodes)
-    return [n for n in node.graph.nodes if n in seen], read
-
-
-def _input_dims(n: torch.fx.Node) -> list[tuple[torch.fx.Node | None, int]] | None:
-    """[Note: sizes read from the inputs] For a node whose value is a size or sizes (a SymInt, a
-    torch.Size) of symbols that frame inputs carry: per size, the (placeholder, dim) to read it
-    from, or (None, value) for a static one. None for any other node."""
-    value = n.meta.get("example_value")
-    if n.op == "placeholder" or not (isinstance(value, torch.SymInt)
-                                      or isinstance(value, torch.Size) and any(isinstance(d, torch.SymInt) for d in value)):
-        return None
-    where = {}
-    for ph in n.graph.nodes:
-        if ph.op != "placeholder":
-            break
-        example = ph.meta.get("example_value")
-        if isinstance(example, torch.Tensor) and "source" in ph.meta:
-            for dim, d in enumerate(example.shape):
-                if isinstance(d, torch.SymInt):
-                    where.setdefault(d.node.expr, (ph, dim))
-    out = []
-    for d in ([value] if isinstance(value, torch.SymInt) else value):
-        if not isinstance(d, torch.SymInt):
-            out.append((None, int(d)))
-        elif d.node.expr in where:
-            out.append(where[d.node.expr])
-        else:
-            return None
-    return out
+    return [n for n in node.graph.nodes if n in seen]
 
 
 def _pure(n: torch.fx.Node) -> bool:
@@ -194,18 +194,17 @@ def _views_one_of(node: torch.fx.Node, targets: set) -> bool:
         node = node.args[0]
 
 
-def _subgraph(nodes: list[torch.fx.Node], read: dict, inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
-    """A callable that computes `result` from `inputs`' values with `nodes`' ops, eagerly; the sizes
-    in `read` read from the inputs."""
+def _subgraph(nodes: list[torch.fx.Node], inputs: list[torch.fx.Node], result: torch.fx.Node) -> Callable:
+    """A callable that computes `result` from `inputs`' values (in that order) with `nodes`' ops, eagerly."""
     g = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in inputs:
+        env[n] = g.placeholder(n.name)
+        env[n].meta = {}
     for n in nodes:
-        if n in read:
-            dims = [d if ph is None else g.call_method("size", (env[ph], d)) for ph, d in read[n]]
-            env[n] = dims[0] if isinstance(n.meta["example_value"], torch.SymInt) else \
-                g.call_function(torch.Size, (dims,))
+        if n in env:
             continue
-        env[n] = g.placeholder(n.name) if n.op == "placeholder" else g.node_copy(n, env.__getitem__)
+        env[n] = g.node_copy(n, env.__getitem__)
         env[n].meta = {}     # no fake example values: the guard outlives the capture's ShapeEnv
     g.output(env[result])
     return torch.fx.GraphModule(torch.nn.Module(), g)

@@ -1,5 +1,6 @@
 """Index simplification with loop bounds: `floor(a/b)` and `Mod(a, b)` where the loop ranges prove
-the remainder stays in `[0, b)`.
+the remainder stays in `[0, b)`, for numbers and for symbolic sizes alike ([Note: symbolic index
+bounds]).
 
 Reshapes lower to div/mod (lowering.reshape_index); once a consumer's loops are substituted in,
 most of them cancel — `floor((32*x0 + x1)/32)` is `x0` when `0 <= x1 < 32` — but sympy cannot see
@@ -13,19 +14,33 @@ from typing import Mapping
 import sympy
 
 
+def _size(e: sympy.Expr) -> bool:
+    """Whether `e` is a constant of the loop nest: a number, or an expression of size symbols
+    (positive integers; loop variables are only nonnegative, gather variables of unknown sign)."""
+    return all(s.is_positive for s in e.free_symbols)
+
+
+def _le(a, b) -> bool:
+    """a <= b, proven (for every value of the size symbols)."""
+    d = sympy.expand(b - a)
+    return bool(d >= 0) if d.is_number else d.is_nonnegative is True
+
+
 def _bounds(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> tuple | None:
     """(min, max) of an index `expr` over loop variables in [0, upper), or None if unknown.
 
-    Interval arithmetic over sums, constant multiples, Min/Max (a clamped window index:
-    pooling's `Max(0, 2*x1 - 1)`), floor division and Mod by positive integers."""
+    Interval arithmetic over sums, multiples by constants (numbers or size expressions: `s1*x0`),
+    Min/Max (a clamped window index: pooling's `Max(0, 2*x1 - 1)`), floor division and Mod by
+    positive constants. A bound is an expression of the size symbols where a bound or a factor is
+    symbolic ([Note: symbolic index bounds])."""
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         return expr, expr
     if isinstance(expr, sympy.Symbol):
-        bound = sympy.sympify(upper.get(expr)) if expr in upper else None
-        if bound is None or not bound.is_number:
-            return None
-        return sympy.Integer(0), bound - 1
+        if expr in upper:
+            bound = sympy.sympify(upper[expr])
+            return (sympy.Integer(0), bound - 1) if _size(bound) else None
+        return (expr, expr) if expr.is_positive else None
     if isinstance(expr, sympy.Add):
         lo = hi = sympy.Integer(0)
         for term in expr.args:
@@ -35,50 +50,80 @@ def _bounds(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> tuple
             lo, hi = lo + b[0], hi + b[1]
         return lo, hi
     if isinstance(expr, sympy.Mul):
-        coeff, rest = expr.as_coeff_Mul()
-        if not coeff.is_Rational or coeff == 1:
+        factors = sympy.Mul.make_args(expr)
+        const = sympy.Mul(*[f for f in factors if _size(f)])
+        rest = [f for f in factors if not _size(f)]
+        if len(rest) != 1 or const == 1:
             return None
-        b = _bounds(rest, upper)
+        b = _bounds(rest[0], upper)
         if b is None:
             return None
-        return (coeff * b[0], coeff * b[1]) if coeff > 0 else (coeff * b[1], coeff * b[0])
+        if const.is_nonnegative:
+            return const * b[0], const * b[1]
+        return (const * b[1], const * b[0]) if const.is_nonpositive else None
+    if _size(expr):
+        return expr, expr           # a power or product of sizes
     if isinstance(expr, (sympy.Min, sympy.Max)):
         bs = [_bounds(a, upper) for a in expr.args]
-        if any(b is None for b in bs):
+        if any(b is None for b in bs) or not all(x.is_number for b in bs for x in b):
             return None
         pick = min if isinstance(expr, sympy.Min) else max
         return pick(b[0] for b in bs), pick(b[1] for b in bs)
     if isinstance(expr, sympy.floor):
         num, den = sympy.fraction(sympy.together(expr.args[0]))
-        b = _bounds(num, upper) if den.is_Integer and den > 0 else None
+        b = _bounds(num, upper) if _positive_constant(den) else None
         if b is None:
             return None
         return sympy.floor(b[0] / den), sympy.floor(b[1] / den)
     if isinstance(expr, sympy.Mod):
         num, den = expr.args
-        b = _bounds(num, upper) if den.is_Integer and den > 0 else None
-        if b is None or b[0] < 0:
+        b = _bounds(num, upper) if _positive_constant(den) else None
+        if b is None or not _le(0, b[0]):
             return None
-        if b[1] < den:
+        if _le(b[1] + 1, den):
             return b
         return sympy.Integer(0), den - 1
     return None
 
 
-index_bounds = _bounds   # the printers prove loads in bounds with it
+def _positive_constant(den: sympy.Expr) -> bool:
+    return (den.is_Integer and den > 0) or (not den.is_number and _size(den) and den.is_positive is True)
 
 
-def _split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:
-    """num = den*q + r with r's range inside [0, den): return (q, r)."""
+def index_bounds(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> tuple | None:
+    """`_bounds` where both are numbers (the printers prove loads in bounds with it, and the
+    scheduler folds comparisons), else None."""
+    b = _bounds(expr, upper)
+    return b if b is not None and b[0].is_number and b[1].is_number else None
+
+
+# [Note: symbolic index bounds] With a symbolic size (dynamic=True's sequence length s1), a
+# reshape's div/mod is by `s1` or `768*s1`, and the loop bounds are `x1 < s1`: the same proof as
+# for numbers, with the comparisons decided by sympy over positive size symbols (`64*s1 - 1 <
+# 64*s1`). Without it a symbolic graph kept `s1*floor((s1*x0 + x1)/s1) + Mod(x1, s1)` where the
+# static graph has `128*x0 + x1`: the scheduler could not prove a layer_norm's epilogue reads what
+# its reduction wrote (one kernel more, and a pass over the activations), and kernels divided by
+# runtime sizes per element.
+
+
+def _split(num: sympy.Expr, den: sympy.Expr, upper) -> tuple | None:
+    """num = den*q + r with r's range inside [0, den): return (q, r). `den` is a positive integer
+    or a size expression ([Note: symbolic index bounds])."""
     q, r = sympy.Integer(0), sympy.Integer(0)
     for term in sympy.Add.make_args(sympy.expand(num)):
-        coeff, rest = term.as_coeff_Mul()
-        if coeff.is_Integer and int(coeff) % int(den) == 0:
-            q += (coeff // den) * rest
+        if den.is_Integer:
+            coeff, rest = term.as_coeff_Mul()
+            if coeff.is_Integer and int(coeff) % int(den) == 0:
+                q += (coeff // den) * rest
+                continue
         else:
-            r += term
+            quotient = sympy.cancel(term / den)
+            if sympy.fraction(quotient)[1] == 1 and quotient.as_coeff_Mul()[0].is_Integer:
+                q += quotient
+                continue
+        r += term
     b = _bounds(r, upper)
-    if b is None or b[0] < 0 or b[1] >= den:
+    if b is None or not _le(0, b[0]) or not _le(b[1] + 1, den):
         return None
     return q, r
 
@@ -136,7 +181,7 @@ def _merge_once(e: sympy.Expr) -> sympy.Expr:
 
 def _decide_min_max(e, upper):
     """Min/Max whose winner the bounds decide (a clamp that never bites: `Min(15, x0)`, x0 < 16)."""
-    bounds = [_bounds(a, upper) for a in e.args]
+    bounds = [index_bounds(a, upper) for a in e.args]
     if any(b is None for b in bounds):
         return e
     for a, (lo, hi) in zip(e.args, bounds):
@@ -160,13 +205,13 @@ def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr
         e = e.func(*[visit(a) for a in e.args])
         if isinstance(e, sympy.floor):
             num, den = sympy.fraction(sympy.together(e.args[0]))
-            if den.is_Integer and den > 0:
+            if _positive_constant(den):
                 split = _split(num, den, upper)
                 if split is not None:
                     return split[0]
         elif isinstance(e, sympy.Mod):
             num, den = e.args
-            if den.is_Integer and den > 0:
+            if _positive_constant(den):
                 split = _split(num, den, upper)
                 if split is not None:
                     return split[1]

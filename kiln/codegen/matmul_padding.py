@@ -11,8 +11,17 @@ result is read back in its [M, N] corner. An operand gets a padded copy (one pas
 for a product of M*N*K multiply-adds; under autocast that copy replaces the weight's cast, which is
 the kernel that computed it); the result is a padded buffer whose kernel readers load its corner
 directly, or which is copied out once when it is a graph output or an extern reads it.
-`addmm`'s bias pads with its product. Only static sizes, and only products of at least
-`PAD_MIN_MACS` multiply-adds, where the copies cost a fraction of the time they save.
+`addmm`'s bias pads with its product. Only products of at least `PAD_MIN_MACS` multiply-adds,
+where the copies cost a fraction of the time they save.
+
+[Note: padding products of symbolic sizes] Under dynamic=True the rows of a product are symbolic
+(BERT's logits: `[16*s1, 768] @ [768, 30522]`), and products with a symbolic size were left
+unpadded: the symbolic program multiplied by the 30522-wide weight where the static one, at every
+length, multiplies by its 30528-wide padded copy. A static dim pads as before whatever the others
+are; a symbolic dim is never padded (its alignment is known only at run time), so a plan that
+would pad one, or copy an operand whose sizes or strides are symbolic, is dropped. The size rule
+counts each symbol as `SYMBOLIC_DIM_GUESS`: the IR carries no hints, and the products this is for
+(a vocabulary projection) are large at any length worth compiling for.
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ from kiln.codegen.ir import loop_var
 
 ALIGN_BYTES = 16
 PAD_MIN_MACS = 1 << 27
+SYMBOLIC_DIM_GUESS = 128
 
 # op -> (bias position or None, A position, B position)
 _PRODUCTS = {"mm": (None, 0, 1), "bmm": (None, 0, 1), "addmm": (0, 1, 2), "baddbmm": (0, 1, 2)}
@@ -35,9 +45,17 @@ def extern_name(node) -> str:
     return getattr(node.op, "__name__", "").split(".")[0]
 
 
-def _aligned(size: int, itemsize: int) -> int:
+def _aligned(size, itemsize: int):
+    """`size` rounded up to 16 bytes of `itemsize` elements; a symbolic size as it is."""
+    if not size.is_number:
+        return size
     unit = ALIGN_BYTES // itemsize
-    return -(-size // unit) * unit
+    return sympy.Integer(-(-int(size) // unit) * unit)
+
+
+def _proven(rel) -> bool:
+    """Whether a comparison of sizes holds for every value of their symbols."""
+    return sympy.sympify(rel) is sympy.true
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,32 +63,29 @@ class _Operand:
     """A buffer as an extern argument sees it: the whole buffer or a view of it."""
 
     name: str
-    sizes: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int
+    sizes: tuple[sympy.Expr, ...]
+    strides: tuple[sympy.Expr, ...]
+    offset: sympy.Expr
 
     @staticmethod
     def of(arg, buffers: dict) -> "_Operand":
-        if isinstance(arg, ir.ViewArg):
-            return _Operand(arg.name, tuple(map(int, arg.sizes)), tuple(map(int, arg.strides)), int(arg.offset))
-        buf = buffers[arg.name]
-        return _Operand(arg.name, tuple(map(int, buf.sizes)), tuple(map(int, buf.strides)), int(buf.offset))
+        view = arg if isinstance(arg, ir.ViewArg) else buffers[arg.name]
+        return _Operand(arg.name, tuple(map(ir.as_expr, view.sizes)), tuple(map(ir.as_expr, view.strides)),
+                        ir.as_expr(view.offset))
+
+    @property
+    def static(self) -> bool:
+        return all(e.is_number for e in (*self.sizes, *self.strides, self.offset))
 
     def pitch_aligned(self, itemsize: int) -> bool:
-        """Whether the matrix (last two dims) is row- or column-major with a 16-byte pitch."""
+        """Whether the matrix (last two dims) is row- or column-major with a 16-byte pitch (proven
+        for every value of a symbolic size)."""
         (rows, cols), (rs, cs) = self.sizes[-2:], self.strides[-2:]
-        if cs == 1 and rs >= cols:
-            return rs * itemsize % ALIGN_BYTES == 0
-        if rs == 1 and cs >= rows:
-            return cs * itemsize % ALIGN_BYTES == 0
+        if cs == 1 and _proven(rs >= cols):
+            return sympy.Mod(rs * itemsize, ALIGN_BYTES) == 0
+        if rs == 1 and _proven(cs >= rows):
+            return sympy.Mod(cs * itemsize, ALIGN_BYTES) == 0
         return rows == 1 or cols == 1
-
-
-def _static(node: ir.ExternKernel, buffers: dict) -> bool:
-    args = [a for a in node.args if isinstance(a, (ir.BufferArg, ir.ViewArg))]
-    exprs = [e for a in args for e in ((*a.sizes, *a.strides, a.offset) if isinstance(a, ir.ViewArg) else
-                                       (*buffers[a.name].sizes, *buffers[a.name].strides, buffers[a.name].offset))]
-    return all(sympy.sympify(e).is_number for e in exprs)
 
 
 def _padded_copy(src: _Operand, target: tuple[int, ...], dtype, device, name: str) -> tuple[ir.Buffer, ir.ComputedBuffer]:
@@ -129,7 +144,7 @@ def pad_matmuls(graph: ir.Graph, devices: tuple[str, ...] = ("cuda",)) -> ir.Gra
         if out_target is None:
             nodes.append(node)
             continue
-        wide = ir.Buffer(f"{out}_pad", tuple(map(sympy.Integer, out_target)), ir.contiguous_strides(out_target),
+        wide = ir.Buffer(f"{out}_pad", tuple(out_target), ir.contiguous_strides(out_target),
                          buffers[out].dtype, buffers[out].device)
         new_buffers.append(wide)
         nodes.append(dataclasses.replace(node, outputs=(wide.name,)))
@@ -149,20 +164,22 @@ def _plan(node: ir.ExternKernel, name: str, buffers: dict, devices) -> tuple[dic
     if len(node.outputs) != 1 or node.outputs[0] is None or not all(
             isinstance(node.args[i], (ir.BufferArg, ir.ViewArg)) for i in (a_at, b_at)):
         return None
-    if not _static(node, buffers) or not all(str(buffers[node.args[i].name].device).startswith(devices)
-                                             for i in (a_at, b_at)):
+    if not all(str(buffers[node.args[i].name].device).startswith(devices) for i in (a_at, b_at)):
         return None
     a, b = _Operand.of(node.args[a_at], buffers), _Operand.of(node.args[b_at], buffers)
     itemsize = torch.empty((), dtype=buffers[a.name].dtype).element_size()
     (m, k), n = a.sizes[-2:], b.sizes[-1]
-    batch = a.sizes[0] if len(a.sizes) == 3 else 1
-    if batch * m * k * n < PAD_MIN_MACS:
+    batch = a.sizes[0] if len(a.sizes) == 3 else sympy.Integer(1)
+    macs = batch * m * k * n      # [Note: padding products of symbolic sizes]
+    if macs.xreplace({s: SYMBOLIC_DIM_GUESS for s in macs.free_symbols}) < PAD_MIN_MACS:
         return None
     mp, kp, np_ = (_aligned(x, itemsize) for x in (m, k, n))
     targets = {}
     for i, op, want in ((a_at, a, (mp, kp)), (b_at, b, (kp, np_))):
         target = op.sizes[:-2] + want
         if target != op.sizes or not op.pitch_aligned(itemsize):
+            if not op.static:
+                return None       # a padded copy of symbolic sizes: not planned
             targets[i] = target
     if not targets:
         return None
@@ -174,6 +191,8 @@ def _plan(node: ir.ExternKernel, name: str, buffers: dict, devices) -> tuple[dic
         if not isinstance(bias, (ir.BufferArg, ir.ViewArg)):
             return None
         src = _Operand.of(bias, buffers)
+        if not src.static:
+            return None
         if any(st == 0 and sz > 1 for sz, st in zip(src.sizes, src.strides)):
             return None        # a broadcast bias would pad into a full matrix
         full = out_target[-len(src.sizes):] if src.sizes else ()

@@ -179,3 +179,60 @@ def test_a_mask_sized_by_an_intermediate_is_elided_for_every_symbolic_length():
         (call,) = sdpa_calls(rec)
         assert call["attn_mask"] is None and call["is_causal"] is causal, call
         assert not [e for e in rec.events if e.kind == "recompile"]
+
+
+class EmbeddedAttention(torch.nn.Module):
+    """A mask built, as Hugging Face's `sdpa_mask` does, from the length of the embedding's output
+    (`inputs_embeds.shape[1]`), an intermediate whose producers read a parameter.
+    `keep(cols, t)` says which keys each query sees."""
+
+    def __init__(self, keep):
+        super().__init__()
+        self.keep = keep
+        self.emb, self.qkv = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 48)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        b, t, _ = x.shape
+        cols = torch.arange(t, device=x.device) + 0
+        mask = self.keep(cols, t)[None, None, None, :].expand(b, 1, t, t)
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _over_lengths(keep, lengths):
+    torch.manual_seed(0)
+    model = EmbeddedAttention(keep).eval()
+    kiln.capture.reset()
+    rec = Recorder()
+    rec.events = []
+    fn = kiln.capture.capture(model, rec, CaptureConfig(dynamic=True))
+    with torch.no_grad():
+        for t in lengths:
+            ids = torch.randint(0, 50, (2, t))
+            torch.testing.assert_close(run(fn, rec, ids), model(ids))
+    return rec
+
+
+def test_a_mask_of_symbolic_sizes_that_is_all_true_is_dropped_for_every_length():
+    """[Note: masks of symbolic sizes]: one graph, SDPA without a mask, at every length."""
+    rec = _over_lengths(lambda cols, t: cols >= 0, (5, 7, 9, 7))
+    (call,) = sdpa_calls(rec)
+    assert call["attn_mask"] is None and call["is_causal"] is False
+    assert not [e for e in rec.events if e.kind == "recompile"]
+
+
+def test_a_mask_of_symbolic_sizes_that_masks_is_kept():
+    rec = _over_lengths(lambda cols, t: cols < t - 1, (5, 7))
+    (call,) = sdpa_calls(rec)
+    assert call["attn_mask"] is not None
+
+
+def test_a_mask_of_symbolic_sizes_all_true_only_at_some_lengths_recompiles_at_the_others():
+    """All true up to length 8: the guard's verdict per length holds for 5 and 7 (cached), misses
+    at 9, whose capture keeps the mask."""
+    rec = _over_lengths(lambda cols, t: cols < 8, (5, 7, 9, 7, 9))
+    calls = sdpa_calls(rec)
+    assert len(calls) == 2 and calls[0]["attn_mask"] is None and calls[1]["attn_mask"] is not None
+    (recompile,) = [e for e in rec.events if e.kind == "recompile"]
+    assert "attention mask" in str(recompile.detail)

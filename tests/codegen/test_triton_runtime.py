@@ -11,7 +11,7 @@ from kiln.codegen.triton.heuristics import LaunchConfig
 from kiln.codegen.triton.index import IndexPrinter, LoopSpace
 
 s0, s1, s2 = ir.size_var("s0"), ir.size_var("s1"), ir.size_var("s2")
-x0, x1, x2 = ir.loop_var(0), ir.loop_var(1), ir.loop_var(2)
+x0, x1, x2, x3 = (ir.loop_var(k) for k in range(4))
 
 
 def offset(expr, ranges):
@@ -21,20 +21,32 @@ def offset(expr, ranges):
 @pytest.mark.parametrize("expr, ranges, text", [
     (x0 * s1 + x1, (s0, s1), "xindex"),                             # contiguous: the flat index
     (x0 * s1 * s2 + x1 * s2 + x2, (s0, s1, s2), "xindex"),
-    (x1, (s0, s1), "(xindex % s1)"),                                # a row broadcast over rows
-    (x0, (s0, s1), "(xindex // s1)"),                               # one value per row
+    (x1, (s0, s1), "(xindex - xq0_ * s1)"),                         # a row broadcast over rows
+    (x0, (s0, s1), "xq0_"),                                         # one value per row
     (x0 * s2 + x2, (s0, 1, s2), "xindex"),                          # size-1 dims do not break runs
-    (x1 * s2 + x2 + 7, (s0, s1, s2), "(xindex % (s1 * s2)) + 7"),   # the two inner dims, shifted
-    (x0 * 3 * s2 + x2, (s0, 1, s2), "(3 * s2) * (xindex // s2) + (xindex % s2)"),  # a gap: two runs
+    (x1 * s2 + x2 + 7, (s0, s1, s2), "(xindex - xq0_ * (s1 * s2)) + 7"),   # the two inner dims, shifted
+    (x0 * 3 * s2 + x2, (s0, 1, s2), "(3 * s2) * xq0_ + (xindex - xq1_ * s2)"),  # a gap: two runs
+    (x1, (4, 8), "(xindex % 8)"),                                   # static ranges: as ever
+    (x0 * 24 + x2, (4, 1, 8), "24 * (xindex // 8) + (xindex % 8)"),
 ])
 def test_offsets_collapse_contiguous_runs(expr, ranges, text):
+    """[Note: collapsing runs of dims]; with a symbolic range the quotients of the flat index are
+    names ([Note: one division per symbolic dim])."""
     assert offset(expr, ranges) == text
+
+
+def test_quotients_of_a_symbolic_space_are_one_chain():
+    space = LoopSpace("x", (s0, 12, s1, 64), "xindex")
+    printer = IndexPrinter([space], {})
+    text = printer.offset(x0 * 768 * s1 + x1 * 64 + x2 * 768 + x3)      # a head split's read
+    assert text == "(768 * s1) * xq0_ + 64 * (xq1_ % 12) + 768 * (xq2_ - xq1_ * s1) + (xindex % 64)"
+    assert printer.quotient_lines(space) == ["xq2_ = (xindex // 64)", "xq1_ = (xq2_ // s1)", "xq0_ = (xq1_ // 12)"]
 
 
 def test_offsets_of_a_transpose_use_per_dim_indices():
     printer = IndexPrinter([LoopSpace("x", (s0, s1), "xindex")], {})
     text = printer.offset(x0 + x1 * s0)
-    assert text == "(xindex // s1) + s0 * (xindex % s1)"
+    assert text == "xq0_ + s0 * (xindex - xq0_ * s1)"
 
 
 def test_heuristics_persistent_rows_fit_registers_and_long_rows_loop():

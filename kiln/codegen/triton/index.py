@@ -16,6 +16,18 @@ an offset is regrouped by runs of dims that are laid out one inside the other:
 Terms that are not linear in one loop variable (floor, Mod, products of indirect values) are
 printed with per-dim index variables, which the kernel defines from the flat index.
 
+    [Note: one division per symbolic dim]
+    A division by a constant compiles to a multiply and a shift; by a size that arrives at run time
+    (dynamic=True's sequence length s1) it is a few dozen instructions, per element. Printed run by
+    run, the head split of a BERT layer's q/k/v over (s0, 12, s1, 64) divided by `768*s1`, `64*s1`
+    and `s1` for every element: by instruction counts (not measured yet) enough integer work to
+    bound a copy that moves a few bytes an element, which the static kernel does in a few
+    instructions. So in an x space with a symbolic range the quotients `q_b = xindex // S_b` are
+    named once at the top of the kernel as a chain, `q_d = q_{d+1} // r_{d+1}` (one division per
+    dim, a runtime one only for a symbolic r), and a run's remainder `q_b % (r_a*...*r_b)` of a
+    symbolic extent is `q_b - q_{a-1} * (r_a*...*r_b)`.
+    Spaces of static ranges print as before.
+
 Hands on: `IndexPrinter` (`expr(e)`, `offset(e)`), `dims_of(expr)`.
 """
 from __future__ import annotations
@@ -60,11 +72,15 @@ class LoopSpace:
 
     def per_dim_text(self, d: int, printer: "IndexPrinter") -> str:
         """The kernel line defining dim d's index from the flat index."""
-        stride = self.strides()[d]
-        text = self.flat if stride == 1 else f"({self.flat} // {printer.expr(stride)})"
-        if d > 0:
-            text = f"({text} % {printer.expr(self.ranges[d])})"
-        return text
+        return printer.remainder(self, d, d) if d > 0 else printer.quotient(self, 0)
+
+    def chained(self) -> bool:
+        """Whether quotients of the flat index are named as a chain ([Note: one division per
+        symbolic dim]): an x space with a symbolic range."""
+        return self.prefix == "x" and any(not sympy.sympify(r).is_number for r in self.ranges)
+
+    def quotient_name(self, b: int) -> str:
+        return f"{self.prefix}q{b}_"
 
 
 def _same(a: sympy.Expr, b: sympy.Expr) -> bool:
@@ -78,6 +94,39 @@ class IndexPrinter:
         self.spaces = {s.prefix: s for s in spaces}
         self.names = dict(names)      # size symbol / indirect symbol name -> kernel text
         self.used_dims: set[tuple[str, int]] = set()
+        self.used_quotients: set[tuple[str, int]] = set()   # [Note: one division per symbolic dim]
+
+    # -- the flat index's quotients and remainders
+    def quotient(self, space: LoopSpace, b: int) -> str:
+        """`flat // S_b` (S_b: the product of the ranges inside dim b)."""
+        stride = space.strides()[b]
+        if stride == 1:
+            return space.flat
+        if not space.chained():
+            return f"({space.flat} // {self.expr(stride)})"
+        self.used_quotients.add((space.prefix, b))
+        return space.quotient_name(b)
+
+    def remainder(self, space: LoopSpace, a: int, b: int) -> str:
+        """`(flat // S_b) % (r_a * ... * r_b)`, for a > 0."""
+        extent = sympy.Mul(*space.ranges[a:b + 1])
+        q = self.quotient(space, b)
+        if not space.chained() or extent.is_number:
+            return f"({q} % {self.expr(extent)})"
+        return f"({q} - {self.quotient(space, a - 1)} * {self.expr(extent)})"
+
+    def quotient_lines(self, space: LoopSpace) -> list[str]:
+        """The chain of named quotients the printed text uses, innermost first: `name = text`."""
+        used = [b for p, b in self.used_quotients if p == space.prefix]
+        if not used:
+            return []
+        lines, inner, n = [], space.flat, len(space.ranges)
+        for d in range(n - 2, min(used) - 1, -1):
+            r = sympy.sympify(space.ranges[d + 1])
+            text = inner if r == 1 else f"({inner} // {self.expr(r)})"
+            lines.append(f"{space.quotient_name(d)} = {text}")
+            inner = space.quotient_name(d)
+        return lines
 
     # -- plain printing of sympy
     def expr(self, e) -> str:
@@ -138,7 +187,6 @@ class IndexPrinter:
         return " + ".join(pieces) if pieces else "0"
 
     def _runs(self, space: LoopSpace, linear: Mapping[sympy.Symbol, sympy.Expr]) -> list[str]:
-        strides = space.strides()
         # Size-1 dims are always 0: they neither contribute nor break a run.
         dims = [d for d, r in enumerate(space.ranges) if r != 1]
         coeffs = {d: sympy.sympify(linear.get(space.var(d), 0)) for d in dims}
@@ -152,12 +200,10 @@ class IndexPrinter:
                    and _same(coeffs[dims[i]], coeffs[dims[i + 1]] * space.ranges[dims[i + 1]])):
                 i += 1
             a, b = dims[start], dims[i]
-            text = space.flat if strides[b] == 1 else f"({space.flat} // {self.expr(strides[b])})"
             if start > 0 or any(r != 1 for r in space.ranges[:a]):
-                extent = sympy.Integer(1)
-                for k in range(a, b + 1):
-                    extent = extent * space.ranges[k]
-                text = f"({text} % {self.expr(extent)})"
+                text = self.remainder(space, a, b)
+            else:
+                text = self.quotient(space, b)
             out.append(text if coeffs[b] == 1 else f"{self.expr(coeffs[b])} * {text}")
             i += 1
         return out

@@ -302,7 +302,8 @@ class _KernelPrinter:
             self.print_stage(stage)
         x_defs = ["    " + f"{self.x_space.per_dim_name(d)} = {self.x_space.per_dim_text(d, self.index)}"
                   for (p, d) in sorted(self.index.used_dims) if p == "x"]
-        o.lines[header_end:header_end] = x_defs
+        # after x_defs, which may name quotients too ([Note: one division per symbolic dim])
+        o.lines[header_end:header_end] = ["    " + line for line in self.index.quotient_lines(self.x_space)] + x_defs
         body = "\n".join(o.lines)
         return f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
 

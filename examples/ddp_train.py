@@ -7,7 +7,7 @@
 Each rank builds the same model (seeded), wraps it in DistributedDataParallel and compiles that:
 kiln runs DDP's own forward and captures the model's, cutting the graph at DDP's gradient buckets
 so each bucket's all-reduce overlaps the backward of earlier layers (`--one-graph` keeps one
-graph). Every rank trains on its own batch. It prints the loss, the median step time after
+graph; so does a world size of 1, where there is nothing to overlap). Every rank trains on its own batch. It prints the loss, the median step time after
 warm-up and, with `--compare`, the median step time of the same model compiled without DDP,
 timed in the same rounds (a DDP step, then a plain step), and their ratio. `KILN_LOG=graphs`
 prints where the graph was cut (a line per piece: its parameters and bytes).

@@ -193,11 +193,32 @@ def _decide_min_max(e, upper):
     return e
 
 
+# [Note: index memo] Lowering and scheduling meet the same index expressions over and over: the
+# layers of a model are one layer repeated, and their kernels index alike (GPT-2's twelve blocks:
+# 233 of 264 kernels repeat one another). sympy rebuilds and re-simplifies each from scratch, most
+# of a cold compile's lowering and scheduling time, so the pure functions of an expression and its
+# loop bounds remember their results: simplify_index here, ir.subs_index's substitutions. sympy
+# expressions are immutable and compare by structure (assumptions included), so a hit is the
+# answer the work would give. Bounded: cleared when full.
+_MEMO_LIMIT = 200_000
+_SIMPLIFIED: dict = {}
+
+
 def simplify_index(expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
     """Rewrite floor/Mod sub-terms of `expr` that the bounds `upper` (var -> exclusive bound) decide."""
     expr = sympy.sympify(expr)
     if not expr.has(sympy.floor, sympy.Mod, sympy.Min, sympy.Max):
         return expr
+    key = (expr, frozenset(upper.items()))         # [Note: index memo]
+    done = _SIMPLIFIED.get(key)
+    if done is None:
+        if len(_SIMPLIFIED) >= _MEMO_LIMIT:
+            _SIMPLIFIED.clear()
+        done = _SIMPLIFIED[key] = _simplify_index(expr, upper)
+    return done
+
+
+def _simplify_index(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) -> sympy.Expr:
 
     def visit(e):
         if not e.args:

@@ -286,14 +286,25 @@ def subs_index(e: ScalarExpr, mapping: dict) -> ScalarExpr:
     """Substitute index symbols in every index expression inside `e`."""
     if not mapping:
         return e
+    mapping_key = frozenset(mapping.items())
+
+    def replaced(index):                           # [Note: index memo] in kiln/codegen/indexing.py
+        key = (index, mapping_key)
+        done = _SUBSTITUTED.get(key)
+        if done is None:
+            if len(_SUBSTITUTED) >= 200_000:
+                _SUBSTITUTED.clear()
+            done = _SUBSTITUTED[key] = sympy.sympify(index).xreplace(mapping)
+        return done
 
     def fn(node):
-        if isinstance(node, Load):
-            return dataclasses.replace(node, index=sympy.sympify(node.index).xreplace(mapping))
-        if isinstance(node, IndexValue):
-            return dataclasses.replace(node, index=sympy.sympify(node.index).xreplace(mapping))
+        if isinstance(node, (Load, IndexValue)):
+            return dataclasses.replace(node, index=replaced(node.index))
         return node
     return map_expr(e, fn)
+
+
+_SUBSTITUTED: dict = {}
 
 
 def op_count(e: ScalarExpr) -> int:

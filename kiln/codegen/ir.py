@@ -66,6 +66,7 @@ Change log (keep this stable; note every change here)
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
@@ -77,16 +78,19 @@ IR_VERSION = 4
 
 # ---------------------------------------------------------------------------- index variables
 
+@functools.lru_cache(maxsize=None)      # sympy re-checks the assumptions each call
 def loop_var(k: int) -> sympy.Symbol:
     """The k-th outer loop variable `xk` (integer, non-negative)."""
     return sympy.Symbol(f"x{k}", integer=True, nonnegative=True)
 
 
+@functools.lru_cache(maxsize=None)
 def reduction_var(k: int) -> sympy.Symbol:
     """The k-th inner (reduction or scan) loop variable `rk`."""
     return sympy.Symbol(f"r{k}", integer=True, nonnegative=True)
 
 
+@functools.lru_cache(maxsize=None)
 def indirect_var(k: int) -> sympy.Symbol:
     """The k-th indirect-index symbol `tk`, bound by a `Load.indirect` pair."""
     return sympy.Symbol(f"t{k}", integer=True)

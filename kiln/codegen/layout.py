@@ -193,17 +193,31 @@ def _channels_last_inputs(graph: ir.Graph) -> ir.Graph:
     return dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
 
 
+_RELAID: dict = {}
+
+
 def _relaid_index(index, old: ir.Buffer, new_strides, upper: dict) -> sympy.Expr:
     """The flat offset of the element at contiguous offset `index`, in the new strides."""
     index = sympy.sympify(index)
+    key = (index, tuple(old.sizes), tuple(old.strides), tuple(new_strides), frozenset(upper.items()))
+    done = _RELAID.get(key)              # [Note: index memo] in kiln/codegen/indexing.py: layers repeat
+    if done is None:
+        if len(_RELAID) >= 200_000:
+            _RELAID.clear()
+        done = _RELAID[key] = _relaid(index, old, new_strides, upper)
+    return done
+
+
+def _relaid(index: sympy.Expr, old: ir.Buffer, new_strides, upper: dict) -> sympy.Expr:
     out = sympy.Integer(0)
     strides = [sympy.sympify(st) for st in old.strides]
     outermost = max(range(len(strides)), key=lambda d: strides[d], default=0) \
         if all(st.is_number for st in strides) else 0
     for d, (size, old_stride, new_stride) in enumerate(zip(old.sizes, old.strides, new_strides)):
-        i = sympy.floor(index / old_stride) if old_stride != 1 else index
+        # unevaluated: simplify_index decides most of them from the bounds, cheaper than sympy
+        i = sympy.floor(index / old_stride, evaluate=False) if old_stride != 1 else index
         if d != outermost:      # every dim but the one of the largest stride wraps (any dense order)
-            i = sympy.Mod(i, size)
+            i = sympy.Mod(i, size, evaluate=False)
         out = out + i * new_stride
     return simplify_index(out, upper)
 

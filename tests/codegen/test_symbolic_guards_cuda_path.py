@@ -125,10 +125,10 @@ def test_cuda_attention_chosen_at_the_hints_pins_no_length(kernel, masked):
 
 def test_aot_routes_attention_through_the_rule_and_restores_the_graph(monkeypatch):
     from kiln.aot import trace
-    from kiln.symbolic import attention
+    from kiln.capture.examples import SYMBOLIC_RULES
     calls = []
-    rule = attention.scaled_dot_product_attention
-    monkeypatch.setattr(attention, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or rule(*a, **k))
+    rule = SYMBOLIC_RULES[F.scaled_dot_product_attention]     # the table both capture and aot route by
+    monkeypatch.setitem(SYMBOLIC_RULES, F.scaled_dot_product_attention, lambda *a, **k: calls.append(1) or rule(*a, **k))
     gm = _captured_block()
     before = gm.code
     examples = [n.meta["example_value"] for n in gm.graph.nodes if n.op == "placeholder"]

@@ -29,7 +29,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from kiln.aot import schema
-from kiln.aot.trace import JointGraph, meta_of
+from kiln.aot.trace import JointGraph, _dense, meta_of
 from kiln.aot.views import ViewStep, emit_step, scatter_step
 from kiln.errors import NotYetImplemented
 
@@ -121,9 +121,27 @@ class _Functionalizer:
 
     def write(self, old: fx.Node, value: fx.Node) -> None:
         b = self.base[old]
-        self.base_value[b] = self._scatter(self.base_value[b], self.chain[old], value)
+        self.base_value[b] = self._in_layout_of(b, self._scatter(self.base_value[b], self.chain[old], value))
         self.gen[b] += 1
         self.value[old], self.seen[old] = value, self.gen[b]
+
+    def _in_layout_of(self, b: fx.Node, new: fx.Node) -> fx.Node:
+        """[Note: a written base keeps its layout] A base's later views replay their traced steps on
+        its new value, and a view that was legal on the traced layout (eager's) need not be on
+        another: a write through `x.mT.select(1, 0)` of a column-major `x` scattered into a
+        contiguous copy, and the traced `x.mT.view(-1)` then had no view (fuzz seed 1339). So a
+        new value laid out otherwise than the base is copied into the base's strides, where those
+        are a dense layout a copy can take (the copy usually fuses into the scatter)."""
+        want, have = b.meta.get("val"), new.meta.get("val")
+        if not (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor)) or want.shape != have.shape:
+            return new
+        if any(isinstance(x, torch.SymInt) for x in (*want.shape, *want.stride(), *have.stride())):
+            return new
+        strides = [(n, st) for n, st in zip(want.shape, want.stride()) if n != 1]
+        if strides == [(n, st) for n, st in zip(have.shape, have.stride()) if n != 1] or not _dense(want):
+            return new
+        from kiln.prims.ops import ops as p
+        return self.emit(p.copy_strided, new, list(want.stride()))
 
     def _scatter(self, current: fx.Node, chain: tuple[ViewStep, ...], value: fx.Node) -> fx.Node:
         if not chain:

@@ -20,14 +20,14 @@ from kiln import log, trace
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition
 from kiln.aot.rng import new_seed
-from kiln.aot.trace import JointGraph, autocast_off, trace_joint
+from kiln.aot.trace import JointGraph, _overlaps, autocast_off, trace_joint
 from kiln.aot.views import replay
 from kiln.errors import NotYetImplemented
 
 
 class _CompiledFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, runtime: "AotRuntime", *primals):
+    def forward(ctx, runtime: "AotRuntime", inside: frozenset, *primals):
         result = runtime.fw(*primals)
         n = runtime.info.num_fw_outputs
         outs, saved = tuple(result[:n]), list(result[n:])
@@ -40,12 +40,16 @@ class _CompiledFunction(torch.autograd.Function):
         ctx.others = [None if isinstance(s, torch.Tensor) else s for s in saved]
         ctx.save_for_backward(*[saved[i] for i in ctx.tensor_slots])
         # Outputs the epilogue rebuilds as views leave the Function detached: their gradient flows
-        # through the rebuilt view, and one tensor must not leave a Function twice.
-        outs = tuple(o.detach() if spec.alias is not None and isinstance(o, torch.Tensor) else o
-                     for spec, o in zip(runtime.fw_specs, outs))
+        # through the rebuilt view, and one tensor must not leave a Function twice. Views of an
+        # input whose elements share memory are rebuilt here instead, their gradient the compiled
+        # backward's ([Note: views of overlapping inputs]).
+        outs = tuple(_rebuilt(spec, primals) if k in inside
+                     else o.detach() if spec.alias is not None and isinstance(o, torch.Tensor) else o
+                     for k, (spec, o) in enumerate(zip(runtime.fw_specs, outs)))
         ctx.mark_non_differentiable(*[  # one call: each call replaces the previous set
-            o for spec, o in zip(runtime.fw_specs, outs)
-            if isinstance(o, torch.Tensor) and (not spec.requires_grad or spec.alias is not None)])
+            o for k, (spec, o) in enumerate(zip(runtime.fw_specs, outs))
+            if isinstance(o, torch.Tensor) and (not spec.requires_grad or spec.alias is not None)
+            and k not in inside])
         # [Note: gradients no tangent reached] backward sees which outputs got no gradient
         ctx.set_materialize_grads(False)
         ctx.tangent_shapes = [(o.shape, o.dtype, o.device) if isinstance(o, torch.Tensor) else None for o in outs]
@@ -61,7 +65,7 @@ class _CompiledFunction(torch.autograd.Function):
         if all(g is None for g in grads):
             # reached only through an input this call wrote (a buffer `add_`ed with a parameter
             # on an earlier call): no gradient flows, and the saved values may be freed already
-            return (None,) * (1 + runtime.num_primals)
+            return (None,) * (2 + runtime.num_primals)
         args = list(ctx.others)
         for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
             args[slot] = t
@@ -80,7 +84,26 @@ class _CompiledFunction(torch.autograd.Function):
         result = [None] * runtime.num_primals
         for index, g, needs in zip(runtime.grad_inputs, got, runtime.grad_tangents):
             result[index] = None if needs and needs <= missing else g
-        return (None, *result)
+        return (None, None, *result)
+
+
+def _rebuilt(spec, sources: list):
+    """A user output rebuilt as the view it is of an input or an earlier output (`spec.alias`)."""
+    _, index, chain = spec.alias
+    return replay(chain, sources[index])
+
+
+def _aliases_in_function(runtime: "AotRuntime", primals: list) -> frozenset:
+    """[Note: views of overlapping inputs] An output that is a view of an input is rebuilt by
+    replaying its traced view steps on the real input, prim-level `as_strided` among them, and
+    autograd then differentiates that `as_strided`. On an input whose elements share memory (an
+    expanded one) `as_strided`'s backward spreads the gradient over every element at a location
+    (1/9 to each of `x.expand(4, 9)`'s columns), where the view op's (`diagonal`, `unfold`) gives it
+    to the one element the view reads. So such views are rebuilt inside the autograd Function, and
+    their gradient is the compiled backward's, traced from the view op itself (fuzz seeds 851,
+    985, 9067). Only there: a view that leaves a custom Function may not be written in place.
+    Decided on the real inputs, which have the traced layout (the entry's guards)."""
+    return frozenset(k for k in runtime.input_views_with_grad if _overlaps(primals[runtime.fw_specs[k].alias[1]]))
 
 
 def tangent_dependencies(bw_gm: fx.GraphModule, num_tangents: int) -> list[frozenset]:
@@ -119,6 +142,9 @@ class AotRuntime:
         self.mutated_inputs = [joint.outputs[i].index for i in joint.output_indices("mutation")]
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
         self.grad_tangents = [frozenset()] * len(self.grad_inputs)   # aot_compile reads the backward's
+        self.input_views_with_grad = [k for k, spec in enumerate(self.fw_specs)
+                                      if spec.alias is not None and spec.alias[0] == "input" and spec.requires_grad
+                                      and joint.inputs[spec.alias[1]].requires_grad]
 
     def __call__(self, *args):
         """[Note: compiled graphs run with autocast off] The joint graph was traced below autocast:
@@ -135,16 +161,20 @@ class AotRuntime:
         with autocast_off():
             if self.bw is not None and torch.is_grad_enabled() and any(
                     isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
-                outs = _CompiledFunction.apply(self, *primals)
+                inside = _aliases_in_function(self, primals)
+                outs = _CompiledFunction.apply(self, inside, *primals)
             else:
                 # no gradient flows through this call (none was traced, or none is needed): an
                 # extern writing into a buffer of the program (`mm(out=...)`) refuses inputs that
                 # require grad under grad mode
                 with torch.no_grad():
                     outs = self.fw(*primals)[:self.info.num_fw_outputs]
-        return self._epilogue(primals, list(outs))
+                inside = frozenset()
+        return self._epilogue(primals, list(outs), inside)
 
-    def _epilogue(self, primals: list, outs: list):
+    def _epilogue(self, primals: list, outs: list, inside: frozenset):
+        """Mutated inputs get their new values; outputs that alias an input or an earlier output
+        are rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
@@ -157,9 +187,8 @@ class AotRuntime:
                     target.copy_(value)
         user = outs[:num_user]
         for k, spec in enumerate(self.fw_specs[:num_user]):
-            if spec.alias is not None:
-                kind, index, chain = spec.alias
-                user[k] = replay(chain, primals[index] if kind == "input" else user[index])
+            if spec.alias is not None and k not in inside:
+                user[k] = _rebuilt(spec, primals if spec.alias[0] == "input" else user)
         return pytree.tree_unflatten(user, self.joint.out_spec)
 
 

@@ -479,13 +479,17 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     rebuilt at run time by replaying its traced view steps (prim-level `as_strided` among them)
     on the real input, so the traced input must be laid out as the real one. `clone()` keeps a
     dense layout only: `x[::2].diagonal()` was rebuilt from a contiguous copy's strides (wrong
-    elements). Not yet for a layout whose elements share memory (an expanded input): a view of
-    the leaf would give the values, but its gradient would come through `as_strided`'s backward,
-    which differs from the view op's on overlapping memory (fuzz seed 851, a wrong gradient); the
-    dense copy there makes the rebuild fail plainly instead (out of bounds), as before."""
+    elements). A layout whose elements share memory (an expanded input) cannot be copied into, so
+    the program sees a view of the leaf there: its gradient is the identity (a view with the same
+    shape), and writes into it are refused as eager refuses writes into a leaf or an overlapping
+    tensor. Its view outputs take their gradient from the compiled backward, not from replaying
+    `as_strided` on the real input, whose backward differs from the view op's on overlapping
+    memory (see `aliases_in_function` in runtime.py; fuzz seeds 851, 985, 9067)."""
     static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
-    if _overlaps(leaf) or not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
+    if not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
         return leaf.clone()
+    if _overlaps(leaf):
+        return leaf.view(leaf.shape)
     # the same strides and storage offset (a traced `as_strided` names the offset too)
     span = leaf.storage_offset() + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1
     return leaf.new_empty(span).as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).copy_(leaf)

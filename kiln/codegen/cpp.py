@@ -302,7 +302,8 @@ def _stored_value(s: Store, ctx: _Context | None, exact: frozenset = frozenset()
     return f"{NARROW[buf.dtype]}({text if CTYPES[s.expr.dtype] == 'float' else f'static_cast<float>({text})'})"
 
 
-def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list[str]:
+def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None, simd: bool = True) -> list[str]:
+    """The C++ lines of one stage; `simd`: a reduction loop may be an `omp simd` one."""
     lines: list[str] = []
     decl: list[str] = []
     simd_sum = []
@@ -356,7 +357,7 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None) -> list
     lines = [ind + d for d in decl]
     pragma = None
     has_assign_only = all(isinstance(s, (Assign, Store, Accumulate)) for s in stage.body)
-    if stage.is_scan or not has_assign_only:
+    if stage.is_scan or not has_assign_only or not simd:
         pragma = None
     elif sum(isinstance(s, Accumulate) for s in stage.body) == len(simd_sum):
         pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum)
@@ -424,6 +425,32 @@ def _transposes(kernel: ir.Kernel) -> bool:
     return False
 
 
+def _indexes_with_a_compare(kernel: ir.Kernel) -> bool:
+    """Whether a load's computed index converts a bool (a compare) to a number, directly or through
+    a temporary. A compare that only selects (the negative-index wrap of every gather) is fine.
+
+    [Note: g++ 12 and indices made from compares] g++ 12's loop vectorizer miscompiles a gather
+    whose index is a compare made an integer: the vector compare's mask (-1 for true) reaches the
+    address unconverted, so `t.gather(0, (x > 0).long())` read `t[-1]` (fuzz seed 21513, a wrong
+    gradient through scatter_add's backward; `omp simd` and plain -O3 alike, `& 1` no help). Such
+    a kernel is printed without `simd` and with the vectorizer off (its gather is scalar anyway)."""
+    assigned = {s.name: s.expr for st in kernel.stages for s in st.body if isinstance(s, Assign)}
+
+    def converts_bool(e: ir.ScalarExpr, seen: set) -> bool:
+        for sub in ir.walk(e):
+            if isinstance(sub, Op) and sub.name == "to_dtype" and sub.dtype != torch.bool \
+                    and getattr(sub.args[0], "dtype", None) == torch.bool:
+                return True
+            if isinstance(sub, Var) and sub.name in assigned and sub.name not in seen:
+                seen.add(sub.name)
+                if converts_bool(assigned[sub.name], seen):
+                    return True
+        return False
+
+    return any(isinstance(e, Load) and any(converts_bool(x, set()) for _, x in e.indirect)
+               for st in kernel.stages for s in st.body for e in ir.walk(s.expr))
+
+
 def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     stored = {s.buffer for st in kernel.stages for s in st.body if isinstance(s, Store)}
     params = []
@@ -442,6 +469,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     total = work * inner_work * max(1, len(kernel.stages))
     ind = "  "
     only_once = all(not s.reduction_ranges for s in kernel.stages)
+    scalar = _indexes_with_a_compare(kernel)    # [Note: g++ 12 and indices made from compares]
     n = len(kernel.ranges)
     # (variable, first, bound, step) per loop, outermost first; a transposing kernel walks its
     # two innermost loops by tiles (tile loops outside, the loops within a tile inside)
@@ -456,7 +484,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     m = len(loops)
     for k, (var, first, bound, step) in enumerate(loops):
         parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
-        simd = k == m - 1 and only_once and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
+        simd = k == m - 1 and only_once and not scalar and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
                                                     for x in st.body)
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
@@ -477,17 +505,20 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     outer_upper = {ir.loop_var(k): sympy.sympify(r) for k, r in enumerate(kernel.ranges)}
     for st in kernel.stages:
         upper = {**outer_upper, **{ir.reduction_var(k): sympy.sympify(r) for k, r in enumerate(st.reduction_ranges)}}
-        lines += _stage_lines(st, ind, _Context(upper, buffers))
+        lines += _stage_lines(st, ind, _Context(upper, buffers), simd=not scalar)
     for _ in loops:
         ind = ind[:-2]
         lines.append(ind + "}")
     lines.append("}")
+    options = ['"no-tree-vectorize"'] if scalar else []
     if only_once and any("kiln_where<" in line for line in lines):
         # g++'s tree-PRE, once float compares may be speculated (-fno-trapping-math), turns a
         # pointwise nest of selects between loads (max pooling's padded window) into loads it no
         # longer sees as affine, and the loop stays scalar (10x slower); reductions keep PRE (it
         # is worth 30% to a masked softmax)
-        lines[1] = lines[1].replace('extern "C" void', 'extern "C" __attribute__((optimize("no-tree-pre"))) void', 1)
+        options.insert(0, '"no-tree-pre"')
+    if options:
+        lines[1] = lines[1].replace('extern "C" void', f'extern "C" __attribute__((optimize({", ".join(options)}))) void', 1)
     return "\n".join(lines)
 
 

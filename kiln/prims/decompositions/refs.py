@@ -13,6 +13,7 @@ from numbers import Number
 
 import torch
 
+from kiln.prims.elementwise import contiguous_strides, dense as _dense
 from kiln.prims.ops import ops as p
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -264,14 +265,6 @@ def infer_size(shape, total):
     return shape
 
 
-def contiguous_strides(shape) -> list:
-    strides, running = [], 1
-    for s in reversed(list(shape)):
-        strides.append(running)
-        running *= max(s, 1)
-    return list(reversed(strides))
-
-
 def contiguous(a: torch.Tensor) -> torch.Tensor:
     if a.is_contiguous():
         return a
@@ -284,17 +277,6 @@ def clone(a: torch.Tensor, memory_format=None) -> torch.Tensor:
     if memory_format == torch.channels_last and a.ndim == 4:
         return p.copy_strided(a, _channels_last_strides(a.shape))
     return p.copy_strided(a, contiguous_strides(a.shape))
-
-
-def _dense(a: torch.Tensor) -> bool:
-    # non-overlapping and dense: strides are a permutation of contiguous strides
-    order = sorted(range(a.ndim), key=lambda i: (a.stride(i), a.shape[i]))
-    expected = 1
-    for i in order:
-        if a.shape[i] != 1 and a.stride(i) != expected:
-            return False
-        expected *= a.shape[i]
-    return True
 
 
 def _channels_last_strides(shape):

@@ -7,15 +7,16 @@ Past the cache-size limit the compiled time should be eager's.
                                     [--batch 16] [--bf16] [--limit 8] [--steps 5]
                                     [--lengths 128,200,...] [--compare-static] [--json out.jsonl]
 
-`--compare-static` (issue #17, item 3: symbolic kernels as fast as static ones) then forgets every
-compiled entry (`kiln.reset()`) and compiles the model statically (`dynamic=False`, a cache limit
-above the number of lengths, so each length is its own static graph), times each length again,
-and prints per length the static time and `dyn/static`, the speed of the first run relative to the
-static one (>= 0.90 is the target at every length).
+`--compare-static` (issue #17, item 3: symbolic kernels as fast as static ones) also compiles a
+copy of the model statically (`dynamic=False`, a cache limit above the number of lengths, so each
+length is its own static graph) and times it in the same rounds as the dynamic model and eager
+(one step of each in turn), and prints per length the static time and `dyn/static`, the dynamic
+model's speed relative to the static one (>= 0.90 is the target at every length).
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -32,17 +33,20 @@ from kiln.config import Options
 LENGTHS = (128, 200, 256, 317, 384, 450, 512, 77, 300, 511)
 
 
-def _time(fn, steps: int, device: str) -> float:
-    times = []
+def _time_round_robin(fns: dict, steps: int, device: str) -> dict:
+    """Median seconds of each of `fns`, timed in rounds (one step of each, in turn), so all of them
+    see the same clocks and the same neighbours on the GPU."""
+    times: dict = {name: [] for name in fns}
     for _ in range(steps):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            fn()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -80,7 +84,13 @@ def main() -> None:
     autocast = torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.bf16)
     print(f"BERT-{a.size} on {a.device}, batch {a.batch}, {'bf16 autocast' if a.bf16 else 'fp32'}, "
           f"dynamic={dynamic}, backend {a.backend}, cache_size_limit {a.limit}")
-    print(f"{'length':>6} {'graphs':>6} {'programs':>8} {'compiled ms':>11} {'eager ms':>9} {'speedup':>7}")
+    static = None
+    if a.compare_static:    # a second copy compiled statically: its own entries, a static graph per length
+        limit = len(lengths) + 8
+        static = kiln.compile(copy.deepcopy(model), backend=backends.resolve(a.backend, Options(cache_size_limit=limit)),
+                              dynamic=False, options={"cache_size_limit": limit})
+    print(f"{'length':>6} {'graphs':>6} {'programs':>8} {'compiled ms':>11} {'eager ms':>9} {'speedup':>7}"
+          + (f" {'static ms':>9} {'dyn/static':>10}" if static else ""))
     rows = []
     with torch.no_grad(), autocast, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -88,42 +98,36 @@ def main() -> None:
             ids = torch.randint(0, config.vocab_size, (a.batch, length), device=a.device)
             seen = len(events)
             fast(input_ids=ids)                      # compiles, if it will
-            compiled = _time(lambda: fast(input_ids=ids), a.steps, a.device)
-            eager = _time(lambda: model(input_ids=ids), a.steps, a.device)
+            fns = {"compiled": lambda: fast(input_ids=ids), "eager": lambda: model(input_ids=ids)}
+            if static is not None:
+                frame._EVENT_SINKS.remove(events)    # the static copy's compiles are not this run's
+                static(input_ids=ids)
+                frame._EVENT_SINKS.append(events)
+                fns["static"] = lambda: static(input_ids=ids)
+            ms = {k: v * 1e3 for k, v in _time_round_robin(fns, a.steps, a.device).items()}
             count = sum(len(getattr(p, "programs", None) or {0: p}) for p in programs)
-            print(f"{length:>6} {len(programs):>6} {count:>8} {compiled * 1e3:>11.2f} {eager * 1e3:>9.2f} "
-                  f"{eager / compiled:>6.2f}x")
+            line = (f"{length:>6} {len(programs):>6} {count:>8} {ms['compiled']:>11.2f} {ms['eager']:>9.2f} "
+                    f"{ms['eager'] / ms['compiled']:>6.2f}x")
+            if static is not None:
+                line += f" {ms['static']:>9.2f} {ms['static'] / ms['compiled']:>9.2f}x"
+            print(line)
             rows.append({"length": length, "graphs": len(programs), "programs": count,
-                         "compiled_ms": compiled * 1e3, "eager_ms": eager * 1e3})
+                         "compiled_ms": ms["compiled"], "eager_ms": ms["eager"],
+                         **({"static_ms": ms["static"]} if static is not None else {})})
             for e in events[seen:]:
                 if e.kind in ("recompile", "eager"):
                     print(f"         {e.kind}: {e.detail}")
-        if a.compare_static:
-            _compare_static(model, config, a, rows)
     frame._EVENT_SINKS.remove(events)
+    speedups = [r["eager_ms"] / r["compiled_ms"] for r in rows]
+    print(f"geomean speedup over eager: {statistics.geometric_mean(speedups):.2f}x")
+    if static is not None:
+        worst = min(r["static_ms"] / r["compiled_ms"] for r in rows)
+        print(f"slowest length relative to static: {worst:.2f}x (target >= 0.90)")
     if a.json:
         with open(a.json, "a") as f:
             for row in rows:
                 f.write(json.dumps({"size": a.size, "device": a.device, "batch": a.batch, "bf16": a.bf16,
                                     "dynamic": a.dynamic, "backend": a.backend, **row}) + "\n")
-
-
-def _compare_static(model, config, a, rows: list[dict]) -> None:
-    """Each length again, compiled statically; `rows` gain `static_ms`."""
-    kiln.reset()
-    static = kiln.compile(model, backend=backends.resolve(a.backend, Options(cache_size_limit=len(rows) + 8)),
-                          dynamic=False, options={"cache_size_limit": len(rows) + 8})
-    print("kiln dynamic=False, one static graph per length:")
-    print(f"{'length':>6} {'static ms':>9} {'dyn/static':>10}")
-    worst = None
-    for row in rows:
-        ids = torch.randint(0, config.vocab_size, (a.batch, row["length"]), device=a.device)
-        static(input_ids=ids)                    # compiles this length
-        row["static_ms"] = _time(lambda: static(input_ids=ids), a.steps, a.device) * 1e3
-        ratio = row["static_ms"] / row["compiled_ms"]
-        worst = ratio if worst is None else min(worst, ratio)
-        print(f"{row['length']:>6} {row['static_ms']:>9.2f} {ratio:>9.2f}x")
-    print(f"slowest length relative to static: {worst:.2f}x (target >= 0.90)")
 
 
 if __name__ == "__main__":

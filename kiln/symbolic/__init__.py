@@ -49,6 +49,10 @@ on a ShapeEnv).
 Tests and the op_db sweep live in tests/symbolic/ (sym_op_sweep.py writes
 tests/symbolic/results/op_sweep.md; expected failures with reasons: sym_expected_failures.py).
 """
+from kiln.symbolic import sympy_mod
+
+sympy_mod.install()        # [Note: sympy's Mod of a product], before any index is built
+
 from kiln.symbolic.fake import (DataDependentOp, FakeTensor, FakeTensorError, FakeTensorMode,
                                 MissingMetaKernel, RealTensorInput, UnsupportedFakeOp)
 from kiln.symbolic.node import SymNode

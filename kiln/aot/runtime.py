@@ -225,9 +225,18 @@ def _in_saved_layouts(examples: list, fw_strides: Sequence, info) -> list:
 
 
 def _refuse_mutated_aliased_inputs(joint: JointGraph, example_inputs: list) -> None:
-    """A write into one input that shares memory with another input would show in both in eager;
-    the functional graph treats inputs as distinct, so refuse plainly rather than differ."""
+    """A write into one input that shares memory with another input (or with itself: an expanded
+    input) would show in both in eager; the functional graph treats inputs and their elements as
+    distinct, so refuse plainly rather than differ."""
     mutated = {joint.outputs[i].index for i in joint.output_indices("mutation")}
+    for i in sorted(mutated):
+        x = example_inputs[i] if i < len(example_inputs) else None
+        if isinstance(x, torch.Tensor) and any(isinstance(st, int) and st == 0 and size != 1
+                                               for size, st in zip(x.shape, x.stride())):
+            raise NotYetImplemented(f"kiln.aot: input {i} is written in place and several of its elements "
+                                    "share memory (an expanded tensor): eager's write shows through every "
+                                    "element that shares it, which the compiled graph does not model; "
+                                    "write into a .clone() of it")
     storages: dict[int, int] = {}
     for i, x in enumerate(example_inputs):
         if type(x) is torch.Tensor and x.device.type != "meta" and x.numel():

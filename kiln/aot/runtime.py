@@ -33,8 +33,8 @@ class _CompiledFunction(torch.autograd.Function):
         outs, saved = tuple(result[:n]), list(result[n:])
         # The epilogue writes new values into mutated inputs; a saved input must keep the value
         # the backward expects (and autograd would refuse a saved tensor written after saving).
-        mutated = [primals[i] for i in runtime.mutated_inputs]
-        saved = [s.clone() if any(s is m for m in mutated) else s for s in saved]
+        mutated = {id(primals[i]) for i in runtime.mutated_inputs}
+        saved = [s.clone() if id(s) in mutated else s for s in saved]
         ctx.runtime = runtime
         ctx.tensor_slots = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
         ctx.others = [None if isinstance(s, torch.Tensor) else s for s in saved]
@@ -176,6 +176,7 @@ class AotRuntime:
         """Mutated inputs get their new values; outputs that alias an input or an earlier output
         are rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
+        plain = []      # writes autograd need not see: one no_grad for all (BatchNorm's running stats)
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
             # as eager's in-place write: an input written with a value that requires grad joins
@@ -183,7 +184,10 @@ class AotRuntime:
             if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
                 target.copy_(value)
             else:
-                with torch.no_grad():
+                plain.append((target, value))
+        if plain:
+            with torch.no_grad():
+                for target, value in plain:
                     target.copy_(value)
         user = outs[:num_user]
         for k, spec in enumerate(self.fw_specs[:num_user]):

@@ -417,6 +417,37 @@ def _one(result):
     return result[0] if isinstance(result, (tuple, list)) else result
 
 
+# torch's Python bindings of ATen functions, where an extern may be called through one
+_BINDINGS = (torch._C._VariableFunctions, torch._C._nn, torch._C._linalg, torch._C._special)
+
+
+def _binding(op):
+    """[Note: externs through torch's bindings] An `OpOverload` call converts its arguments through
+    the operator's schema (boxed IValues): on the H200 `aten.convolution.default` took 31 us of host
+    time a call where `torch.convolution`, the same kernel through torch's generated argument
+    parser, took 20. A training step calls hundreds of externs, so an extern is called through the
+    binding of its ATen function's name when the binding can select no other overload for the
+    arguments the host program passes: those are named by `op`'s schema, and every other overload
+    requires an argument `op` does not have (`mm.dtype`'s `out_dtype`, `topk.values`'s `values`);
+    given `out=`, a binding calls the out overload. Anything else keeps the `OpOverload`."""
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten":
+        return op
+    packet = op.overloadpacket
+    names = {a.name for a in op._schema.arguments}
+    # a binding given `out=` calls the out overload, never the default one
+    selectable = set(packet.overloads()) - {op._overloadname, "default" if op._overloadname == "out" else ""}
+    for other in selectable:
+        schema = getattr(packet, other)._schema
+        if all(
+                a.name in names for a in schema.arguments if not a.has_default_value()):
+            return op
+    for module in _BINDINGS:
+        binding = getattr(module, packet.__name__, None)
+        if binding is not None:
+            return binding
+    return op
+
+
 def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | None = None):
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
@@ -424,7 +455,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
            "_one": _one, "_view": _view,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
-    env.update(dict(program.externs))
+    env.update({name: _binding(op) for name, op in program.externs})
     env.update(constants)
     env.update(binds or {})
     exec(compile(program.source, "<kiln host program>", "exec"), env)

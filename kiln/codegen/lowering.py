@@ -148,6 +148,9 @@ class LoweringContext:
         # the fake values of the tensor arguments of the node being lowered, in order: their strides
         # and storage offsets, which a TensorValue does not carry (the `as_strided` rule needs them)
         self.arg_metas: tuple = ()
+        # [Note: one buffer per value]
+        self.realized: dict[tuple[TensorValue, tuple], ir.Buffer] = {}
+        self.realized_any: dict[TensorValue, ir.Buffer] = {}
 
     def new_name(self, prefix: str = "buf") -> str:
         self._count += 1
@@ -176,15 +179,27 @@ class LoweringContext:
 
     def realize(self, tv: TensorValue, strides: Sequence[Any] | None = None, fresh: bool = False) -> ir.Buffer:
         """Materialize `tv` into a buffer (unless it already is one of the requested layout, or
-        `fresh`: always a new buffer, which starts at offset 0 and aliases nothing)."""
+        `fresh`: always a new buffer, which starts at offset 0 and aliases nothing).
+
+        [Note: one buffer per value] A cheap value with several users is not realized where it is
+        computed (it inlines into each consumer), so two consumers that need it whole (an extern,
+        a graph output) would each realize it: autocast's bf16 cast of a weight fed the
+        convolution and was computed again for the backward that saves it (53 kernels a ResNet-50
+        forward). A value is realized once per layout, and `realized_any` lets a consumer that
+        takes any layout (a value saved for the backward) take the first."""
         buf = self.buffer_of(tv)
         if not fresh and buf is not None and (strides is None or tuple(map(to_sympy, strides)) == tuple(buf.strides)):
             return buf
         strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
+        if not fresh and (tv, strides) in self.realized:
+            return self.realized[tv, strides]
         buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
         self.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
         if tv in self.node_of:
             self.origins[buf.name] = self.node_of[tv]
+        if not fresh:         # a fresh buffer may be written in place by the extern it is made for
+            self.realized[tv, strides] = buf
+            self.realized_any.setdefault(tv, buf)
         return buf
 
     def emit_reduction(self, tv: TensorValue, reduce_dims: Sequence[int], op: str,
@@ -587,8 +602,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
             # the input may be mutated after (aot's epilogue) and the caller may write either
             holder = ctx.buffer_of(value)
-            fresh = holder is not None and (holder.name in inputs or holder.name in constants) \
-                and (user_outputs is None or position < user_outputs)
+            saved = user_outputs is not None and position >= user_outputs
+            fresh = holder is not None and (holder.name in inputs or holder.name in constants) and not saved
+            if saved and holder is None and value in ctx.realized_any:   # any layout does for the backward
+                outputs.append(ctx.realized_any[value].name)
+                continue
             outputs.append(ctx.realize(value, strides, fresh=fresh).name)
         else:
             outputs.append(value)

@@ -176,7 +176,9 @@ class AotRuntime:
         """Mutated inputs get their new values; outputs that alias an input or an earlier output
         are rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
-        plain = []      # writes autograd need not see: one no_grad for all (BatchNorm's running stats)
+        # writes autograd need not see (BatchNorm's running stats: 159 in a ResNet-50 training step)
+        # go as one multi-tensor copy: one launch per dtype instead of one per tensor
+        plain = []
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
             # as eager's in-place write: an input written with a value that requires grad joins
@@ -187,8 +189,7 @@ class AotRuntime:
                 plain.append((target, value))
         if plain:
             with torch.no_grad():
-                for target, value in plain:
-                    target.copy_(value)
+                torch._foreach_copy_([t for t, _ in plain], [v for _, v in plain])
         user = outs[:num_user]
         for k, spec in enumerate(self.fw_specs[:num_user]):
             if spec.alias is not None and k not in inside:

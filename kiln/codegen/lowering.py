@@ -11,7 +11,7 @@ consumers would each recompute an expensive expression.
 
 Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`; both
 printers compute in the half types), become `ExternKernel`s that call the op eagerly on whole
-tensors: always correct, never fused.
+tensors: always correct, never fused. A copy of a value of such a dtype is an extern clone.
 The rules live in `lowering_rules.py`; this module holds the machinery they use.
 """
 from __future__ import annotations
@@ -137,9 +137,10 @@ def op_name(target) -> str:
 class LoweringContext:
     """The state of lowering one graph: buffers and nodes emitted so far. Passed to every rule."""
 
-    def __init__(self, device: str, split_reductions: bool = False):
+    def __init__(self, device: str, split_reductions: bool = False, kernel_dtypes: frozenset = KERNEL_DTYPES):
         self.device = device
         self.split_reductions = split_reductions   # see [Note: split reductions]
+        self.kernel_dtypes = kernel_dtypes         # what the target printer loads, computes and stores
         self.buffers: dict[str, ir.Buffer] = {}
         self.nodes: list[ir.Node] = []
         self._count = 0
@@ -193,14 +194,33 @@ class LoweringContext:
         strides = tuple(map(to_sympy, strides)) if strides is not None else ir.contiguous_strides(tv.sizes)
         if not fresh and (tv, strides) in self.realized:
             return self.realized[tv, strides]
+        source = self._copy_source(tv) if tv.dtype not in self.kernel_dtypes else None
         buf = self.add_buffer(ir.Buffer(self.new_name(), tuple(tv.sizes), strides, tv.dtype, tv.device))
-        self.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
+        if source is not None:
+            # no kernel can copy it (a complex64 buffer): the copy is an extern, whose result the
+            # host program gives `strides`
+            self.nodes.append(ir.ExternKernel((buf.name,), torch.ops.aten.clone.default, (source,)))
+        else:
+            self.nodes.append(ir.ComputedBuffer(buf.name, ir.Pointwise(tuple(tv.sizes), tv.expr)))
         if tv in self.node_of:
             self.origins[buf.name] = self.node_of[tv]
         if not fresh:         # a fresh buffer may be written in place by the extern it is made for
             self.realized[tv, strides] = buf
             self.realized_any.setdefault(tv, buf)
         return buf
+
+    def _copy_source(self, tv: TensorValue) -> ir.BufferArg | ir.ViewArg:
+        """What an extern copy of `tv` reads, for a dtype no kernel handles. No lowering rule runs on
+        such a dtype (`_kernel_dtypes_ok`), so its values are extern results read whole or through
+        a strided view; a copy is still asked for when an extern needs a buffer of its own
+        (`as_strided_scatter` of a complex gradient) or a graph output must not alias an input."""
+        from kiln.codegen.lowering_reduce import strided_view
+        held = self.buffer_of(tv)
+        source = ir.BufferArg(held.name) if held is not None else strided_view(self, tv)
+        if source is None:
+            raise NotYetImplemented(f"kiln codegen: a {tv.dtype} value computed by {tv.expr}; no kernel "
+                                    f"computes in {tv.dtype}")
+        return source
 
     def emit_reduction(self, tv: TensorValue, reduce_dims: Sequence[int], op: str,
                        dtype: torch.dtype) -> TensorValue:
@@ -509,7 +529,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     values = _node_values(gm, example_inputs)
     device = _device_of(example_inputs)
-    ctx = LoweringContext(device, split_reductions)
+    ctx = LoweringContext(device, split_reductions, kernel_dtypes)
     from kiln.codegen import check
     track_origins = check.enabled()    # hashing every node's value costs lowering time: only to check
     env: dict[torch.fx.Node, Any] = {}

@@ -56,3 +56,42 @@ def test_on_the_gpu_eager_numerics_is_bit_equal_and_fast_numerics_is_close(dtype
     fast = kiln.compile(fn)(x, r)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     torch.testing.assert_close(fast, want, rtol=tol, atol=tol)
+
+
+def test_a_value_computed_twice_in_a_kernel_rounds_the_same_both_times():
+    """[Note: no FMA contraction] in kiln/runtime/cpp_build.py: the fused kernel recomputes
+    `a * b` beside the sum that read its rounded value; contracted into an FMA, `a * b - sum`
+    came out as the product's rounding error, where eager's is exactly 0 (fuzz seed 2610)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 1, generator=g), torch.randn(64, 1, generator=g)
+
+    def f(a, b):
+        ab = a * b
+        return ab - ab.sum(-1, keepdim=True)
+    kiln.reset()
+    got = kiln.compile(f)(a, b)
+    assert torch.equal(got, f(a, b)), f"max abs diff {(got - f(a, b)).abs().max().item()}"
+
+
+def test_layer_norm_over_one_element_gives_exactly_its_bias():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(4, 8, 1, generator=g), torch.randn(1, generator=g), torch.randn(1, generator=g)
+
+    def f(x, w, b):
+        return torch.nn.functional.layer_norm(torch.nn.functional.rms_norm(x, (1,)), (1,), w, b)
+    kiln.reset()
+    got = kiln.compile(f)(x, w, b)
+    assert torch.equal(got, f(x, w, b)), f"max abs diff {(got - f(x, w, b)).abs().max().item()}"
+
+
+def test_group_norm_of_equal_values_is_exactly_zero_as_in_eager():
+    """[Note: shifted mean]: eager's Welford gives equal values their own value as mean and a
+    variance of exactly 0; a mean of sum / n rounds (15v is not always a float), and the output was
+    that noise times rsqrt(eps), 1.5e-4 where eager's is 0."""
+    base = torch.randn(4, 1, 1, generator=torch.Generator().manual_seed(0)) * 3
+
+    def f(b):
+        return torch.nn.functional.group_norm(b.expand(4, 6, 5), 2)
+    kiln.reset()
+    got = kiln.compile(f)(base)
+    assert torch.equal(got, f(base)), f"max abs diff {(got - f(base)).abs().max().item()}"

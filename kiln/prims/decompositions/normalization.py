@@ -22,8 +22,10 @@ def _bcast(t, shape, dims):
 
 def _stats(x, dims, shifted: bool = False):
     """(mean, biased variance) over dims, without keepdim. `shifted`: the mean of [Note: shifted mean]
-    (batch norm: its statistics run over the batch, where equal rows come from broadcast inputs;
-    layer norm keeps the plain mean, whose row kernel reads only whole vectors)."""
+    (batch and group norm: their statistics run over dims where equal values come from broadcast
+    inputs, or from a layer norm over one element, fuzz seed 2610; layer norm keeps the plain mean,
+    whose row kernel reads only whole vectors, so it normalizes equal values to noise / sqrt(eps)
+    where eager's Welford gives exactly 0)."""
     n = numel([x.shape[d] for d in dims])
     if shifted and has_elements(x, dims):
         mean = shifted_mean(x, dims, n)
@@ -324,7 +326,7 @@ if hasattr(aten, "_fused_rms_norm") and hasattr(aten, "_fused_rms_norm_backward"
 def native_group_norm(a, weight, bias, N, C, HxW, group, eps):
     compute = computation_dtype(a.dtype)
     x = reshape(convert(a, compute), [N, group, -1])
-    mean, var = _stats(x, [2])
+    mean, var = _stats(x, [2], shifted=True)
     rstd = _rsqrt_eps(var, eps)
     out = p.mul(p.sub(x, _bcast(mean, x.shape, [0, 1])), _bcast(rstd, x.shape, [0, 1]))
     out = reshape(out, [N, C, -1])

@@ -8,8 +8,8 @@ Public API (names kept stable for aot/ and codegen/):
     DECOMPOSITIONS: dict[OpOverload, Callable]   ATen overload -> Python function over prims
     decompositions_for(backend_ops)    the table minus the ops a backend implements itself
     is_prim(op), is_extern(op)
-    COPYING_MOVEMENT                   movement prims that copy (cat, pad, flip, copy_strided): cheap
-                                       to recompute in a backward, as views are
+    RECOMPUTABLE_MOVEMENT              movement prims that copy (cat, pad, flip, copy_strided) or
+                                       gather (gather, index): cheap to recompute in a backward
     PrimEvaluator                      TorchDispatchMode: decompose every ATen op, run prim references
     undecomposed_ops(fn, *args)        ATen ops that would reach a backend undecomposed
 
@@ -31,8 +31,14 @@ def is_extern(op) -> bool:
     return prim is not None and prim.category is Category.EXTERN
 
 
-COPYING_MOVEMENT = frozenset(p.op for p in PRIMS.values()
-                             if p.category is Category.VIEW and p.name in ("cat", "copy_strided", "flip", "pad"))
+# [Note: gathers recomputed in the backward] Movement prims that copy, and the gathers that only
+# read (not the scatters), are memory-bound as pointwise prims are, so aot's min cut may run them
+# again in the backward instead of saving their result. Were a gather not recomputable, it would be
+# run in the forward and its (bigger) result saved: max pooling's gradient gathers each input
+# position's window indices, and ResNet-50 saved four bool masks at the pool's input resolution
+# (411 MB at batch 128) where the int64 indices at its output resolution take half that.
+RECOMPUTABLE_MOVEMENT = frozenset(p.op for p in PRIMS.values()
+                                  if p.name in ("cat", "copy_strided", "flip", "pad", "gather", "index"))
 
-__all__ = ["COPYING_MOVEMENT", "PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
+__all__ = ["RECOMPUTABLE_MOVEMENT", "PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
            "PrimEvaluator", "UndecomposedOp", "undecomposed_ops", "PrimArgumentError"]

@@ -96,3 +96,25 @@ def test_bf16_autocast_saves_no_more_than_eager_and_recomputes_constants():
     for g, e in zip([p.grad for p in params], expected):
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
     assert got <= eager, f"kiln saves {got} bytes for backward, eager {eager}"
+
+
+def _pool_block(x, w):
+    h = torch.nn.functional.conv2d(x, w, padding=1)
+    return torch.nn.functional.max_pool2d(h.relu(), 3, 2, 1).square().sum()
+
+
+def test_max_pooling_saves_nothing_at_its_input_resolution_but_the_convolution_output():
+    """[Note: gathers recomputed in the backward]: the pool's gradient gathers window indices; were
+    the gather not recomputable, the forward would run it and save four masks the size of the
+    pool's input."""
+    import functools
+    from kiln.prims import RECOMPUTABLE_MOVEMENT, decompositions_for
+    x, w = torch.randn(2, 3, 16, 16), torch.randn(8, 3, 3, 3, requires_grad=True)
+    compiled = aot_compile(torch.fx.symbolic_trace(_pool_block), [x, w], fw_compiler=lambda g, _: g.forward,
+                           bw_compiler=lambda g, _: g.forward, decompositions=decompositions_for(set()),
+                           partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT))
+    (expected,) = torch.autograd.grad(_pool_block(x, w), w)
+    (got,) = torch.autograd.grad(compiled(x, w), w)
+    torch.testing.assert_close(got, expected)
+    conv_output = 2 * 8 * 16 * 16 * 4
+    assert compiled.info.bytes_saved <= conv_output + x.numel() * 4, compiled.info

@@ -178,12 +178,18 @@ def _ints(n, value, device):
 
 def _max_pool_unrolled_with_indices(x, k, dims, low, high, lowest):
     """[Note: unrolled max pooling] with its indices: a running maximum over the window offsets
-    that also keeps the flat input position of the element it holds, all pointwise. The choice is
-    ATen's: the first element inside the input, then any later one that is greater or NaN."""
+    that also keeps which offset holds it, all pointwise. The choice is ATen's: the first element
+    inside the input, then any later one that is greater or NaN.
+
+    [Note: max pooling's indices as window offsets] The running choice is the offset's number in
+    the window (int8: at most `UNROLL_MAX_WINDOW` offsets), and the flat input position is computed
+    from it and the output position after the loop. Both are pointwise, so aot's min cut saves the
+    one-byte offsets for the backward and recomputes the positions there: ResNet-50's stem saved
+    int64 indices, 8 bytes an output (205 MB at batch 128; Inductor saves int8 offsets too)."""
     lead, sizes = x.ndim - k, list(x.shape[x.ndim - k:])
     out_shape = list(x.shape[:lead]) + [w.outputs for w in dims]
     strides = contiguous_strides(sizes)
-    i64 = torch.int64
+    i64, i8 = torch.int64, torch.int8
 
     def along(d, values):      # an (outputs_d,) int64 tensor broadcast over the output
         return p.broadcast_in_dim(values, out_shape, [lead + d])
@@ -191,26 +197,36 @@ def _max_pool_unrolled_with_indices(x, k, dims, low, high, lowest):
                           _ints(w.outputs, w.stride, x.device)), _ints(w.outputs, low[d], x.device))
               for d, w in enumerate(dims)]
     xp = _pad_spatial(x, k, low, high, lowest)
-    best = index = seen = None
-    for offsets in itertools.product(*(range(w.length) for w in dims)):
+    best = which = seen = None
+    for number, offsets in enumerate(itertools.product(*(range(w.length) for w in dims))):
         v = xp
-        flat, inside = full(out_shape, 0, i64, x.device), None
+        inside = None
         for d, (w, j) in enumerate(zip(dims, offsets)):
             v = p.slice(v, lead + d, j * w.dilation, j * w.dilation + (w.outputs - 1) * w.stride + 1, w.stride)
             pos = p.add(starts[d], _ints(w.outputs, j * w.dilation, x.device))
             ok = p.bitwise_and(p.ge(pos, _ints(w.outputs, 0, x.device)),
                                p.lt(pos, _ints(w.outputs, sizes[d], x.device)))
             inside = along(d, ok) if inside is None else p.bitwise_and(inside, along(d, ok))
-            flat = p.add(flat, along(d, p.mul(pos, _ints(w.outputs, strides[d], x.device))))
+        here = full(out_shape, number, i8, x.device)
         if best is None:
-            best, index, seen = v, flat, inside
+            best, which, seen = v, here, inside
             continue
         better = p.gt(v, best)
         if x.dtype.is_floating_point:
             better = p.bitwise_or(better, p.isnan(v))
         take = p.bitwise_and(inside, p.bitwise_or(better, p.bitwise_not(seen)))
-        best, index, seen = p.where(take, v, best), p.where(take, flat, index), p.bitwise_or(seen, inside)
-    return best, index
+        best, which, seen = p.where(take, v, best), p.where(take, here, which), p.bitwise_or(seen, inside)
+    # the offset's number -> its coordinates in the window (row-major, as the loop counted) -> the flat
+    # position of the element in the unpadded input
+    number = convert(which, i64)
+    flat = full(out_shape, 0, i64, x.device)
+    inner = math.prod(w.length for w in dims)
+    for d, w in enumerate(dims):
+        inner //= w.length
+        j = p.remainder(p.div(number, full(out_shape, inner, i64, x.device)), full(out_shape, w.length, i64, x.device))
+        pos = p.add(along(d, starts[d]), p.mul(j, full(out_shape, w.dilation, i64, x.device)))
+        flat = p.add(flat, p.mul(pos, full(out_shape, strides[d], i64, x.device)))
+    return best, flat
 
 
 def _max_pool_backward(grad, x, k, indices):

@@ -373,8 +373,18 @@ def optimize_layouts(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> 
     graph = _channels_last_inputs(graph)
     graph = apply_layouts(graph, plan_channels_last(graph, free_outputs))
     graph = _channels_last_weights(graph)
-    graph = apply_layouts(graph, plan_input_order(graph, free_outputs))
+    # a buffer follows its input's order as the pass found it: one whose input was re-laid in the
+    # same round follows in the next (max pooling's recomputed indices follow its window choice,
+    # which follows the channels-last pool input)
+    for _ in range(_INPUT_ORDER_ROUNDS):
+        plan = plan_input_order(graph, free_outputs)
+        if not plan:
+            break
+        graph = apply_layouts(graph, plan)
     return pad_matmuls(graph)      # [Note: aligned matmuls], CUDA only
+
+
+_INPUT_ORDER_ROUNDS = 4
 
 
 def _channels_last_copy(x: ir.Buffer, copies: dict, new_buffers: list, nodes: list) -> str:

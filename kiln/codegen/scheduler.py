@@ -240,6 +240,17 @@ def _space(node: ir.ComputedBuffer):
     return tuple(body.ranges), None
 
 
+# Nodes after an extern that [Note: siblings across an extern] looks at, and the largest value it
+# moves into a group that shares no input with it (a weight's cast: fewer launches, later layers'
+# bias casts in one kernel; a bigger one would hold memory the whole way).
+HOIST_LOOKAHEAD = 32
+HOIST_MAX_BYTES = 1 << 20
+
+
+def _writes(node: ir.Node) -> tuple:
+    return node.outputs if isinstance(node, ir.ExternKernel) else (node.buffer,)
+
+
 # Groups kept open at once: a node that fits none of them opens another, so an unrelated node
 # (a permute for the next matmul) does not cut a softmax in two.
 MAX_OPEN_GROUPS = 4
@@ -273,6 +284,7 @@ def schedule(graph: ir.Graph) -> Schedule:
             kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner)
             steps.append(kernel)
             local.update(locals_)
+            emitted.update(g.names)
         del open_groups[:index + 1]
 
     def newest_read(node) -> int:
@@ -280,7 +292,62 @@ def schedule(graph: ir.Graph) -> Schedule:
         hits = [i for i, g in enumerate(open_groups) if reads & g.names]
         return max(hits) if hits else -1
 
-    for node in graph.nodes:
+    nodes = list(graph.nodes)
+    emitted = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
+    hoisted: set[int] = set()
+
+    def produced() -> set[str]:
+        return emitted.union(*(g.names for g in open_groups))
+
+    def hoist_into(groups: list[_Group], ahead: Sequence) -> None:
+        """[Note: siblings across an extern] Before the groups an extern reads are flushed, a later
+        pointwise node joins one of them if it fits and its inputs exist by then, or are made by a
+        later extern that can run first (it reads only what kernels emitted already made): the
+        gelu a weight-gradient matmul reads, recomputed in the backward, and the gelu's gradient,
+        after the matmul that gives its input, read the same activation, and became one kernel
+        reading it once (Inductor's `fused_gelu_gelu_backward`) instead of two. A node that shares no
+        input with the group joins only if it is small (`HOIST_MAX_BYTES`): it saves a launch, where
+        a big one made early would hold its memory longer. Moving nodes earlier is safe in a
+        functional graph: each reads only what exists, and whatever reads it comes later."""
+        ready: dict[str, ir.ExternKernel] = {}     # buffer -> a later extern that could run now
+        for cand in ahead:
+            if id(cand) in hoisted:
+                continue
+            if isinstance(cand, ir.ExternKernel):
+                if _reads(cand) <= emitted:
+                    ready.update({o: cand for o in cand.outputs if o is not None})
+                continue
+            if not isinstance(cand.body, ir.Pointwise):
+                continue
+            reads = _reads(cand)
+            numel = sympy.sympify(planner.buffers[cand.buffer].numel)
+            small = numel.is_Integer and int(numel) * planner.buffers[cand.buffer].dtype.itemsize <= HOIST_MAX_BYTES
+            missing = reads - produced()
+            if not missing <= ready.keys():
+                continue
+            newest = newest_read(cand)
+            for gi in range(len(groups) - 1, max(newest, 0) - 1, -1):
+                g = groups[gi]
+                if g.space[1] is not None:
+                    continue        # into pointwise groups only: a reduction's stages stay as built
+                if not small and not reads & set().union(*(_reads(n) for n in g.nodes)):
+                    continue        # made early, a big value would only hold memory longer
+                result = planner.place(g.nodes + [cand], *g.space)
+                if isinstance(result, str):
+                    continue
+                for extern in dict.fromkeys(ready[b] for b in missing):   # they run before the group
+                    steps.append(extern)
+                    hoisted.add(id(extern))
+                    emitted.update(o for o in extern.outputs if o is not None)
+                ready = {b: x for b, x in ready.items() if id(x) not in hoisted}
+                g.nodes.append(cand)
+                g.plan = result
+                hoisted.add(id(cand))
+                break
+
+    for position, node in enumerate(nodes):
+        if id(node) in hoisted:
+            continue
         last = newest_read(node)
         if isinstance(node, ir.ExternKernel) or isinstance(node.body, ir.Scan):
             # runs as its own step, after every open group it reads
@@ -288,8 +355,10 @@ def schedule(graph: ir.Graph) -> Schedule:
                 if not isinstance(node, ir.ExternKernel):
                     refused.append(WhyNoFuse(tuple(sorted(open_groups[last].names)), node.buffer,
                                              "scans run as kernels of their own"))
+                hoist_into(open_groups[:last + 1], nodes[position + 1:position + 1 + HOIST_LOOKAHEAD])
                 flush_through(last)
             steps.append(node if isinstance(node, ir.ExternKernel) else _scan_kernel(kernel_name(), node, planner))
+            emitted.update(o for o in _writes(node) if o is not None)
             continue
         outer, inner = _space(node)
         joined = False

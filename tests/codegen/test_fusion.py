@@ -156,3 +156,33 @@ def test_chained_costly_values_each_find_memory(graphs):
     kernels, sched = _kernels(g, examples)
     assert len(kernels) == 1, str(sched)
     _check_runs(g, examples)
+
+
+def test_recomputed_gelu_and_its_gradient_are_one_kernel_across_the_matmuls(graphs):
+    """[Note: siblings across an extern]: the backward of linear-gelu-linear recomputes the gelu for
+    the second weight's gradient (a matmul reads it) and takes the gelu's gradient after the other
+    matmul; both read the first linear's output and are one kernel."""
+    import functools
+    from kiln.aot import aot_compile, min_cut_partition
+    from kiln.prims import RECOMPUTABLE_MOVEMENT, decompositions_for
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
+    x = torch.randn(16, 24)
+    captured = {}
+
+    def keep(name):
+        def compiler(g, examples):
+            captured[name] = (g, examples)
+            return g.forward
+        return compiler
+    gm = torch.fx.symbolic_trace(lambda x, w1, b1, w2, b2: torch.nn.functional.linear(
+        torch.nn.functional.gelu(torch.nn.functional.linear(x, w1, b1)), w2, b2))
+    params = [p.detach().requires_grad_() for p in block.parameters()]
+    aot_compile(gm, [x, *params], fw_compiler=keep("fw"), bw_compiler=keep("bw"),
+                decompositions=decompositions_for(set()),
+                partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT))
+    g, examples = captured["bw"]
+    kernels, sched = _kernels(g, examples)
+    reading_activation = [k for k in kernels if len(k.ranges) == 2 and "erf" in str(k)]
+    assert len(reading_activation) == 1, str(sched)
+    _check_runs(g, examples)

@@ -13,8 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import kiln
-from kiln.bench.case import Case, make_step
-from kiln.bench.suites import disable_dropout, get_model
+from kiln.bench.case import SuiteCase
 
 
 def _wall_ms(step, n: int = 10) -> float:
@@ -27,15 +26,10 @@ def _wall_ms(step, n: int = 10) -> float:
 
 
 def profile_one(suite: str, name: str, mode: str, top: int = 12) -> None:
-    model, args, kwargs = get_model(suite, name).make("cuda")
-    if mode == "train":
-        model.train()
-        disable_dropout(model)
-    case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device="cuda")
-    params = [p for p in model.parameters() if p.requires_grad]
+    built = SuiteCase.build(f"{suite}:{name}:{mode}", "cuda")
     kiln.reset()
-    for label, fn in (("eager", model), ("kiln", kiln.compile(model))):
-        step = make_step(fn, args, kwargs, case, params, True)
+    for label, fn in (("eager", built.model), ("kiln", kiln.compile(built.model))):
+        step = built.step(fn)
         for _ in range(3):
             step()
         wall = _wall_ms(step)

@@ -17,8 +17,7 @@ import time
 import torch
 
 import kiln
-from kiln.bench.case import Case, make_step
-from kiln.bench.suites import disable_dropout, get_model
+from kiln.bench.case import SuiteCase
 
 
 def _per_call_us(fn, n: int = 2000) -> float:
@@ -65,16 +64,10 @@ def pieces() -> None:
 
 
 def host_time(spec: str, batch: int, steps: int, top: int) -> None:
-    suite, name, mode = spec.split(":")
-    model, args, kwargs = get_model(suite, name).make("cuda", batch=batch)
-    if mode == "train":
-        model.train()
-        disable_dropout(model)
-    case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device="cuda")
-    params = [p for p in model.parameters() if p.requires_grad]
+    built = SuiteCase.build(spec, "cuda", batch)
     kiln.reset()
-    compiled = {"eager": model, "inductor": torch.compile(model), "kiln": kiln.compile(model)}
-    run = {label: make_step(fn, args, kwargs, case, params, True) for label, fn in compiled.items()}
+    compiled = {"eager": built.model, "inductor": torch.compile(built.model), "kiln": kiln.compile(built.model)}
+    run = {label: built.step(fn) for label, fn in compiled.items()}
     for step in run.values():
         for _ in range(3):
             step()

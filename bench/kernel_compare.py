@@ -16,8 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import kiln
-from kiln.bench.case import Case, make_step
-from kiln.bench.suites import disable_dropout, get_model
+from kiln.bench.case import SuiteCase
 
 
 def _kernels(step) -> dict[str, list[float]]:
@@ -46,16 +45,9 @@ def _wall_ms(step, n: int = 15) -> float:
 
 
 def compare(spec: str, top: int, sources: int, out: str | None) -> None:
-    suite, name, mode = spec.split(":")
-    model, args, kwargs = get_model(suite, name).make("cuda")
-    if mode == "train":
-        model.train()
-        disable_dropout(model)
-    case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device="cuda")
-    params = [p for p in model.parameters() if p.requires_grad]
+    built = SuiteCase.build(spec, "cuda")
     kiln.reset()
-    steps = {"inductor": make_step(torch.compile(model), args, kwargs, case, params, True),
-             "kiln": make_step(kiln.compile(model), args, kwargs, case, params, True)}
+    steps = {"inductor": built.step(torch.compile(built.model)), "kiln": built.step(kiln.compile(built.model))}
     tables = {}
     for label, step in steps.items():
         for _ in range(3):
@@ -72,7 +64,7 @@ def compare(spec: str, top: int, sources: int, out: str | None) -> None:
             print(f"   {ms:7.3f} ms x{n:<4d} {ms / n * 1e3:8.1f} us  {kname[:100]}")
     if out:
         _write_sources([k for k, _ in tables["kiln"] if k.startswith("kiln_")][:sources],
-                       os.path.join(out, f"{name}_{mode}_kiln_sources.txt"))
+                       os.path.join(out, f"{built.case.model}_{built.case.mode}_kiln_sources.txt"))
 
 
 def _write_sources(names: list[str], path: str) -> None:

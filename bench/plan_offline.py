@@ -18,8 +18,7 @@ import math
 import torch
 
 import kiln
-from kiln.bench.case import Case, make_step
-from kiln.bench.suites import disable_dropout, get_model
+from kiln.bench.case import SuiteCase
 
 COPY_BYTES_PER_US = 4.3e6     # the H200's measured copy bandwidth (bytes read + written), per microsecond
 SMS = 132
@@ -79,11 +78,7 @@ class _Planned(Exception):
 def plan_model(spec: str, batch: int | None) -> list[KernelPlan]:
     from kiln.aot import aot_compile, min_cut_partition
     from kiln.prims import RECOMPUTABLE_MOVEMENT, decompositions_for
-    suite, name, mode = spec.split(":")
-    model, args, kwargs = get_model(suite, name).make("cpu", batch=batch)
-    if mode == "train":
-        model.train()
-        disable_dropout(model)
+    built = SuiteCase.build(spec, "cpu", batch)
     plans: list[KernelPlan] = []
 
     def backend(gm, example_inputs):
@@ -97,11 +92,9 @@ def plan_model(spec: str, batch: int | None) -> list[KernelPlan]:
                     partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT))
         raise _Planned
 
-    case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device="cpu")
-    params = [p for p in model.parameters() if p.requires_grad]
     kiln.reset()
     try:
-        make_step(kiln.compile(model, backend=backend), args, kwargs, case, params, True)()
+        built.step(kiln.compile(built.model, backend=backend))()
     except Exception as e:      # the planner's stop, possibly wrapped by kiln's error reporting
         if not plans:
             raise

@@ -52,6 +52,33 @@ class Case:
 # --------------------------------------------------------------------------------- one step
 
 
+@dataclasses.dataclass
+class SuiteCase:
+    """A suite model built for one bf16 (autocast) case, for the diagnostic scripts of bench/:
+    `step(fn)` is a step of `fn` (the model or a compiled one) in the case's mode."""
+
+    model: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    case: Case
+    params: list
+
+    @staticmethod
+    def build(spec: str, device: str, batch: int | None = None) -> "SuiteCase":
+        """`spec` is suite:model:mode (`timm:resnet50:train`); training runs with dropout off."""
+        from kiln.bench.suites import disable_dropout, get_model
+        suite, name, mode = spec.split(":")
+        model, args, kwargs = get_model(suite, name).make(device, batch=batch)
+        if mode == "train":
+            model.train()
+            disable_dropout(model)
+        case = Case(suite=suite, model=name, mode=mode, precision="bf16", compiler="kiln", device=device)
+        return SuiteCase(model, args, kwargs, case, [p for p in model.parameters() if p.requires_grad])
+
+    def step(self, fn: Callable) -> Callable:
+        return make_step(fn, self.args, self.kwargs, self.case, self.params, True)
+
+
 def make_step(fn: Callable, args: tuple, kwargs: dict, case: Case, params: list, bf16: bool) -> Callable:
     """A step of the case's mode: inference under no_grad, or forward + loss + backward."""
     from kiln.bench.zoo import loss_of

@@ -287,8 +287,15 @@ def schedule(graph: ir.Graph) -> Schedule:
             emitted.update(g.names)
         del open_groups[:index + 1]
 
+    read_sets: dict[int, set[str]] = {}
+
+    def reads_of(node) -> set[str]:
+        if id(node) not in read_sets:
+            read_sets[id(node)] = _reads(node)
+        return read_sets[id(node)]
+
     def newest_read(node) -> int:
-        reads = _reads(node)
+        reads = reads_of(node)
         hits = [i for i, g in enumerate(open_groups) if reads & g.names]
         return max(hits) if hits else -1
 
@@ -314,12 +321,12 @@ def schedule(graph: ir.Graph) -> Schedule:
             if id(cand) in hoisted:
                 continue
             if isinstance(cand, ir.ExternKernel):
-                if _reads(cand) <= emitted:
+                if reads_of(cand) <= emitted:
                     ready.update({o: cand for o in cand.outputs if o is not None})
                 continue
             if not isinstance(cand.body, ir.Pointwise):
                 continue
-            reads = _reads(cand)
+            reads = reads_of(cand)
             numel = sympy.sympify(planner.buffers[cand.buffer].numel)
             small = numel.is_Integer and int(numel) * planner.buffers[cand.buffer].dtype.itemsize <= HOIST_MAX_BYTES
             missing = reads - produced()
@@ -328,9 +335,9 @@ def schedule(graph: ir.Graph) -> Schedule:
             newest = newest_read(cand)
             for gi in range(len(groups) - 1, max(newest, 0) - 1, -1):
                 g = groups[gi]
-                if g.space[1] is not None:
-                    continue        # into pointwise groups only: a reduction's stages stay as built
-                if not small and not reads & set().union(*(_reads(n) for n in g.nodes)):
+                if g.space[1] is not None or sympy.sympify(ir.product(g.space[0])) != numel:
+                    continue        # pointwise groups of as many points: a reduction's stages stay as built
+                if not small and not reads & set().union(*(reads_of(n) for n in g.nodes)):
                     continue        # made early, a big value would only hold memory longer
                 result = planner.place(g.nodes + [cand], *g.space)
                 if isinstance(result, str):

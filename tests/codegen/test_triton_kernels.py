@@ -397,3 +397,28 @@ def test_an_outer_reduction_with_a_small_operand_along_r_is_still_wide_in_x():
     a, b, c, out = torch.randn(37, 50), torch.randn(37), torch.randn(37, 50), torch.empty(50)
     build([kernel], bufs)["wgrad"](a, b, c, out, 37, 50)
     torch.testing.assert_close(out, (a.double() * c.double() * b.double()[:, None]).sum(0).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_an_outer_reduction_whose_row_statistics_appear_in_every_term_is_still_wide_in_x():
+    """convnext's layer-norm weight gradient over (image, channel) outputs: the activations step along
+    the channels (x); the per-row mean and rstd run along r in every term, more loads than the
+    activations, but are the same for every channel of a tile, so they have no vote in
+    `_rows_contiguous` (they outvoted the activations: one program per output, reading at a stride
+    of the channel count)."""
+    from kiln.codegen.triton.printer import layout_of
+    n, c, hw = 3, 5, 7
+    act = ir.Load("a", x0 * hw * c + r0 * c + x1, F32)
+    mean, rstd = ir.Load("m", x0 * hw + r0, F32), ir.Load("s", x0 * hw + r0, F32)
+    xhat = ir.Op("mul", (ir.Op("sub", (ir.Load("x", x0 * hw * c + r0 * c + x1, F32), mean), F32), rstd), F32)
+    body = ir.Op("mul", (ir.Op("mul", (act, xhat), F32), ir.Op("add", (mean, rstd), F32)), F32)
+    kernel = ir.Kernel("lnw", (n, c), (ir.Stage((hw,), (ir.Accumulate("t", "sum", body),)),
+                                       ir.Stage((), (ir.Store("out", x0 * c + x1, ir.Var("t", F32)),))),
+                       ("a", "m", "s", "x", "out"), ())
+    assert layout_of(kernel).rows_contiguous
+    bufs = {"a": contiguous("a", (n, hw, c)), "m": contiguous("m", (n, hw)), "s": contiguous("s", (n, hw)),
+            "x": contiguous("x", (n, hw, c)), "out": contiguous("out", (n, c))}
+    a, m, s, x, out = torch.randn(n, hw, c), torch.randn(n, hw), torch.rand(n, hw), torch.randn(n, hw, c), torch.empty(n, c)
+    build([kernel], bufs)["lnw"](a, m, s, x, out)
+    d = [t.double() for t in (a, m, s, x)]
+    want = (d[0] * (d[3] - d[1][..., None]) * d[2][..., None] * (d[1] + d[2])[..., None]).sum(1)
+    torch.testing.assert_close(out, want.float(), rtol=1e-5, atol=1e-5)

@@ -33,6 +33,7 @@ class KernelPlan:
     config: str
     programs: int
     bytes: int
+    ir: str = dataclasses.field(repr=False, default="")
 
     @property
     def floor_us(self) -> float:
@@ -67,7 +68,7 @@ def plan_graph(label: str, gm: torch.fx.GraphModule, example_inputs) -> list[Ker
         moved = sum(min(math.prod(int(s) for s in buffers[b].sizes), points) * buffers[b].dtype.itemsize
                     for b in dict.fromkeys(kernel.buffer_args) if b in buffers)
         plans.append(KernelPlan(label, spec.function, spec.kind, numels, config.describe(),
-                                -(-xnumel // config.XBLOCK), moved))
+                                -(-xnumel // config.XBLOCK), moved, str(kernel)))
     return plans
 
 
@@ -108,6 +109,7 @@ def main() -> None:
     p.add_argument("case", help="suite:model:mode")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--show", action="append", default=[], help="print the loop IR of kernels of this name")
     a = p.parse_args()
     plans = plan_model(a.case, a.batch)
     for graph in ("forward", "backward"):
@@ -117,6 +119,8 @@ def main() -> None:
     print(f"{'estimate us':>12} {'floor us':>9} {'programs':>8}  kernel  numels  config")
     for k in sorted(plans, key=lambda k: -k.estimate_us)[:a.top]:
         print(f"{k.estimate_us:12.1f} {k.floor_us:9.1f} {k.programs:8d}  {k.graph[:2]} {k.name}  {k.numels}  {k.config}")
+    for name in a.show:
+        print(next((k.ir for k in plans if k.name == name), f"no kernel {name}"))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """kiln's own meta rules: the outputs of common ATen ops on fake tensors of static sizes, from metadata.
 
 [Note: meta rules without torch's refs] torch registers Python meta kernels for most ATen ops
-(`torch._meta_registrations`); those of the elementwise ops, the norms, the reductions and addmm are
-its Python refs behind `torch._disable_dynamo`, whose first call imports `torch._dynamo` (1.0-1.2 s on
+(`torch._meta_registrations`); those of the elementwise ops, the norms, the reductions, addmm, cat and
+arange are its Python refs behind `torch._disable_dynamo`, whose first call imports `torch._dynamo` (1.0-1.2 s on
 the CI machine). A warm start runs capture and no other stage of the compiler, so for a model whose
 own imports leave dynamo out (kiln's zoo, a user's plain module) that import was most of it. For the
 ops a forward pass is made of, the rules below give sizes, strides and dtype as torch's meta kernels
@@ -96,6 +96,21 @@ def _unary(accepts: Callable[[torch.dtype], bool]) -> Callable:
     return rule
 
 
+def _float_unary(a):
+    """sin, cos, rsqrt, ...: integers and bool compute in the default float dtype."""
+    if not _tensor(a):
+        return NotImplemented
+    return _pointwise_out(INT_TO_FLOAT, a)
+
+
+def _pow_scalar(a, exponent):
+    if not _tensor(a) or not _scalar(exponent) or isinstance(exponent, bool):
+        return NotImplemented
+    if not _floating(a) and (isinstance(exponent, int) and exponent < 0 or a.dtype == torch.bool):
+        return NotImplemented           # integers to negative powers, bool: torch's checks decide
+    return _pointwise_out(DEFAULT, a, exponent)
+
+
 def _gelu(a, approximate: str = "none"):
     if not _tensor(a) or not _floating(a) or approximate not in ("none", "tanh"):
         return NotImplemented
@@ -111,6 +126,65 @@ def _masked_fill(a, mask, value):
     if isinstance(value, float) and not _floating(a):
         return NotImplemented
     return _empty(a.shape, contiguous_strides(a.shape), a.dtype)
+
+
+def _channels_last_like(t: torch.Tensor) -> bool:
+    """Eager's `suggest_memory_format` test of a 4-d (5-d) tensor's strides: channels, then the
+    spatial dims from the last, then the batch dim, each stride at least the span of the previous."""
+    order = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}.get(t.ndim)
+    if order is None or t.stride(1) == 0:
+        return False
+    least = 0
+    for d in order:
+        if t.shape[d] == 0 or t.stride(d) < least or (d == 0 and least == t.stride(1)):
+            return False
+        least = t.stride(d) * t.shape[d]
+    return True
+
+
+def _channels_last_strides(shape) -> list:
+    """`torch.empty(shape, memory_format=torch.channels_last(_3d))`'s strides."""
+    strides = [0] * len(shape)
+    strides[1], step = 1, shape[1]
+    for d in range(len(shape) - 1, 1, -1):
+        strides[d], step = step, step * shape[d]
+    strides[0] = step
+    return strides
+
+
+def _cat(tensors, dim: int = 0):
+    """Inputs of one dtype and rank: the result is contiguous, or channels-last where every input
+    is laid out so (4-d and 5-d); legacy empty (0,) inputs and promotion are left to torch."""
+    if not tensors or not all(_tensor(t) and t.numel() > 0 for t in tensors):
+        return NotImplemented
+    first = tensors[0]
+    if first.ndim == 0 or any(t.ndim != first.ndim or t.dtype != first.dtype for t in tensors):
+        return NotImplemented
+    d = dim % first.ndim
+    if any(list(t.shape[:d]) + list(t.shape[d + 1:]) != list(first.shape[:d]) + list(first.shape[d + 1:])
+           for t in tensors):
+        return NotImplemented
+    shape = list(first.shape)
+    shape[d] = sum(t.shape[d] for t in tensors)
+    if all(_channels_last_like(t) for t in tensors):
+        return _empty(shape, _channels_last_strides(shape), first.dtype)
+    return _empty(shape, contiguous_strides(shape), first.dtype)
+
+
+def _arange(*bounds, dtype=None, layout=None, device=None, pin_memory=None):
+    """Integer bounds only, where eager's length (computed in double) is exact."""
+    if len(bounds) == 1:
+        start, end, step = 0, bounds[0], 1
+    elif len(bounds) == 2:
+        (start, end), step = bounds, 1
+    else:
+        start, end, step = bounds
+    if not all(type(x) is int and abs(x) < 2 ** 52 for x in (start, end, step)) or step == 0 or (end - start) * step < 0:
+        return NotImplemented
+    if layout not in (None, torch.strided) or pin_memory or dtype in (torch.bool, torch.complex64, torch.complex128):
+        return NotImplemented
+    length = max(0, -((start - end) // step))           # ceil((end - start) / step)
+    return _empty([length], [1], dtype or torch.int64)
 
 
 # ------------------------------------------------------------------------------ reductions, matmul, norms
@@ -186,8 +260,16 @@ META_RULES: dict[Any, Callable] = {
     **{getattr(aten, name).Scalar: _binary(ALWAYS_BOOL) for name in ("eq", "ne", "lt", "le", "gt", "ge")},
     aten.relu.default: _unary(_not_bool),
     aten.bitwise_not.default: _unary(_integral),
+    **{getattr(aten, name).default: _float_unary
+       for name in ("sin", "cos", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid")},
+    aten.neg.default: _unary(_not_bool),
+    aten.pow.Tensor_Scalar: _pow_scalar,
     aten.gelu.default: _gelu,
     aten.masked_fill.Scalar: _masked_fill,
+    aten.cat.default: _cat,
+    aten.arange.default: _arange,
+    aten.arange.start: _arange,
+    aten.arange.start_step: _arange,
     aten.mean.dim: _mean_dim,
     aten.addmm.default: _addmm,
     aten.native_layer_norm.default: _native_layer_norm,

@@ -65,7 +65,7 @@ def test_a_second_process_traces_and_lowers_nothing(tmp_path):
 ZOO_CHILD = textwrap.dedent("""
     import sys, torch, kiln
     from kiln.bench.zoo import ZOO, loss_of
-    for name, train in (("resnet", True), ("gpt2", False)):
+    for name, train in (("resnet", True), ("gpt2", False), ("llama", False)):
         ref, inputs = ZOO[name].make("cpu", size="test")
         model, _ = ZOO[name].make("cpu", size="test")
         model.load_state_dict(ref.state_dict())

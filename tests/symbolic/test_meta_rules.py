@@ -68,6 +68,41 @@ def _cases():
             if lay != "expanded":
                 yield aten.native_batch_norm.default, (a, None, None, None, None, True, 0.1, 1e-5), {}
         yield aten.native_batch_norm.default, (meta(6, 3, dtype=torch.float64), None, None, None, None, True, 0.1, 1e-5), {}
+        for a in (x, xh, xi, meta(*SHAPE, dtype=torch.bool, layout=lay), meta(*SHAPE, dtype=torch.float64, layout=lay)):
+            for name in ("sin", "cos", "rsqrt", "sqrt", "exp", "log", "tanh", "sigmoid"):
+                yield getattr(aten, name).default, (a,), {}
+        for a in (x, xh, xi):
+            yield aten.neg.default, (a,), {}
+            for exponent in (2, 0.5, 3.0, 0):
+                yield aten.pow.Tensor_Scalar, (a, exponent), {}
+        yield aten.pow.Tensor_Scalar, (x, -1), {}
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for dim in (0, 1, -1):
+            parts = [meta(*[n if d != dim % 3 else k for d, n in enumerate((2, 3, 4))], dtype=dtype) for k in (1, 2, 5)]
+            yield aten.cat.default, (parts, dim), {}
+        yield aten.cat.default, ([meta(2, 3, dtype=dtype)],), {}
+        a = meta(2, 4, 6, dtype=dtype)
+        for parts, dim in (([a[..., :3], a[..., 3:]], -1),                    # rotate_half's slices
+                           ([meta(2, 1, 6, dtype=dtype).expand(2, 1, 6), meta(2, 6, 5, dtype=dtype).transpose(1, 2)], 1),
+                           ([meta(6, 4, dtype=dtype).t(), meta(4, 2, dtype=dtype)], 1),
+                           ([meta(2, 3, 4, layout="transposed", dtype=dtype), meta(2, 3, 4, layout="reversed", dtype=dtype)], 0),
+                           ([meta(2, 3, 4, 5, dtype=dtype), meta(2, 3, 4, 5, dtype=dtype)], 1),
+                           ([meta(2, 4, 6, 8, dtype=dtype).transpose(1, 2)[..., :4],           # llama's rotate_half
+                             meta(2, 4, 6, 8, dtype=dtype).transpose(1, 2)[..., 4:]], -1),
+                           ([meta(2, 3, 4, 5, layout="channels_last", dtype=dtype)] * 2, 1),
+                           ([meta(2, 3, 4, 5, layout="channels_last", dtype=dtype)] * 2, 0),
+                           ([meta(2, 3, 4, 5, layout="channels_last", dtype=dtype), meta(2, 3, 4, 5, dtype=dtype)], 1),
+                           ([meta(2, 3, 4, 5, dtype=dtype), meta(2, 3, 4, 5, layout="channels_last", dtype=dtype)], 3),
+                           ([meta(2, 1, 4, 5, layout="channels_last", dtype=dtype), meta(2, 3, 4, 5, layout="channels_last", dtype=dtype)], 1),
+                           ([meta(2, 3, 4, 5, layout="reversed", dtype=dtype)] * 2, 2),
+                           ([meta(2, 3, 4, 5, layout="expanded", dtype=dtype)] * 2, 1),
+                           ([meta(1, 3, 2, 4, 5, dtype=dtype).to(memory_format=torch.channels_last_3d)] * 2, 2)):
+            yield aten.cat.default, (parts, dim), {}
+    for args, kwargs in (((5,), {}), ((0,), {}), ((2, 9), {}), ((4, 4), {}), ((0, 10, 3), {}), ((10, 0, -3), {}),
+                         ((1, 2, 5), {}), ((3,), {"dtype": torch.float32}), ((7,), {"dtype": torch.int32}),
+                         ((-4, 4, 2), {"dtype": torch.float64})):
+        op = {1: aten.arange.default, 2: aten.arange.start, 3: aten.arange.start_step}[len(args)]
+        yield op, args, {"device": torch.device("meta"), **kwargs}
     for bias in (meta(4), meta(3, 4), meta(1, 4), meta(3, 1)):
         for m1 in (meta(3, 5), meta(5, 3).t()):
             for m2 in (meta(5, 4), meta(4, 5).t()):
@@ -115,6 +150,13 @@ def test_every_rule_is_checked():
     (aten.native_layer_norm.default, (meta(3, 4), [5], None, None, 1e-5), {}),
     (aten.native_batch_norm.default, (meta(2, 3, 4), None, None, None, None, False, 0.1, 1e-5), {}),
     (aten.native_batch_norm.default, (meta(2, 3, 4, layout="expanded"), None, None, None, None, True, 0.1, 1e-5), {}),
+    (aten.neg.default, (meta(3, dtype=torch.bool),), {}),
+    (aten.pow.Tensor_Scalar, (meta(3, dtype=torch.int64), -1), {}),
+    (aten.cat.default, ([meta(2, 3), meta(2, 3, dtype=torch.float64)],), {}),            # promotion
+    (aten.cat.default, ([meta(2, 3), meta(0)],), {}),                                   # legacy empty
+    (aten.arange.default, (2.5,), {}),                                                   # float bounds
+    (aten.arange.start_step, (0, 4, 0), {}),
+    (aten.arange.start, (9, 2), {}),                                                     # eager refuses
 ])
 def test_uncovered_calls_fall_through(op, args, kwargs):
     assert run_rule(op, args, kwargs) is NotImplemented
@@ -128,6 +170,9 @@ def test_torch_errors_stay_under_the_fake_mode():
             a + b
         with pytest.raises(RuntimeError):
             torch.ones(3, dtype=torch.bool) - torch.ones(3, dtype=torch.bool)
+        with pytest.raises(RuntimeError):
+            torch.arange(9, 2)
+        assert torch.arange(2, 9, 3).shape == (3,) and torch.arange(2, 9, 3).dtype == torch.int64
         c = torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last)
         out = torch.nn.functional.batch_norm(c, torch.zeros(3), torch.ones(3), training=False)
     want = torch.nn.functional.batch_norm(torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),

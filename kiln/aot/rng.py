@@ -31,29 +31,39 @@ def _generator(seed: torch.Tensor, offset: int, device: torch.device) -> torch.G
     return g
 
 
-@torch.library.custom_op("kiln::philox_uniform", mutates_args=())
+# [Note: kiln's random ops as a Library] Defined as kiln's prims are (`kiln.prims.prim`): a schema,
+# the eager kernel for every device, a meta kernel (kiln's fake tensors run meta kernels, and hand
+# them `device="meta"`). `torch.library.custom_op` did the same and also looked up the decorated
+# function's source, which walks every loaded module's path: 35-45 ms of every process that
+# imports kiln.aot, a warm start's included (`kiln.codegen.warm_start`).
+_LIB = torch.library.Library("kiln", "DEF")
+
+
+def _define(name: str, kernel: Callable) -> None:
+    _LIB.define(f"{name}(SymInt[] size, Tensor seed, int offset, ScalarType dtype, *, Device device) -> Tensor")
+    _LIB.impl(name, kernel, "CompositeExplicitAutograd")
+    _LIB.impl(name, _meta, "Meta")
+
+
+def _meta(size, seed, offset, dtype, *, device):
+    return torch.empty(size, dtype=dtype, device="meta")
+
+
 def philox_uniform(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype, *,
-                  device: torch.device) -> torch.Tensor:
+                   device: torch.device) -> torch.Tensor:
     """Uniform [0, 1) numbers, a pure function of (size, seed, offset)."""
     return torch.rand(size, generator=_generator(seed, offset, device), dtype=dtype, device=device)
 
 
-# `device` is keyword-only so that fake-tensor modes see it as `device=` and report it.
-@philox_uniform.register_fake
-def _(size, seed, offset, dtype, *, device):
-    return torch.empty(size, dtype=dtype, device=device)
-
-
-@torch.library.custom_op("kiln::philox_normal", mutates_args=())
 def philox_normal(size: Sequence[int], seed: torch.Tensor, offset: int, dtype: torch.dtype, *,
                   device: torch.device) -> torch.Tensor:
     """Standard normal numbers, a pure function of (size, seed, offset)."""
     return torch.randn(size, generator=_generator(seed, offset, device), dtype=dtype, device=device)
 
 
-@philox_normal.register_fake
-def _(size, seed, offset, dtype, *, device):
-    return torch.empty(size, dtype=dtype, device=device)
+# `device` is keyword-only so that fake-tensor modes see it as `device=` and report it.
+_define("philox_uniform", philox_uniform)
+_define("philox_normal", philox_normal)
 
 
 class RngStream:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from kiln.prims.prim import Category, check, define
+from kiln.symbolic.strides import contiguous_strides, dense, pointwise_strides  # noqa: F401 (importers of kiln.prims.elementwise)
 
 # Which input dtypes a prim accepts: a code generator may rely on this.
 FLOAT, NUMBER, INTEGRAL, ANY = "float", "number", "integral", "any"
@@ -33,73 +34,6 @@ def _check_operands(name: str, kind: str, tensors) -> None:
         check(t.dtype == first.dtype, name, f"operand dtypes differ: {[x.dtype for x in tensors]}")
         check(t.device == first.device, name, f"operand devices differ: {[x.device for x in tensors]}")
     check(_accepts(kind, first.dtype), name, f"does not accept dtype {first.dtype} (accepts {kind})")
-
-
-def pointwise_strides(tensors) -> list:
-    """The strides eager gives the output of a pointwise op on `tensors` (one shape).
-
-    [Note: pointwise outputs follow their inputs' layout] Eager's TensorIterator lays a pointwise
-    result out densely in the stride order of its operands: the first operand decides between two
-    dims unless it is broadcast along either (stride 0), then the next; equal strides put the smaller
-    dim inside. So `(x * 3).long()` of a column-major `x` is column-major, and a later `.mT.view(-1)`
-    is a view exactly where eager's is. `empty_like(first)` agreed only for a dense first operand (a
-    broadcast one gave row-major). Mirrors TensorIterator's fast setup (all contiguous, or all one
-    dense layout) and `reorder_dimensions`; symbolic strides keep the first operand's layout (an
-    order found by comparing them would add guards)."""
-    first = tensors[0]
-    shape, ndim = list(first.shape), first.ndim
-    if any(isinstance(x, torch.SymInt) for t in tensors for x in (*t.shape, *t.stride())):
-        return list(torch.empty_like(first).stride())
-    if all(t.is_contiguous() for t in tensors):
-        return list(contiguous_strides(shape))
-    if all(dense(t) and t.stride() == first.stride() for t in tensors):
-        return list(first.stride())
-
-    def should_swap(d0: int, d1: int) -> int:
-        for t in tensors:
-            s0, s1 = t.stride(d0), t.stride(d1)
-            if s0 == 0 or s1 == 0:
-                continue
-            if s0 != s1:
-                return -1 if s0 < s1 else 1
-            if shape[d0] > shape[d1]:
-                return 1
-        return 0
-
-    perm = list(reversed(range(ndim)))     # fastest first
-    for i in range(1, ndim):
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
-    strides, step = [0] * ndim, 1
-    for d in perm:
-        strides[d] = step
-        step *= shape[d]
-    return strides
-
-
-def contiguous_strides(shape) -> list:
-    strides, running = [], 1
-    for s in reversed(list(shape)):
-        strides.append(running)
-        running *= max(s, 1)
-    return list(reversed(strides))
-
-
-def dense(a: torch.Tensor) -> bool:
-    """Non-overlapping and dense: strides are a permutation of contiguous strides."""
-    order = sorted(range(a.ndim), key=lambda i: (a.stride(i), a.shape[i]))
-    expected = 1
-    for i in order:
-        if a.shape[i] != 1 and a.stride(i) != expected:
-            return False
-        expected *= a.shape[i]
-    return True
 
 
 def pointwise_like(tensors, dtype: torch.dtype) -> torch.Tensor:

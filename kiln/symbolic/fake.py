@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
 from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
+from kiln.symbolic.meta_rules import run_rule
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
 
 aten = torch.ops.aten
@@ -272,9 +273,12 @@ def _run_meta(func, args, kwargs, symbolic: bool) -> Any:
 
     With symbolic sizes, through the Python dispatcher: it lets torch's Python meta kernels
     run, which accept SymInts where some C++ composite kernels would specialize them (guard_int)
-    or refuse them. With static sizes, the C++ kernels first (fast), the Python ones if those
-    refuse."""
+    or refuse them. With static sizes, kiln's own rule where it has one ([Note: meta rules without
+    torch's refs]), then the registered kernels, the Python dispatcher's if those refuse."""
     if not symbolic:
+        out = run_rule(func, args, kwargs)
+        if out is not NotImplemented:
+            return out
         try:
             return func(*args, **kwargs)
         except (RuntimeError, NotImplementedError):

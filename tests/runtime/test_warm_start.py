@@ -60,3 +60,37 @@ def test_a_second_process_traces_and_lowers_nothing(tmp_path):
     assert int(cold[1]) >= 3 and int(cold[3]) >= 5, cold      # train (fw + bw), eval, embedding (fw + bw)
     assert warm[1] == "0" and warm[3] == "0", warm
     assert len(list((tmp_path / "aot").iterdir())) == int(cold[1])
+
+
+ZOO_CHILD = textwrap.dedent("""
+    import sys, torch, kiln
+    from kiln.bench.zoo import ZOO, loss_of
+    for name, train in (("resnet", True), ("gpt2", False), ("llama", False)):
+        ref, inputs = ZOO[name].make("cpu", size="test")
+        model, _ = ZOO[name].make("cpu", size="test")
+        model.load_state_dict(ref.state_dict())
+        ref.train(train); model.train(train)
+        with torch.set_grad_enabled(train):
+            want, got = ref(*inputs), kiln.compile(model)(*inputs)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+            if train:
+                loss_of(want).backward(); loss_of(got).backward()
+                for a, b in zip(model.parameters(), ref.parameters()):
+                    torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-4)
+                for a, b in zip(model.buffers(), ref.buffers()):
+                    torch.testing.assert_close(a, b)
+    print("dynamo", "torch._dynamo" in sys.modules)
+""")
+
+
+def test_a_warm_start_of_the_zoo_imports_no_dynamo(tmp_path):
+    """[Note: meta rules without torch's refs]: capture, all a warm start runs of the compiler,
+    computes its fake tensors' metadata without torch's refs, whose first call imports torch._dynamo
+    (about a second); the second process still equals eager."""
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.pop("KILN_DISABLE_CACHE", None)
+    runs = [subprocess.run([sys.executable, "-c", ZOO_CHILD], env=env, capture_output=True, text=True, cwd=str(ROOT))
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-3000:]
+    assert runs[1].stdout.split()[-1] == "False", runs[1].stdout

@@ -228,3 +228,27 @@ def test_kept_buffers_grow_with_a_dynamic_size():
         inputs = _mlp_inputs(rows=rows, seed=rows)
         for got, want in zip(fast(*inputs), _mlp(*inputs)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_externs_called_through_torch_bindings_equal_their_overloads():
+    """[Note: externs through torch's bindings]: the binding a host program calls for an extern gives
+    the overload's result (the out overload too), and an overload the binding could confuse with
+    another keeps the OpOverload."""
+    from kiln.codegen.host import _binding
+    aten = torch.ops.aten
+    a, b, c = torch.randn(4, 6), torch.randn(6, 5), torch.randn(5)
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    cases = [(aten.mm.default, (a, b), {}), (aten.addmm.default, (c, a, b), {"beta": 0.5, "alpha": 2.0}),
+             (aten.bmm.default, (a[None], b[None]), {}),
+             (aten.convolution.default, (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {})]
+    for op, args, kwargs in cases:
+        binding = _binding(op)
+        assert binding is not op, op
+        torch.testing.assert_close(binding(*args, **kwargs), op(*args, **kwargs), rtol=0, atol=0)
+    out_op = aten.mm.out
+    got, want = torch.empty(4, 5), torch.empty(4, 5)
+    _binding(out_op)(a, b, out=got)
+    out_op(a, b, out=want)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # sort's list overloads (sort.int(self, reverse)) require nothing sort.default lacks: kept as the overload
+    assert _binding(aten.sort.default) is aten.sort.default

@@ -2,7 +2,7 @@
 
 [Note: meta rules without torch's refs] torch registers Python meta kernels for most ATen ops
 (`torch._meta_registrations`); those of the elementwise ops, the norms, the reductions, addmm, cat and
-arange are its Python refs behind `torch._disable_dynamo`, whose first call imports `torch._dynamo` (1.0-1.2 s on
+arange are its Python refs behind torch's dynamo-disabling wrapper, whose first call imports TorchDynamo (1.0-1.2 s on
 the CI machine). A warm start runs capture and no other stage of the compiler, so for a model whose
 own imports leave dynamo out (kiln's zoo, a user's plain module) that import was most of it. For the
 ops a forward pass is made of, the rules below give sizes, strides and dtype as torch's meta kernels

@@ -49,14 +49,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_a_second_process_traces_and_lowers_nothing(tmp_path):
-    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+def _cold_then_warm(program: str, cache) -> list[subprocess.CompletedProcess]:
+    """`program` run by two processes in turn with one (empty at first) cache directory; both succeed."""
+    env = dict(os.environ, KILN_CACHE_DIR=str(cache), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     env.pop("KILN_DISABLE_CACHE", None)
-    runs = [subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, cwd=str(ROOT))
+    runs = [subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, cwd=str(ROOT))
             for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-3000:]
-    cold, warm = (r.stdout.split() for r in runs)
+    return runs
+
+
+def test_a_second_process_traces_and_lowers_nothing(tmp_path):
+    cold, warm = (r.stdout.split() for r in _cold_then_warm(CHILD, tmp_path))
     assert int(cold[1]) >= 3 and int(cold[3]) >= 5, cold      # train (fw + bw), eval, embedding (fw + bw)
     assert warm[1] == "0" and warm[3] == "0", warm
     assert len(list((tmp_path / "aot").iterdir())) == int(cold[1])
@@ -87,10 +92,5 @@ def test_a_warm_start_of_the_zoo_imports_no_dynamo(tmp_path):
     """[Note: meta rules without torch's refs]: capture, all a warm start runs of the compiler,
     computes its fake tensors' metadata without torch's refs, whose first call imports torch._dynamo
     (about a second); the second process still equals eager."""
-    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    env.pop("KILN_DISABLE_CACHE", None)
-    runs = [subprocess.run([sys.executable, "-c", ZOO_CHILD], env=env, capture_output=True, text=True, cwd=str(ROOT))
-            for _ in range(2)]
-    for r in runs:
-        assert r.returncode == 0, r.stderr[-3000:]
+    runs = _cold_then_warm(ZOO_CHILD, tmp_path)
     assert runs[1].stdout.split()[-1] == "False", runs[1].stdout

@@ -66,7 +66,9 @@ print("RESULT " + json.dumps({"eager_first": eager, "kiln_first": first, "kiln_f
 
 
 def run(name: str, mode: str, size: str, batch: str, device: str, precision: str, cache: str, repo: str) -> dict:
-    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf", PYTHONPATH=repo)
+    # the checkout first; the rest of the caller's path (wheels installed under a --target) after it
+    path = [repo] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf", PYTHONPATH=os.pathsep.join(path))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)    # a user's processes import kiln from bytecode caches
     proc = subprocess.run([sys.executable, "-c", CHILD, name, mode, size, batch, device, precision], env=env, capture_output=True, text=True,

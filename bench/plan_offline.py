@@ -45,6 +45,61 @@ class KernelPlan:
         return self.floor_us / min(1.0, self.programs / SMS)
 
 
+def _nbytes(buf) -> int:
+    from kiln.codegen.host import _storage_key
+    return int(_storage_key(buf)[2]) * buf.dtype.itemsize
+
+
+def memory_profile(label: str, graph, steps, local: frozenset, boxed: bool) -> list[str]:
+    """Bytes the host program holds step by step, under its own rule (a buffer from its first
+    write to its last use; a boxed program's inputs until their last use, as [Note: boxed programs]
+    frees them; outputs to the end), and what is live at the peak: the buffers to look at when a
+    training peak stands above Inductor's. Extern workspaces are not counted."""
+    from kiln.codegen import ir
+    buffers = graph.buffer_map()
+    inputs = [b for b in graph.inputs if b is not None]
+    outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
+    born, last, writer = {}, {}, {}
+    for i, step in enumerate(steps):
+        if isinstance(step, ir.Kernel):
+            written = {st.buffer for stage in step.stages for st in stage.body if isinstance(st, ir.Store)}
+            names = list(step.buffer_args)
+            what = step.name
+        else:
+            written = {o for o in step.outputs if o is not None}
+            names = [a.name for a in torch.utils._pytree.tree_leaves((step.args, [v for _, v in step.kwargs]))
+                     if isinstance(a, (ir.BufferArg, ir.ViewArg))] + list(written)
+            what = str(step.op)
+        for b in names:
+            if b in buffers and b not in local:
+                last[b] = i
+                if b in written and b not in born:
+                    born[b], writer[b] = i, what
+    for b in inputs:
+        born.setdefault(b, -1)
+        writer.setdefault(b, "input")
+        if not boxed or b in outputs:
+            last[b] = len(steps)
+    for b in outputs:
+        last[b] = len(steps)
+    live = [sum(_nbytes(buffers[b]) for b in born if born[b] <= i <= last.get(b, born[b])
+                and (boxed or b not in inputs)) for i in range(len(steps))]
+    peak = max(range(len(steps)), key=live.__getitem__)
+    at = sorted((b for b in born if born[b] <= peak <= last.get(b, born[b]) and (boxed or b not in inputs)),
+                key=lambda b: -_nbytes(buffers[b]))
+    saved = sum(_nbytes(buffers[b]) for b in outputs if b in buffers)
+    out = [f"== {label} memory: peak {live[peak] / 2**20:.0f} MB at step {peak} of {len(steps)} "
+           f"({writer.get(next(iter(at), ''), '')}...), outputs {saved / 2**20:.0f} MB; live at the peak:"]
+    out += [f"  {_nbytes(buffers[b]) / 2**20:8.1f} MB  {b:<12} {str(buffers[b].dtype):<15} {tuple(buffers[b].sizes)} "
+            f"written by {writer[b]} at {born[b]}, last read at {last.get(b)}"
+            + (" (input)" if b in inputs else "") + (" (output)" if b in outputs else "")
+            for b in at[:25]]
+    return out
+
+
+MEMORY: list[str] = []     # memory_profile's lines, when asked for
+
+
 def plan_graph(label: str, gm: torch.fx.GraphModule, example_inputs) -> list[KernelPlan]:
     from kiln.codegen import ir, triton as triton_printer
     from kiln.codegen.compile import _saved_outputs
@@ -59,7 +114,9 @@ def plan_graph(label: str, gm: torch.fx.GraphModule, example_inputs) -> list[Ker
     graph = optimize_layouts(dedupe_buffers(graph), _saved_outputs(graph, gm.meta.get("kiln_user_outputs")))
     buffers = {b.name: dataclasses.replace(b, device="cuda") for b in graph.buffers}
     plans = []
-    for kernel in (s for s in schedule(graph).steps if isinstance(s, ir.Kernel)):
+    sched = schedule(graph)
+    MEMORY.extend(memory_profile(label, graph, sched.steps, sched.local_buffers, boxed=label == "backward"))
+    for kernel in (s for s in sched.steps if isinstance(s, ir.Kernel)):
         spec = KernelSpec.of(kernel, buffers)
         numels = tuple(int(eval(e, {})) for e in spec.numels[:-1])      # static sizes: plain ints
         xnumel, rnumel = numels[0], max(numels[1:], default=1)
@@ -110,6 +167,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--show", action="append", default=[], help="print the loop IR of kernels of this name")
+    p.add_argument("--memory", action="store_true", help="print each program's peak and the buffers live at it")
     a = p.parse_args()
     plans = plan_model(a.case, a.batch)
     for graph in ("forward", "backward"):
@@ -119,6 +177,8 @@ def main() -> None:
     print(f"{'estimate us':>12} {'floor us':>9} {'programs':>8}  kernel  numels  config")
     for k in sorted(plans, key=lambda k: -k.estimate_us)[:a.top]:
         print(f"{k.estimate_us:12.1f} {k.floor_us:9.1f} {k.programs:8d}  {k.graph[:2]} {k.name}  {k.numels}  {k.config}")
+    if a.memory:
+        print("\n".join(MEMORY))
     for name in a.show:
         print(next((k.ir for k in plans if k.name == name), f"no kernel {name}"))
 

@@ -118,3 +118,36 @@ def test_max_pooling_saves_nothing_at_its_input_resolution_but_the_convolution_o
     torch.testing.assert_close(got, expected)
     conv_output = 2 * 8 * 16 * 16 * 4
     assert compiled.info.bytes_saved <= conv_output + x.numel() * 4, compiled.info
+
+
+def _three_blocks(x, w1, w2, w3):
+    h = x
+    for w in (w1, w2, w3):
+        h = ((h @ w).sin() * 2 + 1).cos()
+    return h.sum()
+
+
+def test_recomputed_values_are_placed_just_before_their_first_user():
+    """[Note: recomputation where it is used]: no gradient is computed between a recomputed value
+    and its first reader, so recomputations do not pile up at the backward's start."""
+    x = torch.randn(16, 32)
+    ws = [torch.randn(32, 32, requires_grad=True) for _ in range(3)]
+    joint = _joint(_three_blocks, x, *ws)
+    _, bw_gm, info = min_cut_partition(joint)
+    nodes = list(bw_gm.graph.nodes)
+    tangents = {n for n in nodes if n.op == "placeholder" and n.name.startswith("tangent")}
+    assert tangents, [n.name for n in nodes if n.op == "placeholder"]
+    grads = set(tangents)
+    for n in nodes:
+        if any(a in grads for a in n.all_input_nodes):
+            grads.add(n)
+    recomputed = [n for n in nodes if n.name in info.recomputed]
+    assert len(recomputed) >= 6, info.recomputed     # sin and cos of each block at least
+    for n in recomputed:
+        first = min(nodes.index(u) for u in n.users)
+        between = [m.name for m in nodes[nodes.index(n) + 1:first] if m in grads]
+        assert not between, f"{n.name} recomputed before gradients {between} it does not feed"
+    compiled = aot_compile(torch.fx.symbolic_trace(_three_blocks), [x, *ws], fw_compiler=lambda g, _: g.forward,
+                           bw_compiler=lambda g, _: g.forward, partition=min_cut_partition)
+    torch.testing.assert_close(torch.autograd.grad(compiled(x, *ws), ws),
+                               torch.autograd.grad(_three_blocks(x, *ws), ws))

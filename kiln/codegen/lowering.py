@@ -604,6 +604,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             if holder is not None:
                 ctx.origins.setdefault(holder.name, node.name)
 
+    computed = len(ctx.nodes)
     outputs = []
     # a forward's outputs past its user outputs are values saved for its backward (aot's partition):
     # those may be the inputs themselves (a weight), never copied
@@ -618,7 +619,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             if view is not None and view.name not in inputs and view.name not in constants:
                 outputs.append(view)
                 continue
-            strides = meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
+            strides = _dense_strides(meta)
             # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
             # the input may be mutated after (aot's epilogue) and the caller may write either
             holder = ctx.buffer_of(value)
@@ -630,9 +631,49 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             outputs.append(ctx.realize(value, strides, fresh=fresh).name)
         else:
             outputs.append(value)
-    graph = ir.Graph(tuple(ctx.buffers.values()), tuple(ctx.nodes), tuple(inputs), tuple(outputs),
+    graph = ir.Graph(tuple(ctx.buffers.values()), tuple(_outputs_where_computed(ctx, computed)),
+                     tuple(inputs), tuple(outputs),
                      tuple(size_inputs), tuple(ctx.origins.items()))
     return graph, constants
+
+
+def _outputs_where_computed(ctx: LoweringContext, computed: int) -> list:
+    """[Note: outputs realized where they are computed] A returned value that no node stored is
+    stored by a node the output loop adds after the last one: T5's forward computed each layer's
+    saved softmax output there, holding every layer's fp32 attention scores until its end (384 MB
+    at the forward's peak, which set its training peak). Such a node moves up to just after the
+    last node making what it reads, when it is no bigger than what it reads (those may die there);
+    a bigger one (a gradient cast up to float32 from a bfloat16 matmul's result) stays at the end,
+    the smaller values it reads held instead."""
+    nodes = list(ctx.nodes[:computed])
+    made_at = {b: i for i, n in enumerate(nodes) for b in (n.outputs if isinstance(n, ir.ExternKernel) else (n.buffer,))}
+    made_late = {b for n in ctx.nodes[computed:] for b in (n.outputs if isinstance(n, ir.ExternKernel) else (n.buffer,))}
+    moved: list[tuple[int, Any]] = []
+    late = []
+    for n in ctx.nodes[computed:]:
+        reads = ({ld.buffer for ld in ir.loads_of(n.body.expr)}
+                 if isinstance(n, ir.ComputedBuffer) and isinstance(n.body, ir.Pointwise) else None)
+        if not reads or not reads <= ctx.buffers.keys() or reads & made_late:
+            late.append(n)
+            continue
+        held = sum((ctx.buffers[b].numel * ctx.buffers[b].dtype.itemsize for b in reads), sympy.Integer(0))
+        out = ctx.buffers[n.buffer]
+        if not sympy.sympify(out.numel * out.dtype.itemsize - held).is_nonpositive:
+            late.append(n)
+            continue
+        at = max((made_at.get(b, -1) for b in reads), default=-1) + 1
+        if at == 0:          # it reads only inputs (a weight's cast): nothing it reads dies earlier
+            late.append(n)
+            continue
+        moved.append((at, n))
+    for at, n in sorted(moved, key=lambda m: m[0], reverse=True):   # later positions first: indices hold
+        nodes.insert(at, n)
+    return nodes + late
+
+
+def _dense_strides(meta) -> tuple | None:
+    """An output's strides: its example's when dense, else the printer's choice (None)."""
+    return meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
 
 
 def _size_expr(node: torch.fx.Node, value) -> sympy.Expr:

@@ -65,6 +65,16 @@ def test_heuristics_persistent_rows_fit_registers_and_long_rows_loop():
     assert candidates[0] == softmax_row and len(set(candidates)) == len(candidates) > 1
 
 
+def test_wide_reductions_launch_enough_programs():
+    """ResNet-50's batch norm gradient over its first stage (8192 outputs of 12544, wide in x) ran
+    as 128 programs of 64 outputs, one a multiprocessor, at a third of copy bandwidth."""
+    for xnumel, rnumel in ((8192, 12544), (16384, 6272), (12288, 3136)):
+        config = heuristics.reduction(xnumel, rnumel, rows_contiguous=True)
+        assert -(-xnumel // config.XBLOCK) >= heuristics.MIN_WIDE_PROGRAMS, (xnumel, config)
+        assert config.XBLOCK >= 16 and config.XBLOCK * config.RBLOCK <= 4096
+    assert heuristics.reduction(1 << 20, 3136, rows_contiguous=True).XBLOCK == 64   # plenty of programs
+
+
 def test_source_cache_writes_once_and_loads_once(tmp_path, monkeypatch):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
     source = "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(p, XBLOCK: tl.constexpr):\n    pass\n"

@@ -21,6 +21,9 @@ PERSISTENT_MAX = 16384
 POINTWISE_BLOCK = 1024
 LOOPED_RBLOCK = 2048
 MAX_WARPS = 16
+# Programs a wide-in-x reduction should launch at least: about four a streaming multiprocessor
+# (the H200 has 132). See `reduction`.
+MIN_WIDE_PROGRAMS = 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +65,14 @@ def reduction(xnumel: int, rnumel: int, rows_contiguous: bool = False) -> Launch
     """`rows_contiguous`: neighbouring output elements are neighbours in memory and the reduced
     dim is strided (a reduction over an outer dim), so programs should be wide in x."""
     if rows_contiguous and rnumel > 1:
-        xblock = max(1, min(64, next_power_of_2(xnumel)))
+        # 64 outputs a program, fewer when that leaves too few programs to keep the GPU's memory
+        # system busy (ResNet-50's batch norm gradients over its first stage, 8192 outputs of 12544
+        # each: 128 programs of 16 warps, one a multiprocessor, ran at a third of copy bandwidth),
+        # but never under 16 (32 bytes of bfloat16 a row: a whole memory sector).
+        xblock = 64
+        while xblock > 16 and xnumel // xblock < MIN_WIDE_PROGRAMS:
+            xblock //= 2
+        xblock = max(1, min(xblock, next_power_of_2(xnumel)))
         rblock = max(1, min(next_power_of_2(rnumel), 4096 // xblock))
         return LaunchConfig(XBLOCK=xblock, RBLOCK=rblock, num_warps=_warps_for(xblock * rblock, 8),
                             persistent=rblock >= rnumel)

@@ -1,7 +1,7 @@
 """Where a DDP-compiled training step spends its time next to the same model compiled without DDP
 (issue #22, world size 1): one process, NCCL (gloo on CPU), the GPT-2 of `examples/ddp_train.py`.
 Variants, timed in interleaved rounds: eager, eager DDP, compiled, compiled DDP split at its
-buckets, compiled DDP in one graph. Then a few steps of each under torch.profiler: GPU kernel
+buckets, compiled DDP in one graph, and both with `gradient_as_bucket_view=True`. Then a few steps of each under torch.profiler: GPU kernel
 time and count, host-side synchronizations, and the kernels whose total time differs most from
 the compiled, non-DDP step.
 
@@ -74,6 +74,12 @@ def main() -> None:
     m = ddp_train.build(args, device)
     variants["compiled DDP one graph"] = ddp_train.Trainer(
         m, kiln.compile(DDP(m, **ddp_kwargs), options={"ddp_split": False}), args, device)
+    # gradient_as_bucket_view: gradients live in DDP's buckets, no copy into them after the backward
+    for split in (True, False):
+        m = ddp_train.build(args, device)
+        variants[f"compiled DDP {'split' if split else 'one graph'}, bucket view"] = ddp_train.Trainer(
+            m, kiln.compile(DDP(m, gradient_as_bucket_view=True, **ddp_kwargs), options={"ddp_split": split}),
+            args, device)
     ids = ddp_train.batch(args, 0, 0, device)
     times = {name: [] for name in variants}
     for step in range(3 + a.steps):
@@ -89,7 +95,7 @@ def main() -> None:
         pr = profiles[name]
         lines.append(f"| {name} | {statistics.median(times[name]) * 1e3:.2f} | "
                      f"{sum(pr['kernels'].values()) / 1e3:.2f} | {sum(pr['counts'].values()):.0f} | {pr['syncs']:.0f} |")
-    for name in ("compiled DDP split", "compiled DDP one graph"):
+    for name in [n for n in variants if n.startswith("compiled DDP")]:
         pr = profiles[name]
         diff = {k: pr["kernels"][k] - base["kernels"].get(k, 0) for k in set(pr["kernels"]) | set(base["kernels"])}
         lines += ["", f"kernels whose time differs most, {name} minus compiled (us per step, count per step):"]

@@ -3,7 +3,7 @@
 An entry is keyed by (graph code, input metadata, kiln/torch versions, device, printer) and holds
 the host program's source, the kernels as `kiln.codegen.compile.save_kernels` saved them (C++: the libraries' sources,
 whose binaries `cpp_build` caches by source hash; Triton: each kernel's KernelSpec, whose binaries
-Triton's cache holds), and how to re-link the rest: extern ops by qualified name, constants by
+Triton's cache holds, and where it filed each static kernel's: [Note: warm binaries]), and how to re-link the rest: extern ops by qualified name, constants by
 graph attribute. Only graphs whose host program is fully serializable are stored.
 
 Entries are JSON documents in `kiln.runtime.store` (kind "graphs"): written atomically, checked

@@ -10,7 +10,8 @@ the grid (`ceil(xnumel / XBLOCK)` programs) and the index dtype (int64 only when
 
 CUDA kernels of static sizes compile in parallel inside `build` (`precompile`); kernels with
 symbolic sizes compile at their first launch (a symbolic size's specialization, divisible by 16 or
-not, is known only then). Triton caches the binaries on disk either way.
+not, is known only then). Triton caches the binaries on disk either way, and a warm start loads a
+static kernel's binary from where kiln's cache entry says Triton filed it ([Note: warm binaries]).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import triton.language as tl
 
 from kiln import log
 from kiln.codegen import ir
-from kiln.codegen.triton import heuristics
+from kiln.codegen.triton import binaries, heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
 from kiln.codegen.triton.libdevice import link_options
 from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_canonical
@@ -151,6 +152,8 @@ class TritonKernel:
         self.configs: dict[tuple, LaunchConfig] = {}     # numels -> config (autotune or heuristic)
         self.plans: dict[tuple, _Plan | None] = {}        # size ints -> plan (None: nothing to do)
         self.direct: dict[tuple, _DirectLaunch] = {}      # size ints -> [Note: direct launch]
+        self.warmed = None        # what `warmup` got from Triton (a CompiledKernel, or its future)
+        self.prebuilt = None      # the static plan's CompiledKernel from a record ([Note: warm binaries])
         BUILT.add(self)
 
     def __repr__(self):
@@ -194,19 +197,41 @@ class TritonKernel:
         fn[grid](*args, *numels, XBLOCK=config.XBLOCK, RBLOCK=config.RBLOCK, INDEX_DTYPE=tl.int32,
                  num_warps=config.num_warps, num_stages=config.num_stages, **self.link)
 
+    @property
+    def static(self) -> bool:
+        """A CUDA kernel whose sizes are all static, compiled before its first launch."""
+        return not self.interpret and not self.layout.size_args and not self.autotune
+
     def warmup(self) -> None:
         """Compile the first launch's binary of a kernel with static sizes, without launching."""
         plan = self.plans[()] = self.plan((), ())
         if plan is None:
             return
         c = plan.config
-        plan.fn.warmup(*self.arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
-                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages,
-                       **self.link)
+        self.warmed = plan.fn.warmup(*self.arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK,
+                                     RBLOCK=c.RBLOCK, INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps,
+                                     num_stages=c.num_stages, **self.link)
+
+    def load_binary(self, record: dict) -> bool:
+        """Take the first launch's binary from `record` (`binary_record`'s, in an earlier process)
+        instead of `warmup`: whether it could ([Note: warm binaries])."""
+        plan = self.plans[()] = self.plan((), ())
+        if plan is not None:
+            c = plan.config
+            self.prebuilt = binaries.load(record, plan.fn, dict(num_warps=c.num_warps, num_stages=c.num_stages,
+                                                                **self.link))
+        return self.prebuilt is not None
+
+    def binary_record(self) -> dict | None:
+        """Where Triton filed the first launch's binary (`binaries.record`), once warmed up."""
+        compiled = self.warmed.result(ignore_errors=True) if hasattr(self.warmed, "result") else self.warmed
+        return binaries.record(compiled) if compiled is not None else None
 
     def __call__(self, *args):
         sizes = args[self.n_buffers:]
         direct = self.direct.get(sizes)
+        if direct is None and self.prebuilt is not None and not sizes:
+            direct = self._prebuilt_launch(args)
         if direct is not None and direct.launch(args):
             return
         plan = self.plans.get(sizes, False)
@@ -220,6 +245,20 @@ class TritonKernel:
                                       num_stages=c.num_stages, **self.link)
         if not self.interpret and direct is None and hasattr(compiled, "packed_metadata"):
             self.direct[sizes] = _DirectLaunch(compiled, plan, args[:self.n_buffers])
+
+    def _prebuilt_launch(self, args: Sequence) -> "_DirectLaunch | None":
+        """The direct launch of the binary `load_binary` found, built at the first call (it loads the
+        binary into the GPU), for 16-byte aligned pointers as it was compiled; None when it cannot
+        run here, and then the JIT path finds or compiles one."""
+        compiled, self.prebuilt = self.prebuilt, None
+        try:
+            if binaries.runs_here(compiled):
+                direct = _DirectLaunch(compiled, self.plans[()], args[:self.n_buffers], aligned=True)
+                self.direct[()] = direct
+                return direct
+        except Exception as e:     # out of resources, a launcher that would not build: the JIT path says why
+            log.emit("perf", f"kernel {self.layout.name}: its cached binary did not load ({type(e).__name__}: {e})")
+        return None
 
 
 class _DirectLaunch:
@@ -236,11 +275,12 @@ class _DirectLaunch:
     7 through the wrapper with ints). Launch hooks (profilers) are honoured by taking the JIT path
     while one is set."""
 
-    def __init__(self, compiled, plan: _Plan, tensors: Sequence[torch.Tensor]):
+    def __init__(self, compiled, plan: _Plan, tensors: Sequence[torch.Tensor], aligned: bool = False):
+        """`compiled` was built for the pointers of `tensors`, or for 16-byte aligned ones (`aligned`)."""
         from triton.runtime import driver
         c = plan.config
         self.n_buffers = len(tensors)
-        self.aligned = _alignment([t.data_ptr() for t in tensors])
+        self.aligned = (True,) * len(tensors) if aligned else _alignment([t.data_ptr() for t in tensors])
         self.all_aligned = all(self.aligned)
         device = tensors[0].device.index if tensors else driver.active.get_current_device()
         self.stream = functools.partial(driver.active.get_current_stream, device)
@@ -297,7 +337,7 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     not an error (the launch compiles again and reports it): the names of failed kernels are
     returned and logged.
     """
-    ready = [k for k in kernels if not k.interpret and not k.layout.size_args and not k.autotune]
+    ready = [k for k in kernels if k.static and k.prebuilt is None]
     if not ready:
         return []
     try:
@@ -329,13 +369,16 @@ def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
 def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
     """What the warm-start cache keeps of built kernels (JSON): each kernel's `KernelSpec` (its
     source and how to launch it) under the name the host program calls it by; `restore` loads
-    them again, and Triton's own cache has their binaries."""
+    them again, and Triton's own cache has their binaries: `restore` adds where (`binaries`)."""
     return {"kernels": {k.name: dataclasses.asdict(KernelSpec.of(k, buffers)) for k in kernels}}
 
 
 def restore(entry: dict, workers: int | None = None, autotune: bool = False) -> dict[str, "TritonKernel"]:
-    """`build`'s result again from what `saved` kept."""
-    return _load({name: KernelSpec.from_json(v) for name, v in entry["kernels"].items()}, autotune, workers)
+    """`build`'s result again from what `saved` kept. A static kernel whose binary `entry["binaries"]`
+    names loads it without Triton's JIT; the others precompile, and `entry["binaries"]` then names
+    theirs, for the cache entry the caller stores ([Note: warm binaries])."""
+    return _load({name: KernelSpec.from_json(v) for name, v in entry["kernels"].items()}, autotune, workers,
+                 entry.setdefault("binaries", {}))
 
 
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotune: bool = False,
@@ -346,15 +389,28 @@ def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotu
     return _load({k.name: KernelSpec.of(k, buffers) for k in kernels}, autotune, workers)
 
 
-def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None) -> dict[str, TritonKernel]:
+def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None,
+          records: dict | None = None) -> dict[str, TritonKernel]:
     """One `TritonKernel` per distinct spec (a kernel repeated in every layer loads and compiles
-    once), precompiled in parallel."""
+    once), its binary loaded from `records` (name -> `binary_record`) or precompiled in parallel;
+    `records` then names every static kernel's binary."""
     workers = workers or min(16, os.cpu_count() or 1)
     unique: dict[KernelSpec, TritonKernel] = {}
     with log.stage("load"):                  # [Note: compile stages]
         for spec in specs.values():
             if spec not in unique:
                 unique[spec] = TritonKernel(spec, autotune)
+    fns = {name: unique[spec] for name, spec in specs.items()}
     with log.stage("compile"):
+        if records:
+            found = [fn for name, fn in fns.items() if name in records and fn.static and fn.prebuilt is None
+                     and fn.load_binary(records[name])]
+            log.count("binaries from the cache", len(found))
         precompile(list(unique.values()), workers)
-    return {name: unique[spec] for name, spec in specs.items()}
+    if records is not None:
+        for name, fn in fns.items():
+            if fn.warmed is not None:                     # precompiled now: where Triton filed it
+                records.pop(name, None)
+                if (record := fn.binary_record()) is not None:
+                    records[name] = record
+    return fns

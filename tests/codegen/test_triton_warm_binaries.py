@@ -144,6 +144,25 @@ def test_the_first_call_launches_the_loaded_binary_directly(gpu_less, monkeypatc
     assert len(launches) == 2 and len(gpu_less) == 1 and warm.prebuilt is None
 
 
+def test_a_launcher_that_refuses_the_arguments_falls_back_to_the_jit(gpu_less, monkeypatch):
+    """On the H200 the first launch of a loaded binary raised TypeError from Triton's argument
+    parsing (nothing launched): the call goes the JIT path instead of failing."""
+    _, entry = _cold(monkeypatch)
+    warm = launcher.restore(entry)["rowsum"]
+    assert warm.prebuilt is not None
+
+    class Refusing:
+        def __init__(self, compiled, plan, tensors, aligned=False):
+            self.signature = {}
+
+        def launch(self, args):
+            raise TypeError("'dtype' object cannot be interpreted as an integer")
+    monkeypatch.setattr(launcher, "_DirectLaunch", Refusing)
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, **k: gpu_less.append("jit"))
+    warm(torch.empty(6, 40, dtype=torch.bfloat16), torch.empty(6))
+    assert gpu_less[-1] == "jit" and warm.prebuilt is None and () not in warm.direct
+
+
 def test_a_binary_for_another_gpu_is_not_launched(gpu_less, monkeypatch):
     _, entry = _cold(monkeypatch)
     warm = launcher.restore(entry)["rowsum"]

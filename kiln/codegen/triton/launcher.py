@@ -232,6 +232,20 @@ class TritonKernel:
         direct = self.direct.get(sizes)
         if direct is None and self.prebuilt is not None and not sizes:
             direct = self._prebuilt_launch(args)
+            if direct is not None:
+                try:
+                    if direct.launch(args):
+                        return
+                except TypeError as e:
+                    # Triton's launcher parses every argument before it launches anything: a
+                    # refusal here ran nothing, and the JIT path below launches instead. On the
+                    # H200 (Triton 3.6) the first such launch refused INDEX_DTYPE as an int; the
+                    # cause is not known yet, so each refusal is counted and named under KILN_LOG=perf.
+                    log.count("cached binaries refused at launch", 1)
+                    log.emit("perf", f"kernel {self.layout.name}: its cached binary's launcher refused the "
+                                     f"arguments ({e}); signature {dict(direct.signature)}")
+                    self.direct.pop((), None)
+                    direct = None
         if direct is not None and direct.launch(args):
             return
         plan = self.plans.get(sizes, False)
@@ -296,6 +310,7 @@ class _DirectLaunch:
             self.call = launcher
         self.grid = plan.grid[0]
         self.head, self.tail = head, tail
+        self.signature = getattr(compiled.src, "signature", {})
 
     def launch(self, args: Sequence) -> bool:
         """Launch if this call's pointers align as the first call's did and no hook is set."""

@@ -146,7 +146,7 @@ def plan_model(spec: str, batch: int | None) -> list[KernelPlan]:
                 return g.forward
             return compile_one
         aot_compile(gm, example_inputs, fw_compiler=planner("forward"), bw_compiler=planner("backward"),
-                    decompositions=decompositions_for(set()),
+                    decompositions=decompositions_for(set(), device_type="cuda"),
                     partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT))
         raise _Planned
 

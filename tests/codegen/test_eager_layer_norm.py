@@ -64,7 +64,7 @@ def test_every_layer_norm_of_gpt_neox_takes_the_eager_order(monkeypatch):
     from kiln.prims.ops import ops as p
     from test_gpu_bf16 import triton_programs
     ensure_torchvision_importable()
-    monkeypatch.setattr(normalization, "_stats", lambda x, dims: p.var_mean(x, dims)[::-1])
+    monkeypatch.setattr(normalization, "_layer_norm_stats", lambda device_type: lambda x, dims: p.var_mean(x, dims)[::-1])
     torch.manual_seed(0)
     model = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
         vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,

@@ -95,3 +95,20 @@ def test_group_norm_of_equal_values_is_exactly_zero_as_in_eager():
     kiln.reset()
     got = kiln.compile(f)(base)
     assert torch.equal(got, f(base)), f"max abs diff {(got - f(base)).abs().max().item()}"
+
+
+@pytest.mark.parametrize("width", [15, 768])
+def test_layer_norm_of_a_row_of_equal_values_is_exactly_its_bias_on_the_cpu(width):
+    """[Note: shifted mean]: eager's layer norm gives a row of equal values the mean of exactly that
+    value and a variance of 0; a mean of sum / n rounds, and the row came out as that noise times
+    rsqrt(eps), 1.5e-4 where eager's is exactly the bias."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.cat([(torch.randn(4, 1, generator=g) * 3).expand(4, width), torch.randn(2, width, generator=g)])
+    w, b = torch.randn(width, generator=g), torch.randn(width, generator=g)
+
+    def f(rows, w, b):
+        return torch.nn.functional.layer_norm(rows, (width,), w, b)
+    kiln.reset()
+    got, expected = kiln.compile(f)(rows, w, b), f(rows, w, b)
+    assert torch.equal(got[:4], expected[:4]), f"max abs diff {(got[:4] - expected[:4]).abs().max().item()}"
+    torch.testing.assert_close(got, expected)

@@ -150,7 +150,7 @@ def _bandwidth_kernels(n: int):
         x = torch.randn(64, n)     # lowering needs only metadata; 64 rows keep tracing cheap
         with torch.no_grad():
             aot_compile(torch.fx.symbolic_trace(fn), [x], fw_compiler=capture, bw_compiler=capture,
-                        decompositions=decompositions_for(set()))
+                        decompositions=decompositions_for(set(), device_type="cuda"))
     return found
 
 

@@ -6,6 +6,8 @@ eager mutates them; aot/ functionalizes that copy into an epilogue.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kiln.prims.decompositions.refs import (broadcast_to, computation_dtype, convert, full, has_elements, numel, reshape,
@@ -23,9 +25,11 @@ def _bcast(t, shape, dims):
 def _stats(x, dims, shifted: bool = False):
     """(mean, biased variance) over dims, without keepdim. `shifted`: the mean of [Note: shifted mean]
     (batch and group norm: their statistics run over dims where equal values come from broadcast
-    inputs, or from a layer norm over one element, fuzz seed 2610; layer norm keeps the plain mean,
-    whose row kernel reads only whole vectors, so it normalizes equal values to noise / sqrt(eps)
-    where eager's Welford gives exactly 0)."""
+    inputs, or from a layer norm over one element, fuzz seed 2610; layer norm on the CPU, where the
+    row's first element is one scalar load a row, hoisted out of the row's loops. Layer norm on
+    CUDA keeps the plain mean, whose row kernel reads only whole vectors (the sm90 bandwidth test
+    saw a scalar load of each row's first element), so it normalizes a row of equal values to
+    noise / sqrt(eps) where eager's Welford gives exactly 0)."""
     n = numel([x.shape[d] for d in dims])
     if shifted and has_elements(x, dims):
         mean = shifted_mean(x, dims, n)
@@ -42,10 +46,17 @@ def _rsqrt_eps(var, eps):
 
 
 @register(aten.native_layer_norm.default)
-def native_layer_norm(a, normalized_shape, weight, bias, eps):
+def native_layer_norm(a, normalized_shape, weight, bias, eps, device_type=None):
     """Statistics in two passes (mean, then the mean of squared deviations): the fastest form, and
-    as accurate as eager's Welford."""
-    return _layer_norm(a, normalized_shape, weight, bias, eps, _stats)
+    as accurate as eager's Welford. `device_type`: decompose as for that device instead of `a`'s
+    (the offline CUDA compiles trace on the CPU)."""
+    return _layer_norm(a, normalized_shape, weight, bias, eps, _layer_norm_stats(device_type or a.device.type))
+
+
+def _layer_norm_stats(device_type: str):
+    """Two-pass statistics, the mean shifted by each row's first element on the CPU ([Note: shifted
+    mean]: a row of equal values normalizes to exactly 0, as in eager)."""
+    return functools.partial(_stats, shifted=device_type == "cpu")
 
 
 @register(aten.native_layer_norm.default, numerics="eager")
@@ -55,7 +66,7 @@ def native_layer_norm_in_eagers_order(a, normalized_shape, weight, bias, eps):
     statistics] in kiln/codegen/triton/reductions.py), at about two thirds of the two-pass kernel's
     bandwidth. Elsewhere two passes."""
     def stats(x, dims):
-        return p.var_mean(x, dims)[::-1] if a.device.type == "cuda" else _stats(x, dims)
+        return p.var_mean(x, dims)[::-1] if a.device.type == "cuda" else _layer_norm_stats(a.device.type)(x, dims)
     return _layer_norm(a, normalized_shape, weight, bias, eps, stats)
 
 

@@ -7,6 +7,8 @@ returns, built from prims (and from other rows of this table, called as Python f
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Callable
 
 DECOMPOSITIONS: dict = {}
@@ -33,11 +35,18 @@ def register(*overloads, numerics: str = "fast"):
     return add
 
 
-def decompositions_for(backend_ops: set, numerics: str = "fast") -> dict:
+def decompositions_for(backend_ops: set, numerics: str = "fast", device_type: str | None = None) -> dict:
     """The rows a backend needs: every decomposition except of the ops it implements itself, with
-    the variants of `numerics` in place of the fast rows ([Note: numerics])."""
+    the variants of `numerics` in place of the fast rows ([Note: numerics]). `device_type`:
+    decompose as for that device, whatever the traced tensors' (offline CUDA compiles and plans
+    trace on the CPU); a row that decomposes by device takes it as its `device_type` keyword."""
     rows = {**DECOMPOSITIONS, **VARIANTS.get(numerics, {})}
-    return {op: fn for op, fn in rows.items() if op not in backend_ops}
+    table = {op: fn for op, fn in rows.items() if op not in backend_ops}
+    if device_type is not None:
+        for op, fn in table.items():
+            if "device_type" in inspect.signature(fn).parameters:
+                table[op] = functools.partial(fn, device_type=device_type)
+    return table
 
 
 def add_inplace_rows() -> int:

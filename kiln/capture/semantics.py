@@ -367,7 +367,10 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     if seq is not None:
         return seq(tx, a, b)
     if op in (operator.eq, operator.ne):
-        same = is_same(tx, a, b) if not _is_sequence(a) else _seq_eq(tx, a, b)
+        answer = _user_eq(tx, op, a, b)
+        if answer is not None:
+            return answer
+        same = _containers_equal(tx, a, b)
         return V.Constant(same if op is operator.eq else not same)
     if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
         from kiln.capture.attributes import dunder_binary
@@ -388,6 +391,50 @@ def items_equal(tx, x: V.Variable, y: V.Variable) -> bool:
     if x is y or isinstance(x, V.TensorVar) and isinstance(y, V.TensorVar) and x.example is y.example:
         return True
     return truth(tx, binary_op(tx, operator.eq, x, y))
+
+
+def _user_eq(tx, op, a, b) -> V.Variable | None:
+    """`a == b` / `a != b` through a user class's own __eq__ / __ne__ (a dataclass's too), the left
+    operand's first, then the right's reflected, as Python tries them; None where neither has one
+    (or both answer NotImplemented). A class with __eq__ and no __ne__ gets `not __eq__`."""
+    from kiln.capture.attributes import _function, class_lookup
+    for x, y in ((a, b), (b, a)):
+        if not isinstance(x, (V.NewObjectVar, V.ObjectVar)):
+            continue
+        ne = class_lookup(x.python_type(), "__ne__") if op is operator.ne else None
+        name = "__ne__" if isinstance(ne, types.FunctionType) else "__eq__"
+        entry = class_lookup(x.python_type(), name)
+        if not isinstance(entry, types.FunctionType):
+            continue
+        result = tx.call(V.MethodVar(_function(entry), x), [y])
+        if is_python_constant(result) and python_value(result) is NotImplemented:
+            continue
+        return result if name == "__ne__" or op is operator.eq else V.Constant(not truth(tx, result))
+    return None
+
+
+def _containers_equal(tx, a, b) -> bool:
+    """`a == b` where neither has an __eq__ of its own to call: sequences and dicts item by item,
+    sets by their keys, anything else by identity."""
+    a, b = (constant_of(tx, python_value(v)) if isinstance(v, V.Constant) and isinstance(v.value, (dict, set, frozenset))
+            else v for v in (a, b))
+    if _is_sequence(a):
+        return _seq_eq(tx, a, b)
+    if isinstance(a, V.DictVar) and isinstance(b, V.DictVar):
+        return _dict_eq(tx, a, b)
+    if isinstance(a, V.SetVar) and isinstance(b, V.SetVar):
+        return a.keys == b.keys
+    return is_same(tx, a, b)
+
+
+def _dict_eq(tx, a: V.DictVar, b: V.DictVar) -> bool:
+    # equal keys and equal values; two OrderedDicts also compare their keys' order
+    if a.items.keys() != b.items.keys():
+        return False
+    if issubclass(a.cls, collections.OrderedDict) and issubclass(b.cls, collections.OrderedDict) \
+            and list(a.items) != list(b.items):
+        return False
+    return all(items_equal(tx, a.items[k], b.items[k]) for k in a.items)
 
 
 def _sequence_kind(v) -> type:

@@ -224,7 +224,10 @@ class CompiledFunction:
         _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
         check = lambda *a, **k: True  # noqa: E731
         check.__kiln_bindings__ = {}
-        return Entry(check, self.fn, [], None, None, "<eager>")
+        return Entry(check, self._run_eagerly, [], None, None, "<eager>")
+
+    def _run_eagerly(self, *args, **kwargs):
+        return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)
 
     def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
         code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
@@ -397,6 +400,54 @@ class ModuleCall:
 def _call_module_copy():
     # a fresh function object per module, so each module has its own cache of entries
     return types.FunctionType(_call_module.__code__, _call_module.__globals__, "__call__")
+
+
+# [Note: a frame run eagerly captures its callees] A frame kiln runs eagerly as a whole (the code
+# raises as traced, too many breaks, an entry kiln cannot rebuild) still calls modules whose own
+# frames capture: torch.compile skips such a frame and its PEP 523 hook compiles the frames it
+# calls. kiln has no such hook, so when the frame is a module's (its first argument is the
+# module), the modules it can call (its children, and the items of containers such as
+# ModuleList) run, for the call's duration, with `forward` redirected to their forward captured
+# in its own frame, as `NativeModuleCall` does for DDP. Transformers' LongT5 and
+# SwitchTransformers stacks are such frames: traced with is_compiling() True they leave the
+# attention mask None and read it; eagerly they make the mask, and their blocks are captured.
+def run_with_callees_captured(fn, args: tuple, kwargs: dict, backend, config):
+    """`fn(*args, **kwargs)` as Python, the modules it calls captured (a module's frame only)."""
+    module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+    if module is None:
+        return fn(*args, **kwargs)
+    callees = [module] if fn.__code__ is _call_module.__code__ else list(_module_callees(module))
+    redirected = []
+    for callee in callees:
+        if "forward" in callee.__dict__:   # the user's own forward, or redirected by an outer frame
+            continue
+        forward = type(callee).forward
+        callee.__dict__["forward"] = _cached(callee, backend, config,
+                                             lambda: ForwardCall(callee, forward, backend, config))
+        redirected.append(callee)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for callee in redirected:
+            callee.__dict__.pop("forward", None)
+
+
+def _module_callees(module: torch.nn.Module):
+    """The submodules whose forward `module`'s forward may call: children with a Python forward of
+    their own; torch's modules (ModuleList, Sequential, Linear) are looked through to their items."""
+    for child in module._modules.values():
+        if child is None:
+            continue
+        if _own_forward(child):
+            yield child
+        else:
+            yield from _module_callees(child)
+
+
+def _own_forward(module: torch.nn.Module) -> bool:
+    forward = getattr(type(module), "forward", None)
+    return (isinstance(forward, types.FunctionType) and type(module).__call__ is torch.nn.Module.__call__
+            and not (forward.__module__ or "").startswith(("torch.", "kiln.")))
 
 
 def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:

@@ -28,6 +28,7 @@ from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
+from kiln.capture.sources import LocalSource
 from kiln.config import CaptureConfig
 from kiln.errors import Unsupported
 
@@ -70,6 +71,7 @@ class CompiledFunction:
         self.eager_calls = 0            # calls run eagerly past the limit
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
+        self.dynamic_ints: frozenset = frozenset()   # int arguments seen to change: symbolic from now on
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         functools.update_wrapper(self, fn)
@@ -125,6 +127,7 @@ class CompiledFunction:
                 # too, or the next step (cache length + 1) would compile a third graph.
                 self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
                                        frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
+                self.dynamic_ints |= self._changed_ints(self.entries[-1], args, kwargs)
         started = trace_events.frame_start(self, args)
         try:
             with log.frame(_name(self.fn)):      # [Note: compile stages]
@@ -138,26 +141,37 @@ class CompiledFunction:
         trace_events.frame_done(self, entry, args, started)
         return entry.run(*args, **kwargs)
 
-    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
-        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
-        (source, dim) -> the size `entry` was compiled for."""
+    def _guarded_values(self, entry: Entry, args, kwargs, wanted):
+        """(guard, the value its source reads on this call) for `entry`'s guards that `wanted` picks."""
         from kiln.capture.convert import compile_source
-        changed = {}
         for guard in entry.guards:
-            if guard.kind is not GuardKind.TENSOR:
+            if not wanted(guard):
                 continue
             read = compile_source("__kiln_read", self.params, [f"return {guard.source.expr()}"],
                                   dict(entry.check.__kiln_bindings__), "<kiln read>", self.fn)
             try:
-                value = read(*args, **kwargs)
+                yield guard, read(*args, **kwargs)
             except Exception:
                 continue
+
+    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
+        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
+        (source, dim) -> the size `entry` was compiled for."""
+        changed = {}
+        for guard, value in self._guarded_values(entry, args, kwargs, lambda g: g.kind is GuardKind.TENSOR):
             spec = guard.expected
             if isinstance(value, torch.Tensor) and value.dtype == spec.dtype and value.dim() == len(spec.sizes) \
                     and value.device == spec.device:
                 changed.update({(guard.source, d): n for d, n in enumerate(spec.sizes)
                                 if n is not None and value.size(d) != n})
         return changed
+
+    def _changed_ints(self, entry: Entry, args, kwargs) -> frozenset:
+        """Sources of ints `entry` specialized on that hold another int now ([Note: ints that change])."""
+        def int_constant(g):
+            return g.kind is GuardKind.CONST and type(g.expected) is int and isinstance(g.source, LocalSource)
+        return frozenset(g.source for g, value in self._guarded_values(entry, args, kwargs, int_constant)
+                         if type(value) is int and value != g.expected)
 
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
@@ -166,7 +180,8 @@ class CompiledFunction:
             try:
                 with log.stage("capture"):
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                        dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
+                                        dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes,
+                                        dynamic_ints=self.dynamic_ints)
             except GraphBreak as e:
                 # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
                 # frame, which holds no graph, so fullgraph applies to the frames it captures

@@ -357,6 +357,13 @@ class ForwardCall:
     def __kiln_original__(self):
         return types.MethodType(self.compiled.fn, self.module_ref())
 
+    @property
+    def __signature__(self):
+        # set as the module's `forward` (NativeModuleCall, a frame run eagerly): code that asks
+        # for the parameters of `module.forward` (transformers does) sees the forward's own
+        import inspect
+        return inspect.signature(self.__kiln_original__)
+
     def __call__(self, *args, **kwargs):
         return self.compiled(self.module_ref(), *args, **kwargs)
 

@@ -185,3 +185,22 @@ def test_a_module_frame_run_eagerly_still_captures_the_modules_it_calls():
             assert_same(cf(x), model(x))
     assert len(rec.graphs) == 2
     assert all("forward" not in vars(m) for m in model.modules())
+
+
+class _AsksForwardSignature(_MaskedStack):
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        import inspect
+        return out, list(inspect.signature(self.blocks[0].forward).parameters)
+
+
+def test_a_redirected_forward_keeps_its_signature():
+    """Code run in such a frame may ask for a callee's `forward` parameters (transformers does):
+    the redirected forward answers with the module's own."""
+    kiln.reset()
+    model = _AsksForwardSignature()
+    cf = kiln.compile(model, backend=Recorder())
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(cf(x), model(x))

@@ -28,7 +28,7 @@ from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
-from kiln.capture.sources import LocalSource
+from kiln.capture.sources import ItemSource, LocalSource
 from kiln.config import CaptureConfig
 from kiln.errors import Unsupported
 
@@ -168,8 +168,16 @@ class CompiledFunction:
 
     def _changed_ints(self, entry: Entry, args, kwargs) -> frozenset:
         """Sources of ints `entry` specialized on that hold another int now ([Note: ints that change])."""
+        code = self.fn.__code__
+        n = code.co_argcount + code.co_kwonlyargcount
+        packed = set(code.co_varnames[n:n + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)])
+
+        def argument(source) -> bool:   # a parameter, or an item of *args / **kwargs (a module's call)
+            return isinstance(source, LocalSource) or isinstance(source, ItemSource) and \
+                isinstance(source.base, LocalSource) and source.base.name in packed
+
         def int_constant(g):
-            return g.kind is GuardKind.CONST and type(g.expected) is int and isinstance(g.source, LocalSource)
+            return g.kind is GuardKind.CONST and type(g.expected) is int and argument(g.source)
         return frozenset(g.source for g, value in self._guarded_values(entry, args, kwargs, int_constant)
                          if type(value) is int and value != g.expected)
 

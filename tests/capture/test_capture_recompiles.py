@@ -199,3 +199,21 @@ def test_a_symbolic_int_argument_runs_through_kilns_own_backend():
     for stride in (2, 3, 7):
         torch.testing.assert_close(cf(pos, stride, 3), _shifted_positions(pos, stride, 3))
     assert len(cf.entries) == 2
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x, n, *, k=1):
+        return x * n + k
+
+
+def test_ints_passed_to_a_compiled_module_become_symbolic_too():
+    """A compiled module's frame takes its arguments as *args / **kwargs: their int items that
+    change are symbolic inputs as a function's int parameters are."""
+    kiln.reset()
+    rec = Recorder()
+    model = _Scaled()
+    cf = kiln.compile(model, backend=rec, fullgraph=True)
+    x = torch.randn(3)
+    for n in range(2, 14):
+        torch.testing.assert_close(cf(x, n, k=n + 1), model(x, n, k=n + 1))
+    assert len(rec.graphs) == 2

@@ -98,6 +98,8 @@ def _guard(out, kind, source, expected):
 
 
 def _wrap_constant(out, value, source):
+    if type(value) is int and source is not None and source in out.dynamic_ints:
+        return out.int_input(value, source)
     _guard(out, GuardKind.CONST, source, value)
     return V.Constant(value, source=source)
 

@@ -150,8 +150,22 @@ def _dict_subclass(tx, cls, args, kwargs):
     return obj
 
 
+def _legacy_tensor(tx, cls, args, kwargs):
+    """`torch.IntTensor([n])` (VITS's flow layers): the legacy typed constructor on data is
+    `torch.tensor(data, dtype=cls.dtype)`, on the class's device. Sizes (`torch.FloatTensor(2, 3)`)
+    give uninitialized memory, which a graph does not reproduce: not modelled."""
+    if len(args) != 1 or kwargs or not isinstance(args[0], (V.ListVar, V.TupleVar)):
+        raise tx.unsupported(f"{cls.__name__}(...) other than on a list of numbers inside captured code")
+    from kiln.capture.torch_calls import call_torch
+    device = V.Constant(torch.device("cuda" if cls.is_cuda else "cpu"))
+    return call_torch(tx, "call_function", torch.tensor, [args[0]], {"dtype": V.Constant(cls.dtype), "device": device})
+
+
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)   # torch.IntTensor, torch.cuda.LongTensor, ...
+
 _CLASS_KINDS = [
     (is_model_output, construct_model_output),
+    (lambda c: type(c) is _LEGACY_TENSOR_TYPE, _legacy_tensor),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),

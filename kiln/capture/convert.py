@@ -92,11 +92,13 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
                 dynamic: bool | None, dynamic_dims: frozenset = frozenset(),
-                changing_sizes: tuple = (frozenset(), frozenset())) -> TraceResult:
+                changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset()) -> TraceResult:
     """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`.
     `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes; `changing_sizes`: (sizes,
-    known sources): dims of those sizes in inputs read from other sources are symbolic too."""
-    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims, changing_sizes=changing_sizes)
+    known sources): dims of those sizes in inputs read from other sources are symbolic too;
+    `dynamic_ints`: sources of ints to trace as symbols ([Note: ints that change])."""
+    out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims, changing_sizes=changing_sizes,
+                      dynamic_ints=dynamic_ints)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
         locals_[name] = wrap(out, value, LocalSource(name))
@@ -349,7 +351,8 @@ def _guards(fn: types.FunctionType, out, params: str):
     guards = [dataclasses.replace(g, where=first_use.get(g.source)) if g.kind is GuardKind.TENSOR and g.where is None
               else g for g in out.guards]
     env = out.examples.shape_env
-    if any(e is None for g in guards if g.kind is GuardKind.TENSOR for e in g.expected.sizes):
+    if any(e is None for g in guards if g.kind is GuardKind.TENSOR for e in g.expected.sizes) or \
+            any(isinstance(var, V.SymNumber) for _, var in out.inputs):
         # symbolic sizes: the ShapeEnv's guards (relations between symbols) over the same inputs
         names = [var.node.name for _, var in out.inputs]
         guards.append(Guard(GuardKind.SHAPES, None, (env.guard_function(*names), tuple(s for s, _ in out.inputs),

@@ -28,6 +28,7 @@ from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
 from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
+from kiln.capture.sources import ItemSource, LocalSource
 from kiln.config import CaptureConfig
 from kiln.errors import Unsupported
 
@@ -70,6 +71,7 @@ class CompiledFunction:
         self.eager_calls = 0            # calls run eagerly past the limit
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
+        self.dynamic_ints: frozenset = frozenset()   # int arguments seen to change: symbolic from now on
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         functools.update_wrapper(self, fn)
@@ -125,6 +127,7 @@ class CompiledFunction:
                 # too, or the next step (cache length + 1) would compile a third graph.
                 self.changing_sizes = (frozenset(n for n in changed.values() if n >= 2),
                                        frozenset(g.source for g in self.entries[-1].guards if g.kind is GuardKind.TENSOR))
+                self.dynamic_ints |= self._changed_ints(self.entries[-1], args, kwargs)
         started = trace_events.frame_start(self, args)
         try:
             with log.frame(_name(self.fn)):      # [Note: compile stages]
@@ -138,26 +141,45 @@ class CompiledFunction:
         trace_events.frame_done(self, entry, args, started)
         return entry.run(*args, **kwargs)
 
-    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
-        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
-        (source, dim) -> the size `entry` was compiled for."""
+    def _guarded_values(self, entry: Entry, args, kwargs, wanted):
+        """(guard, the value its source reads on this call) for `entry`'s guards that `wanted` picks."""
         from kiln.capture.convert import compile_source
-        changed = {}
         for guard in entry.guards:
-            if guard.kind is not GuardKind.TENSOR:
+            if not wanted(guard):
                 continue
             read = compile_source("__kiln_read", self.params, [f"return {guard.source.expr()}"],
                                   dict(entry.check.__kiln_bindings__), "<kiln read>", self.fn)
             try:
-                value = read(*args, **kwargs)
+                yield guard, read(*args, **kwargs)
             except Exception:
                 continue
+
+    def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
+        """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
+        (source, dim) -> the size `entry` was compiled for."""
+        changed = {}
+        for guard, value in self._guarded_values(entry, args, kwargs, lambda g: g.kind is GuardKind.TENSOR):
             spec = guard.expected
             if isinstance(value, torch.Tensor) and value.dtype == spec.dtype and value.dim() == len(spec.sizes) \
                     and value.device == spec.device:
                 changed.update({(guard.source, d): n for d, n in enumerate(spec.sizes)
                                 if n is not None and value.size(d) != n})
         return changed
+
+    def _changed_ints(self, entry: Entry, args, kwargs) -> frozenset:
+        """Sources of ints `entry` specialized on that hold another int now ([Note: ints that change])."""
+        code = self.fn.__code__
+        n = code.co_argcount + code.co_kwonlyargcount
+        packed = set(code.co_varnames[n:n + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)])
+
+        def argument(source) -> bool:   # a parameter, or an item of *args / **kwargs (a module's call)
+            return isinstance(source, LocalSource) or isinstance(source, ItemSource) and \
+                isinstance(source.base, LocalSource) and source.base.name in packed
+
+        def int_constant(g):
+            return g.kind is GuardKind.CONST and type(g.expected) is int and argument(g.source)
+        return frozenset(g.source for g, value in self._guarded_values(entry, args, kwargs, int_constant)
+                         if type(value) is int and value != g.expected)
 
     def _compile(self, args, kwargs) -> Entry:
         stop_at, nested, reason = None, False, None
@@ -166,7 +188,8 @@ class CompiledFunction:
             try:
                 with log.stage("capture"):
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
-                                        dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes)
+                                        dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes,
+                                        dynamic_ints=self.dynamic_ints)
             except GraphBreak as e:
                 # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
                 # frame, which holds no graph, so fullgraph applies to the frames it captures
@@ -224,7 +247,10 @@ class CompiledFunction:
         _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
         check = lambda *a, **k: True  # noqa: E731
         check.__kiln_bindings__ = {}
-        return Entry(check, self.fn, [], None, None, "<eager>")
+        return Entry(check, self._run_eagerly, [], None, None, "<eager>")
+
+    def _run_eagerly(self, *args, **kwargs):
+        return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)
 
     def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
         code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
@@ -339,6 +365,13 @@ class ForwardCall:
     def __kiln_original__(self):
         return types.MethodType(self.compiled.fn, self.module_ref())
 
+    @property
+    def __signature__(self):
+        # set as the module's `forward` (NativeModuleCall, a frame run eagerly): code that asks
+        # for the parameters of `module.forward` (transformers does) sees the forward's own
+        import inspect
+        return inspect.signature(self.__kiln_original__)
+
     def __call__(self, *args, **kwargs):
         return self.compiled(self.module_ref(), *args, **kwargs)
 
@@ -397,6 +430,54 @@ class ModuleCall:
 def _call_module_copy():
     # a fresh function object per module, so each module has its own cache of entries
     return types.FunctionType(_call_module.__code__, _call_module.__globals__, "__call__")
+
+
+# [Note: a frame run eagerly captures its callees] A frame kiln runs eagerly as a whole (the code
+# raises as traced, too many breaks, an entry kiln cannot rebuild) still calls modules whose own
+# frames capture: torch.compile skips such a frame and its PEP 523 hook compiles the frames it
+# calls. kiln has no such hook, so when the frame is a module's (its first argument is the
+# module), the modules it can call (its children, and the items of containers such as
+# ModuleList) run, for the call's duration, with `forward` redirected to their forward captured
+# in its own frame, as `NativeModuleCall` does for DDP. Transformers' LongT5 and
+# SwitchTransformers stacks are such frames: traced with is_compiling() True they leave the
+# attention mask None and read it; eagerly they make the mask, and their blocks are captured.
+def run_with_callees_captured(fn, args: tuple, kwargs: dict, backend, config):
+    """`fn(*args, **kwargs)` as Python, the modules it calls captured (a module's frame only)."""
+    module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+    if module is None:
+        return fn(*args, **kwargs)
+    callees = [module] if fn.__code__ is _call_module.__code__ else list(_module_callees(module))
+    redirected = []
+    for callee in callees:
+        if "forward" in callee.__dict__:   # the user's own forward, or redirected by an outer frame
+            continue
+        forward = type(callee).forward
+        callee.__dict__["forward"] = _cached(callee, backend, config,
+                                             lambda: ForwardCall(callee, forward, backend, config))
+        redirected.append(callee)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for callee in redirected:
+            callee.__dict__.pop("forward", None)
+
+
+def _module_callees(module: torch.nn.Module):
+    """The submodules whose forward `module`'s forward may call: children with a Python forward of
+    their own; torch's modules (ModuleList, Sequential, Linear) are looked through to their items."""
+    for child in module._modules.values():
+        if child is None:
+            continue
+        if _own_forward(child):
+            yield child
+        else:
+            yield from _module_callees(child)
+
+
+def _own_forward(module: torch.nn.Module) -> bool:
+    forward = getattr(type(module), "forward", None)
+    return (isinstance(forward, types.FunctionType) and type(module).__call__ is torch.nn.Module.__call__
+            and not (forward.__module__ or "").startswith(("torch.", "kiln.")))
 
 
 def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:

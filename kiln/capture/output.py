@@ -54,7 +54,7 @@ class DeferredCall:
 
 class OutputGraph:
     def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset(),
-                 changing_sizes: tuple = (frozenset(), frozenset())):
+                 changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset()):
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
@@ -69,6 +69,7 @@ class OutputGraph:
         self.dynamic = dynamic
         self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
         self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
+        self.dynamic_ints = dynamic_ints  # int sources seen to change: [Note: ints that change]
         self.grad_enabled = torch.is_grad_enabled()
         self.getitem_to_index = 0  # open TransformGetItemToIndex regions (`semantics.getitem`)
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
@@ -95,14 +96,17 @@ class OutputGraph:
         self.guards.append(guard)
 
     # -- graph inputs ---------------------------------------------------------------------------
-    def tensor_input(self, value: torch.Tensor, source: Source) -> V.TensorVar:
-        name = _identifier(source.expr())
-        node = self.graph.placeholder(name)
-        name = node.name  # unique in the graph, so unique in the ShapeEnv
+    def _placeholder(self, source: Source) -> torch.fx.Node:
+        node = self.graph.placeholder(_identifier(source.expr()))
         # placeholders go first: move it before any non-placeholder node
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is not None:
             first_op.prepend(node)
+        return node
+
+    def tensor_input(self, value: torch.Tensor, source: Source) -> V.TensorVar:
+        node = self._placeholder(source)
+        name = node.name  # unique in the graph, so unique in the ShapeEnv
         dims = self.dynamic_dims_of(source, value)
         example = self.examples.from_real(value, name, dims)
         node.meta["example_value"] = example
@@ -117,6 +121,27 @@ class OutputGraph:
         strides = tuple(s if isinstance(s, int) else None for s in example.stride())
         self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(
             value.dtype, value.device, sizes, strides, value.requires_grad), where=self.where()))
+        return var
+
+    def int_input(self, value: int, source: Source) -> V.Variable:
+        """[Note: ints that change] An int argument that changed between calls (Funnel's
+        `relative_pos(pos, stride, shift=...)`) is a graph input with a symbol, as torch.compile's
+        automatic dynamic makes such ints symbolic on their recompile: one more graph, not one per
+        value. 0, 1 and negative values stay constants (the ShapeEnv's symbols are >= 2); code that
+        needs the number itself (`range(n)`) specializes it, a shape guard (n == 4)."""
+        node = self._placeholder(source)
+        example = self.examples.shape_env.create_symint(value, node.name)
+        if isinstance(example, int):
+            self.graph.erase_node(node)
+            self.guard(Guard(GuardKind.CONST, source, value))
+            return V.Constant(value, source=source)
+        node.meta["example_value"] = example
+        node.meta["python_type"] = int
+        node.meta["source"] = source
+        var = V.SymNumber(node, example, source=source)
+        self.inputs.append((source, var))
+        self.input_values[node] = value
+        self.guard(Guard(GuardKind.TYPE, source, int))
         return var
 
     def dynamic_dims_of(self, source: Source, value: torch.Tensor) -> tuple[int, ...]:

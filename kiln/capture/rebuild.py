@@ -258,6 +258,8 @@ def _context(r, v):
 
 
 def _sym(r, v):
+    if v.node.op == "placeholder" and v.source is not None:   # an int input ([Note: ints that change])
+        return v.source.expr()
     return r.output(v.node)
 
 

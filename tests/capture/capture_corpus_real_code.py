@@ -265,3 +265,12 @@ def table_keyed_by_classes_and_exception_text(x):
         except TypeError as e:
             errors.append(str(e) + repr(e))
     return x * len(errors), "; ".join(errors), (int in _VALIDATORS)
+
+
+@program()
+def legacy_typed_tensor_constructors(x):
+    """VITS's WaveNet: `torch.IntTensor([self.hidden_size])` in forward. The legacy typed
+    constructor on data is torch.tensor with the class's dtype; torch.compile captures it."""
+    channels = torch.IntTensor([3])
+    weights = torch.FloatTensor((0.5, 2.0))
+    return x * weights.sum() + channels, channels.dtype, torch.LongTensor([[1, 2]]).shape

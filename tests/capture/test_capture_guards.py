@@ -177,7 +177,8 @@ def test_argument_type_is_guarded():
 
 
 def test_cache_size_limit_falls_back_with_named_guard():
-    cf, rec = compiled(with_arg, cache_size_limit=2)
+    # dynamic=False: the int stays a constant; [Note: ints that change] would make it symbolic
+    cf, rec = compiled(with_arg, cache_size_limit=2, dynamic=False)
     x = torch.randn(3)
     check(cf, with_arg, x, 1)
     check(cf, with_arg, x, 2)

@@ -134,10 +134,73 @@ def test_fullgraph_past_the_cache_size_limit_raises_instead_of_running_eagerly()
     kiln.reset()
     rec = Recorder()
     from kiln.config import CaptureConfig
-    cf = kiln.capture.capture(scaled, rec, CaptureConfig(fullgraph=True, cache_size_limit=2))
+    # dynamic=False: an int that changes stays a constant ([Note: ints that change])
+    cf = kiln.capture.capture(scaled, rec, CaptureConfig(fullgraph=True, cache_size_limit=2, dynamic=False))
     x = torch.randn(3)
     assert_same(cf(x, 1), scaled(x, 1))
     assert_same(cf(x, 2), scaled(x, 2))
     with pytest.raises(Unsupported, match=r"cache_size_limit.*n == 2"):
         cf(x, 3)
     assert len(rec.graphs) == 2
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        return torch.relu(self.linear(x)) * mask
+
+
+class _MaskedStack(torch.nn.Module):
+    """LongT5's and SwitchTransformers' stacks: the mask is made only when not compiling, then read."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Block(), _Block()])
+        self.norm = torch.nn.LayerNorm(4)
+
+    def forward(self, x, mask=None):
+        if mask is None and not torch.compiler.is_compiling():
+            mask = torch.ones_like(x)
+        mask = mask[:, None]
+        for block in self.blocks:
+            x = block(x, mask[:, 0])
+        return self.norm(x)
+
+
+def test_a_module_frame_run_eagerly_still_captures_the_modules_it_calls():
+    """[Note: a frame run eagerly captures its callees]: as torch.compile skips the frame that
+    raises and compiles the frames it calls, the blocks of the stack are captured (one graph each
+    module instance, reused on the second call), and nothing is left in their `__dict__`."""
+    kiln.reset()
+    rec = Recorder()
+    model = _MaskedStack()
+    cf = kiln.compile(model, backend=rec)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            assert_same(cf(x), model(x))
+    assert len(rec.graphs) == 2
+    assert all("forward" not in vars(m) for m in model.modules())
+
+
+class _AsksForwardSignature(_MaskedStack):
+    def forward(self, x, mask=None):
+        out = super().forward(x, mask)
+        import inspect
+        return out, list(inspect.signature(self.blocks[0].forward).parameters)
+
+
+def test_a_redirected_forward_keeps_its_signature():
+    """Code run in such a frame may ask for a callee's `forward` parameters (transformers does):
+    the redirected forward answers with the module's own."""
+    kiln.reset()
+    model = _AsksForwardSignature()
+    cf = kiln.compile(model, backend=Recorder())
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert_same(cf(x), model(x))

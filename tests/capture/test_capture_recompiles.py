@@ -169,3 +169,51 @@ def test_a_recompile_under_another_autocast_state_names_autocast():
     reasons = [e.detail for e in events if e.kind == "recompile"]
     assert reasons[0].startswith("s == 2.0 (now 3.0)"), reasons
     assert reasons[1].startswith("autocast") and "(now (True, torch.bfloat16" in reasons[1], reasons
+
+
+def _shifted_positions(pos, stride, shift=1):
+    # Funnel's relative_pos: called with another stride and shift per block
+    num_remove = shift * pos.shape[0]
+    return pos * stride + num_remove
+
+
+def test_an_int_argument_that_changes_becomes_symbolic_instead_of_recompiling_per_value():
+    """[Note: ints that change]: as torch.compile's automatic dynamic, the second value of `stride`
+    (and of `shift`) compiles a graph with the int as a symbolic input, which serves every later
+    value: no cache-size limit reached, no eager calls, even under fullgraph=True."""
+    kiln.reset()
+    rec = Recorder()
+    cf = kiln.compile(_shifted_positions, backend=rec, fullgraph=True)
+    pos = torch.arange(6.0)
+    for stride in (2, 3, 4, 5, 6, 7, 8, 9, 10, 11):
+        for shift in (2, 3, 5):
+            torch.testing.assert_close(cf(pos, stride, shift), _shifted_positions(pos, stride, shift))
+    assert len(rec.graphs) == 3 and cf.eager_calls == 0
+    assert [n.name for n in rec.graphs[-1].graph.nodes if n.op == "placeholder"] == ["pos", "stride", "shift"]
+
+
+def test_a_symbolic_int_argument_runs_through_kilns_own_backend():
+    kiln.reset()
+    cf = kiln.compile(_shifted_positions, fullgraph=True)
+    pos = torch.arange(6.0)
+    for stride in (2, 3, 7):
+        torch.testing.assert_close(cf(pos, stride, 3), _shifted_positions(pos, stride, 3))
+    assert len(cf.entries) == 2
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x, n, *, k=1):
+        return x * n + k
+
+
+def test_ints_passed_to_a_compiled_module_become_symbolic_too():
+    """A compiled module's frame takes its arguments as *args / **kwargs: their int items that
+    change are symbolic inputs as a function's int parameters are."""
+    kiln.reset()
+    rec = Recorder()
+    model = _Scaled()
+    cf = kiln.compile(model, backend=rec, fullgraph=True)
+    x = torch.randn(3)
+    for n in range(2, 14):
+        torch.testing.assert_close(cf(x, n, k=n + 1), model(x, n, k=n + 1))
+    assert len(rec.graphs) == 2

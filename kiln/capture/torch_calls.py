@@ -189,8 +189,9 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
                 return a
         node.meta["python_type"] = type(example) if type(example) is not torch.nn.Parameter else torch.Tensor
         return V.TensorVar(node, example)
-    if isinstance(example, (tuple, list)) and any(isinstance(e, (torch.Tensor, *SYM_TYPES)) for e in example):
-        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if isinstance(e, (torch.Tensor, *SYM_TYPES))
+    if isinstance(example, (tuple, list)) and _holds_graph_values(example):
+        # a nested list is read by index too: histogramdd returns (hist, [edges, ...])
+        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if _holds_graph_values(e)
                  else V.Constant(e) for i, e in enumerate(example)]
         if isinstance(example, list):
             return V.ListVar(items)
@@ -207,6 +208,13 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
     if isinstance(example, (tuple, list)):
         return (V.ListVar if isinstance(example, list) else V.TupleVar)([V.Constant(e) for e in example])
     return V.Constant(example)
+
+
+def _holds_graph_values(value) -> bool:
+    """A tensor or SymInt, or a list/tuple holding one at any depth: a value of the graph."""
+    if isinstance(value, (torch.Tensor, *SYM_TYPES)):
+        return True
+    return isinstance(value, (tuple, list)) and any(_holds_graph_values(v) for v in value)
 
 
 def _has_sym(value) -> bool:

@@ -6,7 +6,9 @@ size is expected) cannot have their output metadata computed from their inputs' 
 kernel has no values. Each rule here gives the outputs a fresh unbacked symbol of the ShapeEnv
 where the count goes ([Note: unbacked sizes] in shape_env.py), bounded by what the inputs' sizes
 allow (nonzero of 12 elements finds at most 12), and lays the outputs out as eager's CPU kernel
-does. The rules are keyed by ATen overload in `RULES`; an extern prim that mirrors one of these
+does. histogramdd's steps are here too: their output sizes follow from `bins` alone, but torch has
+no meta kernel for them, their values coming from the data's range. The rules are keyed by ATen
+overload in `RULES`; an extern prim that mirrors one of these
 overloads (kiln/prims/externs.py) is given the same rule with `fake.alias_rule`.
 
 One rule per op, one fresh symbol per call: two `nonzero` calls on the same mask get two symbols,
@@ -143,6 +145,20 @@ def local_scalar_dense(mode, func, args, kwargs) -> Any:
     return value
 
 
+def histogramdd_bin_edges(mode, func, args, kwargs) -> list:
+    """The edges' values come from the data's range, their sizes only from `bins` (torch has no
+    meta kernel for either histogramdd step)."""
+    a = _bind(func._schema.arguments, args, kwargs)
+    return [_new(mode, a["self"], (b + 1,)) for b in a["bins"]]
+
+
+def histogramdd_counts(mode, func, args, kwargs) -> torch.Tensor:
+    a = _bind(func._schema.arguments, args, kwargs)
+    bins = a["bins"]
+    sizes = [b.shape[0] - 1 for b in bins] if bins and isinstance(bins[0], torch.Tensor) else list(bins)
+    return _new(mode, a["self"], sizes)
+
+
 def _bind(arguments, args, kwargs) -> dict:
     bound = {}
     for i, arg in enumerate(arguments):
@@ -168,6 +184,9 @@ RULES: dict[Any, Callable] = {
     aten.unique_consecutive.default: unique_consecutive,
     aten.repeat_interleave.Tensor: repeat_interleave,
     aten._local_scalar_dense.default: local_scalar_dense,
+    aten._histogramdd_bin_edges.default: histogramdd_bin_edges,
+    aten._histogramdd_from_bin_cts.default: histogramdd_counts,
+    aten._histogramdd_from_bin_tensors.default: histogramdd_counts,
 }
 # Ops that are data-dependent for some arguments only: (test, rule); otherwise their meta kernel.
 CONDITIONAL: dict[Any, tuple[Callable, Callable]] = {

@@ -156,3 +156,23 @@ def test_triton_host_program_binds_the_count(monkeypatch, tmp_path):
     monkeypatch.setattr(codegen_compile, "printer_for", lambda device: triton_printer)
     source = _run(lambda x: (torch.masked_select(x, x > 0) * 3).exp(), _floats(7))
     assert "u0" in source.split("u0 = ", 1)[1], source
+
+
+def test_histogramdd_and_histc():
+    """Not unbacked (the sizes follow from `bins`), but torch has no meta kernel for histogramdd's
+    steps, whose values come from the data's range (kiln/symbolic/data_dependent.py), and its
+    result nests the edges in a list, which capture reads item by item."""
+    for fn, args in [(lambda x, w: torch.histogramdd(x, bins=[3, 4], weight=w), (torch.rand(10, 2), torch.rand(10))),
+                     (lambda x: torch.histogramdd(x, bins=[2, 3], range=[0., 1., 0., 1.], density=True),
+                      (torch.rand(10, 2),)),
+                     (lambda x: torch.histc(x, bins=5), (torch.rand(10),))]:
+        kiln.reset()
+        backend = Counting()
+        compiled = kiln.compile(fn, fullgraph=True, backend=backend)
+        for _ in range(2):
+            got, want = compiled(*args), fn(*args)
+            assert type(got) is type(want)
+            torch.testing.assert_close(tuple(got) if isinstance(got, tuple) else got,
+                                       tuple(want) if isinstance(want, tuple) else want)
+            args = tuple(a * 2 for a in args)
+        assert len(backend.compiled) == 1

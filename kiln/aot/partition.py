@@ -79,7 +79,11 @@ def nbytes(node: fx.Node) -> int:
 
 
 def _hint(n) -> int:
-    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
+    """n at the traced sizes; a size known only at run time (unbacked: no hint) at the torch
+    estimate of 8192 elements, never a guard."""
+    if isinstance(n, torch.SymInt):
+        return int(n.node.hint) if n.node.hint is not None else int(n.node.shape_env.optimization_hint(n.node.expr))
+    return int(n)
 
 
 @dataclasses.dataclass(frozen=True)

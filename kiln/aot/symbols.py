@@ -4,6 +4,8 @@ When the tracer runs on fake tensors with symbolic sizes, ops receive `torch.Sym
 `view(x, [s0 * 3])`). The graph must compute that value from the real inputs when it runs: each
 symbol is read once from the input that introduced it (`aten.sym_size.int(input, dim)`), and an
 expression over symbols becomes `operator` calls, one per sympy node, from the table `_SYMPY_OPS`.
+An unbacked symbol ([Note: unbacked sizes] in kiln/symbolic/shape_env.py) is read from the op that
+made it: `aten.sym_size.int(nonzero, 0)`, or the node of `_local_scalar_dense` itself.
 """
 from __future__ import annotations
 
@@ -60,6 +62,18 @@ class SymbolTable:
         for dim, size in enumerate(value.shape):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 self._sources.setdefault(size.node.expr, (node, dim))
+
+    def add_output(self, node: fx.Node, value) -> None:
+        """Remember the symbols an op's output introduces (unbacked ones: the first op to hold a
+        symbol is where it is read); `node` is the op's node, or its getitem for one output."""
+        if isinstance(value, torch.SymInt):
+            if value.node.expr.is_Symbol:
+                self._nodes.setdefault(value.node.expr, node)
+            return
+        if isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    self._sources.setdefault(size.node.expr, (node, dim))
 
     def node_of(self, value):
         """An int, or the node computing a SymInt/SymFloat/SymBool at run time."""

@@ -174,14 +174,17 @@ class _Recorder(TorchDispatchMode):
         if isinstance(out, torch.Tensor):
             self.bind(out, node, root if (effects.view or out is (args[0] if args else None)) else None)
             node.meta["val"] = meta_of(out)
+            self.symbols.add_output(node, out)
         elif isinstance(out, (tuple, list)):
             node.meta["val"] = tuple(meta_of(o) if isinstance(o, torch.Tensor) else o for o in out)
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     item = self.graph.call_function(operator.getitem, (node, i))
                     self.bind(o, item, root if effects.view else None)
+                    self.symbols.add_output(item, o)
         else:
             node.meta["val"] = out
+            self.symbols.add_output(node, out)     # a number read from a tensor (`.item()`)
 
 
 def _eager_layout(func, args, kwargs, result):
@@ -327,7 +330,8 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     gap in kiln's fakes) and the example inputs are real, the trace is redone on real copies: the
     graph is the same for static sizes, only the trace computes for real (`JointGraph.traced_on`
     says which). Not for ops whose output size depends on values (masked_select, nonzero): a real
-    trace would bake one input's size into the graph, so those raise, as do `.item()`-like reads.
+    trace would bake one input's size into the graph, so those raise, as do `.item()`-like reads:
+    a fake trace that made an unbacked symbol ([Note: unbacked sizes]) never falls back.
     """
     real_inputs = not any(hasattr(x, "fake_mode") for x in example_inputs)
     if not fake or not real_inputs:
@@ -343,8 +347,9 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
                                     "its input, which tracing cannot know; run it eagerly (a graph break)") from e
     except NotYetImplemented:
         raise
-    except Exception:
-        pass
+    except Exception as e:
+        if getattr(e, "kiln_unbacked", False):
+            raise
     return dataclasses.replace(_trace_joint(gm, example_inputs, decompositions, with_backward, False, numerics),
                                traced_on="real")
 
@@ -387,6 +392,15 @@ def _with_rules(gm: fx.GraphModule, numerics: str):
 
 def _trace_joint(gm, example_inputs, decompositions, with_backward, fake, numerics) -> JointGraph:
     fake_mode = _fake_mode_for(example_inputs, fake)
+    try:
+        return _trace_joint_in(fake_mode, gm, example_inputs, decompositions, with_backward, numerics)
+    except Exception as e:
+        if fake_mode is not None and fake_mode.shape_env.unbacked:
+            e.kiln_unbacked = True      # a real trace would bake this call's counts in
+        raise
+
+
+def _trace_joint_in(fake_mode, gm, example_inputs, decompositions, with_backward, numerics) -> JointGraph:
     make_stand_in = real_stand_in if fake_mode is None else functools.partial(fake_stand_in, fake_mode)
     faking = contextlib.nullcontext() if fake_mode is None else _Faking(fake_mode)
     state = lifted_state(gm)

@@ -191,6 +191,11 @@ def _needs_data(name):
     def handle(tx, args, kwargs):
         if _all_constant(args, kwargs):
             return fold_call(tx, getattr(builtins, name), args, kwargs)
+        if name == "int" and len(args) == 1 and not kwargs and isinstance(args[0], V.TensorVar) \
+                and not (args[0].example.dtype.is_floating_point or args[0].example.dtype.is_complex):
+            # int(t) of an integer tensor is t.item(): an unbacked SymInt in the graph
+            from kiln.capture.torch_calls import tensor_item
+            return tensor_item(tx, args[0])
         raise tx.unsupported(f"{name}() of a tensor reads its data, which a graph cannot hand back to Python")
     return handle
 

@@ -3,7 +3,9 @@
 `call_torch` turns trackers into FX arguments, adds the node, runs it on example values and wraps
 the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
 answered from the example value, guarded by the tensor's metadata guard; those that read data
-(`item`, `tolist`, `__bool__`) cannot be captured and break the graph.
+(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`) of an
+integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
+a node of the graph that later ops may take as a size.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride
                        "is_complex", "element_size", "is_contiguous", "get_device", "is_signed", "__len__",
                        "storage_offset", "has_names", "is_inference"}
 # tensor methods whose value depends on data: a graph break
-TENSOR_DATA_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
+TENSOR_DATA_METHODS = {"tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
                        "nonzero_static", "__array__", "__iter__"}
 
 
@@ -120,8 +122,11 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         why = data_dependent_reason(e)
         if why is not None:
-            raise tx.unsupported(f"torch op {name}: {why}; kiln has no sizes known only at run time "
-                                 "(unbacked), so the graph breaks here") from e
+            raise tx.unsupported(f"torch op {name}: {why}, and kiln cannot take it as a size "
+                                 "(only an integer read from a tensor can be one), so the graph breaks here") from e
+        guard = _data_dependent_guard(e)
+        if guard is not None:
+            raise tx.unsupported(f"torch op {name}: {guard}") from e
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e
@@ -129,20 +134,25 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
 
 
 # [Note: data-dependent ops] ATen ops whose output size, or the Python value they hand back, is
-# known only from the values in a tensor. Fake tensors have no values, so kiln breaks the graph at
-# them and runs the op eagerly (results equal eager's); the reason names the op's kind.
+# known only from the values in a tensor. nonzero, masked_select, x[mask], unique and
+# repeat_interleave(tensor) are captured: their sizes are unbacked symbols ([Note: unbacked sizes]
+# in kiln/symbolic/shape_env.py), as is an integer read from a tensor. What remains is a float or
+# bool read from a tensor (`torch.full((2,), t)` of a float t): kiln breaks the graph there and runs
+# it eagerly (results equal eager's); the reason names the op's kind.
 _DATA_DEPENDENT = {
-    "nonzero": "its output size is the number of nonzero elements",
-    "argwhere": "its output size is the number of nonzero elements",
-    "masked_select": "its output size is the number of true elements of the mask",
-    "index": "indexing by a boolean mask: the output size is the number of true elements",
-    "_unique": "its output size is the number of distinct values",
-    "_unique2": "its output size is the number of distinct values",
-    "unique_dim": "its output size is the number of distinct values",
-    "unique_consecutive": "its output size is the number of distinct values",
-    "repeat_interleave": "repeats given by a tensor: the output size is their sum",
-    "_local_scalar_dense": "it reads a Python number from a tensor (.item(), int(t), a tensor used as a size)",
+    "_local_scalar_dense": "it reads a float or bool from a tensor",
 }
+
+
+def tensor_item(tx, t: V.TensorVar) -> V.Variable:
+    """`t.item()` (also `int(t)`) of an integer tensor: a graph node whose value is an unbacked
+    SymInt. A float or bool read from a tensor still breaks the graph (it can be no size, and a
+    branch on it needs its value)."""
+    dtype = t.example.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise tx.unsupported(f"Tensor.item() of a {dtype} tensor reads tensor data, which a graph cannot hand "
+                             "back to Python (only an integer read from a tensor becomes a symbolic size)")
+    return call_torch(tx, "call_method", "item", [t], {})
 
 
 def data_dependent_reason(e: BaseException) -> str | None:
@@ -152,9 +162,17 @@ def data_dependent_reason(e: BaseException) -> str | None:
         if isinstance(e, (DataDependentOp, MissingMetaKernel)):
             packet = getattr(e.op, "_opname", None) or getattr(getattr(e.op, "overloadpacket", None), "__name__", "")
             return _DATA_DEPENDENT.get(packet) or _DATA_DEPENDENT.get(str(packet).split(".")[-1])
-        if isinstance(e, RuntimeError) and "repeat_interleave a meta tensor without output_size" in str(e):
-            return _DATA_DEPENDENT["repeat_interleave"]
         e = e.__cause__
+    return None
+
+
+def _data_dependent_guard(e: BaseException):
+    """The DataDependentGuard that raised `e` or caused it, if one did."""
+    from kiln.symbolic import DataDependentGuard
+    while e is not None:
+        if isinstance(e, DataDependentGuard):
+            return e
+        e = e.__cause__ or e.__context__
     return None
 
 
@@ -171,8 +189,9 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
                 return a
         node.meta["python_type"] = type(example) if type(example) is not torch.nn.Parameter else torch.Tensor
         return V.TensorVar(node, example)
-    if isinstance(example, (tuple, list)) and any(isinstance(e, (torch.Tensor, *SYM_TYPES)) for e in example):
-        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if isinstance(e, (torch.Tensor, *SYM_TYPES))
+    if isinstance(example, (tuple, list)) and _holds_graph_values(example):
+        # a nested list is read by index too: histogramdd returns (hist, [edges, ...])
+        items = [wrap_result(tx, tx.out.getitem(node, i, e), e) if _holds_graph_values(e)
                  else V.Constant(e) for i, e in enumerate(example)]
         if isinstance(example, list):
             return V.ListVar(items)
@@ -189,6 +208,13 @@ def wrap_result(tx, node: torch.fx.Node, example: Any, args=()) -> V.Variable:
     if isinstance(example, (tuple, list)):
         return (V.ListVar if isinstance(example, list) else V.TupleVar)([V.Constant(e) for e in example])
     return V.Constant(example)
+
+
+def _holds_graph_values(value) -> bool:
+    """A tensor or SymInt, or a list/tuple holding one at any depth: a value of the graph."""
+    if isinstance(value, (torch.Tensor, *SYM_TYPES)):
+        return True
+    return isinstance(value, (tuple, list)) and any(_holds_graph_values(v) for v in value)
 
 
 def _has_sym(value) -> bool:
@@ -241,6 +267,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         return V.Constant(result)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
+    if name == "item":
+        return tensor_item(tx, self_var)
     if name == "__setitem__":
         call_torch(tx, "call_function", operator.setitem, args, kwargs)
         return V.Constant(None)

@@ -23,6 +23,7 @@ from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.scheduler import schedule
+from kiln.symbolic.decide import oblivious_sizes
 
 
 def printer_for(device: str):
@@ -63,6 +64,14 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
             log.count("programs from the cache")
             return hit
     log.count("programs compiled")
+    with oblivious_sizes([example_inputs, [n.meta.get("val") for n in gm.graph.nodes]]):
+        return _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key if use_cache else None, wait)
+
+
+def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key, wait):
+    """compile_prim_graph past the cache: lower, schedule, print and build."""
+    from kiln.codegen import check
+    from kiln.runtime import cache
     with log.stage("lower"):
         graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
                                        getattr(policy, "SPLIT_REDUCTIONS", False))

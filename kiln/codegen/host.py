@@ -168,7 +168,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                  f"    {''.join(n + ', ' for n in param_names)}= args", "    args.clear()"]
     else:
         lines = [f"def call({', '.join(param_names)}):"]
-    lines += _bind_sizes(graph, steps, buffers, param_names)
+    unbound = _unbacked_symbols(graph, steps, buffers)
+    lines += _bind_sizes(graph, steps, buffers, param_names, unbound)
     for name in inputs:
         lines += _layout_check(buffers[name])
     unread = [n for n in param_names if n not in last_use and n not in held_to_end and n in inputs]
@@ -216,6 +217,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                 if "_" in outs:   # results nobody reads are released at once
                     lines.append("    del _")
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
+                lines += _bind_unbacked(buffers[o], unbound)
                 lines += _layout_check(buffers[o], may_be_none=True)
             if probe:
                 lines += [f"    if {o} is not None: _probe({gname + ':' + str(step.op)!r}, {o!r}, {o})"
@@ -262,12 +264,43 @@ def _symbols_of(graph: ir.Graph, steps) -> set[sympy.Symbol]:
     return {s for e in exprs for s in sympy.sympify(e).free_symbols}
 
 
-def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str]) -> list[str]:
+def _unbacked_symbols(graph: ir.Graph, steps, buffers: dict) -> set[sympy.Symbol]:
+    """[Note: sizes bound by externs] A size known only at run time (an unbacked symbol of
+    kiln.symbolic: nonzero's count, unique's, a number read with `.item()`) is no size of any
+    input. The extern that computes it is the first step whose output buffer has it as a whole
+    dim (`buf1: int64[u0, 2]`), or returns it as a host value named after it (`u0 = _extern0(...)`,
+    lowering's `extern_fallback`). The host program binds the symbol right after that extern
+    (`u0 = buf1.shape[0]`), so every later kernel and allocation takes it as any other size: one
+    program for every count. Returns the symbols so bound; `_bind_unbacked` emits each once."""
+    from_inputs = {s for name in graph.inputs if name is not None
+                   for e in (*buffers[name].sizes, *buffers[name].strides) for s in sympy.sympify(e).free_symbols}
+    from_inputs |= {sym for _, sym in graph.size_inputs}
+    found = set()
+    for step in steps:
+        if isinstance(step, ir.ExternKernel):
+            for o in step.outputs:
+                if o is not None and o in buffers:
+                    found |= {d for d in buffers[o].sizes if isinstance(d, sympy.Symbol)}
+    return found - from_inputs
+
+
+def _bind_unbacked(buf: ir.Buffer, unbound: set) -> list[str]:
+    """Lines binding the symbols `buf` (an extern's output) is the first to hold as a dim."""
+    lines = []
+    for d, size in enumerate(buf.sizes):
+        if isinstance(size, sympy.Symbol) and size in unbound:
+            unbound.discard(size)
+            lines.append(f"    {size.name} = {buf.name}.shape[{d}]")
+    return lines
+
+
+def _bind_sizes(graph: ir.Graph, steps, buffers: dict, param_names: list[str], unbound: set = frozenset()) -> list[str]:
     """Lines binding each size symbol at the top of `call`: from a symbolic int input (already a
     parameter of that name), else from the first tensor input dim whose size is that symbol, else
     from the first whose stride is (a slice of a longer tensor: `ids[:, :n]` of a padded batch).
-    Symbols an extern returns (a host value) are bound where it runs."""
-    bound = {sym.name for _, sym in graph.size_inputs}
+    Symbols an extern returns (a host value) or computes ([Note: sizes bound by externs]) are bound
+    where it runs."""
+    bound = {sym.name for _, sym in graph.size_inputs} | {sym.name for sym in unbound}
     bound |= {o for step in steps if isinstance(step, ir.ExternKernel)   # host values externs return
               for o in step.outputs if o is not None and o not in buffers}
     lines = []

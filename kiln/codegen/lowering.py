@@ -508,13 +508,18 @@ def _device_of(values) -> str:
 
 
 def _is_dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: some permutation of dims has contiguous strides."""
-    dims = sorted(range(t.dim()), key=lambda d: (t.stride()[d], t.shape[d]))
-    expected = 1
-    for d in dims:
-        if t.shape[d] != 1 and t.stride()[d] != expected:
-            return False
-        expected *= t.shape[d]
+    """Non-overlapping and dense: some permutation of dims has contiguous strides. Not known over
+    sizes read from data (`x.view(n.item(), -1)`: is 12 // u0 one?): False, a layout of our own."""
+    from kiln.symbolic import DataDependentGuard
+    try:
+        dims = sorted(range(t.dim()), key=lambda d: (t.stride()[d], t.shape[d]))
+        expected = 1
+        for d in dims:
+            if t.shape[d] != 1 and t.stride()[d] != expected:
+                return False
+            expected *= t.shape[d]
+    except DataDependentGuard:
+        return False
     return True
 
 
@@ -582,6 +587,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         meta = values.get(node)
         ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            if _reads_data(node):
+                # a number read from a tensor (`.item()`): the extern computes it at run time and the
+                # host program binds its symbol ([Note: sizes bound by externs] in host.py)
+                env[node] = extern_fallback(ctx, node.target, args, kwargs, meta)
+                continue
             # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its
             # recorded expression is what consumers index with; the host binds the symbols
             env[node] = _size_expr(node, meta)
@@ -674,6 +684,13 @@ def _outputs_where_computed(ctx: LoweringContext, computed: int) -> list:
 def _dense_strides(meta) -> tuple | None:
     """An output's strides: its example's when dense, else the printer's choice (None)."""
     return meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
+
+
+def _reads_data(node: torch.fx.Node) -> bool:
+    """Whether a node with a SymInt value reads it from a tensor's data (`_local_scalar_dense`:
+    an op with a data-dependent fake rule), rather than computing it from sizes."""
+    from kiln.symbolic.data_dependent import RULES
+    return isinstance(node.target, torch._ops.OpOverload) and node.target in RULES
 
 
 def _size_expr(node: torch.fx.Node, value) -> sympy.Expr:

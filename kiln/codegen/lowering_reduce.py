@@ -384,6 +384,11 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
         elif m is None:
             names.append(None)
             values.append(None)
+        elif isinstance(m, torch.SymInt) and isinstance(to_sympy(m), sympy.Symbol):
+            # a size known only at run time (`.item()`): the host binds its symbol by name, and
+            # kernels take it as any size ([Note: sizes bound by externs] in host.py)
+            names.append(to_sympy(m).name)
+            values.append(to_sympy(m))
         elif _is_host_value(m):
             names.append(ctx.new_name("val"))
             values.append(host_value(names[-1]))

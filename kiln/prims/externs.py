@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from kiln.prims.prim import Category, define
+from kiln.symbolic.fake import alias_rule
 
 aten = torch.ops.aten
 
@@ -39,6 +40,8 @@ EXTERNS = {
     aten.masked_select.default: "elements where mask is true, flattened (data-dependent size)",
     aten._unique2.default: "unique elements, inverse and counts (data-dependent size)",
     aten.unique_consecutive.default: "collapse consecutive equal elements (data-dependent size)",
+    aten.unique_dim.default: "unique slices along a dim, inverse and counts (data-dependent size)",
+    aten.repeat_interleave.Tensor: "indices repeated by counts (data-dependent size)",
     aten.searchsorted.Tensor: "insertion positions into a sorted sequence",
     aten.histc.default: "histogram with equal-width bins",
     aten.bincount.default: "count of each non-negative integer (data-dependent size)",
@@ -105,3 +108,5 @@ def _define_extern(overload, doc: str):
 
 for _overload, _doc in EXTERNS.items():
     EXTERN_OF_ATEN[_overload] = _define_extern(_overload, _doc)
+    # an output size known only at run time: on fakes, the ATen overload's unbacked-size rule
+    alias_rule(EXTERN_OF_ATEN[_overload], _overload)

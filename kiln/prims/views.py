@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from kiln.prims.prim import Category, check, define
+from kiln.symbolic.decide import guard_or_false, guard_or_true, same_size
 
 
 def _broadcast_in_dim(a, shape, broadcast_dimensions):
@@ -18,7 +19,7 @@ def _broadcast_in_dim(a, shape, broadcast_dimensions):
     check(list(broadcast_dimensions) == sorted(set(broadcast_dimensions)), "broadcast_in_dim",
           f"broadcast_dimensions {list(broadcast_dimensions)} must increase")
     for size, d in zip(a.shape, broadcast_dimensions):
-        check(size == 1 or size == shape[d], "broadcast_in_dim",
+        check(guard_or_false(size == 1) or same_size(size, shape[d]), "broadcast_in_dim",
               f"input size {size} cannot broadcast to {shape[d]} at dim {d}")
     return _unsqueeze_to(a, len(shape), broadcast_dimensions).expand(shape)
 
@@ -107,9 +108,10 @@ def _cat(tensors, dim):
 
 def _pad_shape(a, low, high, interior):
     check(len(low) == len(high) == len(interior) == a.ndim, "pad", "needs low, high, interior per dim")
-    check(all(x >= 0 for x in (*low, *high, *interior)), "pad",
+    # a padding computed from a count known only at run time (`numel - u0`) is taken non-negative
+    check(all(guard_or_true(x >= 0) for x in (*low, *high, *interior)), "pad",
           "paddings must be non-negative (decompositions crop with slice)")
-    return [lo + hi + (s + (s - 1) * it if s > 0 else 0)
+    return [lo + hi + (s if isinstance(it, int) and it == 0 else s + (s - 1) * it if s > 0 else 0)
             for s, lo, hi, it in zip(a.shape, low, high, interior)]
 
 

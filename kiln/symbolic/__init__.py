@@ -34,13 +34,20 @@ Public API (stable; other stages build on it):
         holds), `.constant` (the real value for tensors made by torch.tensor(...) under the
         mode). Ops on fakes return fakes, under the mode or not; they work under autograd
         (requires_grad fakes, torch.autograd.grad) on CPU devices.
-    Errors: MissingMetaKernel(op), DataDependentOp(op) for item()/tolist()/bool(t),
-        RealTensorInput, UnsupportedFakeOp -- all kiln.errors.KilnError subclasses.
+    Errors: MissingMetaKernel(op), DataDependentOp(op) for tolist()/bool(t)/a float item(),
+        DataDependentGuard(expr) for a branch on an unbacked symbol, RealTensorInput,
+        UnsupportedFakeOp -- all kiln.errors.KilnError subclasses.
+
+    Unbacked symbols ([Note: unbacked sizes] in shape_env.py): ops whose output size depends on
+    data (nonzero, masked_select, x[mask], unique, repeat_interleave(tensor), item() of an int
+    tensor) give fresh symbols u0, u1, ... (`env.create_unbacked`, `env.unbacked`), with no hint
+    and never guarded on; data_dependent.py holds their fake rules.
 
     SymNode (kiln.symbolic.node): a sympy expression plus its hint; what torch.SymInt,
     SymFloat and SymBool wrap. Users rarely touch it: `sym.node.expr` is the expression.
 
-Modules: node.py (SymNode and its operation tables), sympy_ops.py (integer sympy functions and
+Modules: node.py (SymNode and its operation tables), data_dependent.py (fake rules of ops with
+data-dependent output sizes), sympy_ops.py (integer sympy functions and
 the printer to Python), shape_env.py (ShapeEnv, Source, Guard), guard_codegen.py (the guard
 function), fake.py (FakeTensor, FakeTensorMode), dispatch_cache.py (output metadata of
 functional ops, cached per mode), torch_protocol.py (what torch's own Python meta kernels call
@@ -56,10 +63,11 @@ sympy_mod.install()        # [Note: sympy's Mod of a product], before any index 
 from kiln.symbolic.fake import (DataDependentOp, FakeTensor, FakeTensorError, FakeTensorMode,
                                 MissingMetaKernel, RealTensorInput, UnsupportedFakeOp)
 from kiln.symbolic.node import SymNode
-from kiln.symbolic.shape_env import Guard, GuardSourceError, ShapeEnv, Source, TensorInput
+from kiln.symbolic.shape_env import (DataDependentGuard, Guard, GuardSourceError, ShapeEnv, Source,
+                                     TensorInput)
 
 __all__ = [
-    "DataDependentOp", "FakeTensor", "FakeTensorError", "FakeTensorMode", "Guard",
+    "DataDependentGuard", "DataDependentOp", "FakeTensor", "FakeTensorError", "FakeTensorMode", "Guard",
     "GuardSourceError", "MissingMetaKernel", "RealTensorInput", "ShapeEnv", "Source", "SymNode",
     "TensorInput", "UnsupportedFakeOp",
 ]

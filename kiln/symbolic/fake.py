@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
+from kiln.symbolic import data_dependent
 from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
 from kiln.symbolic.meta_rules import run_rule
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
@@ -221,6 +222,9 @@ class FakeTensorMode(TorchDispatchMode):
         special = SPECIAL_OPS.get(func)
         if special is not None:
             return special(self, func, args, kwargs)
+        conditional = data_dependent.CONDITIONAL.get(func)
+        if conditional is not None and conditional[0](func, args, kwargs):
+            return conditional[1](self, func, args, kwargs)
         flat, spec = tree_flatten((args, kwargs))
         fakes: dict[int, FakeTensor] = {}
         devices: list[torch.device] = []
@@ -345,10 +349,6 @@ def _stride_exprs(env: ShapeEnv, source: str, t: torch.Tensor, sizes: list) -> l
     return strides
 
 
-def _data_dependent(mode, func, args, kwargs):
-    raise DataDependentOp(func)
-
-
 def _metadata(read: Callable) -> Callable:
     # size/stride/numel/dim: answered from the meta tensor (same metadata as the wrapper), as
     # SymInts where symbolic, without dispatching again.
@@ -362,7 +362,7 @@ def _lift_fresh(mode, func, args, kwargs):
 
 
 SPECIAL_OPS: dict[Any, Callable] = {
-    aten._local_scalar_dense.default: _data_dependent,
+    **data_dependent.RULES,      # output sizes known only at run time: unbacked symbols
     aten.lift_fresh.default: _lift_fresh,
     aten.lift_fresh_copy.default: _lift_fresh,
     aten.size.default: _metadata(lambda t: list(t.shape)),
@@ -379,6 +379,15 @@ SPECIAL_OPS: dict[Any, Callable] = {
     aten.storage_offset.default: _metadata(lambda t: t.storage_offset()),
     aten.sym_storage_offset.default: _metadata(lambda t: t.storage_offset()),
 }
+
+
+
+def alias_rule(op, like) -> None:
+    """Run `op` on fakes as `like` is run: an extern prim mirroring an ATen overload whose output
+    sizes depend on data (kiln/prims/externs.py) gets that overload's rule (data_dependent.py)."""
+    if like in SPECIAL_OPS:
+        SPECIAL_OPS[op] = SPECIAL_OPS[like]
+
 
 # In-place ops that change the sizes/strides of their argument: the wrapper must follow.
 METADATA_MUTATING = {

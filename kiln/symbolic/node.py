@@ -1,7 +1,9 @@
 """kiln's SymNode: the object inside every `torch.SymInt`, `torch.SymFloat` and `torch.SymBool`.
 
 A SymNode is a sympy expression over the shape environment's symbols plus its concrete value (the
-hint) for the real inputs it was traced with. ATen's C++ meta kernels and torch's Python magic
+hint) for the real inputs it was traced with; None when the expression holds an unbacked symbol,
+a value known only at run time ([Note: unbacked sizes] in shape_env.py), and so does any node
+computed from one. ATen's C++ meta kernels and torch's Python magic
 methods call back into it: arithmetic builds a new node, and any question whose answer the
 program branches on (`guard_bool`, `guard_int`, `int_`, `bool_`, ...) is answered from the hint
 and recorded as a guard by the `ShapeEnv` (see shape_env.py), unless the answer is already known
@@ -167,7 +169,7 @@ class SymNode:
         return self.pytype is bool and self.expr in (sympy.true, sympy.false)
 
     def has_hint(self) -> bool:
-        return True
+        return self.hint is not None
 
     def maybe_as_int(self) -> int | None:
         return int(self.expr) if self.expr.is_Integer else None
@@ -217,17 +219,18 @@ class SymNode:
         return SymNode(sympy.true if num else sympy.false, self.shape_env, bool, num)
 
     def sym_sum(self, args: list["SymNode"]) -> "SymNode":
-        return self._make(sympy.Add(*[a.expr for a in args]), int, sum(a.hint for a in args))
+        return self._make(sympy.Add(*[a.expr for a in args]), int,
+                          _hinted(sum, [a.hint for a in args]))
 
     def sym_ite(self, then: "SymNode", other: "SymNode") -> "SymNode":
-        return self._make(S.sym_ite(self.expr, then.expr, other.expr), then.pytype,
-                          then.hint if self.hint else other.hint)
+        hint = None if self.hint is None else (then.hint if self.hint else other.hint)
+        return self._make(S.sym_ite(self.expr, then.expr, other.expr), then.pytype, hint)
 
     def round(self, ndigits: int | None = None) -> "SymNode":
         if ndigits is None:
-            return self._make(S.Round(self.expr), int, round(self.hint))
+            return self._make(S.Round(self.expr), int, _hinted(round, self.hint))
         return self._make(S.RoundDecimal(self.expr, sympy.Integer(ndigits)), float,
-                          round(self.hint, ndigits))
+                          _hinted(round, self.hint, ndigits))
 
     def is_non_overlapping_and_dense(self, sizes, strides) -> "SymNode":
         """True when some order of the dims is contiguous.
@@ -239,10 +242,12 @@ class SymNode:
         (a kernel asking this of an expanded or sliced input pinned the sequence length, one
         compile per length).
         """
-        hints = [(st.hint, sz.hint, d) for d, (sz, st) in enumerate(zip(sizes, strides))]
-        order = [d for _, _, d in sorted(hints)]
         size_exprs = [s.expr for s in sizes]
         stride_exprs = [s.expr for s in strides]
+        if any(n.hint is None for n in (*sizes, *strides)):
+            return self._unbacked_dense(size_exprs, stride_exprs)
+        hints = [(st.hint, sz.hint, d) for d, (sz, st) in enumerate(zip(sizes, strides))]
+        order = [d for _, _, d in sorted(hints)]
         dense = _contiguous_in_order(size_exprs, stride_exprs, order)
         hint_dense = _dense_at_hint([s.hint for s in sizes], [s.hint for s in strides])
         if hint_dense:
@@ -253,10 +258,24 @@ class SymNode:
         pinned = [sympy.Eq(n.expr, n.hint) for n in (*sizes, *strides) if not n.expr.is_number]
         return self._make(sympy.Not(sympy.And(*pinned)), bool, False)
 
+    def _unbacked_dense(self, sizes, strides) -> "SymNode":
+        """Density of a layout with unbacked sizes: no hints to order the dims by, so the orders
+        tried are innermost-last (a fresh tensor's) and then each other the facts decide; the
+        answer is False where none is decided (a copy where a view might have done, never a guard)."""
+        n = len(sizes)
+        orders = [_rank_order(n)]
+        static = {d: self.shape_env.static_value(st) for d, st in enumerate(strides)}
+        if all(isinstance(v, int) for v in static.values()):
+            orders.append(sorted(range(n), key=lambda d: static[d]))
+        for order in orders:
+            if self.shape_env.static_value(_contiguous_in_order(sizes, strides, order)) is True:
+                return self._make(sympy.true, bool, True)
+        return self._make(sympy.false, bool, False)
+
     def is_non_overlapping_and_dense_indicator(self, sizes, strides) -> "SymNode":
         dense = self.is_non_overlapping_and_dense(sizes, strides)
         return self._make(S.sym_ite(dense.expr, sympy.Integer(1), sympy.Integer(0)), int,
-                          int(dense.hint))
+                          _hinted(int, dense.hint))
 
     # --- the guard protocol: answers the program branches on ---------------------------------
     def guard_bool(self, file: str, line: int) -> bool:
@@ -268,11 +287,19 @@ class SymNode:
     def guard_float(self, file: str, line: int) -> float:
         return float(self.shape_env.evaluate(self, file, line))
 
-    # Every kiln symbol has a hint (no data-dependent sizes), so these all guard on the hint.
-    expect_true = guard_bool
-    guard_size_oblivious = guard_bool
-    guard_or_false = guard_bool
-    guard_or_true = guard_bool
+    # [Note: unbacked sizes] in shape_env.py: on a backed expression these all guard on the hint;
+    # on an unbacked one none guards.
+    def expect_true(self, file: str, line: int) -> bool:
+        return self.shape_env.expect_true(self)
+
+    def guard_size_oblivious(self, file: str, line: int) -> bool:
+        return bool(self.shape_env.size_oblivious(self))
+
+    def guard_or_false(self, file: str, line: int) -> bool:
+        return bool(self.shape_env.evaluate(self, file, line, fallback=False))
+
+    def guard_or_true(self, file: str, line: int) -> bool:
+        return bool(self.shape_env.evaluate(self, file, line, fallback=True))
 
     def expect_size(self, file: str, line: int) -> bool:
         # Older torch asks this of sizes it is about to allocate: a size is never negative.
@@ -329,6 +356,12 @@ def _dense_at_hint(sizes: list[int], strides: list[int]) -> bool:
     return True
 
 
+def _hinted(fn: Callable, *hints) -> Any:
+    """fn over hints, or None where one is missing (an unbacked value has no hint)."""
+    flat = hints[0] if len(hints) == 1 and isinstance(hints[0], list) else hints
+    return None if any(h is None for h in flat) else fn(*hints)
+
+
 def _constant(value: Any, pytype: type) -> sympy.Basic:
     if pytype is bool:
         return sympy.true if value else sympy.false
@@ -344,7 +377,7 @@ def _binary(name: str, build: Callable, pyop: Callable, rtype: Any):
         pytype = self.pytype if rtype is _SAME else rtype
         if rtype is _SAME and float in (self.pytype, other.pytype):
             pytype = float
-        hint = pyop(self.hint, other.hint)
+        hint = _hinted(pyop, self.hint, other.hint)
         if self.expr.is_Integer and other.expr.is_Integer and pytype in (int, bool):
             return SymNode(_constant(hint, pytype), self.shape_env, pytype, pytype(hint))
         return self._make(build(self.expr, other.expr), pytype, hint)
@@ -358,7 +391,7 @@ def _unary(name: str, build: Callable, pyop: Callable, rtype: Any):
 
     def method(self: SymNode) -> SymNode:
         pytype = self.pytype if rtype is _SAME else rtype
-        return self._make(build(self.expr), pytype, pyop(self.hint))
+        return self._make(build(self.expr), pytype, _hinted(pyop, self.hint))
 
     method.__name__ = name
     return method
@@ -367,6 +400,9 @@ def _unary(name: str, build: Callable, pyop: Callable, rtype: Any):
 def _sizes_strides(name: str, build: Callable):
     def method(self: SymNode, sizes: list[SymNode], strides: list[SymNode]) -> SymNode:
         expr = build([s.expr for s in sizes], [s.expr for s in strides])
+        if any(s.hint is None for s in (*sizes, *strides)):
+            value = sizes[0].shape_env.static_value(expr) if sizes else None
+            return self._make(expr, bool, value)
         hint = build([sympy.Integer(s.hint) for s in sizes], [sympy.Integer(s.hint) for s in strides])
         return self._make(expr, bool, bool(hint))
 

@@ -13,6 +13,26 @@ A `ShapeEnv` owns
     asked).
 It hands on `guard_function(*input_names)`: one generated Python function over the real inputs
 that says whether a trace made under these guards may be reused for them.
+
+[Note: unbacked sizes] Some sizes are known only when the program runs: the number of nonzero
+elements (`nonzero`, `masked_select`, `x[mask]`), of distinct values (`unique`), a sum of repeats
+(`repeat_interleave`), a number read from a tensor (`t.item()` used as a size). For each such value
+`create_unbacked` makes a symbol named u0, u1, ... (backed symbols are s0, s1, ...) with no hint and
+no source: no input holds it, so the guard function can neither read nor check it, and a guard on
+it would pin the compiled program to one count, a recompile per value. So the ShapeEnv never
+guards on an unbacked symbol:
+  * a question the facts decide (u0 >= 0, u0 * 2 != -1) is answered as for any symbol, no guard;
+  * torch's `guard_or_false` / `guard_or_true` (its meta kernels ask those where either answer is
+    correct, e.g. "is this dim 1, so broadcast?") get their fallback: the general case;
+  * `guard_size_oblivious` decides as if the size were >= 2 (a size 0 or 1 takes the general path);
+  * `expect_true` (torch._check: a condition the op requires, u0 == s0 for `x[m] + y[m']`) is
+    assumed: learnt as a fact (u1 -> s0 replacement) and kept in `runtime_asserts`, not a guard;
+  * anything else (`if n > 0:` on an unbacked n) raises `DataDependentGuard`, which capture turns
+    into a graph break at the user's line.
+The symbol is bound when the program runs: the op that made it is an extern of the generated host
+program, which reads the symbol off its output's size (or takes the number itself), and later
+kernels take it as a size argument like any other symbol (kiln/codegen/host.py). One compiled
+program serves every count; a count of 0 or 1 is no special case.
 """
 from __future__ import annotations
 
@@ -66,6 +86,19 @@ class Guard:
             f"(kernel {self.kernel_location})" if self.kernel_location else "") if x)
         names = ", ".join(str(s) for s in self.sources)
         return f"{self.expr}  [{names}] {where}".rstrip()
+
+
+class DataDependentGuard(KilnError):
+    """Traced code branched on a value known only at run time ([Note: unbacked sizes])."""
+
+    def __init__(self, expr: sympy.Basic, where: str | None = None):
+        self.expr = expr
+        super().__init__(
+            f"the traced program branches on {expr}, which depends on the values in a tensor (a "
+            f"count of nonzero elements, distinct values, or a number read with .item()); kiln "
+            f"compiles one program for every such value, so it cannot take one branch"
+            f"{f' (at {where})' if where else ''}. Capture breaks the graph here; to keep one "
+            f"graph, write the condition without Python control flow (torch.where, torch._check).")
 
 
 class GuardSourceError(KilnError):
@@ -138,6 +171,9 @@ class ShapeEnv(TorchHelperProtocol):
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
         self.divisors: dict[sympy.Symbol, int] = {}     # s -> d: guards say d divides s
         self.guards: list[Guard] = []
+        self.unbacked: set[sympy.Symbol] = set()        # [Note: unbacked sizes]
+        self.runtime_asserts: list[sympy.Basic] = []     # facts assumed of unbacked symbols
+        self._oblivious = 0                              # inside `oblivious()`
         self.inputs: dict[str, TensorInput | sympy.Basic] = {}
         self._known: dict[sympy.Basic, bool] = {}
         self._static_cache: dict[sympy.Basic, Any] = {}
@@ -160,13 +196,31 @@ class ShapeEnv(TorchHelperProtocol):
         self.upper[symbol] = math.inf
         return symbol
 
+    def create_unbacked(self, size: bool = True, upper: int | float = math.inf) -> sympy.Symbol:
+        """A fresh symbol for a value known only at run time ([Note: unbacked sizes]): no hint,
+        no source. A size is >= 0 (not >= 2: a count may be 0 or 1), at most `upper` when the op
+        bounds it (nonzero of n elements); a number read from a tensor (`size=False`) may be any int."""
+        name = f"u{len(self.unbacked)}"
+        symbol = sympy.Symbol(name, integer=True, nonnegative=True) if size else \
+            sympy.Symbol(name, integer=True)
+        self.unbacked.add(symbol)
+        self.lower[symbol] = 0 if size else -math.inf
+        self.upper[symbol] = upper
+        return symbol
+
+    def unbacked_symint(self, size: bool = True, upper: int | float = math.inf) -> torch.SymInt:
+        return torch.SymInt(SymNode(self.create_unbacked(size, upper), self, int, None))
+
+    def has_unbacked(self, expr: sympy.Basic) -> bool:
+        return bool(self.unbacked) and any(s in self.unbacked for s in sympy.sympify(expr).free_symbols)
+
     def create_symint(self, hint: int, source: str) -> torch.SymInt | int:
         """A SymInt for an int input named `source` (0 and 1 give plain ints)."""
         expr = self.create_symbol(hint, Source(source))
         self.inputs[source] = expr
         return self.to_symint(expr, hint)
 
-    def to_symint(self, expr: sympy.Basic, hint: int) -> torch.SymInt | int:
+    def to_symint(self, expr: sympy.Basic, hint: int | None) -> torch.SymInt | int:
         if expr.is_Integer:
             return int(expr)
         return torch.SymInt(SymNode(expr, self, int, hint))
@@ -178,7 +232,9 @@ class ShapeEnv(TorchHelperProtocol):
         return sympy.Integer(value)
 
     def hint_of(self, expr: sympy.Basic) -> Any:
-        """The value of `expr` for the traced inputs."""
+        """The value of `expr` for the traced inputs; an unbacked symbol has none (raises)."""
+        if self.has_unbacked(self.simplify(sympy.sympify(expr))):
+            raise DataDependentGuard(expr)
         value = sympy.sympify(sympy.sympify(expr).xreplace(self.hints))
         if value is sympy.true or value is sympy.false:
             return bool(value)
@@ -209,7 +265,7 @@ class ShapeEnv(TorchHelperProtocol):
         by d simplify too."""
         mapping = {}
         for symbol in expr.free_symbols:
-            if symbol in self.lower:
+            if symbol in self.lower and self.lower[symbol] != -math.inf:
                 t = sympy.Symbol(f"t_{symbol}", integer=True, nonnegative=True)
                 d = self.divisors.get(symbol, 1)
                 mapping[symbol] = d * (-(-self.lower[symbol] // d) + t)
@@ -282,18 +338,79 @@ class ShapeEnv(TorchHelperProtocol):
         finally:
             self._user_location.pop()
 
-    def evaluate(self, node: SymNode, file: str = "", line: int = 0) -> Any:
-        """The value of `node` for the traced inputs; records a guard unless already known."""
+    def evaluate(self, node: SymNode, file: str = "", line: int = 0, fallback: Any = None) -> Any:
+        """The value of `node` for the traced inputs; records a guard unless already known.
+        On an unbacked symbol ([Note: unbacked sizes]) no guard: `fallback` if given, else
+        DataDependentGuard."""
         expr = self.simplify(node.expr)
         value = self.static_value(expr)
         if value is not None:
             return value
+        if node.hint is None or self.has_unbacked(expr):
+            if fallback is not None:
+                return fallback
+            value = self._static_oblivious(expr) if self._oblivious else None
+            if value is not None:
+                return value
+            raise DataDependentGuard(expr, self._where())
         if node.pytype is bool:
             fact = expr if node.hint else sympy.Not(expr)
         else:
             fact = sympy.Eq(expr, node.hint)
         self.add_guard(fact, f"{file}:{line}" if file else None)
         return node.hint
+
+    def size_oblivious(self, node: SymNode) -> Any:
+        """`guard_size_oblivious`: decided with every unbacked size taken as >= 2, so a count of 0
+        or 1 follows the general path ([Note: unbacked sizes]); a guard where no symbol is unbacked."""
+        value = self._static_oblivious(self.simplify(node.expr))
+        return value if value is not None else self.evaluate(node)
+
+    def _static_oblivious(self, expr: sympy.Basic) -> Any:
+        """static_value with every unbacked size taken as >= 2."""
+        unbacked = [s for s in expr.free_symbols if s in self.unbacked and self.lower[s] >= 0]
+        if not unbacked:
+            return self.static_value(expr)
+        saved = {s: self.lower[s] for s in unbacked}
+        self.lower.update({s: max(2, low) for s, low in saved.items()})
+        self._static_cache.clear()
+        try:
+            return self.static_value(expr)
+        finally:
+            self.lower.update(saved)
+            self._static_cache.clear()
+
+    @contextlib.contextmanager
+    def oblivious(self) -> Iterator[None]:
+        """Answer questions on unbacked sizes as if each were >= 2, instead of raising.
+
+        For code generation, after tracing: its questions are about layout and indexing ("is this
+        buffer dense?", "is this stride 1?"), where a dim of size 0 or 1 is never read along, so the
+        answer for sizes >= 2 holds for every size. Tracing never runs under it: there, a branch
+        on a count is the user's, and must see every value."""
+        self._oblivious += 1
+        try:
+            yield
+        finally:
+            self._oblivious -= 1
+
+    def expect_true(self, node: SymNode) -> bool:
+        """torch._check(cond): a condition the op requires. Over unbacked symbols it is assumed
+        (learnt, listed in `runtime_asserts`); eager raises where it fails. Else a guard."""
+        expr = self.simplify(node.expr)
+        if self.static_value(expr) is None and self.has_unbacked(expr):
+            self.runtime_asserts.append(expr)
+            self._learn(expr)
+            return True
+        return bool(self.evaluate(node))
+
+    def _where(self) -> str | None:
+        user, _ = _locate()
+        if self._user_location:
+            return self._user_location[-1]
+        if self.locate is not None:
+            return self.locate() or user
+        return user
 
     def add_guard(self, fact: sympy.Basic, kernel_location: str | None = None) -> None:
         """Record that `fact` must hold for the trace to be reused, and learn from it."""
@@ -330,9 +447,11 @@ class ShapeEnv(TorchHelperProtocol):
                 self.divisors[base] = math.lcm(self.divisors.get(base, 1), int(d))
 
     def _learn_equality(self, difference: sympy.Basic) -> None:
-        """From `difference == 0`, replace the newest symbol it solves for (s1 -> s0, s0 -> 4)."""
+        """From `difference == 0`, replace the newest symbol it solves for (s1 -> s0, s0 -> 4);
+        an unbacked one first (u0 -> s0): a backed symbol must stay readable from the inputs."""
         difference = sympy.expand(difference)
-        for symbol in sorted(difference.free_symbols, key=_index, reverse=True):
+        order = sorted(difference.free_symbols, key=lambda s: (s in self.unbacked, _index(s)), reverse=True)
+        for symbol in order:
             coefficient = difference.coeff(symbol)
             rest = difference - coefficient * symbol
             if coefficient in (1, -1) and symbol not in rest.free_symbols:

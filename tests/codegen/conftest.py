@@ -33,3 +33,19 @@ def prim_graphs(fn, *inputs):
 @pytest.fixture
 def graphs():
     return prim_graphs
+
+
+class Counting:
+    """A backend that compiles with kiln and keeps what it returned (one per captured graph)."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def __call__(self, gm, example_inputs):
+        from kiln import backends
+        fn = backends.kiln(gm, example_inputs)
+        self.compiled.append(fn)
+        return fn
+
+    def programs(self) -> int:
+        return sum(len(getattr(fn, "programs", {})) for fn in self.compiled)

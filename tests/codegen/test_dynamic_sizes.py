@@ -4,22 +4,7 @@ import pytest
 import torch
 
 import kiln
-from kiln import backends
-
-
-class Counting:
-    """A backend that compiles with kiln and keeps what it returned (one per captured graph)."""
-
-    def __init__(self):
-        self.compiled = []
-
-    def __call__(self, gm, example_inputs):
-        fn = backends.kiln(gm, example_inputs)
-        self.compiled.append(fn)
-        return fn
-
-    def programs(self) -> int:
-        return sum(len(getattr(fn, "programs", {})) for fn in self.compiled)
+from tests.codegen.conftest import Counting
 
 
 def _kernels(runtime) -> list[str]:

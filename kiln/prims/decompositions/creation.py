@@ -13,6 +13,7 @@ import torch
 from kiln.prims.decompositions.refs import broadcast_to, contiguous_strides, convert, to_device
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
+from kiln.symbolic.decide import nonnegative_size
 
 aten = torch.ops.aten
 
@@ -166,15 +167,16 @@ def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=Non
         length = (end - start + step - 1) // step   # exact on symbolic sizes, no float round trip
     else:
         length = math.ceil((end - start) / step)
+    length = nonnegative_size(length)
     if dtype.is_floating_point:
         # eager computes start + i * step in double precision, then rounds once
-        ramp = p.iota(max(length, 0), start=0, step=1, dtype=torch.int64, device=_device(device))
+        ramp = p.iota(length, start=0, step=1, dtype=torch.int64, device=_device(device))
         values = p.add(p.mul(p.convert_element_type(ramp, torch.float64),
-                             p.full([max(length, 0)], float(step), dtype=torch.float64, device=_device(device))),
-                       p.full([max(length, 0)], float(start), dtype=torch.float64, device=_device(device)))
+                             p.full([length], float(step), dtype=torch.float64, device=_device(device))),
+                       p.full([length], float(start), dtype=torch.float64, device=_device(device)))
         return p.convert_element_type(values, dtype)
     start, step = (x if isinstance(x, torch.SymInt) else int(x) for x in (start, step))
-    return p.iota(max(length, 0), start=start, step=step, dtype=dtype, device=_device(device))
+    return p.iota(length, start=start, step=step, dtype=dtype, device=_device(device))
 
 
 @register(aten.arange.start)

@@ -13,6 +13,7 @@ from kiln.prims.decompositions.refs import (broadcast_shapes, broadcast_to, cano
                                             reshape, scalar_tensor, to_device)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
+from kiln.symbolic.decide import guard_or_false, guard_or_true, known_true
 
 aten = torch.ops.aten
 
@@ -248,8 +249,12 @@ def masked_scatter(a, mask, source):
                 full([numel_of(shape)], 1, torch.int64, a.device))
     pos = p.maximum(pos, full(pos.shape, 0, torch.int64, a.device))
     src = reshape(contiguous(convert(source, a.dtype)), [-1])
-    if src.shape[0] == 0:
+    if guard_or_false(src.shape[0] == 0):
         return contiguous(a_b)
+    if not known_true(src.shape[0] >= 1):
+        # a source whose length is known only at run time (masked_select's gradient) may be empty:
+        # one element of padding keeps every gather in bounds, and `where` never picks it then
+        src = p.pad(src, 0, [0], [1], [0])
     picked = p.view(p.index(src, [p.minimum(pos, full(pos.shape, src.shape[0] - 1, torch.int64, a.device))]),
                     list(shape))
     return p.where(m, picked, contiguous(a_b))
@@ -269,7 +274,7 @@ def masked_scatter_backward(grad, mask, sizes):
     picked = p.masked_select(where(mask, grad, zeros), broadcast_to(mask, grad.shape))
     total = numel_of(sizes)
     pad = total - picked.shape[0]
-    flat = p.pad(picked, 0, [0], [pad], [0]) if pad > 0 else picked
+    flat = p.pad(picked, 0, [0], [pad], [0]) if guard_or_true(pad > 0) else picked
     return p.view(flat, list(sizes))
 
 

@@ -15,6 +15,7 @@ from kiln.prims.decompositions.refs import (Promotion, broadcast_to, canonical_d
                                             scalar_tensor)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
+from kiln.symbolic.decide import guard_or_true
 
 aten = torch.ops.aten
 
@@ -358,7 +359,7 @@ def _softmax(x, dim, log):
     if x.ndim == 0:
         return _s(x, 0) if log else _s(x, 1)
     kept = [i for i in range(x.ndim) if i != dim]
-    m = p.amax(x, [dim]) if x.shape[dim] else full([x.shape[i] for i in kept], 0, x.dtype, x.device)
+    m = p.amax(x, [dim]) if guard_or_true(x.shape[dim] != 0) else full([x.shape[i] for i in kept], 0, x.dtype, x.device)
     m = p.where(p.isinf(m), full(m.shape, 0, x.dtype, x.device), m)
     shifted = p.sub(x, p.broadcast_in_dim(m, list(x.shape), kept))
     e = p.exp(shifted)

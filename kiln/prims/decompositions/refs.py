@@ -15,6 +15,7 @@ import torch
 
 from kiln.prims.elementwise import contiguous_strides, dense as _dense
 from kiln.prims.ops import ops as p
+from kiln.symbolic.decide import expect_true, guard_or_true, same_size
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -119,13 +120,15 @@ def to_device(a: torch.Tensor, device) -> torch.Tensor:
 
 
 def broadcast_shapes(*shapes):
+    """An unbacked size (a count known at run time) is taken not to be 1: the general case, as
+    eager's broadcasting of it to another size would be ([Note: unbacked sizes])."""
     ndim = max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for s in shapes:
         for i, size in enumerate(s):
             j = ndim - len(s) + i
-            if size != 1:
-                if out[j] != 1 and out[j] != size:
+            if guard_or_true(size != 1):
+                if guard_or_true(out[j] != 1) and not expect_true(out[j] == size):
                     raise RuntimeError(f"shapes {[tuple(x) for x in shapes]} do not broadcast")
                 out[j] = size
     return out
@@ -133,7 +136,7 @@ def broadcast_shapes(*shapes):
 
 def broadcast_to(a: torch.Tensor, shape) -> torch.Tensor:
     shape = list(shape)
-    if list(a.shape) == shape:
+    if a.ndim == len(shape) and all(same_size(x, y) for x, y in zip(a.shape, shape)):
         return a
     offset = len(shape) - a.ndim
     return p.broadcast_in_dim(a, shape, list(range(offset, len(shape))))
@@ -257,11 +260,14 @@ def view_strides(sizes: list, strides: list, shape: list) -> list | None:
 
 
 def infer_size(shape, total):
+    """`shape` with its -1 inferred. Only a literal -1 is inferred: a symbolic size is taken to be
+    a size (a number read with `.item()` that turns out -1 at run time is not supported)."""
     shape = list(shape)
-    if -1 in shape:
-        i = shape.index(-1)
+    wild = [i for i, d in enumerate(shape) if isinstance(d, int) and d == -1]
+    if wild:
+        i = wild[0]
         known = numel(shape[:i] + shape[i + 1:])
-        shape[i] = total // known if known else 0
+        shape[i] = total // known if guard_or_true(known != 0) else 0
     return shape
 
 

@@ -44,7 +44,7 @@ def view(a, shape):
 def expand(a, shape, *, implicit=False):
     shape = list(shape)
     offset = len(shape) - a.ndim
-    shape = [a.shape[i - offset] if s == -1 else s for i, s in enumerate(shape)]
+    shape = [a.shape[i - offset] if isinstance(s, int) and s == -1 else s for i, s in enumerate(shape)]
     return broadcast_to(a, shape)
 
 

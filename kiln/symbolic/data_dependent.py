@@ -1,0 +1,194 @@
+"""Fake rules for ops whose output sizes depend on the values in a tensor.
+
+`nonzero`, `masked_select`, indexing by a boolean mask, the `unique` family, `repeat_interleave`
+with a tensor of repeats and `_local_scalar_dense` (`t.item()`, `int(t)`, a tensor passed where a
+size is expected) cannot have their output metadata computed from their inputs' metadata: a meta
+kernel has no values. Each rule here gives the outputs a fresh unbacked symbol of the ShapeEnv
+where the count goes ([Note: unbacked sizes] in shape_env.py), bounded by what the inputs' sizes
+allow (nonzero of 12 elements finds at most 12), and lays the outputs out as eager's CPU kernel
+does. histogramdd's steps are here too: their output sizes follow from `bins` alone, but torch has
+no meta kernel for them, their values coming from the data's range. The rules are keyed by ATen
+overload in `RULES`; an extern prim that mirrors one of these
+overloads (kiln/prims/externs.py) is given the same rule with `fake.alias_rule`.
+
+One rule per op, one fresh symbol per call: two `nonzero` calls on the same mask get two symbols,
+which the program never needs to know are equal (an op that requires it, `x[m] + y[m]`, assumes
+it: ShapeEnv.expect_true).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _count(mode, upper) -> torch.SymInt | int:
+    """An unbacked count of at most `upper` things (0 when there is nothing to count)."""
+    upper = upper if isinstance(upper, int) else math.inf
+    if upper == 0:
+        return 0
+    return mode.shape_env.unbacked_symint(size=True, upper=upper)
+
+
+def _numel(t: torch.Tensor):
+    n = t.numel()
+    return n if isinstance(n, int) else None
+
+
+def _new(mode, like: torch.Tensor, sizes, strides=None, dtype=None) -> torch.Tensor:
+    from kiln.symbolic.fake import FakeTensor
+    dtype = like.dtype if dtype is None else dtype
+    with torch._C._DisableTorchDispatch():
+        if strides is None:
+            meta = torch.empty(list(sizes), dtype=dtype, device="meta")
+        else:
+            meta = torch.empty_strided(list(sizes), list(strides), dtype=dtype, device="meta")
+    return FakeTensor(meta, like.device, mode)
+
+
+def nonzero(mode, func, args, kwargs) -> torch.Tensor:
+    (x,) = args
+    n = _count(mode, _numel(x))
+    # eager's CPU and CUDA kernels both write the indices column by column: strides (1, n)
+    return _new(mode, x, (n, x.dim()), (1, n), torch.int64)
+
+
+def masked_select(mode, func, args, kwargs) -> torch.Tensor:
+    x, mask = args
+    shape = torch.broadcast_shapes(x.shape, mask.shape)
+    numel = math.prod(shape) if all(isinstance(d, int) for d in shape) else None
+    return _new(mode, x, (_count(mode, numel),))
+
+
+def index(mode, func, args, kwargs) -> torch.Tensor:
+    """`x[mask]`: each boolean index becomes the k index vectors of its nonzero positions, all of
+    one unbacked length; then the ordinary (meta) rule of advanced indexing."""
+    x, indices = args
+    expanded = []
+    for idx in indices:
+        if idx is not None and idx.dtype in (torch.bool, torch.uint8):
+            n = _count(mode, _numel(idx))
+            expanded += [_new(mode, idx, (n,), dtype=torch.int64)] * max(idx.dim(), 1)
+        else:
+            expanded.append(idx)
+    return mode.run(aten.index.Tensor, (x, expanded), {})
+
+
+def _unique_outputs(mode, x, dim, return_inverse, return_counts, always_both=False):
+    """(values, inverse, counts) as eager's CPU kernels shape them; with a dim the CPU kernel
+    returns inverse and counts whether asked or not."""
+    if dim is None:
+        n = _count(mode, _numel(x))
+        values = _new(mode, x, (n,))
+        inverse_shape = tuple(x.shape)
+    else:
+        dim = dim % max(x.dim(), 1)
+        size = x.shape[dim]
+        n = _count(mode, size if isinstance(size, int) else None)
+        values = _new(mode, x, (*x.shape[:dim], n, *x.shape[dim + 1:]))
+        inverse_shape = (size,)
+    both = always_both and dim is not None
+    inverse = _new(mode, x, inverse_shape if return_inverse or both else (0,), dtype=torch.int64)
+    counts = _new(mode, x, (n,) if return_counts or both else (0,), dtype=torch.int64)
+    return values, inverse, counts
+
+
+def unique2(mode, func, args, kwargs) -> tuple:
+    bound = func._schema.arguments
+    a = _bind(bound, args, kwargs)
+    return _unique_outputs(mode, a["self"], None, a["return_inverse"], a["return_counts"])
+
+
+def unique(mode, func, args, kwargs) -> tuple:
+    a = _bind(func._schema.arguments, args, kwargs)
+    values, inverse, _ = _unique_outputs(mode, a["self"], None, a["return_inverse"], False)
+    return values, inverse
+
+
+def unique_dim(mode, func, args, kwargs) -> tuple:
+    a = _bind(func._schema.arguments, args, kwargs)
+    return _unique_outputs(mode, a["self"], a["dim"], a["return_inverse"], a["return_counts"], True)
+
+
+def unique_consecutive(mode, func, args, kwargs) -> tuple:
+    a = _bind(func._schema.arguments, args, kwargs)
+    return _unique_outputs(mode, a["self"], a["dim"], a["return_inverse"], a["return_counts"], True)
+
+
+def repeat_interleave(mode, func, args, kwargs) -> torch.Tensor:
+    a = _bind(func._schema.arguments, args, kwargs)
+    repeats, size = a["repeats"], a.get("output_size")
+    if size is None:
+        size = _count(mode, math.inf)
+    return _new(mode, repeats, (size,))
+
+
+def local_scalar_dense(mode, func, args, kwargs) -> Any:
+    """`t.item()`: an unbacked int for an integer tensor. A float or bool read from a tensor stays
+    a data-dependent op (DataDependentOp): no kernel could take it as a size, and a branch on it is
+    a graph break anyway."""
+    from kiln.symbolic.fake import DataDependentOp, FakeTensor
+    (x,) = args
+    if isinstance(x, FakeTensor) and x.constant is not None:
+        return x.constant.item()       # torch.tensor(3) made in traced code: its value is known
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise DataDependentOp(func)
+    # the same tensor read twice, unchanged in between (its version), is the same number
+    memo = getattr(x, "_item_memo", None)
+    if memo is not None and memo[0] == x._version:
+        return memo[1]
+    value = mode.shape_env.unbacked_symint(size=False)
+    x._item_memo = (x._version, value)
+    return value
+
+
+def histogramdd_bin_edges(mode, func, args, kwargs) -> list:
+    """The edges' values come from the data's range, their sizes only from `bins` (torch has no
+    meta kernel for either histogramdd step)."""
+    a = _bind(func._schema.arguments, args, kwargs)
+    return [_new(mode, a["self"], (b + 1,)) for b in a["bins"]]
+
+
+def histogramdd_counts(mode, func, args, kwargs) -> torch.Tensor:
+    a = _bind(func._schema.arguments, args, kwargs)
+    bins = a["bins"]
+    sizes = [b.shape[0] - 1 for b in bins] if bins and isinstance(bins[0], torch.Tensor) else list(bins)
+    return _new(mode, a["self"], sizes)
+
+
+def _bind(arguments, args, kwargs) -> dict:
+    bound = {}
+    for i, arg in enumerate(arguments):
+        if i < len(args):
+            bound[arg.name] = args[i]
+        elif arg.name in kwargs:
+            bound[arg.name] = kwargs[arg.name]
+        elif arg.has_default_value():
+            bound[arg.name] = arg.default_value
+    return bound
+
+
+def _is_bool_index(func, args, kwargs) -> bool:
+    return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+
+
+RULES: dict[Any, Callable] = {
+    aten.nonzero.default: nonzero,
+    aten.masked_select.default: masked_select,
+    aten._unique2.default: unique2,
+    aten._unique.default: unique,
+    aten.unique_dim.default: unique_dim,
+    aten.unique_consecutive.default: unique_consecutive,
+    aten.repeat_interleave.Tensor: repeat_interleave,
+    aten._local_scalar_dense.default: local_scalar_dense,
+    aten._histogramdd_bin_edges.default: histogramdd_bin_edges,
+    aten._histogramdd_from_bin_cts.default: histogramdd_counts,
+    aten._histogramdd_from_bin_tensors.default: histogramdd_counts,
+}
+# Ops that are data-dependent for some arguments only: (test, rule); otherwise their meta kernel.
+CONDITIONAL: dict[Any, tuple[Callable, Callable]] = {
+    aten.index.Tensor: (_is_bool_index, index),
+}

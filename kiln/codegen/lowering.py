@@ -616,6 +616,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     computed = len(ctx.nodes)
     outputs = []
+    returned_by: dict[str, Any] = {}     # a user output's buffer -> the FX node it returns
     # a forward's outputs past its user outputs are values saved for its backward (aot's partition):
     # those may be the inputs themselves (a weight), never copied
     user_outputs = gm.meta.get("kiln_user_outputs")
@@ -638,7 +639,14 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             if saved and holder is None and value in ctx.realized_any:   # any layout does for the backward
                 outputs.append(ctx.realized_any[value].name)
                 continue
-            outputs.append(ctx.realize(value, strides, fresh=fresh).name)
+            name = ctx.realize(value, strides, fresh=fresh).name
+            if not saved and returned_by.setdefault(name, out_node) is not out_node:
+                # two outputs eager returns as distinct tensors (a zeros_like and a clone zeroed in
+                # place, fuzz seed 5628) share no storage: the caller may write either, and autograd
+                # marks one non-differentiable without touching the other
+                name = ctx.realize(value, strides, fresh=True).name
+                returned_by[name] = out_node
+            outputs.append(name)
         else:
             outputs.append(value)
     graph = ir.Graph(tuple(ctx.buffers.values()), tuple(_outputs_where_computed(ctx, computed)),

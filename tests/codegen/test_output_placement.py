@@ -41,3 +41,20 @@ def test_the_moved_output_equals_eager():
     got, expected = kiln.compile(fn, fullgraph=True)(x, w), fn(x, w)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e)
+
+
+def test_two_outputs_with_equal_values_are_distinct_tensors():
+    """Two zero fills (fuzz seed 5628) lowered to one buffer: a write into one output changed the
+    other, and autograd marking one non-differentiable marked both."""
+    def fn(x):
+        z = torch.zeros_like(x)
+        y = x.clone()
+        y.zero_()
+        return z, y
+    x = torch.randn(5, 4, requires_grad=True)
+    z, y = kiln.compile(fn)(x)
+    assert z.data_ptr() != y.data_ptr() and not z.requires_grad and y.requires_grad
+    z.add_(1)
+    assert y.detach().eq(0).all()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.zeros_like(x))

@@ -169,6 +169,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     else:
         lines = [f"def call({', '.join(param_names)}):"]
     unbound = _unbacked_symbols(graph, steps, buffers)
+    unbacked = frozenset(unbound)
     lines += _bind_sizes(graph, steps, buffers, param_names, unbound)
     for name in inputs:
         lines += _layout_check(buffers[name])
@@ -217,7 +218,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                 if "_" in outs:   # results nobody reads are released at once
                     lines.append("    del _")
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
-                lines += _bind_unbacked(buffers[o], unbound)
+                lines += _bind_unbacked(buffers[o], unbound, unbacked)
                 lines += _layout_check(buffers[o], may_be_none=True)
             if probe:
                 lines += [f"    if {o} is not None: _probe({gname + ':' + str(step.op)!r}, {o!r}, {o})"
@@ -284,13 +285,21 @@ def _unbacked_symbols(graph: ir.Graph, steps, buffers: dict) -> set[sympy.Symbol
     return found - from_inputs
 
 
-def _bind_unbacked(buf: ir.Buffer, unbound: set) -> list[str]:
-    """Lines binding the symbols `buf` (an extern's output) is the first to hold as a dim."""
+def _bind_unbacked(buf: ir.Buffer, unbound: set, unbacked: frozenset = frozenset()) -> list[str]:
+    """Lines binding the symbols `buf` (an extern's output) is the first to hold as a dim, and
+    checking its dims over symbols bound before: tracing assumed what an op requires of a count
+    (`x[m1] * y[m2]`: the two counts equal, u1 replaced by u0), where eager raises if it fails, so
+    the program raises too instead of reading past a buffer."""
     lines = []
     for d, size in enumerate(buf.sizes):
         if isinstance(size, sympy.Symbol) and size in unbound:
             unbound.discard(size)
             lines.append(f"    {size.name} = {buf.name}.shape[{d}]")
+        elif sympy.sympify(size).free_symbols & unbacked and not sympy.sympify(size).free_symbols & unbound:
+            lines += [f"    if {buf.name}.shape[{d}] != {py_index(size)}:",
+                      f"        raise RuntimeError(f'kiln: {buf.name} has {{{buf.name}.shape[{d}]}} rows in dim {d} where the "
+                      f"compiled program assumed {size} = {{{py_index(size)}}} (a count known only at run time; "
+                      f"eager raises here too: e.g. two boolean masks that select different counts)')"]
     return lines
 
 

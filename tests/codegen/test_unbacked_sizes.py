@@ -176,3 +176,19 @@ def test_histogramdd_and_histc():
                                        tuple(want) if isinstance(want, tuple) else want)
             args = tuple(a * 2 for a in args)
         assert len(backend.compiled) == 1
+
+
+def test_counts_the_program_assumed_equal_are_checked_at_run_time():
+    """`x[m1] * y[m2]` assumes the two counts equal (eager raises where they are not): the program
+    checks it where the second count is known, instead of reading past the first's buffer."""
+    def fn(x, y):
+        return x[x > 0] * y[y > 0]
+    kiln.reset()
+    compiled = kiln.compile(fn, fullgraph=True, backend=Counting())
+    x, y = torch.tensor([1., -1., 2.]), torch.tensor([-3., 4., 5.])
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    y = torch.tensor([3., 4., 5.])
+    with pytest.raises(RuntimeError):
+        fn(x, y)
+    with pytest.raises(RuntimeError, match="assumed"):
+        compiled(x, y)

@@ -162,8 +162,12 @@ class Recorder:
         self.compiled += 1
         inner = self.base(gm, example_inputs)
         from kiln.codegen.backend import symbolic_examples
-        symbolic = symbolic_examples(gm) is not None
-        code = (gm.code, symbolic)
+        # ints that capture made graph inputs after they changed ([Note: ints that change]): the
+        # graph stands for any value of them, as a symbolic graph for any sizes
+        ints = tuple(n.name for n, x in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs)
+                     if isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool))
+        symbolic = symbolic_examples(gm) is not None or bool(ints)
+        code = (gm.code, symbolic, ints)
 
         def run(*args):
             self.ran.append(code)
@@ -178,16 +182,19 @@ def _base_backend(use_kiln: bool):
     return lambda gm, example_inputs: gm.forward
 
 
-def _normal(code: str, symbolic: bool) -> str:
+def _normal(code: str, symbolic: bool, ints: tuple = ()) -> str:
     """A graph's code as compared: without FX's `; x = None` liveness notes. A symbolic graph
     stands for any sizes: its size computations (`x.size()`, `getitem > 3`: guards' inputs) go,
-    and the sizes it passes to ops compare as N, as do a static graph's numbers."""
+    and the sizes it passes to ops compare as N, as do a static graph's numbers; so do its int
+    inputs (`ints`), which leave its signature."""
     lines = [line.split(";")[0].rstrip() for line in code.splitlines()]
     if not symbolic:
         return "\n".join(lines)
-    derived: set[str] = set()
+    derived: set[str] = set(ints)
     out = []
     for line in lines:
+        if line.lstrip().startswith("def forward(") and ints:
+            line = re.sub(r", (" + "|".join(map(re.escape, ints)) + r")\b", "", line)
         m = re.match(r"\s*(\w+) = (.*)", line)
         if m:
             lhs, rhs = m.groups()
@@ -260,8 +267,8 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
                 fresh_fn._orig_mod.load_state_dict(module.state_dict())
             x3, xs3 = _inputs(state, seed * 100 + step)
             _call(fresh_fn, x3, xs3, state, fresh_fn._orig_mod if as_module else None)
-            got = [_normal(c, sym) for c, sym in recorder.ran]
-            want = [_normal(c, sym or reused_sym) for (c, sym), (_, reused_sym) in zip(fresh.ran, recorder.ran)]
+            got = [_normal(*ran) for ran in recorder.ran]
+            want = [_normal(c, sym or reused_sym) for (c, sym, _), (_, reused_sym, _) in zip(fresh.ran, recorder.ran)]
             if got != want:
                 import difflib
                 diff = "\n".join(difflib.unified_diff("\n".join(want).splitlines(), "\n".join(got).splitlines(),

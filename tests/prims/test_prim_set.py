@@ -9,7 +9,9 @@ aten = torch.ops.aten
 
 
 def test_prim_set_is_closed_and_small():
-    assert 0 < len(PRIMS) <= 200
+    # 200 computing prims and externs, and the data-dependent externs of [Note: unbacked sizes]
+    # (unique over a dim, repeat_interleave by counts): a closed set well under PrimTorch's ~250
+    assert 0 < len(PRIMS) <= 205
     for name, prim in PRIMS.items():
         assert prim.name == name
         assert isinstance(prim.op, torch._ops.OpOverload) and prim.op.namespace == "kiln_prims"

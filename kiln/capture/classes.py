@@ -9,6 +9,7 @@ only if they leave the graph.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import types
 
 import torch
@@ -174,6 +175,9 @@ _CLASS_KINDS = [
                                         c is collections.Counter), _dict_subclass),
     # torch.distributions are Python classes over tensor ops: built like a user's class
     (lambda c: c.__module__.startswith("torch.distributions."), _user_class),
+    # torch's own dataclasses (linear_cross_entropy's options, built by `dataclasses.replace`):
+    # plain Python records, built like a user's dataclass
+    (lambda c: c.__module__.startswith("torch.") and dataclasses.is_dataclass(c), _user_class),
     (lambda c: c.__module__ == "builtins" or c.__module__.startswith("torch"), None),
     (lambda c: True, _user_class),
 ]

@@ -76,7 +76,18 @@ def _cold(monkeypatch):
     entry = launcher.saved([kernel], bufs)
     cold = launcher.restore(entry)["rowsum"]
     monkeypatch.setattr(source_cache, "_LOADED", {})
-    return cold, json.loads(json.dumps(entry))
+    return cold, json.loads(json.dumps(entry, sort_keys=True))     # as kiln's store writes it
+
+
+def test_the_loaded_binary_keeps_the_parameters_order(gpu_less, monkeypatch):
+    """Triton's launcher parses arguments in the signature's order; kiln's store sorts JSON keys, and
+    a signature kept as a JSON object came back alphabetical (INDEX_DTYPE first): the H200's first
+    warm launch read INDEX_DTYPE where an int was due."""
+    cold, entry = _cold(monkeypatch)
+    warm = launcher.restore(entry)["rowsum"]
+    original = cold.warmed.result(ignore_errors=True) if hasattr(cold.warmed, "result") else cold.warmed
+    assert list(warm.prebuilt.src.signature.items()) == list(original.src.signature.items())
+    assert list(warm.prebuilt.src.signature) == warm.prebuilt.src.fn.arg_names
 
 
 def test_a_warm_restore_loads_the_cold_binary_without_the_jit(gpu_less, monkeypatch):

@@ -85,7 +85,7 @@ def record(compiled) -> dict | None:
     except TypeError:
         return None
     return {"triton": triton.__version__, "hash": compiled.hash, "files": sorted(names), "env": _env(),
-            "signature": dict(src.signature), "constants": constants,
+            "signature": list(map(list, src.signature.items())), "constants": constants,
             "attrs": [[list(k), v] for k, v in src.attrs.items()]}
 
 
@@ -105,7 +105,14 @@ def load(entry: dict, fn, options: dict):
             if not _FILE.fullmatch(name) or not os.path.isfile(path):
                 return None
             group[name] = path
-        src = ASTSource(fn, dict(entry["signature"]), {tuple(k): _constant_from_json(v) for k, v in entry["constants"]},
+        # in the order of the function's parameters: Triton's launcher parses the arguments by the
+        # signature's order, and a JSON object's keys do not keep one (kiln's store sorts them: the
+        # first warm launch on the H200 read INDEX_DTYPE where an int was due)
+        signature = dict(map(tuple, entry["signature"]))
+        if set(signature) != set(fn.arg_names):
+            return None
+        src = ASTSource(fn, {name: signature[name] for name in fn.arg_names},
+                        {tuple(k): _constant_from_json(v) for k, v in entry["constants"]},
                         {tuple(k): v for k, v in entry["attrs"]})
         compiled = CompiledKernel(src, group, entry["hash"])
     except (KeyError, TypeError, ValueError, AttributeError, StopIteration, OSError):

@@ -238,9 +238,9 @@ class TritonKernel:
                         return
                 except TypeError as e:
                     # Triton's launcher parses every argument before it launches anything: a
-                    # refusal here ran nothing, and the JIT path below launches instead. On the
-                    # H200 (Triton 3.6) the first such launch refused INDEX_DTYPE as an int; the
-                    # cause is not known yet, so each refusal is counted and named under KILN_LOG=perf.
+                    # refusal here ran nothing, and the JIT path below launches instead. (On the
+                    # H200 a record whose signature had lost its order was refused so; each
+                    # refusal is counted and named under KILN_LOG=perf.)
                     log.count("cached binaries refused at launch", 1)
                     log.emit("perf", f"kernel {self.layout.name}: its cached binary's launcher refused the "
                                      f"arguments ({e}); signature {dict(direct.signature)}")

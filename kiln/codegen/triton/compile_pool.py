@@ -9,8 +9,9 @@ and link options. A worker process is given those (a `CompileJob`), plus the GPU
 (debug, instrumentation mode, the cache-invalidating environment), and runs the very `fn.warmup`
 the parent would (`launcher.warm`) under a stub driver that reports that target and never touches
 a GPU. The binary lands in Triton's cache under the key the parent's warmup computes; the parent
-then runs its usual precompile, which finds every binary there (a cache hit, a few ms) and keeps
-the `CompiledKernel` [Note: warm binaries] records.
+warms each kernel up as usual as soon as its worker reports (`filed`), so its cache hits (a few
+ms each, under the GIL) overlap the workers' compiles; its warmup finds the binary and keeps the
+`CompiledKernel` that [Note: warm binaries] records.
 
 The pool only fills a cache, so it is never needed for correctness: a worker that raises, dies or
 hangs costs at most one warning per process, and the parent's own warmup compiles whatever is
@@ -24,7 +25,7 @@ that may hold a CUDA context) rather than `multiprocessing` children, because 's
 pipes (`multiprocessing.connection.Connection`) and exits when the parent closes them.
 
 Hands on: `size() -> int`, `start(n_kernels) -> CompilePool | None`, `CompileJob`,
-`CompilePool.fill(jobs) -> int`.
+`CompilePool.filed(jobs) -> Iterator[int]`.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ import threading
 import time
 import warnings
 from multiprocessing.connection import Connection
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from kiln import log
 
@@ -183,53 +184,62 @@ class CompilePool:
         self.busy = threading.Lock()
         atexit.register(self.close)
 
-    def fill(self, jobs: Sequence[CompileJob]) -> int:
-        """Compile `jobs` in the workers into Triton's cache (largest sources first); how many landed.
-        Any failure gives the pool up (`_fail`) and leaves the rest to the parent's warmup."""
+    def filed(self, jobs: Sequence[CompileJob]) -> Iterator[int]:
+        """Compile `jobs` in the workers into Triton's cache, largest sources first, yielding each
+        job's index as its binary lands, so the parent warms it up while the workers go on. Any
+        failure gives the pool up (`_fail`) and leaves the jobs not yielded to the parent."""
         if not self.busy.acquire(blocking=False):     # another thread is filling: it compiles in-process
-            return 0
+            return
         try:
-            return self._fill(sorted(jobs, key=lambda j: -len(j.source)))
+            yield from self._filed(sorted(range(len(jobs)), key=lambda i: -len(jobs[i].source)), jobs)
         finally:
             self.busy.release()
 
-    def _fill(self, jobs: list[CompileJob]) -> int:
+    def _filed(self, order: list[int], jobs: Sequence[CompileJob]) -> Iterator[int]:
         todo: queue.SimpleQueue = queue.SimpleQueue()
-        for job in jobs:
-            todo.put(job)
-        done, errors, stop = [], [], threading.Event()
+        for i in order:
+            todo.put(i)
+        landed: queue.SimpleQueue = queue.SimpleQueue()     # job indices, then one None per worker
+        errors, stop = [], threading.Event()
 
         def drain(worker: _Worker) -> None:
-            while not stop.is_set():
-                try:
-                    job = todo.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    status, value = worker.compile(job, TIMEOUT_S)
-                except Exception as e:       # dead or hung: the whole pool goes (a hung one may hold a GPU-less lock)
-                    errors.append(f"a worker {'hung' if isinstance(e, TimeoutError) else 'died'} "
-                                  f"({type(e).__name__}: {e})")
-                    stop.set()
-                    return
-                (done if status == "ok" else errors).append(value if status == "ok" else
-                                                            f"{job.function}: {value}")
-                if status != "ok":
-                    stop.set()
+            try:
+                while not stop.is_set():
+                    try:
+                        i = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        status, value = worker.compile(jobs[i], TIMEOUT_S)
+                    except Exception as e:   # dead or hung: the whole pool goes
+                        errors.append(f"a worker {'hung' if isinstance(e, TimeoutError) else 'died'} "
+                                      f"({type(e).__name__}: {e})")
+                        stop.set()
+                        return
+                    if status == "ok":
+                        landed.put(i)
+                    else:
+                        errors.append(f"{jobs[i].function}: {value}")
+                        stop.set()
+            finally:
+                landed.put(None)
 
-        started = time.perf_counter()
-        threads = [threading.Thread(target=drain, args=(w,), name="kiln-compile-worker", daemon=True)
-                   for w in self.workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        log.count("kernels compiled by workers", len(done))
-        log.emit("perf", f"kiln compile workers: {len(done)} of {len(jobs)} kernels in "
+        started, n_done = time.perf_counter(), 0
+        for w in self.workers:
+            threading.Thread(target=drain, args=(w,), name="kiln-compile-worker", daemon=True).start()
+        running = len(self.workers)
+        while running:
+            i = landed.get()
+            if i is None:
+                running -= 1
+            else:
+                n_done += 1
+                yield i
+        log.count("kernels compiled by workers", n_done)
+        log.emit("perf", f"kiln compile workers: {n_done} of {len(jobs)} kernels in "
                          f"{time.perf_counter() - started:.2f} s on {len(self.workers)} workers")
         if errors:
             _fail(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
-        return len(done)
 
     def close(self) -> None:
         workers, self.workers = self.workers, []

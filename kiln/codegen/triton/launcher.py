@@ -23,7 +23,7 @@ import operator
 import os
 import warnings
 import weakref
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import sympy
 import torch
@@ -379,7 +379,6 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     ready = [k for k in kernels if k.static and k.prebuilt is None]
     if not ready:
         return []
-    _fill_cache(ready)
     try:
         from triton.runtime._async_compile import AsyncCompileMode
     except ImportError:             # older Triton: each kernel compiles at its first launch
@@ -388,7 +387,7 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         try:
             with AsyncCompileMode(pool, ignore_errors=True):
-                for kernel in ready:
+                for kernel in _warmup_order(ready):
                     try:
                         kernel.warmup()
                     except Exception as e:
@@ -401,20 +400,22 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     return failed
 
 
-def _fill_cache(kernels: Sequence[TritonKernel]) -> None:
-    """Compile `kernels` into Triton's cache in the compile workers, when they are worth it
-    ([Note: compile workers]); whatever they do not file, the warmup after this compiles."""
-    if not binaries._plain_cache():          # a warmup that would not look in the cache gains nothing
-        return
-    pool = compile_pool.start(len(kernels))
-    if pool is None:
-        return
-    try:
-        jobs = [job for k in kernels if (job := k.compile_job()) is not None]
-    except Exception as e:                   # a plan or target the parent's warmup will report itself
-        log.emit("perf", f"kiln compile workers: no jobs ({type(e).__name__}: {e})")
-        return
-    pool.fill(jobs)
+def _warmup_order(kernels: Sequence[TritonKernel]) -> Iterator[TritonKernel]:
+    """`kernels`, each as soon as a compile worker has filed its binary in Triton's cache, then the
+    ones no worker filed ([Note: compile workers]); all at once when the workers are not worth it."""
+    pool = compile_pool.start(len(kernels)) if binaries._plain_cache() else None   # else no warmup looks
+    jobs = []
+    if pool is not None:
+        try:
+            jobs = [(k, job) for k in kernels if (job := k.compile_job()) is not None]
+        except Exception as e:               # a plan or target the warmup will report itself
+            log.emit("perf", f"kiln compile workers: no jobs ({type(e).__name__}: {e})")
+            jobs = []
+    waiting = {id(k): k for k in kernels}
+    if jobs:
+        for i in pool.filed([job for _, job in jobs]):
+            yield waiting.pop(id(jobs[i][0]))
+    yield from waiting.values()
 
 
 def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:

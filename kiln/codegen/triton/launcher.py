@@ -8,7 +8,8 @@ call with given size ints it makes a `_Plan`: `xnumel`/`rnumel`s from the sizes,
 the grid (`ceil(xnumel / XBLOCK)` programs) and the index dtype (int64 only when a buffer spans
 2**31 elements); later calls with those sizes only look the plan up and launch.
 
-CUDA kernels of static sizes compile in parallel inside `build` (`precompile`); kernels with
+CUDA kernels of static sizes compile in parallel inside `build` (`precompile`, in worker processes
+when there are many: [Note: compile workers] in compile_pool.py); kernels with
 symbolic sizes compile at their first launch (a symbolic size's specialization, divisible by 16 or
 not, is known only then). Triton caches the binaries on disk either way, and a warm start loads a
 static kernel's binary from where kiln's cache entry says Triton filed it ([Note: warm binaries]).
@@ -22,7 +23,7 @@ import operator
 import os
 import warnings
 import weakref
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import sympy
 import torch
@@ -31,7 +32,7 @@ import triton.language as tl
 
 from kiln import log
 from kiln.codegen import ir
-from kiln.codegen.triton import binaries, heuristics
+from kiln.codegen.triton import binaries, compile_pool, heuristics
 from kiln.codegen.triton.heuristics import LaunchConfig
 from kiln.codegen.triton.libdevice import link_options
 from kiln.codegen.triton.printer import KernelLayout, canonical, layout_of, print_canonical
@@ -205,12 +206,24 @@ class TritonKernel:
     def warmup(self) -> None:
         """Compile the first launch's binary of a kernel with static sizes, without launching."""
         plan = self.plans[()] = self.plan((), ())
+        if plan is not None:
+            self.warmed = warm(plan, self.arg_dtypes, self.link)
+
+    def compile_job(self) -> "compile_pool.CompileJob | None":
+        """What a compile worker needs to file `warmup`'s binary where `warmup` will look for it
+        ([Note: compile workers]); None when there is nothing to launch."""
+        from triton.runtime import driver
+        plan = self.plans[()] = self.plan((), ())
         if plan is None:
-            return
-        c = plan.config
-        self.warmed = plan.fn.warmup(*self.arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK,
-                                     RBLOCK=c.RBLOCK, INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps,
-                                     num_stages=c.num_stages, **self.link)
+            return None
+        target = driver.active.get_current_target()
+        return compile_pool.CompileJob(
+            source=self.source, interpret=self.interpret, function=plan.fn.__name__,
+            arg_dtypes=tuple(str(d) for d in self.arg_dtypes), numels=tuple(plan.numels), grid=tuple(plan.grid),
+            config=plan.config, index_dtype=plan.index_dtype.name, link=dict(self.link),
+            target=(target.backend, target.arch, target.warp_size), cache_dir=triton.knobs.cache.dir,
+            debug=bool(plan.fn.debug or triton.knobs.runtime.debug),
+            instrumentation_mode=triton.knobs.compilation.instrumentation_mode, env=binaries._env())
 
     def load_binary(self, record: dict) -> bool:
         """Take the first launch's binary from `record` (`binary_record`'s, in an earlier process)
@@ -273,6 +286,15 @@ class TritonKernel:
         except Exception as e:     # out of resources, a launcher that would not build: the JIT path says why
             log.emit("perf", f"kernel {self.layout.name}: its cached binary did not load ({type(e).__name__}: {e})")
         return None
+
+
+def warm(plan: _Plan, arg_dtypes: Sequence[torch.dtype], link: dict):
+    """Triton's compile of `plan`'s first launch, without launching: its `CompiledKernel` (or the
+    future of one under `AsyncCompileMode`). The one warmup call of the parent and of the compile
+    workers, so both compute the same cache key ([Note: compile workers])."""
+    c = plan.config
+    return plan.fn.warmup(*arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
+                          INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages, **link)
 
 
 class _DirectLaunch:
@@ -348,7 +370,9 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     Each kernel's first-launch plan is made now and warmed up through Triton's `AsyncCompileMode`
     (a thread pool; Triton 3.4+), which compiles with the specialization a launch with 16-byte
     aligned tensors would get and files each binary where that launch looks first. Kernels with
-    symbolic sizes or under autotune compile at their first launch as usual. A failure here is
+    symbolic sizes or under autotune compile at their first launch as usual. Many kernels are
+    first compiled into Triton's cache by worker processes, which the GIL does not serialize, so
+    the warmup here finds their binaries ([Note: compile workers]). A failure here is
     not an error (the launch compiles again and reports it): the names of failed kernels are
     returned and logged.
     """
@@ -363,7 +387,7 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
     with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
         try:
             with AsyncCompileMode(pool, ignore_errors=True):
-                for kernel in ready:
+                for kernel in _warmup_order(ready):
                     try:
                         kernel.warmup()
                     except Exception as e:
@@ -374,6 +398,24 @@ def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
         warnings.warn("kiln could not precompile Triton kernels (they compile at first launch instead): "
                       + "; ".join(failed))
     return failed
+
+
+def _warmup_order(kernels: Sequence[TritonKernel]) -> Iterator[TritonKernel]:
+    """`kernels`, each as soon as a compile worker has filed its binary in Triton's cache, then the
+    ones no worker filed ([Note: compile workers]); all at once when the workers are not worth it."""
+    pool = compile_pool.start(len(kernels)) if binaries._plain_cache() else None   # else no warmup looks
+    jobs = []
+    if pool is not None:
+        try:
+            jobs = [(k, job) for k in kernels if (job := k.compile_job()) is not None]
+        except Exception as e:               # a plan or target the warmup will report itself
+            log.emit("perf", f"kiln compile workers: no jobs ({type(e).__name__}: {e})")
+            jobs = []
+    waiting = {id(k): k for k in kernels}
+    if jobs:
+        for i in pool.filed([job for _, job in jobs]):
+            yield waiting.pop(id(jobs[i][0]))
+    yield from waiting.values()
 
 
 def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
@@ -411,6 +453,9 @@ def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None,
     `records` then names every static kernel's binary."""
     workers = workers or min(16, os.cpu_count() or 1)
     unique: dict[KernelSpec, TritonKernel] = {}
+    # The workers start now, and boot while the kernels load ([Note: compile workers]).
+    compile_pool.start(len({spec for name, spec in specs.items() if not spec.interpret and not spec.size_args
+                            and not autotune and name not in (records or {})}))
     with log.stage("load"):                  # [Note: compile stages]
         for spec in specs.values():
             if spec not in unique:

@@ -114,6 +114,8 @@ def test_fewer_kernels_or_workers_off_compile_in_process(gpu_less, monkeypatch):
     launcher.build(kernels, bufs)
     assert started == [] and gpu_less.count(False) == N
     monkeypatch.delenv("KILN_COMPILE_WORKERS")
+    assert compile_pool.size() == 0                               # off unless asked for, until measured on a GPU
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "auto")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     assert compile_pool.size() == 0                               # fewer than 4 cores
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))

@@ -17,8 +17,8 @@ The pool only fills a cache, so it is never needed for correctness: a worker tha
 hangs costs at most one warning per process, and the parent's own warmup compiles whatever is
 missing. It is used for CUDA compiles of at least `MIN_KERNELS` kernels, on machines of at least
 4 cores, with min(cores - 1, 16) workers started at the first such compile and reused by later
-ones; `KILN_COMPILE_WORKERS=0` turns it off, `KILN_COMPILE_WORKERS=N` asks for N workers on any
-machine. Workers are fresh interpreters (`python -c`, spawned: nothing is forked from a process
+ones, under `KILN_COMPILE_WORKERS=auto`; `KILN_COMPILE_WORKERS=N` asks for N workers on any machine,
+and 0 (the default until the pool's gain is measured on the H200) turns it off. Workers are fresh interpreters (`python -c`, spawned: nothing is forked from a process
 that may hold a CUDA context) rather than `multiprocessing` children, because 'spawn' and
 'forkserver' re-import the user's `__main__` in each child, which runs a script without a
 `__name__ == "__main__"` guard again, GPU work included. A worker talks to the parent through two
@@ -46,6 +46,7 @@ from kiln import log
 MIN_KERNELS = 8          # fewer kernels compile as fast in the parent's threads as through the pool
 MIN_CORES = 4
 MAX_WORKERS = 16
+DEFAULT = "0"            # "auto" once measured on the GPU: min(cores - 1, 16) on 4 or more cores
 TIMEOUT_S = 300.0        # one reply (a worker's start plus a kernel's compile) past this: the pool is broken
 
 
@@ -70,13 +71,14 @@ class CompileJob:
 
 
 def size() -> int:
-    """How many workers this process would use: 0 when the pool is off."""
-    wanted = os.environ.get("KILN_COMPILE_WORKERS", "").strip()
-    if wanted:
+    """How many workers this process would use: 0 when the pool is off. Off unless asked for
+    (`KILN_COMPILE_WORKERS=auto` or a number) until its gain on the H200 is measured."""
+    wanted = os.environ.get("KILN_COMPILE_WORKERS", DEFAULT).strip()
+    if wanted != "auto":
         try:
             return max(0, int(wanted))
         except ValueError:
-            log.emit("perf", f"KILN_COMPILE_WORKERS={wanted!r} is not a number: compile workers off")
+            log.emit("perf", f"KILN_COMPILE_WORKERS={wanted!r} is neither a number nor \"auto\": compile workers off")
             return 0
     try:
         cores = len(os.sched_getaffinity(0))

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The H200 checks that this repository's open issues wait for, in parts that each fit one device
+# call (at most 600 s). Each part writes its outputs under $OUT (default ./gpu_out) and prints a
+# short summary last.
+#
+#   bash bench/gpu_checks.sh tests      # capture tests on the GPU machine's Python, GPU tests (~150 s)
+#   bash bench/gpu_checks.sh timm       # timm suite, headline method, attribution (~360 s)
+#   bash bench/gpu_checks.sh hf         # hf suite, headline method, attribution (~400 s)
+#   bash bench/gpu_checks.sh start      # warm starts, compile workers off and on; DDP (~300 s)
+#   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
+set -u
+OUT=${OUT:-./gpu_out}
+mkdir -p "$OUT"
+py=python3
+
+case "${1:-}" in
+tests)
+    $py -m pytest -q -n 14 -p no:cacheprovider tests/capture 2>&1 | tail -3 > "$OUT/capture.txt"
+    $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_bf16.py tests/codegen/test_cudagraphs.py \
+        tests/codegen/test_channels_last_training.py tests/codegen/test_triton_runtime.py \
+        tests/codegen/test_triton_warm_binaries.py tests/codegen/test_gpu_varying_lengths.py 2>&1 | tail -5 > "$OUT/gpu_tests.txt"
+    timeout 120 $py -m kiln.codegen.triton.bandwidth 2>&1 | tail -12 > "$OUT/bandwidth.txt"
+    cat "$OUT/capture.txt" "$OUT/gpu_tests.txt" "$OUT/bandwidth.txt"
+    ;;
+timm)
+    $py -m kiln.bench --device cuda --suite timm --models resnet50,vit_base_patch16_224,convnext_tiny,efficientnet_b0 \
+        --precisions bf16 --modes infer,train --profile --prewarm 8 --timeout 150 --out "$OUT/timm" 2>&1 | tail -12
+    ;;
+hf)
+    $py -m kiln.bench --device cuda --suite hf --precisions bf16 --modes infer,train --profile --prewarm 8 \
+        --timeout 120 --out "$OUT/hf" 2>&1 | tail -12
+    ;;
+start)
+    KILN_COMPILE_WORKERS=0 timeout 200 $py bench/warm_start.py --device cuda --precision bf16 \
+        --models hf:GPT2LMHeadModel,timm:resnet50 --modes infer,train --out "$OUT/warm_workers_off.md" > "$OUT/warm_off.txt" 2>&1
+    KILN_COMPILE_WORKERS=auto timeout 200 $py bench/warm_start.py --device cuda --precision bf16 \
+        --models hf:GPT2LMHeadModel,timm:resnet50 --modes infer,train --out "$OUT/warm_workers_auto.md" > "$OUT/warm_auto.txt" 2>&1
+    timeout 150 $py bench/ddp_profile.py --device cuda --out "$OUT/ddp" > "$OUT/ddp.txt" 2>&1
+    grep -E "kiln (cold|warm)" "$OUT/warm_off.txt" "$OUT/warm_auto.txt"; grep "^|" "$OUT/ddp.txt" | head -10
+    ;;
+dynamic)
+    timeout 200 $py bench/dynamic_lengths.py --device cuda --bf16 --dynamic true --steps 10 --compare-static \
+        --json "$OUT/dyn.jsonl" > "$OUT/dyn.txt" 2>&1
+    timeout 100 $py bench/dynamic_lengths.py --device cuda --bf16 --dynamic none --steps 5 \
+        --json "$OUT/dyn_none.jsonl" > "$OUT/dyn_none.txt" 2>&1
+    timeout 280 $py bench/generate.py --size dolly --device cuda --inductor --numerics eager --rounds 3 > "$OUT/gen.txt" 2>&1
+    tail -4 "$OUT/dyn.txt"; tail -3 "$OUT/dyn_none.txt"; tail -6 "$OUT/gen.txt"
+    ;;
+*)
+    sed -n 2,12p "$0"; exit 2
+    ;;
+esac

@@ -80,12 +80,15 @@ test_fuzz_9067 = regression_test(PROGRAM_9067)
     lambda x: (x.diagonal(), x.sin(), x[1:, ::2]),
 ], ids=["diagonal", "unfold", "select_unfold", "views_and_value"])
 def test_views_of_an_expanded_input_alias_it_with_eager_strides_and_gradient(fn):
-    base = torch.randn(4, 1)
+    base = torch.randn(4, 1, generator=torch.Generator().manual_seed(0))
     x, y = (base.clone().expand(4, 9).requires_grad_() for _ in range(2))
     kiln.reset()
     got, ref = kiln.compile(fn)(x), fn(y)
     for g, r in zip(got, ref):
-        torch.testing.assert_close(g, r, rtol=0, atol=0)
+        # views are exact; a computed value (sin) within float32's tolerance: the C++ kernel's sin
+        # and eager's vectorized one differ in the last bit on some inputs (the unseeded test
+        # failed in CI when its random inputs hit one)
+        torch.testing.assert_close(g, r)
         assert (g.stride(), g.storage_offset()) == (r.stride(), r.storage_offset())
         shares = g.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
         assert shares == (r.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())

@@ -37,3 +37,12 @@ def test_hfft_gradient():
     x = torch.randn(5, 6, 7, generator=torch.Generator().manual_seed(0))
     _compare_with_gradient(lambda x: torch.fft.hfft(x, n=10, dim=1, norm="ortho"), x)
 
+
+
+def test_polar_broadcasts_its_operands():
+    """OpInfo's polar samples broadcast a 0-d angle against a vector magnitude: the decomposition
+    multiplied them as they were, which prims refuse (shapes must match)."""
+    for a, b in [(torch.rand(5), torch.tensor(0.3)), (torch.tensor(2.0), torch.rand(3, 4)),
+                 (torch.rand(2, 1), torch.rand(1, 3))]:
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(lambda m, t: torch.polar(m, t), fullgraph=True)(a, b), torch.polar(a, b))

@@ -248,6 +248,8 @@ def complex_(real, imag):
 
 @register(aten.polar.default)
 def polar(magnitude, angle):
+    shape = broadcast_shapes(magnitude.shape, angle.shape)     # a 0-d angle with a vector magnitude
+    magnitude, angle = broadcast_to(magnitude, shape), broadcast_to(angle, shape)
     return complex_(p.mul(magnitude, p.cos(angle)), p.mul(magnitude, p.sin(angle)))
 
 

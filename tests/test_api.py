@@ -228,3 +228,17 @@ def test_saved_tensor_hooks_of_the_caller_see_real_tensors_only():
     assert len(packed) <= eager_packed
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, e)
+
+
+def test_any_callable_compiles_as_torch_compile_accepts_it():
+    """A builtin (`torch.polar`), a functools.partial and an object with `__call__` compile like a
+    function (they were refused: "kiln captures Python functions and nn.Modules")."""
+    import functools
+
+    class Doubler:
+        def __call__(self, x):
+            return x.cos() * 2
+    a, b = torch.rand(5), torch.tensor(0.3)
+    for fn, args in [(torch.polar, (a, b)), (functools.partial(torch.add, alpha=2), (a, a)), (Doubler(), (a,))]:
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(fn, fullgraph=True)(*args), fn(*args))

@@ -491,7 +491,19 @@ def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
         return types.MethodType(inner, fn.__self__)
     if isinstance(fn, types.FunctionType):
         return CompiledFunction(fn, backend, config)
-    raise Unsupported(f"kiln captures Python functions and nn.Modules, not {type(fn).__name__}")
+    if not callable(fn):
+        raise Unsupported(f"kiln.compile takes a callable (a function, method or nn.Module), not {type(fn).__name__}")
+    return CompiledFunction(_calling(fn), backend, config)
+
+
+def _calling(fn: Callable) -> types.FunctionType:
+    """A Python function calling `fn` (a builtin such as `torch.polar`, a `functools.partial`, an
+    object with `__call__`): capture starts from Python code, and follows the call from there, as
+    torch.compile accepts any callable."""
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", type(fn).__name__)
+    return call
 
 
 def reset() -> None:

@@ -255,18 +255,25 @@ def _shard(args) -> dict:
     return campaign(programs, seed, out, do_shrink, dtypes, max_steps, log=lambda m: print(m, flush=True))
 
 
+# Programs one worker process runs before a fresh one takes over. Each compiled program loads a
+# shared library that stays mapped: one process of a 10,000-program run (--jobs 1) ran out of
+# Linux's 65,530 memory mappings (vm.max_map_count) after about 7,500, and every later load failed.
+BLOCK = 2000
+
+
 def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps) -> dict:
-    """`campaign` over `jobs` processes, each a contiguous block of seeds (a machine's cores)."""
+    """`campaign` over `jobs` processes (a machine's cores), in contiguous blocks of seeds of at
+    most `BLOCK` programs, each block in a fresh process."""
     import multiprocessing
-    per = -(-programs // jobs)
+    per = min(BLOCK, -(-programs // jobs))
     blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps)
-              for k in range(jobs) if programs - k * per > 0]
+              for k in range(-(-programs // per))]
     start = time.time()
-    with multiprocessing.get_context("spawn").Pool(len(blocks)) as pool:
-        parts = pool.map(_shard, blocks)
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(blocks)), maxtasksperchild=1) as pool:
+        parts = pool.map(_shard, blocks, chunksize=1)
     total = {k: sum(p[k] for p in parts) for k in parts[0]}
     total["seconds"] = round(time.time() - start, 1)
-    print(f"all {jobs} jobs: {total}, {total['seconds'] / max(programs, 1):.2f}s/program wall", flush=True)
+    print(f"all {len(blocks)} blocks on {jobs} jobs: {total}, {total['seconds'] / max(programs, 1):.2f}s/program wall", flush=True)
     return total
 
 
@@ -281,7 +288,7 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
     a = parser.parse_args(argv)
     dtypes = ("float32", "int64", "bool") + (("float16", "bfloat16") if a.half else ())
-    if a.jobs > 1:
+    if a.jobs > 1 or a.programs > BLOCK:
         counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps)
     else:
         counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,

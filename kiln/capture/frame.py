@@ -491,9 +491,7 @@ def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
         return types.MethodType(inner, fn.__self__)
     if isinstance(fn, types.FunctionType):
         return CompiledFunction(fn, backend, config)
-    if not callable(fn):
-        raise Unsupported(f"kiln.compile takes a callable (a function, method or nn.Module), not {type(fn).__name__}")
-    return CompiledFunction(_calling(fn), backend, config)
+    return CompiledFunction(_calling(fn), backend, config)     # kiln.compile refuses what is not callable
 
 
 def _calling(fn: Callable) -> types.FunctionType:

@@ -384,9 +384,12 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
         elif m is None:
             names.append(None)
             values.append(None)
-        elif isinstance(m, torch.SymInt) and isinstance(to_sympy(m), sympy.Symbol):
+        elif isinstance(m, torch.SymInt) and m.node.hint is None and isinstance(to_sympy(m), sympy.Symbol):
             # a size known only at run time (`.item()`): the host binds its symbol by name, and
-            # kernels take it as any size ([Note: sizes bound by externs] in host.py)
+            # kernels take it as any size ([Note: sizes bound by externs] in host.py). A size the
+            # inputs already give (flash attention's max_seqlen_q is the query's length, `s1`) is
+            # bound at the top of the program: naming the result `s1` too made the extern its
+            # binding, after kernels that read it (UnboundLocalError on CUDA BERT, dynamic=True)
             names.append(to_sympy(m).name)
             values.append(to_sympy(m))
         elif _is_host_value(m):

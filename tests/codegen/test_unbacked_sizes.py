@@ -192,3 +192,30 @@ def test_counts_the_program_assumed_equal_are_checked_at_run_time():
         fn(x, y)
     with pytest.raises(RuntimeError, match="assumed"):
         compiled(x, y)
+
+
+@torch.library.custom_op("kiln_tests::doubled_and_rows", mutates_args=())
+def _doubled_and_rows(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    return x * 2, x.shape[0]
+
+
+@_doubled_and_rows.register_fake
+def _(x):
+    return torch.empty_like(x), x.shape[0]
+
+
+def test_extern_returning_an_input_size_leaves_its_binding_at_the_top():
+    """An extern may return a size the inputs already give (CUDA flash attention's max_seqlen_q is
+    the query's length): it stays bound from the input at the top of the program. Named after the
+    symbol, the extern's result became its binding, after the kernels that read it, and every
+    dynamic=True BERT on CUDA in bf16 raised UnboundLocalError ('s1')."""
+    def fn(x):
+        doubled, rows = torch.ops.kiln_tests.doubled_and_rows((x + 1).sin())   # a kernel over s0 first
+        return doubled.sum(0) * rows
+    kiln.reset()
+    backend = Counting()
+    compiled = kiln.compile(fn, dynamic=True, fullgraph=True, backend=backend)
+    for rows in (5, 7, 9):
+        x = torch.randn(rows, 3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert len(backend.compiled) == 1

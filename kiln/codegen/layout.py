@@ -177,18 +177,56 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
 def _channels_last_inputs(graph: ir.Graph) -> ir.Graph:
     """A convolution reading a buffer kiln does not compute (a graph input, an extern's result)
     reads a channels-last copy of it instead, so its output can be channels-last too."""
+    def image(node, buffers: dict, computed: set) -> tuple[int, ...]:
+        if not (node.args and isinstance(node.args[0], ir.BufferArg) and node.outputs and node.outputs[0]):
+            return ()
+        x = buffers[node.args[0].name]
+        wanted = x.name not in computed and len(x.sizes) == 4 and all(sympy.sympify(s).is_number for s in x.sizes) \
+            and x.strides != channels_last_strides(x.sizes)
+        return (0,) if wanted else ()
+    return _reading_copies(graph, image)
+
+
+def _reading_copies(graph: ir.Graph, operands) -> ir.Graph:
+    """`graph` with each convolution reading channels-last copies of its arguments at the positions
+    `operands(node, buffers, computed)` names (`computed`: the buffers a node of the graph computes).
+
+    [Note: one channels-last copy per buffer] A buffer is copied once per graph, whichever pass
+    asks. A graph input that is one convolution's image and another's weight (fuzz seed 7569) was
+    copied by both `_channels_last_inputs` and `_channels_last_weights`, each keeping its own
+    copies: two buffers and two nodes of one name, `arg2_nhwc`, which the scheduler fused into one
+    kernel that declared the value twice (g++: "redeclaration of 'float v_arg2_nhwc'"). The copy
+    sits before the first convolution that reads it, so a later pass that reuses an earlier one's
+    copy moves it up when its own reader comes first (the input was read where that one is)."""
     buffers = graph.buffer_map()
     computed = {n.buffer for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
-    new_buffers, nodes, copies = list(graph.buffers), [], {}
+    new_buffers, nodes = list(graph.buffers), []
+    placed: set[str] = set()     # the buffers computed by the nodes placed so far
+    moved: set[str] = set()      # copies an earlier pass made, placed ahead of where it put them
+    changed = False
     for node in graph.nodes:
-        if _is_convolution(node) and node.args and isinstance(node.args[0], ir.BufferArg):
-            x = buffers[node.args[0].name]
-            if x.name not in computed and len(x.sizes) == 4 and all(sympy.sympify(s).is_number for s in x.sizes) \
-                    and x.strides != channels_last_strides(x.sizes) and node.outputs and node.outputs[0]:
-                name = _channels_last_copy(x, copies, new_buffers, nodes)
-                node = dataclasses.replace(node, args=(ir.BufferArg(name),) + tuple(node.args[1:]))
+        if isinstance(node, ir.ComputedBuffer) and node.buffer in moved:
+            continue
+        positions = operands(node, buffers, computed) if _is_convolution(node) else ()
+        if positions:
+            args = list(node.args)
+            for i in positions:
+                x = buffers[args[i].name]
+                name = f"{x.name}_nhwc"
+                if name not in placed:
+                    if name in buffers:
+                        moved.add(name)
+                    else:
+                        new_buffers.append(ir.Buffer(name, x.sizes, channels_last_strides(x.sizes), x.dtype, x.device))
+                    index = x.index([loop_var(k) for k in range(4)])
+                    nodes.append(ir.ComputedBuffer(name, ir.Pointwise(x.sizes, ir.Load(x.name, index, x.dtype))))
+                    placed.add(name)
+                args[i] = ir.BufferArg(name)
+            node, changed = dataclasses.replace(node, args=tuple(args)), True
+        if isinstance(node, ir.ComputedBuffer):
+            placed.add(node.buffer)
         nodes.append(node)
-    if not copies:
+    if not changed:
         return graph
     return dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
 
@@ -264,20 +302,14 @@ def _channels_last_weights(graph: ir.Graph) -> ir.Graph:
 
     ATen's CPU convolution converts an NCHW weight to the input's layout on every call (a clone
     through the dispatcher); a fused copy kernel of kiln's does the same work for less."""
-    buffers = graph.buffer_map()
-    computed = {n.buffer for n in graph.nodes if isinstance(n, ir.ComputedBuffer)}
-    new_buffers, nodes, copies = list(graph.buffers), [], {}
-    for node in graph.nodes:
-        if _is_convolution(node) and len(node.args) > 1 and all(isinstance(a, ir.BufferArg) for a in node.args[:2]):
-            x, w = buffers[node.args[0].name], buffers[node.args[1].name]
-            if len(x.sizes) == 4 and _is_channels_last(x) and len(w.sizes) == 4 and w.name not in computed \
-                    and all(sympy.sympify(s).is_number for s in w.sizes) and not _is_channels_last(w):
-                name = _channels_last_copy(w, copies, new_buffers, nodes)
-                node = dataclasses.replace(node, args=(node.args[0], ir.BufferArg(name)) + tuple(node.args[2:]))
-        nodes.append(node)
-    if not copies:
-        return graph
-    return dataclasses.replace(graph, buffers=tuple(new_buffers), nodes=tuple(nodes))
+    def weight(node, buffers: dict, computed: set) -> tuple[int, ...]:
+        if len(node.args) < 2 or not all(isinstance(a, ir.BufferArg) for a in node.args[:2]):
+            return ()
+        x, w = buffers[node.args[0].name], buffers[node.args[1].name]
+        wanted = len(x.sizes) == 4 and _is_channels_last(x) and len(w.sizes) == 4 and w.name not in computed \
+            and all(sympy.sympify(s).is_number for s in w.sizes) and not _is_channels_last(w)
+        return (1,) if wanted else ()
+    return _reading_copies(graph, weight)
 
 
 # Matrix products and the argument positions of their matrix operands: each takes a row-major or a
@@ -385,14 +417,3 @@ def optimize_layouts(graph: ir.Graph, free_outputs: frozenset = frozenset()) -> 
 
 
 _INPUT_ORDER_ROUNDS = 4
-
-
-def _channels_last_copy(x: ir.Buffer, copies: dict, new_buffers: list, nodes: list) -> str:
-    """The name of a channels-last copy of `x`, adding the copy (once per buffer) to the graph."""
-    name = copies.get(x.name)
-    if name is None:
-        name = copies[x.name] = f"{x.name}_nhwc"
-        new_buffers.append(ir.Buffer(name, x.sizes, channels_last_strides(x.sizes), x.dtype, x.device))
-        index = x.index([loop_var(k) for k in range(4)])
-        nodes.append(ir.ComputedBuffer(name, ir.Pointwise(x.sizes, ir.Load(x.name, index, x.dtype))))
-    return name

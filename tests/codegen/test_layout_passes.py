@@ -188,3 +188,28 @@ def test_a_buffer_another_extern_reads_keeps_its_layout():
              ir.ExternKernel(("buf1",), torch.ops.kiln_prims.sort.default, (ir.BufferArg("buf0"), -1, False)))
     graph = ir.Graph(inputs=("arg0",), buffers=bufs, nodes=nodes, outputs=("buf1",))
     assert layout.optimize_layouts(graph).buffer_map()["buf0"].strides == (64, 1)
+
+
+def test_a_buffer_that_is_one_convolutions_weight_and_anothers_image_is_copied_channels_last_once():
+    """[Note: one channels-last copy per buffer] (fuzz seed 7569): `arg2` is the weight of the first
+    convolution (whose image is copied channels-last) and the image of the second. The input and
+    weight passes each made their own `arg2_nhwc`; two nodes of one name were fused into one C++
+    kernel that declared its value twice. One copy now, before the first convolution that reads it."""
+    conv = torch.ops.kiln_prims.convolution.default
+    f32 = torch.float32
+    bufs = (ir.Buffer("arg0", (S(1), S(6), S(1), S(1)), (S(6), S(1), S(1), S(1)), f32, "cpu"),
+            ir.Buffer("arg1", (S(8), S(6), S(2), S(6)), (S(72), S(12), S(6), S(1)), f32, "cpu"),
+            ir.Buffer("arg2", (S(2), S(6), S(2), S(2)), (S(24), S(4), S(2), S(1)), f32, "cpu"),
+            ir.Buffer("buf0", (S(8), S(2), S(3), S(7)), (S(42), S(21), S(7), S(1)), f32, "cpu"),
+            ir.Buffer("buf1", (S(2), S(1), S(2), S(2)), (S(4), S(4), S(2), S(1)), f32, "cpu"))
+    common = ([1, 1], [1, 1], False, [0, 0], 1)
+    nodes = (ir.ExternKernel(("buf0",), conv, (ir.BufferArg("arg1"), ir.BufferArg("arg2"), None, [1, 1]) + common),
+             ir.ExternKernel(("buf1",), conv, (ir.BufferArg("arg2"), ir.BufferArg("arg0"), None, [2, 2]) + common))
+    graph = layout.optimize_layouts(ir.Graph(inputs=("arg0", "arg1", "arg2"), buffers=bufs, nodes=nodes,
+                                             outputs=("buf0", "buf1")))
+    names = [b.name for b in graph.buffers]
+    assert len(names) == len(set(names)) and "arg2_nhwc" in names
+    copies = [k for k, n in enumerate(graph.nodes) if isinstance(n, ir.ComputedBuffer) and n.buffer == "arg2_nhwc"]
+    first, second = [k for k, n in enumerate(graph.nodes) if isinstance(n, ir.ExternKernel)]
+    assert len(copies) == 1 and copies[0] < first
+    assert graph.nodes[first].args[1].name == "arg2_nhwc" and graph.nodes[second].args[0].name == "arg2_nhwc"

@@ -27,7 +27,16 @@ class OptimizedModule(torch.nn.Module):
     runs with the original's `forward` redirected, for the duration of the call, to the module's
     forward compiled in its own frame (`compiled_forward`, as `model.forward = kiln.compile(
     model.forward)` would): `self(...)` and `self.forward(...)` inside it reach compiled code, hooks
-    still run as `nn.Module.__call__` runs them, and the original is untouched outside the call."""
+    still run as `nn.Module.__call__` runs them, and the original is untouched outside the call.
+
+    [Note: token dims of a model-calling method] Such a method (`generate`) calls the model again and
+    again on sequences whose lengths change, and a user calls it with prompts of many lengths. So the
+    forward it reaches traces the sequence dims of its integer and bool tensor inputs (every dim but
+    the batch: `input_ids`, `attention_mask`, `cache_position`) symbolic from its first compile
+    under `dynamic=None`: the prefill compiles once for every prompt length, and the decoding step
+    (one token: sizes 1 stay constants) once for every cache length, two graphs in all, where
+    static-first traces gave a third on the second prompt length. Float inputs, and `forward` called
+    directly, stay static first."""
 
     def __init__(self, mod: torch.nn.Module, compiled_call: Callable, compiled_forward: Callable | None = None):
         super().__init__()
@@ -130,6 +139,8 @@ def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: 
         forward = getattr(type(model), "forward", None)
         compiled_forward = (capture.capture(types.MethodType(forward, model), resolved, config)
                             if isinstance(forward, types.FunctionType) else None)
+        if compiled_forward is not None:
+            compiled_forward.__func__.token_dims = True
         return OptimizedModule(model, compiled, compiled_forward)
     return compiled
 

@@ -92,13 +92,15 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
                 dynamic: bool | None, dynamic_dims: frozenset = frozenset(),
-                changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset()) -> TraceResult:
+                changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset(),
+                token_dims: bool = False) -> TraceResult:
     """Interpret `fn` on this call's arguments; stop before the instruction at `stop_at`.
     `dynamic_dims`: (source, dim) pairs to trace with symbolic sizes; `changing_sizes`: (sizes,
     known sources): dims of those sizes in inputs read from other sources are symbolic too;
-    `dynamic_ints`: sources of ints to trace as symbols ([Note: ints that change])."""
+    `dynamic_ints`: sources of ints to trace as symbols ([Note: ints that change]); `token_dims`:
+    see [Note: token dims of a model-calling method] in api.py."""
     out = OutputGraph(fn.__globals__, dynamic=dynamic, dynamic_dims=dynamic_dims, changing_sizes=changing_sizes,
-                      dynamic_ints=dynamic_ints)
+                      dynamic_ints=dynamic_ints, token_dims=token_dims)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
         locals_[name] = wrap(out, value, LocalSource(name))

@@ -72,6 +72,7 @@ class CompiledFunction:
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.dynamic_ints: frozenset = frozenset()   # int arguments seen to change: symbolic from now on
+        self.token_dims = False         # [Note: token dims of a model-calling method] in api.py
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         functools.update_wrapper(self, fn)
@@ -156,7 +157,8 @@ class CompiledFunction:
 
     def _changed_dims(self, entry: Entry, args, kwargs) -> dict:
         """Dims of tensor inputs whose size differs from `entry`'s while all else matches:
-        (source, dim) -> the size `entry` was compiled for."""
+        (source, dim) -> the size `entry` was compiled for; a symbolic dim now 0 or 1 (a decoding
+        step's one token after a symbolic prompt) -> the size it was traced at."""
         changed = {}
         for guard, value in self._guarded_values(entry, args, kwargs, lambda g: g.kind is GuardKind.TENSOR):
             spec = guard.expected
@@ -164,6 +166,8 @@ class CompiledFunction:
                     and value.device == spec.device:
                 changed.update({(guard.source, d): n for d, n in enumerate(spec.sizes)
                                 if n is not None and value.size(d) != n})
+                changed.update({(guard.source, d): spec.traced[d] for d, n in enumerate(spec.sizes)
+                                if n is None and spec.traced and value.size(d) < 2})
         return changed
 
     def _changed_ints(self, entry: Entry, args, kwargs) -> frozenset:
@@ -189,7 +193,7 @@ class CompiledFunction:
                 with log.stage("capture"):
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                         dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes,
-                                        dynamic_ints=self.dynamic_ints)
+                                        dynamic_ints=self.dynamic_ints, token_dims=self.token_dims)
             except GraphBreak as e:
                 # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
                 # frame, which holds no graph, so fullgraph applies to the frames it captures

@@ -50,6 +50,7 @@ class TensorSpec:
     sizes: tuple  # an int per dim, or None for a dynamic dim
     strides: tuple  # an int per dim, or None where the stride depends on a dynamic dim
     requires_grad: bool
+    traced: tuple = dataclasses.field(default=(), compare=False)   # the sizes it was traced at; not checked
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,7 +54,8 @@ class DeferredCall:
 
 class OutputGraph:
     def __init__(self, frame_globals: dict, dynamic: bool | None = None, dynamic_dims: frozenset = frozenset(),
-                 changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset()):
+                 changing_sizes: tuple = (frozenset(), frozenset()), dynamic_ints: frozenset = frozenset(),
+                 token_dims: bool = False):
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
@@ -70,6 +71,7 @@ class OutputGraph:
         self.dynamic_dims = dynamic_dims  # (source, dim) pairs that changed between compilations
         self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.dynamic_ints = dynamic_ints  # int sources seen to change: [Note: ints that change]
+        self.token_dims = token_dims      # [Note: token dims of a model-calling method] in api.py
         self.grad_enabled = torch.is_grad_enabled()
         self.getitem_to_index = 0  # open TransformGetItemToIndex regions (`semantics.getitem`)
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
@@ -120,7 +122,7 @@ class OutputGraph:
         sizes = tuple(None if d in dims and n > 1 else n for d, n in enumerate(value.size()))
         strides = tuple(s if isinstance(s, int) else None for s in example.stride())
         self.guard(Guard(GuardKind.TENSOR, source, TensorSpec(
-            value.dtype, value.device, sizes, strides, value.requires_grad), where=self.where()))
+            value.dtype, value.device, sizes, strides, value.requires_grad, tuple(value.size())), where=self.where()))
         return var
 
     def int_input(self, value: int, source: Source) -> V.Variable:
@@ -150,8 +152,10 @@ class OutputGraph:
         if self.dynamic is True:
             return tuple(range(value.dim()))
         sizes, known = self.changing_sizes
+        tokens = self.token_dims and not value.is_floating_point() and not value.is_complex()
         return tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
-                     or source not in known and value.size(d) in sizes)
+                     or source not in known and value.size(d) in sizes
+                     or tokens and (d > 0 or value.dim() == 1))
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""

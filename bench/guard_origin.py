@@ -1,9 +1,10 @@
 """Where a shape guard that pins a size comes from (issue #17): captures HF BERT-tiny with
-`dynamic=True` on the given device and, for each guard `Eq(symbol, value)` the ShapeEnv records,
+`dynamic=True` (or GPT-2 training, `--model gpt2-train`, kiln's default `dynamic=None` over three
+lengths) on the given device and, for each guard `Eq(symbol, value)` the ShapeEnv records,
 prints the Python stack (the innermost frames) and the ATen op being dispatched to kiln's fakes.
 A guard raised inside a C++ kernel shows the Python frame that called into it.
 
-    python bench/guard_origin.py [--device cuda] [--precision bf16|fp32]
+    python bench/guard_origin.py [--device cuda] [--precision bf16|fp32] [--model bert|gpt2-train]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--model", default="bert", choices=("bert", "gpt2-train"))
     args = parser.parse_args()
     ensure_torchvision_importable()
     import transformers
@@ -74,6 +76,16 @@ def main() -> None:
         return index(self)
     torch.SymInt.__index__ = traced_index
     torch.manual_seed(0)
+    if args.model == "gpt2-train":
+        config = transformers.GPT2Config(n_layer=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config).to(args.device)
+        fast = kiln.compile(model, backend="eager")
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            for length in (128, 200, 256):
+                ids = torch.randint(0, config.vocab_size, (4, length), device=args.device)
+                fast(input_ids=ids, labels=ids).loss.backward()
+        print("guards pinning a size:", len(seen))
+        return
     config = transformers.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                      intermediate_size=512, max_position_embeddings=512)
     model = transformers.BertForMaskedLM(config).to(args.device).eval()

@@ -24,6 +24,7 @@ from kiln.symbolic import FakeTensorMode, ShapeEnv, attention, combinations, mat
 # (`x.matmul(y)`) runs the function of its METHOD_RULES entry on (self, *args).
 SYMBOLIC_RULES: dict = {torch.nn.functional.scaled_dot_product_attention: attention.scaled_dot_product_attention,
                         torch.matmul: matmul.matmul, operator.matmul: matmul.matmul,
+                        torch.nn.functional.linear: matmul.linear,
                         torch.combinations: combinations.combinations}
 METHOD_RULES: dict = {"matmul": matmul.matmul, "__matmul__": matmul.matmul}
 

@@ -13,6 +13,7 @@ sizes keep ATen's composite.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def matmul(a, b):
@@ -33,6 +34,25 @@ def matmul(a, b):
     if _should_fold(a, b):
         return _folded(a, b)
     return _batched(a, b)
+
+
+def linear(x, weight, bias=None):
+    """`F.linear(x, weight, bias)`; ATen's composite written out when a size is symbolic. Its branches
+    (torch 2.11, Linear.cpp): a matrix and a bias are one addmm; a bias with a contiguous input of 3
+    dims (or any contiguous input and a 1-d bias) folds the leading dims into rows of one addmm;
+    anything else is `matmul(x, weight.t())`, then `+ bias`. ATen's own `linear` on CUDA fakes reads
+    a symbolic size as an int (a bias-free 3-d input: dolly's lm_head at a symbolic prompt length
+    raised "Cannot call numel() on tensor with symbolic sizes" while tracing)."""
+    if not all(isinstance(t, torch.Tensor) for t in (x, weight)) or not (_symbolic(x) or _symbolic(weight)) \
+            or (bias is not None and not isinstance(bias, torch.Tensor)) or x.dim() == 0 or weight.dim() == 0:
+        return F.linear(x, weight, bias)
+    if bias is not None and x.dim() == 2:
+        return torch.addmm(bias, x, weight.t())
+    if bias is not None and _known(x.is_contiguous()) and (x.dim() == 3 or bias.dim() == 1):
+        rows = torch.addmm(bias, x.view(-1, x.shape[-1]), weight.t())
+        return rows.view(*x.shape[:-1], rows.shape[-1])
+    out = matmul(x, weight.t())
+    return out if bias is None else out + bias
 
 
 def _symbolic(t: torch.Tensor) -> bool:

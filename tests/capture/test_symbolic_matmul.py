@@ -63,3 +63,34 @@ def test_a_rotary_embedding_over_prompt_lengths_is_one_graph():
         ids = torch.zeros(2, n, dtype=torch.long)
         torch.testing.assert_close(fast(ids), angles(ids), rtol=0, atol=0)
     assert len(rec.graphs) == 1
+
+
+LINEAR = [((3, 5), True), ((3, 5), False), ((2, 3, 5), True), ((2, 3, 5), False), ((2, 2, 3, 5), True),
+          ((2, 2, 3, 5), False)]
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("shape, bias", LINEAR, ids=[f"{s}{'+b' if b else ''}" for s, b in LINEAR])
+def test_the_written_out_linear_equals_F_linear_and_pins_no_size(shape, bias, grad):
+    """ATen's linear composite in torch ops: bit for bit on real tensors (the same addmm or matmul
+    branch), and on symbolic fakes no size pinned (torch 2.11's composite on CUDA fakes read one
+    as an int: dolly's bias-free lm_head at a symbolic prompt length)."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=grad)
+    w, b = torch.randn(4, 5, requires_grad=grad), torch.randn(4, requires_grad=grad) if bias else None
+    got, want = matmul.linear(x, w, b), torch.nn.functional.linear(x, w, b)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if grad:
+        leaves = [t for t in (x, w, b) if t is not None]
+        mine = torch.autograd.grad(got.square().sum(), leaves)
+        theirs = torch.autograd.grad(want.square().sum(), leaves)
+        for g, t in zip(mine, theirs):
+            torch.testing.assert_close(g, t, rtol=1e-6, atol=1e-6)
+    mode = FakeTensorMode()
+    fx = mode.from_real(x.detach(), "x", dynamic_dims=tuple(range(len(shape) - 1)))
+    fw, fb = mode.from_real(w.detach(), "w"), mode.from_real(b.detach(), "b") if bias else None
+    with mode:
+        out = matmul.linear(fx, fw, fb)
+    assert out.dim() == len(shape)
+    pins = [g for g in mode.shape_env.guards if isinstance(g.expr, sympy.Eq) and any(x.is_Integer for x in g.expr.args)]
+    assert not pins, mode.shape_env.format_guards()

@@ -8,6 +8,7 @@
 #   bash bench/gpu_checks.sh hf         # hf suite, headline method, attribution (~400 s)
 #   bash bench/gpu_checks.sh start      # warm starts, compile workers off and on; DDP (~300 s)
 #   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
+#   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -46,7 +47,12 @@ dynamic)
     timeout 280 $py bench/generate.py --size dolly --device cuda --inductor --numerics eager --rounds 3 > "$OUT/gen.txt" 2>&1
     tail -4 "$OUT/dyn.txt"; tail -3 "$OUT/dyn_none.txt"; tail -6 "$OUT/gen.txt"
     ;;
+lengths)    # GPT-2 training over five lengths, dolly generate over prompt lengths, and where CUDA pins a size (~250 s)
+    KILN_LOG=recompiles timeout 60 $py bench/guard_origin.py --device cuda --precision fp32 --model gpt2-train > "$OUT/pins.txt" 2>&1
+    KILN_LOG=recompiles timeout 180 $py bench/varying_lengths.py --device cuda --json "$OUT/varying.json" > "$OUT/varying.txt" 2>&1
+    grep -E "^===|recompile|pinning" "$OUT/pins.txt" | head -20; grep -E "graphs|recompile" "$OUT/varying.txt" | tail -14
+    ;;
 *)
-    sed -n 2,12p "$0"; exit 2
+    sed -n 2,13p "$0"; exit 2
     ;;
 esac

@@ -53,6 +53,6 @@ lengths)    # GPT-2 training over five lengths, dolly generate over prompt lengt
     grep -E "^===|recompile|pinning" "$OUT/pins.txt" | head -20; grep -E "graphs|recompile" "$OUT/varying.txt" | tail -14
     ;;
 *)
-    sed -n 2,13p "$0"; exit 2
+    sed -n 2,11p "$0"; exit 2
     ;;
 esac

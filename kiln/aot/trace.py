@@ -357,9 +357,10 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
 def _traced_rules(numerics: str) -> dict:
     """Torch functions the trace runs through a rule of kiln's instead of their ATen composite;
     under numerics="eager" only those that keep eager's arithmetic ([Note: numerics])."""
-    from kiln.aot.rules import linear
+    from kiln.aot.rules import linear, lstsq
     from kiln.capture.examples import SYMBOLIC_RULES
     rules = dict(SYMBOLIC_RULES)    # attention, matmul: the same branches as ATen's, sizes kept symbolic
+    rules[torch.linalg.lstsq] = lstsq   # torch's arithmetic; residuals of a symbolic size need it
     if numerics != "eager":
         rules[torch.nn.functional.linear] = linear      # one rounding where ATen's bmm + add rounds twice
     return rules

@@ -7,9 +7,10 @@ kernel has no values. Each rule here gives the outputs a fresh unbacked symbol o
 where the count goes ([Note: unbacked sizes] in shape_env.py), bounded by what the inputs' sizes
 allow (nonzero of 12 elements finds at most 12), and lays the outputs out as eager's CPU kernel
 does. histogramdd's steps are here too: their output sizes follow from `bins` alone, but torch has
-no meta kernel for them, their values coming from the data's range. The rules are keyed by ATen
-overload in `RULES`; an extern prim that mirrors one of these
-overloads (kiln/prims/externs.py) is given the same rule with `fake.alias_rule`.
+no meta kernel for them, their values coming from the data's range. So is linalg_lstsq: no meta
+kernel, and residuals that exist or not by the rank of A ([Note: lstsq's residuals]). The rules are
+keyed by ATen overload in `RULES`; an extern prim that mirrors one of these overloads
+(kiln/prims/externs.py) is given the same rule with `fake.alias_rule`.
 
 One rule per op, one fresh symbol per call: two `nonzero` calls on the same mask get two symbols,
 which the program never needs to know are equal (an op that requires it, `x[m] + y[m]`, assumes
@@ -21,6 +22,8 @@ import math
 from typing import Any, Callable
 
 import torch
+
+from kiln.symbolic.strides import contiguous_strides
 
 aten = torch.ops.aten
 
@@ -159,6 +162,85 @@ def histogramdd_counts(mode, func, args, kwargs) -> torch.Tensor:
     return _new(mode, a["self"], sizes)
 
 
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+_LSTSQ_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def linalg_lstsq(mode, func, args, kwargs) -> tuple:
+    """[Note: lstsq's residuals] torch has no meta kernel for linalg_lstsq. Its outputs, as ATen's
+    `linalg_lstsq_out_info` lays them out for A (*a, m, n) and B (*b, m, k) or a vector B (*b, m)
+    (batch *a and *b broadcast to *bb):
+      * solution (*bb, n, k), column-major inside the (*bb, max(m, n), k) buffer LAPACK wrote
+        (strides (.., 1, max(m, n))); (*bb, n) with strides (.., 1) for a vector B;
+      * rank (*a) for every driver but gels, else (0,); singular_values (*a, min(m, n)) for gelsd
+        and gelss, else (0,);
+      * residuals, the squared norm of each column of B - A X: only when m > n and the driver is not
+        gelsy, (*bb, k) ((*bb, 1) for a vector B); else (0,). gelsd and gelss compute them only when
+        every matrix of A has rank n, which depends on A's values. For one matrix that is a length
+        known only at run time, k or 0: an unbacked size, as nonzero's count. For a batch the
+        number of dims changes with the data ((*bb, k) or (0,)), which no size can say: that call
+        is a data-dependent op (the graph breaks there; rank-deficient batches are why eager
+        returns an empty tensor).
+    Errors are eager's, in eager's order, so a compiled call refuses what eager refuses."""
+    from kiln.symbolic.fake import DataDependentOp
+    a = _bind(func._schema.arguments, args, kwargs)
+    A, B = a["self"], a["b"]
+    if A.dim() < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if B.dim() < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if A.dtype != B.dtype:
+        raise RuntimeError(f"torch.linalg.lstsq: Expected input and other to have the same dtype, but got "
+                           f"input's dtype {A.dtype} and other's dtype {B.dtype}")
+    if not 0 <= A.dim() - B.dim() <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and "
+                           "(input.dim() - other.dim()) <= 1")
+    vector = B.dim() == 1 or (A.dim() - 1 == B.dim() and tuple(B.shape) == tuple(A.shape[:-1]))
+    if A.dim() - B.dim() == 1 and not vector:
+        # eager broadcasts A's batch with B's leading dims, then refuses B's rows
+        torch.broadcast_shapes(tuple(A.shape[:-2]), tuple(B.shape[:-1]))
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    B2 = B.unsqueeze(-1) if vector else B
+    if A.shape[-2] != B2.shape[-2]:
+        raise RuntimeError(f"torch.linalg.lstsq: input.size(-2) should match other.size({-1 if vector else -2})")
+    driver = a.get("driver")
+    cuda = A.device.type == "cuda"
+    driver = ("gels" if cuda else "gelsy") if driver is None else driver.lower()
+    if cuda and driver != "gels":
+        raise RuntimeError("torch.linalg.lstsq: `driver` other than `gels` is not supported on CUDA")
+    if driver not in _LSTSQ_DRIVERS:
+        raise RuntimeError("torch.linalg.lstsq: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
+    if A.dtype not in _LSTSQ_DTYPES:
+        raise RuntimeError("This function doesn't handle types other than float and double")
+
+    m, n, k = A.shape[-2], A.shape[-1], B2.shape[-1]
+    batch = tuple(torch.broadcast_shapes(tuple(A.shape[:-2]), tuple(B2.shape[:-2])))
+    real = A.dtype.to_real()
+    rows = torch.sym_max(m, n)
+    if vector:
+        solution = _new(mode, A, (*batch, n), (*contiguous_strides((*batch, rows))[:-1], 1))
+    else:
+        strides = (*contiguous_strides((*batch, k, rows))[:-2], 1, torch.sym_max(rows, 1))
+        solution = _new(mode, A, (*batch, n, k), strides)
+    residuals = _new(mode, A, (0,), dtype=real)
+    if m > n and driver != "gelsy":
+        # gelsd, gelss: `rank == n` of every matrix; nothing to test for no column or no matrix
+        by_rank = driver in ("gelsd", "gelss") and n != 0 and all(d != 0 for d in A.shape[:-2])
+        if by_rank and A.dim() > 2:
+            raise DataDependentOp(func, "with driver gelsd or gelss and more rows than columns, its residuals "
+                                  "are (*batch, k) where every matrix of the batch has full rank and empty (0,) "
+                                  "otherwise: their number of dims depends on the data (driver gels or gelsy, "
+                                  "or one matrix per call, compiles to one graph)")
+        if by_rank:
+            residuals = _new(mode, A, (_count(mode, k if isinstance(k, int) else math.inf),), dtype=real)
+        else:
+            residuals = _new(mode, A, (*batch, k), dtype=real)
+    rank = _new(mode, A, (0,) if driver == "gels" else tuple(A.shape[:-2]), dtype=torch.int64)
+    singular = _new(mode, A, (*A.shape[:-2], torch.sym_min(m, n)) if driver in ("gelsd", "gelss") else (0,),
+                    dtype=real)
+    return solution, residuals, rank, singular
+
+
 def _bind(arguments, args, kwargs) -> dict:
     bound = {}
     for i, arg in enumerate(arguments):
@@ -187,6 +269,7 @@ RULES: dict[Any, Callable] = {
     aten._histogramdd_bin_edges.default: histogramdd_bin_edges,
     aten._histogramdd_from_bin_cts.default: histogramdd_counts,
     aten._histogramdd_from_bin_tensors.default: histogramdd_counts,
+    aten.linalg_lstsq.default: linalg_lstsq,
 }
 # Ops that are data-dependent for some arguments only: (test, rule); otherwise their meta kernel.
 CONDITIONAL: dict[Any, tuple[Callable, Callable]] = {

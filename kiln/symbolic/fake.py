@@ -51,8 +51,12 @@ class MissingMetaKernel(FakeTensorError, NotImplementedError):
 class DataDependentOp(FakeTensorError):
     """The op needs the tensor's values (item(), tolist(), bool(tensor), data-dependent shapes)."""
 
-    def __init__(self, op):
+    def __init__(self, op, reason: str | None = None):
         self.op = op
+        self.reason = reason        # why this call depends on values, where the op's rule says
+        if reason is not None:
+            super().__init__(f"{op}: {reason}. Capture breaks the graph here.")
+            return
         super().__init__(
             f"{op} needs the values of a tensor, which a fake tensor does not have "
             f"(e.g. .item(), .tolist(), `if tensor:`). Capture breaks the graph here; in your own "

@@ -16,7 +16,8 @@ that says whether a trace made under these guards may be reused for them.
 
 [Note: unbacked sizes] Some sizes are known only when the program runs: the number of nonzero
 elements (`nonzero`, `masked_select`, `x[mask]`), of distinct values (`unique`), a sum of repeats
-(`repeat_interleave`), a number read from a tensor (`t.item()` used as a size). For each such value
+(`repeat_interleave`), a number read from a tensor (`t.item()` used as a size), the residuals of a
+least-squares solve that exist only for a full-rank matrix (`linalg.lstsq`). For each such value
 `create_unbacked` makes a symbol named u0, u1, ... (backed symbols are s0, s1, ...) with no hint and
 no source: no input holds it, so the guard function can neither read nor check it, and a guard on
 it would pin the compiled program to one count, a recompile per value. So the ShapeEnv never

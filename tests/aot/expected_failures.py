@@ -13,8 +13,6 @@ _DATA_SIZE = ("output size depends on input values (Tag.dynamic_output_shape): f
 _ITEM = "reads a tensor's value (.item() inside the op's Python code): a DataDependentOp on fake tensors"
 
 EXPECTED_FAILURES: dict[str, str] = {
-    "linalg.lstsq": _DATA_SIZE + " (linalg_lstsq's rank/singular-value outputs)",
-    "linalg.lstsq.grad_oriented": _DATA_SIZE + " (linalg_lstsq's rank/singular-value outputs)",
     "nn.functional.gaussian_nll_loss": _ITEM + " (it checks that var is non-negative)",
     "normal": _RANDOM,
     "normal.number_mean": _RANDOM,

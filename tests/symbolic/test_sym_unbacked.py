@@ -4,6 +4,7 @@ import pytest
 import sympy
 import torch
 
+from kiln.errors import KilnError
 from kiln.symbolic import DataDependentGuard, DataDependentOp, FakeTensorMode, ShapeEnv
 from kiln.symbolic.decide import expect_true, guard_or_false, guard_or_true, same_size
 
@@ -111,3 +112,92 @@ def test_nothing_to_count_is_zero():
     with mode:
         assert torch.nonzero(x).shape == (0, 2)
     assert not mode.shape_env.unbacked
+
+
+# --- linalg_lstsq ([Note: lstsq's residuals] in kiln/symbolic/data_dependent.py) -------------------
+_LSTSQ_DRIVERS = [None, "gelsy", "gelsd", "gelss", "gels"]
+
+
+def _lstsq_inputs(batch, m, n, vector, a_batch=None):
+    A = torch.randn(*(batch if a_batch is None else a_batch), m, n, dtype=torch.float64)
+    B = torch.randn(*batch, m, dtype=torch.float64) if vector else torch.randn(*batch, m, 2, dtype=torch.float64)
+    return A, B
+
+
+def _residuals_by_rank(driver, batch, m, n) -> bool:
+    return driver in ("gelsd", "gelss") and m > n
+
+
+@pytest.mark.parametrize("driver", _LSTSQ_DRIVERS, ids=str)
+@pytest.mark.parametrize("m,n", [(5, 3), (3, 3), (3, 5), (0, 3), (5, 0)], ids=lambda v: str(v))
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)], ids=str)
+@pytest.mark.parametrize("vector", [False, True], ids=["matrix", "vector"])
+def test_lstsq_fake_outputs_are_eager_s(driver, m, n, batch, vector):
+    """Sizes, strides and dtypes of all four outputs as eager's CPU kernel gives them; where the
+    residuals exist only for full-rank A (gelsd, gelss, m > n) one matrix gets an unbacked length
+    of at most k, and a batch, whose residuals change their number of dims with the data, is a
+    data-dependent op."""
+    A, B = _lstsq_inputs(batch, m, n, vector)
+    want = torch.linalg.lstsq(A, B, driver=driver)
+    mode = FakeTensorMode()
+    env = mode.shape_env
+    fa, fb = mode.from_real(A), mode.from_real(B)
+    if _residuals_by_rank(driver, batch, m, n) and n > 0 and batch:
+        with mode, pytest.raises(DataDependentOp, match="number of dims depends on the data"):
+            torch.linalg.lstsq(fa, fb, driver=driver)
+        return
+    with mode:
+        got = torch.linalg.lstsq(fa, fb, driver=driver)
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.device == w.device, i
+        if i == 1 and _residuals_by_rank(driver, batch, m, n) and n > 0:
+            (length,) = g.shape
+            _is_count(length, env, upper=1 if vector else 2)
+            assert tuple(w.shape) == ((1,) if vector else (2,))     # well conditioned: full rank
+            continue
+        assert tuple(g.shape) == tuple(w.shape), (i, g.shape, w.shape)
+        assert tuple(g.stride()) == tuple(w.stride()), (i, g.stride(), w.stride())
+    assert env.guards == []
+
+
+def test_lstsq_fake_broadcasts_batches_as_eager():
+    mode = FakeTensorMode()
+    for a_batch, batch in [((1,), (4,)), ((4,), (1,)), ((2, 1), (2, 3)), ((1, 3), (2, 1))]:
+        A, B = _lstsq_inputs(batch, 5, 3, False, a_batch=a_batch)
+        for driver in ("gelsy", "gels"):
+            want = torch.linalg.lstsq(A, B, driver=driver)
+            with mode:
+                got = torch.linalg.lstsq(mode.from_real(A), mode.from_real(B), driver=driver)
+            assert [(tuple(g.shape), g.stride()) for g in got] == [(tuple(w.shape), w.stride()) for w in want]
+
+
+@pytest.mark.parametrize("A,B,driver", [
+    (torch.ones(5), torch.ones(5), None),
+    (torch.ones(5, 3), torch.ones(()), None),
+    (torch.ones(5, 3), torch.ones(5, 2, dtype=torch.float64), None),
+    (torch.ones(2, 5, 3), torch.ones(5), None),
+    (torch.ones(5, 3), torch.ones(4, 2), None),
+    (torch.ones(5, 3), torch.ones(4), None),
+    (torch.ones(2, 5, 3), torch.ones(1, 5), None),
+    (torch.ones(5, 3), torch.ones(5, 2), "foo"),
+    (torch.ones(2, 1, 5, 3), torch.ones(3, 5, 2), None),
+    (torch.ones(5, 3, dtype=torch.long), torch.ones(5, 2, dtype=torch.long), None),
+], ids=["1d", "0d_b", "dtypes", "dims", "rows", "rows_vector", "vector_not_batched", "driver", "b_one_dim_less",
+        "long"])
+def test_lstsq_fake_refuses_what_eager_refuses(A, B, driver):
+    with pytest.raises(RuntimeError) as eager:
+        torch.linalg.lstsq(A, B, driver=driver)
+    mode = FakeTensorMode()
+    with mode, pytest.raises(RuntimeError) as fake:
+        torch.linalg.lstsq(mode.from_real(A), mode.from_real(B), driver=driver)
+    assert not isinstance(fake.value, KilnError)       # the user's error, as eager's, not kiln's
+    if not str(eager.value).startswith("The size of tensor"):    # a broadcast's message differs
+        assert str(fake.value).startswith(str(eager.value).splitlines()[0][:40])
+
+
+def test_lstsq_fake_driver_names_are_case_blind_as_eager():
+    A, B = _lstsq_inputs((), 5, 3, False)
+    mode = FakeTensorMode()
+    with mode:
+        got = torch.linalg.lstsq(mode.from_real(A), mode.from_real(B), driver="GELSY")
+    assert got.singular_values.shape == (0,) and got.rank.shape == ()

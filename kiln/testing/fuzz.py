@@ -11,7 +11,10 @@ rule (`kiln.bench.accuracy.same`). A program ends in one `Outcome`:
 - ok;
 - wrong: kiln returned a result that differs (the one thing kiln must never do);
 - crash: kiln raised where eager did not (a kiln bug, however clearly reported);
-- refusal: kiln said it does not support the program (`Unsupported`, `NotYetImplemented`).
+- refusal: kiln said it does not support the program (`Unsupported`, `NotYetImplemented`);
+- unstable: kiln's result is off by the rule, but so is eager's for the same inputs moved by one
+  rounding: the program's result is not determined to that tolerance in float32 ([Note: results
+  eager cannot pin down]).
 
 A failing program is shrunk (`shrink`: drop steps while it fails the same way) and saved as a
 standalone test file under `--out` (`write_repro`), which pytest then runs as a regression test.
@@ -37,7 +40,7 @@ FORWARD_TOL, GRAD_TOL = 1e-4, 1e-3
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    kind: str            # ok | wrong | crash | refusal
+    kind: str            # ok | wrong | crash | refusal | unstable
     detail: str = ""
 
     @property
@@ -105,6 +108,48 @@ def eager_run(program: Program, double: bool = False):
         torch.set_default_dtype(previous)
 
 
+# [Note: results eager cannot pin down] The accuracy rule allows the compiled result twice eager's
+# error against float64, plus tol / 10. A result that is a sum of terms cancelling to almost nothing
+# is decided by rounding alone: fuzz seed 2610 takes a gradient through group norm and batch norm of
+# a constant (each scales by 1 / sqrt(eps) = 316), and the layer norm bias's gradient sums 32 terms
+# of about 1e5 to zero. Eager's float32 gave 2e-11 there, kiln's 0.0078; with other random values
+# eager's own float32 gives 0.0156. Such a program is reported as `unstable`, not `wrong`, when
+# eager itself, run on its inputs each moved by one rounding (every float element times 1 +- eps,
+# signs drawn per element), is as far from float64 as kiln: then no float32 program could be held
+# to eager's first answer. The perturbed inputs are only a second opinion on a result that failed.
+PERTURBED_RUNS = 3
+
+
+def perturbed_eager_run(program: Program, trial: int):
+    """Eager results on the program's inputs with every float element moved by one rounding."""
+    fn, args, tensors = build(program, tag=f" perturbed {trial}")
+    g = torch.Generator().manual_seed(trial)
+    seen = set()
+    with torch.no_grad():
+        for t in tensors.values():
+            storage = t.untyped_storage()
+            if not t.is_floating_point() or storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())   # views of one storage (an expanded input): moved once
+            flat = torch.empty(0, dtype=t.dtype).set_(storage)
+            sign = torch.randint(0, 2, flat.shape, generator=g).to(t.dtype) * 2 - 1
+            flat.mul_(1 + torch.finfo(t.dtype).eps * sign)
+    return execute(program, fn, args, tensors)
+
+
+def _unstable(program: Program, index: int, res, fp64, tol: float) -> str | None:
+    """Evidence that eager's own result moves as far as kiln's under one rounding of the inputs."""
+    from kiln.bench.accuracy import same
+    for trial in range(PERTURBED_RUNS):
+        try:
+            moved = perturbed_eager_run(program, trial)[index]
+        except Exception:
+            return None
+        if same(moved, res, fp64, tol=tol).ok:
+            return f"eager on inputs moved by one rounding (trial {trial}) is as far from float64"
+    return None
+
+
 def _is_refusal(e: BaseException) -> bool:
     from kiln.errors import NotYetImplemented, Unsupported
     while e is not None:
@@ -146,7 +191,9 @@ def check(program: Program, calls: int = 2) -> Outcome:
                              ("gradients", 2, GRAD_TOL)):
             verdict = same(ref[i], res[i], fp64[i] if fp64 is not None else None, tol=tol)
             if not verdict.ok:
-                return Outcome("wrong", f"call {call + 1}, {what}: {verdict.detail}")
+                evidence = _unstable(program, i, res[i], fp64[i], tol) if fp64 is not None else None
+                kind = "unstable" if evidence else "wrong"
+                return Outcome(kind, f"call {call + 1}, {what}: {verdict.detail}" + (f"; {evidence}" if evidence else ""))
     return Outcome("ok")
 
 
@@ -180,7 +227,7 @@ def regression_test(program: Program):
     """A pytest test function: `program` under kiln matches eager (see `check`)."""
     def test():
         outcome = check(program)
-        assert outcome.kind == "ok", outcome.detail
+        assert outcome.kind in ("ok", "unstable"), outcome.detail
     return test
 
 
@@ -211,7 +258,7 @@ def _program_repr(p: Program) -> str:
 def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, dtypes=("float32", "int64", "bool"),
              max_steps: int = 30, log=print) -> dict:
     """Generate and check `programs` programs from seeds seed, seed+1, ...; returns the counts."""
-    counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "invalid": 0}
+    counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "unstable": 0, "invalid": 0}
     failures = []
     start, cpu_start = time.time(), _cpu_seconds()
     for s in range(seed, seed + programs):
@@ -230,8 +277,8 @@ def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, 
                 path = write_repro(small, check(small) if do_shrink else outcome, out)
                 log(f"  -> {path} ({len(small.steps)} steps)")
             failures.append((s, outcome))
-        elif outcome.kind == "refusal":
-            log(f"seed {s}: refusal: {outcome.detail.split(chr(10))[0][:200]}")
+        elif outcome.kind in ("refusal", "unstable"):
+            log(f"seed {s}: {outcome.kind}: {outcome.detail.split(chr(10))[0][:300]}")
         done = s - seed + 1
         if done % 50 == 0:
             log(f"[{done}/{programs}] {counts} {(time.time() - start) / done:.2f}s/program")

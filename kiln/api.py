@@ -7,6 +7,7 @@ with the original, so optimizers, checkpoints and `.train()/.eval()` keep workin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import types
 from typing import Any, Callable
@@ -137,10 +138,9 @@ def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: 
     compiled = capture.capture(model, resolved, config)
     if isinstance(model, torch.nn.Module):
         forward = getattr(type(model), "forward", None)
-        compiled_forward = (capture.capture(types.MethodType(forward, model), resolved, config)
+        compiled_forward = (capture.capture(types.MethodType(forward, model), resolved,
+                                            dataclasses.replace(config, token_dims=True))
                             if isinstance(forward, types.FunctionType) else None)
-        if compiled_forward is not None:
-            compiled_forward.__func__.token_dims = True
         return OptimizedModule(model, compiled, compiled_forward)
     return compiled
 

@@ -66,3 +66,4 @@ class CaptureConfig:
     fullgraph: bool = False          # True: any graph break raises `Unsupported`
     cache_size_limit: int = 8
     ddp_split: bool = True           # split graphs at DDP's gradient buckets ([Note: why a captured graph is split for DDP])
+    token_dims: bool = False         # [Note: token dims of a model-calling method] in kiln/api.py

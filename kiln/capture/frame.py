@@ -72,7 +72,6 @@ class CompiledFunction:
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.dynamic_ints: frozenset = frozenset()   # int arguments seen to change: symbolic from now on
-        self.token_dims = False         # [Note: token dims of a model-calling method] in api.py
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         functools.update_wrapper(self, fn)
@@ -193,7 +192,7 @@ class CompiledFunction:
                 with log.stage("capture"):
                     trace = trace_frame(self.fn, args, kwargs, stop_at=stop_at, dynamic=self.config.dynamic,
                                         dynamic_dims=self.dynamic_dims, changing_sizes=self.changing_sizes,
-                                        dynamic_ints=self.dynamic_ints, token_dims=self.token_dims)
+                                        dynamic_ints=self.dynamic_ints, token_dims=self.config.token_dims)
             except GraphBreak as e:
                 # `kiln.compile(DDP(model))`: the module runs natively from kiln's own one-line
                 # frame, which holds no graph, so fullgraph applies to the frames it captures

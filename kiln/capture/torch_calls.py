@@ -122,8 +122,6 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         why = data_dependent_reason(e)
         if why is not None:
-            if not _states_its_case(e):
-                why += ", and kiln cannot take it as a size (only an integer read from a tensor can be one)"
             raise tx.unsupported(f"torch op {name}: {why}, so the graph breaks here") from e
         guard = _data_dependent_guard(e)
         if guard is not None:
@@ -164,19 +162,10 @@ def data_dependent_reason(e: BaseException) -> str | None:
             return e.reason
         if isinstance(e, (DataDependentOp, MissingMetaKernel)):
             packet = getattr(e.op, "_opname", None) or getattr(getattr(e.op, "overloadpacket", None), "__name__", "")
-            return _DATA_DEPENDENT.get(packet) or _DATA_DEPENDENT.get(str(packet).split(".")[-1])
+            why = _DATA_DEPENDENT.get(packet) or _DATA_DEPENDENT.get(str(packet).split(".")[-1])
+            return why and why + ", and kiln cannot take it as a size (only an integer read from a tensor can be one)"
         e = e.__cause__
     return None
-
-
-def _states_its_case(e: BaseException) -> bool:
-    """Whether the DataDependentOp behind `e` says itself why the call depends on values."""
-    from kiln.symbolic.fake import DataDependentOp
-    while e is not None:
-        if isinstance(e, DataDependentOp):
-            return e.reason is not None
-        e = e.__cause__
-    return False
 
 
 def _data_dependent_guard(e: BaseException):

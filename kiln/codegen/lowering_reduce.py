@@ -17,6 +17,7 @@ from kiln.codegen.ir import Load, Op, indirect_var, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
                                    register, reindex, size_scalar, to_sympy)
 from kiln.codegen.lowering_rules import _dims, _operand, _out, _value
+from kiln.symbolic.decide import is_unbacked
 
 # ---------------------------------------------------------------------------- reductions
 
@@ -384,7 +385,7 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
         elif m is None:
             names.append(None)
             values.append(None)
-        elif isinstance(m, torch.SymInt) and m.node.hint is None and isinstance(to_sympy(m), sympy.Symbol):
+        elif is_unbacked(m) and isinstance(to_sympy(m), sympy.Symbol):
             # a size known only at run time (`.item()`): the host binds its symbol by name, and
             # kernels take it as any size ([Note: sizes bound by externs] in host.py). A size the
             # inputs already give (flash attention's max_seqlen_q is the query's length, `s1`) is

@@ -132,13 +132,16 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     ([Note: warm start of a captured graph])."""
     with log.stage("cache key"):
         key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, options.numerics, sorted(map(str, BACKEND_OPS)))))
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
+    on_cuda = any(t.device.type == "cuda" for t in tensors)
     if key is not None:
         with log.stage("cache load"):
-            tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
-            on_cuda = any(t.device.type == "cuda" for t in tensors)
             runtime = warm_start.load_runtime(key, gm, lambda program, static: _wrap(options, program, static, on_cuda))
         if runtime is not None:
             return runtime
+    if on_cuda:                        # Triton's compile workers start while aot and lowering run
+        from kiln.codegen.triton import compile_pool
+        compile_pool.prestart()
     with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
         from kiln.aot import aot_compile, min_cut_partition
         from kiln.prims import RECOMPUTABLE_MOVEMENT, decompositions_for

@@ -104,6 +104,19 @@ def test_the_pool_is_reused_and_records_still_name_the_binaries(gpu_less, monkey
     assert compile_pool._POOL is pool and gpu_less == [True] * 4
 
 
+def test_prestart_starts_the_pool_that_the_build_then_uses(gpu_less, monkeypatch):
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "0")
+    compile_pool.prestart()
+    assert compile_pool._POOL is None                             # off: nothing started
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    compile_pool.prestart()                                       # as the backend does before aot
+    pool = compile_pool._POOL
+    assert pool is not None and len(pool.workers) == 2
+    kernels, bufs = _rowsums()
+    launcher.build(kernels, bufs)
+    assert compile_pool._POOL is pool and gpu_less == [True] * N  # the workers compiled every kernel
+
+
 def test_fewer_kernels_or_workers_off_compile_in_process(gpu_less, monkeypatch):
     started = []
     monkeypatch.setattr(compile_pool, "CompilePool", lambda n: started.append(n))
@@ -113,13 +126,14 @@ def test_fewer_kernels_or_workers_off_compile_in_process(gpu_less, monkeypatch):
     monkeypatch.setenv("KILN_COMPILE_WORKERS", "0")
     launcher.build(kernels, bufs)
     assert started == [] and gpu_less.count(False) == N
-    monkeypatch.delenv("KILN_COMPILE_WORKERS")
-    assert compile_pool.size() == 0                               # off unless asked for, until measured on a GPU
-    monkeypatch.setenv("KILN_COMPILE_WORKERS", "auto")
+    monkeypatch.delenv("KILN_COMPILE_WORKERS")                   # the default is auto:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
     assert compile_pool.size() == 0                               # fewer than 4 cores
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
     assert compile_pool.size() == 16
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "auto")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert compile_pool.size() == 7
 
 
 def _fallback(gpu_less, monkeypatch, tmp_path):

@@ -9,6 +9,8 @@
 #   bash bench/gpu_checks.sh start      # warm starts, compile workers off and on; DDP (~300 s)
 #   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
 #   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
+#   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts, cold compiles of the hf suite (~480 s)
+#   bash bench/gpu_checks.sh cold_timm  # cold compiles of the timm suite, kiln and Inductor (~400 s)
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -52,7 +54,19 @@ lengths)    # GPT-2 training over five lengths, dolly generate over prompt lengt
     KILN_LOG=recompiles timeout 180 $py bench/varying_lengths.py --device cuda --json "$OUT/varying.json" > "$OUT/varying.txt" 2>&1
     grep -E "^===|recompile|pinning" "$OUT/pins.txt" | head -20; grep -E "graphs|recompile" "$OUT/varying.txt" | tail -14
     ;;
+compile)    # issue #20: compile seconds with the defaults (compile workers on)
+    timeout 150 $py bench/generate.py --size dolly --device cuda --numerics eager --rounds 1 > "$OUT/gen.txt" 2>&1
+    timeout 120 $py bench/warm_start.py --device cuda --precision bf16 --models hf:GPT2LMHeadModel,timm:resnet50 \
+        --modes infer,train --out "$OUT/warm.md" > "$OUT/warm.txt" 2>&1
+    timeout 330 $py -m kiln.bench --device cuda --suite hf --precisions bf16 --modes infer,train --steps 3 --warmup 1 \
+        --no-warm --timeout 150 --out "$OUT/cold_hf" > "$OUT/cold_hf.txt" 2>&1
+    grep -E "generate\(\) seconds|same tokens" "$OUT/gen.txt"; grep -E "kiln (cold|warm)" "$OUT/warm.txt"; tail -14 "$OUT/cold_hf.txt"
+    ;;
+cold_timm)  # issue #20: cold compiles of the timm suite, one case at a time, fresh caches
+    $py -m kiln.bench --device cuda --suite timm --models resnet50,vit_base_patch16_224,convnext_tiny,efficientnet_b0 \
+        --precisions bf16 --modes infer,train --steps 3 --warmup 1 --no-warm --timeout 200 --out "$OUT/cold_timm" 2>&1 | tail -14
+    ;;
 *)
-    sed -n 2,11p "$0"; exit 2
+    sed -n 2,13p "$0"; exit 2
     ;;
 esac

@@ -16,7 +16,7 @@ import time
 import torch
 
 import kiln
-from kiln import backends
+from kiln import backends, log
 from kiln.config import Options
 from kiln.bench.suites import ensure_torchvision_importable
 
@@ -72,6 +72,7 @@ def main() -> None:
     forwards = {"eager": original, "kiln": kiln.compile(original, backend=counting_backend)}
     model.forward = forwards["kiln"]
     first, first_s = generate()
+    stages = log.totals()                       # where the first generate()'s compiling went
     second, second_s = generate()
     scored, _ = generate(scores=True)           # a third, cached run: the scores of each step
     programs = [len(getattr(g, "programs", {})) or 1 for g in graphs]
@@ -80,6 +81,8 @@ def main() -> None:
     print(f"  compilations (captured graphs): {len(graphs)}; backend programs per graph: {programs}")
     print(f"  generate() seconds: eager {eager_s:.2f}, compiled first (compiles included) {first_s:.2f}, "
           f"compiled second {second_s:.2f}")
+    print("  the first generate()'s compile stages, seconds: "
+          + ", ".join(f"{name} {t:.2f}" for name, t in sorted(stages.items(), key=lambda kv: -kv[1]) if t >= 0.05))
     if a.inductor:
         model.forward = forwards["inductor"] = torch.compile(original)
         inductor_out, inductor_first_s = generate()

@@ -25,7 +25,7 @@ from kiln import trace
 
 STAGES = ("import", "capture", "guards", "aot trace", "decompose", "functionalize", "partition", "cache key",
           "cache load", "lower", "dedupe", "layouts", "schedule", "host program", "print", "compile",
-          "load", "other")
+          "load", "first launch", "other")
 
 
 def enabled(topic: str) -> bool:

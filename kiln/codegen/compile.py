@@ -95,7 +95,7 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
                                    probe=probe, boxed=boxed, keep=device == "cpu")
     with log.stage("print"):
-        built = save_kernels(printer, kernels, buffers) if kernels else None
+        built = save_kernels(printer, kernels, buffers, size_hints(example_inputs)) if kernels else None
     if trace.active():
         from kiln.codegen.trace_events import schedule_event
         schedule_event(printer, graph, sched, buffers, program.source)
@@ -158,13 +158,14 @@ def _prefetch_cpp(part: dict) -> None:
 PREFETCH = {"kiln.codegen.cpp": _prefetch_cpp}
 
 
-def save_kernels(printer, kernels: Sequence[ir.Kernel], buffers) -> dict:
+def save_kernels(printer, kernels: Sequence[ir.Kernel], buffers, hints: dict[str, int] | None = None) -> dict:
     """What builds `kernels` (and the warm-start cache keeps): the distinct ones (`common_kernels`)
-    as the printer saves them, in parts ([Note: parallel builds]), and which kernel repeats which."""
+    as the printer saves them, in parts ([Note: parallel builds]), and which kernel repeats which.
+    `hints`: the size symbols' values in the call being compiled (`size_hints`)."""
     unique, same = common_kernels(list(kernels), buffers)
     n = max(1, min(PARALLEL_PARTS.get(printer.__name__, 1), len(unique) // MIN_KERNELS_PER_PART))
     size = -(-len(unique) // n)
-    parts = [printer.saved(unique[i:i + size], buffers) for i in range(0, len(unique), size)]
+    parts = [printer.saved(unique[i:i + size], buffers, hints) for i in range(0, len(unique), size)]
     log.count("kernels repeated", len(same))
     return {"parts": parts, "same": same}
 
@@ -175,6 +176,21 @@ def start_builds(printer, built: dict) -> None:
     if prefetch is not None:
         for part in built["parts"]:
             prefetch(part)
+
+
+def size_hints(values) -> dict[str, int]:
+    """Each size symbol's value in the call being compiled, by name: the hints of the shape
+    environments whose sizes `values` (example inputs: tensors and ints, possibly symbolic) hold."""
+    hints: dict[str, int] = {}
+    seen = set()
+    for leaf in torch.utils._pytree.tree_leaves(list(values)):
+        sizes = (*leaf.shape, *leaf.stride()) if isinstance(leaf, torch.Tensor) else (leaf,)
+        for n in sizes:
+            env = getattr(getattr(n, "node", None), "shape_env", None)
+            if env is not None and id(env) not in seen:
+                seen.add(id(env))
+                hints.update((s.name, int(v)) for s, v in getattr(env, "hints", {}).items())
+    return hints
 
 
 def restore_kernels(printer, built: dict) -> dict:

@@ -531,9 +531,10 @@ def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dic
     return restore(saved(kernels, buffers))
 
 
-def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
+def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], hints=None) -> dict:
     """What the warm-start cache keeps of built kernels (JSON): the library's source (its binary is
-    cached by source hash) and each kernel's name and arity."""
+    cached by source hash) and each kernel's name and arity. (`hints` are not needed: a C++ kernel
+    takes its sizes as arguments, compiled once for all.)"""
     return {"module": print_module(kernels, buffers),
             "kernels": [(k.name, len(k.buffer_args), len(k.size_args)) for k in kernels]}
 

@@ -53,8 +53,11 @@ The printer interface (C++ here, Triton in `kiln.codegen.triton`)
 A printer module exposes
     print_kernel(kernel: Kernel, buffers: Mapping[str, Buffer]) -> str      # source text
     build(kernels: Sequence[Kernel], buffers: Mapping[str, Buffer]) -> dict[str, Callable]
+    saved(kernels, buffers, hints=None) -> dict; restore(entry: dict) -> dict[str, Callable]
 where each callable runs one kernel: `fn(*tensors_for(kernel.buffer_args), *ints_for(kernel.size_args))`.
-The host program (`kiln.codegen.host`) only needs `build`.
+The host program (`kiln.codegen.host`) only needs `build`; `saved` is `build` split in two at what
+the warm-start cache keeps (JSON data), and `hints` (size symbol name -> its value in the call being
+compiled) lets a printer compile for that call's sizes ahead of it.
 
 Change log (keep this stable; note every change here)
 - v1: first version.
@@ -62,6 +65,7 @@ Change log (keep this stable; note every change here)
 - v3: `Graph.size_inputs`: graph inputs that are symbolic ints, each bound to its size symbol.
 - v4: `Graph.origins` (which graph node's value a buffer holds, for `kiln.codegen.check`);
   `canonical_kernel`: a kernel with positional buffer names, so equal loop nests print equal text.
+- v5: `saved` / `restore` listed, and `saved`'s `hints`.
 """
 from __future__ import annotations
 

@@ -169,3 +169,35 @@ def test_a_worker_that_dies_or_hangs_falls_back(gpu_less, monkeypatch, tmp_path,
     started = time.perf_counter()
     _fallback(gpu_less, monkeypatch, tmp_path)
     assert time.perf_counter() - started < 50                     # the hung workers were killed, not awaited
+
+
+def test_symbolic_kernels_compile_ahead_for_the_first_sizes_and_serve_later_ones(gpu_less, monkeypatch):
+    # `N` row sums over a symbolic number of rows s0 (rows 72, 80, ... long): built for the call that
+    # binds s0 = 16, the workers compile them all; a later s0 = 17 or 31 picks the same launch config,
+    # and its launch finds that binary (s0 and xnumel are unspecialized: [Note: symbolic sizes are not
+    # specialized]), where a specialized one would compile again for "not divisible by 16".
+    s0 = ir.size_var("s0")
+    kernels, bufs = [], {}
+    for i in range(N):
+        length = 72 + 8 * i
+        a, o = f"a{i}", f"o{i}"
+        bufs[a] = ir.Buffer(a, (s0, length), (length, 1), torch.bfloat16, device="cuda")
+        bufs[o] = ir.Buffer(o, (s0,), (1,), torch.float32, device="cuda")
+        load = ir.Load(a, x0 * length + r0, torch.bfloat16)
+        kernels.append(ir.Kernel(f"rowsum{i}", (s0,), (ir.Stage((length,), (ir.Accumulate("t", "sum", load),)),
+                                                       ir.Stage((), (ir.Store(o, x0, ir.Var("t", torch.float32)),))),
+                                 (a, o), (s0,)))
+    monkeypatch.setenv("KILN_COMPILE_WORKERS", "2")
+    fns = launcher.build(kernels, bufs, hints={"s0": 16})
+    assert compile_pool._POOL is not None and gpu_less == [True] * N       # compiled by the workers
+    first = _compiled(fns)
+    for name, fn in fns.items():
+        assert fn.first_sizes == (16,) and () not in fn.plans
+        for later in (17, 31):
+            plan = fn.plan((later,), ())
+            assert plan.config == fn.plans[(16,)].config
+            assert launcher.warm(plan, fn.arg_dtypes, fn.link) is first[name]   # the JIT's binary, no compile
+    assert gpu_less == [True] * N
+    # without hints (an unbacked size), nothing is compiled ahead
+    monkeypatch.setattr(source_cache, "_LOADED", {})
+    assert all(fn.warmed is None and not fn.precompiled for fn in launcher.build(kernels, bufs).values())

@@ -122,3 +122,22 @@ def test_bf16_rounding_of_a_product_survives_into_the_next_add():
     ptx = compile_for_gpu(kernel, bufs, [4096]).ptx
     assert "fma.rn.bf16" not in ptx and "mul.bf16" not in ptx and "mul.rn.bf16" not in ptx
     assert ptx.count("cvt.rn.bf16.f32") >= 3
+
+
+def test_symbolic_sizes_are_unspecialized_but_a_multiple_of_16_keeps_vector_loads():
+    # [Note: symbolic sizes are not specialized]: one binary serves every s0, and xnumel = 768 * s0,
+    # a multiple of 16 for every s0, stays specialized so the masked loads stay 128-bit wide
+    from kiln.codegen.triton.printer import print_kernel
+    from kiln.codegen.triton.source_cache import load_module
+    n = 768 * s0
+    bufs = {"a": cuda("a", (n,)), "o": cuda("o", (n,)), "b": cuda("b", (s0,)), "p": cuda("p", (s0,))}
+    wide = ir.Kernel("wide", (n,), (ir.Stage((), (ir.Store("o", x0, ir.Op("exp", (ir.Load("a", x0, F32),), F32)),)),),
+                     ("a", "o"), (s0,))
+    narrow = ir.Kernel("narrow", (s0,), (ir.Stage((), (ir.Store("p", x0, ir.Op("exp", (ir.Load("b", x0, F32),), F32)),)),),
+                       ("b", "p"), (s0,))
+    for kernel, loose in ((wide, {"s0"}), (narrow, {"s0", "xnumel"})):
+        module = load_module(print_kernel(kernel, bufs), interpret=False)
+        fn = next(getattr(module, name) for name in dir(module) if name.startswith("kiln_"))
+        assert {p.name for p in fn.params if p.do_not_specialize} == loose
+    build = compile_for_gpu(wide, bufs, [4096])
+    assert build.vector_loads and build.vector_stores and not build.scalar_loads, sorted(build.memory_ops())

@@ -1,10 +1,10 @@
-"""Worker processes that fill Triton's on-disk cache with static kernels' binaries, in parallel.
+"""Worker processes that fill Triton's on-disk cache with kernels' binaries, in parallel.
 
 [Note: compile workers] Triton's front end (Python AST to TTIR) holds the GIL, so `precompile`'s
 threads scale poorly: a cold resnet50 training compile on the H200 spent 8.9 s of wall time and
-47 s of CPU on ~600 kernels. The parent already knows everything the first launch of a static
-kernel compiles: its source, its plan (function, config, numels, index dtype), its argument dtypes
-and link options. A worker process is given those (a `CompileJob`), plus the GPU target as
+47 s of CPU on ~600 kernels. The parent already knows everything the first launch of a kernel
+compiles: its source, its plan (function, config, size ints, numels, index dtype), its argument
+dtypes and link options. A worker process is given those (a `CompileJob`), plus the GPU target as
 (backend, arch, warp size), Triton's cache dir and every knob or variable Triton's cache key reads
 (debug, instrumentation mode, the cache-invalidating environment), and runs the very `fn.warmup`
 the parent would (`launcher.warm`) under a stub driver that reports that target and never touches
@@ -56,12 +56,13 @@ TIMEOUT_S = 300.0        # one reply (a worker's start plus a kernel's compile) 
 
 @dataclasses.dataclass(frozen=True)
 class CompileJob:
-    """One static kernel's first-launch compile, as plain data a worker can rebuild it from."""
+    """One kernel's first-launch compile, as plain data a worker can rebuild it from."""
 
     source: str
     interpret: bool
     function: str                      # the plan's function (`<name>` or `<name>_looped`)
     arg_dtypes: tuple[str, ...]        # `str(torch.dtype)` of the buffer arguments
+    sizes: tuple[int, ...]             # the size ints of the launch compiled for (none: static sizes)
     numels: tuple[int, ...]
     grid: tuple[int, ...]
     config: object                     # the plan's `LaunchConfig`
@@ -98,7 +99,7 @@ _LOCK = threading.Lock()
 
 
 def start(n_kernels: int) -> "CompilePool | None":
-    """The process's pool, started now (without waiting for its workers) when `n_kernels` static
+    """The process's pool, started now (without waiting for its workers) when `n_kernels`
     kernels are worth it; None when the pool is off, broken or not worth starting."""
     global _POOL
     if _BROKEN or n_kernels < MIN_KERNELS:
@@ -118,7 +119,7 @@ def start(n_kernels: int) -> "CompilePool | None":
 
 def prestart() -> None:
     """Start the pool now for a graph about to be lowered for a CUDA device: such a graph nearly
-    always has `MIN_KERNELS` static kernels or more, and the workers' start then overlaps aot and
+    always has `MIN_KERNELS` kernels or more, and the workers' start then overlaps aot and
     lowering ([Note: compile workers]). Returns at once; does nothing when the pool is off."""
     start(MIN_KERNELS)
 
@@ -306,7 +307,7 @@ def run_job(job: CompileJob) -> str:
     knobs.runtime.debug = job.debug
     knobs.compilation.instrumentation_mode = job.instrumentation_mode
     fn = getattr(source_cache.load_module(job.source, job.interpret), job.function)
-    plan = launcher._Plan(job.numels, job.config, fn, job.grid, getattr(triton.language, job.index_dtype))
+    plan = launcher._Plan(job.numels, job.config, fn, job.grid, getattr(triton.language, job.index_dtype), job.sizes)
     compiled = launcher.warm(plan, [launcher._dtype(d) for d in job.arg_dtypes], job.link)
     return compiled.hash
 

@@ -8,11 +8,13 @@ call with given size ints it makes a `_Plan`: `xnumel`/`rnumel`s from the sizes,
 the grid (`ceil(xnumel / XBLOCK)` programs) and the index dtype (int64 only when a buffer spans
 2**31 elements); later calls with those sizes only look the plan up and launch.
 
-CUDA kernels of static sizes compile in parallel inside `build` (`precompile`, in worker processes
-when there are many: [Note: compile workers] in compile_pool.py); kernels with
-symbolic sizes compile at their first launch (a symbolic size's specialization, divisible by 16 or
-not, is known only then). Triton caches the binaries on disk either way, and a warm start loads a
-static kernel's binary from where kiln's cache entry says Triton filed it ([Note: warm binaries]).
+CUDA kernels compile in parallel inside `build` (`precompile`, in worker processes when there are
+many: [Note: compile workers] in compile_pool.py), for the sizes of the call being compiled: a
+kernel of symbolic sizes for its `first_sizes`, the sizes that call binds its symbols to. Its size
+arguments are unspecialized ([Note: symbolic sizes are not specialized] in printer.py), so that
+binary serves every later size whose launch config is the same; a size that picks another config
+compiles at its first launch. Triton caches the binaries on disk, and a warm start loads a static
+kernel's binary from where kiln's cache entry says Triton filed it ([Note: warm binaries]).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import dataclasses
 import functools
 import operator
 import os
+import time
 import warnings
 import weakref
 from typing import Callable, Iterator, Mapping, Sequence
@@ -82,6 +85,7 @@ class _Plan:
     fn: object
     grid: tuple[int]
     index_dtype: object
+    sizes: tuple[int, ...] = ()        # the size ints it is for (passed before the numels)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +138,7 @@ BUILT: "weakref.WeakSet[TritonKernel]" = weakref.WeakSet()
 class TritonKernel:
     """One printed kernel, callable as `kernel(*tensors, *size_ints)`."""
 
-    def __init__(self, spec: KernelSpec, autotune: bool = False):
+    def __init__(self, spec: KernelSpec, autotune: bool = False, first_sizes: Sequence[int] | None = None):
         self.spec = spec
         self.layout = spec                  # name, kind, rows_contiguous, size_args
         self.source = spec.source
@@ -155,6 +159,9 @@ class TritonKernel:
         self.direct: dict[tuple, _DirectLaunch] = {}      # size ints -> [Note: direct launch]
         self.warmed = None        # what `warmup` got from Triton (a CompiledKernel, or its future)
         self.prebuilt = None      # the static plan's CompiledKernel from a record ([Note: warm binaries])
+        # the size ints of the launch `precompile` compiles for: none for static sizes, the compiling
+        # call's for symbolic ones (None: not known, as for an unbacked size; compiled at launch)
+        self.first_sizes = () if not spec.size_args else (tuple(first_sizes) if first_sizes is not None else None)
         BUILT.add(self)
 
     def __repr__(self):
@@ -187,7 +194,7 @@ class TritonKernel:
         persistent = self.looped_fn is None or (config.persistent and config.RBLOCK >= rnumel)
         big = extent >= 2 ** 31 or numels[0] + config.XBLOCK >= 2 ** 31
         return _Plan(numels, config, self.persistent_fn if persistent else self.looped_fn,
-                     ((numels[0] + config.XBLOCK - 1) // config.XBLOCK,), tl.int64 if big else tl.int32)
+                     ((numels[0] + config.XBLOCK - 1) // config.XBLOCK,), tl.int64 if big else tl.int32, tuple(sizes))
 
     def launch(self, config: LaunchConfig, args: Sequence, numels: tuple[int, ...]) -> None:
         """One launch with an explicit config (autotune's timing, tests)."""
@@ -200,12 +207,21 @@ class TritonKernel:
 
     @property
     def static(self) -> bool:
-        """A CUDA kernel whose sizes are all static, compiled before its first launch."""
+        """A CUDA kernel whose sizes are all static, whose binary a warm start loads ([Note: warm binaries])."""
         return not self.interpret and not self.layout.size_args and not self.autotune
 
+    @property
+    def precompiled(self) -> bool:
+        """A CUDA kernel whose first launch's sizes are known, compiled before that launch."""
+        return not self.interpret and not self.autotune and self.first_sizes is not None
+
+    def first_plan(self) -> _Plan | None:
+        plan = self.plans[self.first_sizes] = self.plan(self.first_sizes, ())
+        return plan
+
     def warmup(self) -> None:
-        """Compile the first launch's binary of a kernel with static sizes, without launching."""
-        plan = self.plans[()] = self.plan((), ())
+        """Compile the first launch's binary (`first_sizes`), without launching."""
+        plan = self.first_plan()
         if plan is not None:
             self.warmed = warm(plan, self.arg_dtypes, self.link)
 
@@ -213,13 +229,14 @@ class TritonKernel:
         """What a compile worker needs to file `warmup`'s binary where `warmup` will look for it
         ([Note: compile workers]); None when there is nothing to launch."""
         from triton.runtime import driver
-        plan = self.plans[()] = self.plan((), ())
+        plan = self.first_plan()
         if plan is None:
             return None
         target = driver.active.get_current_target()
         return compile_pool.CompileJob(
             source=self.source, interpret=self.interpret, function=plan.fn.__name__,
-            arg_dtypes=tuple(str(d) for d in self.arg_dtypes), numels=tuple(plan.numels), grid=tuple(plan.grid),
+            arg_dtypes=tuple(str(d) for d in self.arg_dtypes), sizes=plan.sizes, numels=tuple(plan.numels),
+            grid=tuple(plan.grid),
             config=plan.config, index_dtype=plan.index_dtype.name, link=dict(self.link),
             target=(target.backend, target.arch, target.warp_size), cache_dir=triton.knobs.cache.dir,
             debug=bool(plan.fn.debug or triton.knobs.runtime.debug),
@@ -264,14 +281,31 @@ class TritonKernel:
         plan = self.plans.get(sizes, False)
         if plan is False:
             plan = self.plans[sizes] = self.plan(sizes, args)
+            if plan is not None and not self.interpret:
+                return self._first_launch(plan, sizes, args)
         if plan is None:
             return
+        self._launch(plan, sizes, args)
+
+    def _launch(self, plan: _Plan, sizes: tuple, args: Sequence):
         c = plan.config
         compiled = plan.fn[plan.grid](*args, *plan.numels, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
                                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps,
                                       num_stages=c.num_stages, **self.link)
-        if not self.interpret and direct is None and hasattr(compiled, "packed_metadata"):
+        if not self.interpret and sizes not in self.direct and hasattr(compiled, "packed_metadata"):
             self.direct[sizes] = _DirectLaunch(compiled, plan, args[:self.n_buffers])
+
+    def _first_launch(self, plan: _Plan, sizes: tuple, args: Sequence) -> None:
+        """The first launch of a plan, timed as the stage "first launch" ([Note: compile stages]):
+        a binary `precompile` did not make compiles here, on the launching thread, which
+        `KILN_LOG=perf` names (a size whose launch config no earlier call had)."""
+        cache = _jit_cache(plan.fn)
+        before = len(cache)
+        with log.stage("first launch") as timed:
+            self._launch(plan, sizes, args)
+        if len(cache) > before:
+            log.emit("perf", f"kernel {self.layout.name}: compiled at its first launch with sizes {sizes}, "
+                             f"{plan.config.describe()} ({time.perf_counter() - timed.start:.2f} s)")
 
     def _prebuilt_launch(self, args: Sequence) -> "_DirectLaunch | None":
         """The direct launch of the binary `load_binary` found, built at the first call (it loads the
@@ -288,12 +322,18 @@ class TritonKernel:
         return None
 
 
+def _jit_cache(fn) -> dict:
+    """The binaries Triton's JIT holds for `fn` on the current device (a launch that compiled adds one)."""
+    from triton.runtime import driver
+    return fn.device_caches[driver.active.get_current_device()][0]
+
+
 def warm(plan: _Plan, arg_dtypes: Sequence[torch.dtype], link: dict):
     """Triton's compile of `plan`'s first launch, without launching: its `CompiledKernel` (or the
     future of one under `AsyncCompileMode`). The one warmup call of the parent and of the compile
     workers, so both compute the same cache key ([Note: compile workers])."""
     c = plan.config
-    return plan.fn.warmup(*arg_dtypes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
+    return plan.fn.warmup(*arg_dtypes, *plan.sizes, *plan.numels, grid=plan.grid, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
                           INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps, num_stages=c.num_stages, **link)
 
 
@@ -365,18 +405,18 @@ def _plain_launcher(launcher) -> bool:
 
 
 def precompile(kernels: Sequence[TritonKernel], workers: int) -> list[str]:
-    """Compile CUDA kernels whose sizes are all static, in parallel, before their first launch.
+    """Compile CUDA kernels for their first launch's sizes, in parallel, before that launch.
 
     Each kernel's first-launch plan is made now and warmed up through Triton's `AsyncCompileMode`
     (a thread pool; Triton 3.4+), which compiles with the specialization a launch with 16-byte
-    aligned tensors would get and files each binary where that launch looks first. Kernels with
-    symbolic sizes or under autotune compile at their first launch as usual. Many kernels are
+    aligned tensors would get and files each binary where that launch looks first. Kernels whose
+    first sizes are not known or under autotune compile at their first launch as usual. Many kernels are
     first compiled into Triton's cache by worker processes, which the GIL does not serialize, so
     the warmup here finds their binaries ([Note: compile workers]). A failure here is
     not an error (the launch compiles again and reports it): the names of failed kernels are
     returned and logged.
     """
-    ready = [k for k in kernels if k.static and k.prebuilt is None]
+    ready = [k for k in kernels if k.precompiled and k.prebuilt is None]
     if not ready:
         return []
     try:
@@ -423,11 +463,20 @@ def interpret_for(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> bool:
     return not any(str(buffers[b].device).startswith("cuda") for b in kernel.buffer_args if b in buffers)
 
 
-def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> dict:
+def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], hints: Mapping[str, int] | None = None) -> dict:
     """What the warm-start cache keeps of built kernels (JSON): each kernel's `KernelSpec` (its
-    source and how to launch it) under the name the host program calls it by; `restore` loads
-    them again, and Triton's own cache has their binaries: `restore` adds where (`binaries`)."""
-    return {"kernels": {k.name: dataclasses.asdict(KernelSpec.of(k, buffers)) for k in kernels}}
+    source and how to launch it) under the name the host program calls it by, and the size ints
+    of symbolic kernels' first launch (`first_sizes`, from `hints`: symbol name -> the compiling
+    call's value); `restore` loads them again, and Triton's own cache has their binaries: `restore`
+    adds where (`binaries`)."""
+    return {"kernels": {k.name: dataclasses.asdict(KernelSpec.of(k, buffers)) for k in kernels},
+            "first_sizes": first_sizes(kernels, hints or {})}
+
+
+def first_sizes(kernels: Sequence[ir.Kernel], hints: Mapping[str, int]) -> dict[str, list[int]]:
+    """Each symbolic kernel's size ints in the call `hints` describes, where every one is known."""
+    return {k.name: [hints[s.name] for s in k.size_args] for k in kernels
+            if k.size_args and all(s.name in hints for s in k.size_args)}
 
 
 def restore(entry: dict, workers: int | None = None, autotune: bool = False) -> dict[str, "TritonKernel"]:
@@ -435,31 +484,34 @@ def restore(entry: dict, workers: int | None = None, autotune: bool = False) -> 
     names loads it without Triton's JIT; the others precompile, and `entry["binaries"]` then names
     theirs, for the cache entry the caller stores ([Note: warm binaries])."""
     return _load({name: KernelSpec.from_json(v) for name, v in entry["kernels"].items()}, autotune, workers,
-                 entry.setdefault("binaries", {}))
+                 entry.setdefault("binaries", {}), entry.get("first_sizes", {}))
 
 
 def build(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], autotune: bool = False,
-          workers: int | None = None) -> dict[str, TritonKernel]:
-    """Print and load every kernel, then compile the static-size CUDA ones in parallel
-    (`workers` threads; default: the machine's cores, at most 16). The printer interface of
-    `kiln.codegen.ir`."""
-    return _load({k.name: KernelSpec.of(k, buffers) for k in kernels}, autotune, workers)
+          workers: int | None = None, hints: Mapping[str, int] | None = None) -> dict[str, TritonKernel]:
+    """Print and load every kernel, then compile the CUDA ones in parallel (`workers` threads;
+    default: the machine's cores, at most 16), those of symbolic sizes for the sizes `hints` gives
+    (symbol name -> int). The printer interface of `kiln.codegen.ir`."""
+    return _load({k.name: KernelSpec.of(k, buffers) for k in kernels}, autotune, workers,
+                 first_sizes=first_sizes(kernels, hints or {}))
 
 
 def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None,
-          records: dict | None = None) -> dict[str, TritonKernel]:
+          records: dict | None = None, first_sizes: Mapping[str, Sequence[int]] | None = None) -> dict[str, TritonKernel]:
     """One `TritonKernel` per distinct spec (a kernel repeated in every layer loads and compiles
-    once), its binary loaded from `records` (name -> `binary_record`) or precompiled in parallel;
+    once), its binary loaded from `records` (name -> `binary_record`) or precompiled in parallel,
+    for `first_sizes` (name -> the compiling call's size ints) where its sizes are symbolic;
     `records` then names every static kernel's binary."""
     workers = workers or min(16, os.cpu_count() or 1)
+    first_sizes = first_sizes or {}
     unique: dict[KernelSpec, TritonKernel] = {}
     # The workers start now, and boot while the kernels load ([Note: compile workers]).
-    compile_pool.start(len({spec for name, spec in specs.items() if not spec.interpret and not spec.size_args
-                            and not autotune and name not in (records or {})}))
+    compile_pool.start(len({spec for name, spec in specs.items() if not spec.interpret and not autotune
+                            and (name in first_sizes if spec.size_args else name not in (records or {}))}))
     with log.stage("load"):                  # [Note: compile stages]
-        for spec in specs.values():
+        for name, spec in specs.items():
             if spec not in unique:
-                unique[spec] = TritonKernel(spec, autotune)
+                unique[spec] = TritonKernel(spec, autotune, first_sizes.get(name))
     fns = {name: unique[spec] for name, spec in specs.items()}
     with log.stage("compile"):
         if records:
@@ -469,7 +521,7 @@ def _load(specs: Mapping[str, KernelSpec], autotune: bool, workers: int | None,
         precompile(list(unique.values()), workers)
     if records is not None:
         for name, fn in fns.items():
-            if fn.warmed is not None:                     # precompiled now: where Triton filed it
+            if fn.warmed is not None and fn.static:       # precompiled now: where Triton filed it
                 records.pop(name, None)
                 if (record := fn.binary_record()) is not None:
                     records[name] = record

@@ -5,7 +5,8 @@ and SASS on any Linux machine. This is how CI checks the GPU text of the printer
 interpreter never runs: libdevice helpers, int32 index math) and the properties copy bandwidth
 depends on: 128-bit vector loads and stores, and no register spills in a persistent reduction.
 The argument specialization mirrors Triton's launcher: pointers and ints divisible by 16 get
-divisibility hints, ints equal to 1 become constants.
+divisibility hints, ints equal to 1 become constants, except the ints the kernel's decorator leaves
+unspecialized.
 
     python -m kiln.codegen.triton.offline   # the bandwidth programs' kernels at 8192 x 8192
 
@@ -105,8 +106,11 @@ def compile_for_gpu(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], sizes: 
         position += 1
     fn = getattr(module, name)
     params = fn.arg_names
+    loose = {p.name for p in fn.params if p.do_not_specialize}   # [Note: symbolic sizes are not specialized]
     for value, param in zip(ints, params[position:]):
-        if value == 1:
+        if param in loose:
+            signature[param] = "i64" if abs(value) >= 2 ** 31 else "i32"
+        elif value == 1:
             signature[param] = "constexpr"
             constexprs[param] = 1
         else:

@@ -60,6 +60,13 @@ def layout_of(kernel: ir.Kernel) -> KernelLayout:
                         rows_contiguous=_rows_contiguous(kernel))
 
 
+def _multiple_of_16(e) -> bool:
+    """Whether a size expression is a multiple of 16 whatever its symbols' values (a number: any
+    value, which Triton then specializes on as it sees it)."""
+    e = sympy.sympify(e)
+    return e.is_number or bool((e / 16).is_integer)
+
+
 def _range_groups(kernel: ir.Kernel) -> list[tuple]:
     groups: list[tuple] = []
     for stage in kernel.stages:
@@ -316,7 +323,24 @@ class _KernelPrinter:
         # after x_defs, which may name quotients too ([Note: one division per symbolic dim])
         o.lines[header_end:header_end] = ["    " + line for line in self.index.quotient_lines(self.x_space)] + x_defs
         body = "\n".join(o.lines)
-        return f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
+        return f"{self.decorator()}\ndef {name}({', '.join(params)}):\n{body}\n"
+
+    def decorator(self) -> str:
+        """[Note: symbolic sizes are not specialized] Triton compiles a binary per "specialization"
+        of a launch's int arguments: equal to 1, divisible by 16, or neither. A kernel over a
+        symbolic dim would then compile again whenever a new size crosses a class (a decode step's
+        cache length goes 16, 17, ..., 32: two binaries a kernel, each compiled serially at a
+        launch), and no binary could be compiled ahead of the first launch for the sizes to come.
+        So the int arguments a symbolic size decides are passed unspecialized, one binary serving
+        every size, except those provably multiples of 16 (`xnumel` of a [s0, 768] pointwise
+        kernel), whose divisibility is what lets the `x < xnumel` mask keep loads 128-bit wide."""
+        if self.interpret:
+            return "@triton.jit"
+        k = self.kernel
+        ints = [(self.size_name(s), s) for s in k.size_args] + [("xnumel", ir.product(k.ranges))]
+        ints += [(f"rnumel{g}", ir.product(group)) for g, group in enumerate(self.groups)]
+        loose = [name for name, e in ints if not _multiple_of_16(e)]
+        return f"@triton.jit(do_not_specialize={loose!r})" if loose else "@triton.jit"
 
     def print_stage(self, stage: ir.Stage) -> None:
         if not stage.reduction_ranges:

@@ -29,7 +29,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from kiln.aot import schema
-from kiln.aot.trace import JointGraph, _dense, meta_of
+from kiln.aot.trace import JointGraph, _dense, graph_module, meta_of
 from kiln.aot.views import ViewStep, emit_step, scatter_step
 from kiln.errors import NotYetImplemented
 
@@ -271,7 +271,7 @@ class _Functionalizer:
         for k, (spec, old) in enumerate(zip(specs, olds)):
             if spec.kind == "user" and isinstance(old, fx.Node) and old in self.base:
                 specs[k] = dataclasses.replace(spec, alias=self._output_alias(k, old, olds, placeholders, program_inputs))
-        gm = fx.GraphModule(self.joint.gm, self.graph)
+        gm = graph_module(self.joint.gm, self.graph)
         return dataclasses.replace(self.joint, gm=gm, outputs=tuple(specs), functional=True)
 
     def _output_alias(self, k, old, olds, placeholders, program_inputs):

@@ -30,7 +30,7 @@ import torch
 import torch.fx as fx
 
 from kiln.aot import schema
-from kiln.aot.trace import JointGraph
+from kiln.aot.trace import JointGraph, graph_module
 
 aten = torch.ops.aten
 
@@ -230,4 +230,4 @@ def _extract(gm: fx.GraphModule, inputs: list[fx.Node], keep: set[fx.Node], outp
         if isinstance(o, fx.Node):
             place(o)
     graph.output(tuple(env[o] if isinstance(o, fx.Node) else o for o in outputs))
-    return fx.GraphModule(gm, graph)
+    return graph_module(gm, graph)

@@ -433,11 +433,19 @@ def cat(ctx, meta, tensors=None, dim=0, **_):
     var = loop_var(dim)
     expr, offset = None, sympy.Integer(0)
     pieces = []
-    for t in parts:
+    for i, t in enumerate(parts):
         idx = [loop_var(k) for k in range(t.ndim)]
         # every piece's load is evaluated (a GPU load is not skipped by the `where` around it), so its
-        # index is clamped into the piece: unclamped, LLaMA's rotary cat read out of bounds on the H200
-        idx[dim] = sympy.Max(0, sympy.Min(var - offset, t.sizes[dim] - 1))
+        # index is clamped into the piece: unclamped, LLaMA's rotary cat read out of bounds on the H200.
+        # The first piece starts at 0 and the last ends at the output's end, so each needs one side
+        # only; built unevaluated, as sympy's own Min/Max spend ~3 ms a symbolic size trying to
+        # order their arguments (a decode step's key/value cache cats: 2.9 s of its lowering).
+        local = var - offset
+        if i + 1 < len(parts):
+            local = sympy.Min(local, t.sizes[dim] - 1, evaluate=False)
+        if i > 0:
+            local = sympy.Max(0, local, evaluate=False)
+        idx[dim] = local
         shifted = ir.subs_index(cast(t.expr, m.dtype), {loop_var(k): idx[k] for k in range(t.ndim)})
         pieces.append((offset + t.sizes[dim], shifted))
         offset = offset + t.sizes[dim]

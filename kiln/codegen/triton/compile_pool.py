@@ -163,8 +163,8 @@ class _Worker:
         self.send = Connection(to_child_w, readable=False)
         self.recv = Connection(from_child_r, writable=False)
 
-    def compile(self, job: CompileJob, timeout: float) -> tuple[str, str]:
-        """("ok", binary hash) or ("error", what the worker raised); raises when the worker is gone
+    def compile(self, job: CompileJob, timeout: float) -> tuple:
+        """("ok", binary hash, launcher built) or ("error", what the worker raised); raises when the worker is gone
         (EOFError, OSError) or silent for `timeout` seconds (TimeoutError)."""
         self.send.send(job)
         if not self.recv.poll(timeout):
@@ -215,6 +215,7 @@ class CompilePool:
             todo.put(i)
         landed: queue.SimpleQueue = queue.SimpleQueue()     # job indices, then one None per worker
         errors, stop = [], threading.Event()
+        launchers = []
 
         def drain(worker: _Worker) -> None:
             try:
@@ -224,13 +225,14 @@ class CompilePool:
                     except queue.Empty:
                         return
                     try:
-                        status, value = worker.compile(jobs[i], TIMEOUT_S)
+                        status, value, *built = worker.compile(jobs[i], TIMEOUT_S)
                     except Exception as e:   # dead or hung: the whole pool goes
                         errors.append(f"a worker {'hung' if isinstance(e, TimeoutError) else 'died'} "
                                       f"({type(e).__name__}: {e})")
                         stop.set()
                         return
                     if status == "ok":
+                        launchers.extend(b for b in built if b)
                         landed.put(i)
                     else:
                         errors.append(f"{jobs[i].function}: {value}")
@@ -250,7 +252,7 @@ class CompilePool:
                 n_done += 1
                 yield i
         log.count("kernels compiled by workers", n_done)
-        log.emit("perf", f"kiln compile workers: {n_done} of {len(jobs)} kernels in "
+        log.emit("perf", f"kiln compile workers: {n_done} of {len(jobs)} kernels ({len(launchers)} launchers) in "
                          f"{time.perf_counter() - started:.2f} s on {len(self.workers)} workers")
         if errors:
             _fail(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
@@ -283,8 +285,9 @@ class _StubDriver:
 _FILED_UNDER: tuple | None = None     # the cache dir and environment the worker's loaded kernels compiled for
 
 
-def run_job(job: CompileJob) -> str:
-    """`job`'s binary compiled into Triton's cache as the parent's warmup would file it; its hash."""
+def run_job(job: CompileJob) -> tuple[str, bool]:
+    """`job`'s binary compiled into Triton's cache as the parent's warmup would file it: its hash,
+    and whether its launcher was filed too (`file_launcher`)."""
     global _FILED_UNDER
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
@@ -309,7 +312,22 @@ def run_job(job: CompileJob) -> str:
     fn = getattr(source_cache.load_module(job.source, job.interpret), job.function)
     plan = launcher._Plan(job.numels, job.config, fn, job.grid, getattr(triton.language, job.index_dtype), job.sizes)
     compiled = launcher.warm(plan, [launcher._dtype(d) for d in job.arg_dtypes], job.link)
-    return compiled.hash
+    return compiled.hash, job.target[0] == "cuda" and file_launcher(compiled)
+
+
+def file_launcher(compiled) -> bool:
+    """Build the C launcher the first launch of `compiled` needs into Triton's cache, where that
+    launch finds it: Triton compiles one per distinct signature with gcc at a binary's first
+    launch (0.1-0.3 s each, in the launching thread: about 5 s of a dolly-shaped generate()'s
+    first call on the H200, before the workers built them). Best effort: a machine without
+    libcuda (CI) builds none, and the parent's first launch builds what is missing. Whether it
+    was built."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+        CudaLauncher(compiled.src, compiled.metadata)
+        return True
+    except Exception:
+        return False
 
 
 def serve() -> None:
@@ -322,7 +340,7 @@ def serve() -> None:
         except (EOFError, OSError):
             return
         try:
-            reply = ("ok", run_job(job))
+            reply = ("ok", *run_job(job))
         except Exception as e:
             reply = ("error", f"{type(e).__name__}: {e}")
         try:

@@ -281,11 +281,12 @@ class TritonKernel:
         plan = self.plans.get(sizes, False)
         if plan is False:
             plan = self.plans[sizes] = self.plan(sizes, args)
-            if plan is not None and not self.interpret:
-                return self._first_launch(plan, sizes, args)
         if plan is None:
             return
-        self._launch(plan, sizes, args)
+        if self.interpret or sizes in self.direct:
+            self._launch(plan, sizes, args)
+        else:
+            self._first_launch(plan, sizes, args)
 
     def _launch(self, plan: _Plan, sizes: tuple, args: Sequence):
         c = plan.config
@@ -297,8 +298,9 @@ class TritonKernel:
 
     def _first_launch(self, plan: _Plan, sizes: tuple, args: Sequence) -> None:
         """The first launch of a plan, timed as the stage "first launch" ([Note: compile stages]):
-        a binary `precompile` did not make compiles here, on the launching thread, which
-        `KILN_LOG=perf` names (a size whose launch config no earlier call had)."""
+        it loads the binary into the GPU and builds Triton's launcher for it, and a binary
+        `precompile` did not make compiles here, on the launching thread, which `KILN_LOG=perf`
+        names (a size whose launch config no earlier call had)."""
         cache = _jit_cache(plan.fn)
         before = len(cache)
         with log.stage("first launch") as timed:

@@ -1,7 +1,7 @@
 """Data-parallel training of a GPT-2-style model with `kiln.compile(DDP(model))`, launched by torchrun.
 
     torchrun --nproc_per_node 2 examples/ddp_train.py                       # CPU, gloo: a small model
-    torchrun --nproc_per_node 1 examples/ddp_train.py --device cuda --steps 30 --compare
+    torchrun --nproc_per_node 1 examples/ddp_train.py --device cuda --steps 30 --compare --bucket-view
     torchrun --nproc_per_node 8 examples/ddp_train.py --device cuda --layers 12 --dim 768
 
 Each rank builds the same model (seeded), wraps it in DistributedDataParallel and compiles that:

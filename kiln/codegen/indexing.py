@@ -14,6 +14,38 @@ from typing import Mapping
 import sympy
 
 
+class _NumbersOnly:
+    """[Note: clamps that do not compare] sympy's Min and Max order their arguments as they are
+    built, proving inequalities between them through the assumptions system: about 3 ms for a loop
+    variable against a symbolic size, which it can never decide (neither bounds the other), and
+    paid again at each substitution (xreplace rebuilds the node): 2.9 s of a 32-layer decode
+    step's lowering went to its key/value cats' clamps, and 3 s more of its scheduling once those
+    were built unevaluated. The clamps kiln writes into indices (cat and pad reading inside their
+    piece, matmul padding) are these `Min` / `Max`, which fold numbers and nested clamps only;
+    whether a clamp bites is decided against the loop ranges by `simplify_index`. They print, and
+    are tested with isinstance, as sympy's."""
+
+    @classmethod
+    def _collapse_arguments(cls, args, **assumptions):
+        numbers = [a for a in args if a.is_number]
+        if len(numbers) < 2:
+            return args
+        keep = (min if issubclass(cls, sympy.Min) else max)(numbers)
+        return [a for a in args if not a.is_number] + [keep]
+
+    @classmethod
+    def _find_localzeros(cls, values, **options):
+        return values
+
+
+class Min(_NumbersOnly, sympy.Min):
+    pass
+
+
+class Max(_NumbersOnly, sympy.Max):
+    pass
+
+
 def _size(e: sympy.Expr) -> bool:
     """Whether `e` is a constant of the loop nest: a number, or an expression of size symbols
     (positive integers; loop variables are only nonnegative, gather variables of unknown sign)."""

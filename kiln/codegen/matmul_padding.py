@@ -31,6 +31,7 @@ import sympy
 import torch
 
 from kiln.codegen import ir
+from kiln.codegen.indexing import Min
 from kiln.codegen.ir import loop_var
 
 ALIGN_BYTES = 16
@@ -102,7 +103,7 @@ def _padded_copy(src: _Operand, target: tuple[int, ...], dtype, device, name: st
         v = loop_var(k)
         if target[k] != size:
             inside.append(ir.Op("lt", (ir.IndexValue(v), ir.IndexValue(sympy.Integer(size))), torch.bool))
-            v = sympy.Min(v, size - 1)
+            v = Min(v, size - 1)          # [Note: clamps that do not compare]
         index = index + v * stride
     expr = ir.Load(src.name, index, dtype)
     if inside:

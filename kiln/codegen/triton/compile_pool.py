@@ -334,6 +334,13 @@ def serve() -> None:
     """A worker's loop: a job in, ("ok", hash) or ("error", why) out, until the parent hangs up."""
     read_fd, write_fd = (int(fd) for fd in os.environ.pop("KILN_COMPILE_FDS").split(","))
     jobs, replies = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    # What every job needs, imported while the parent still traces (prestart), not at the first job.
+    import triton.compiler  # noqa: F401
+    from kiln.codegen.triton import launcher, source_cache  # noqa: F401
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher  # noqa: F401
+    except ImportError:
+        pass
     while True:
         try:
             job = jobs.recv()

@@ -215,7 +215,7 @@ class CompilePool:
             todo.put(i)
         landed: queue.SimpleQueue = queue.SimpleQueue()     # job indices, then one None per worker
         errors, stop = [], threading.Event()
-        launchers = []
+        launchers = []                                      # one bool a compiled job: its launcher built too
 
         def drain(worker: _Worker) -> None:
             try:
@@ -225,17 +225,17 @@ class CompilePool:
                     except queue.Empty:
                         return
                     try:
-                        status, value, *built = worker.compile(jobs[i], TIMEOUT_S)
+                        reply = worker.compile(jobs[i], TIMEOUT_S)
                     except Exception as e:   # dead or hung: the whole pool goes
                         errors.append(f"a worker {'hung' if isinstance(e, TimeoutError) else 'died'} "
                                       f"({type(e).__name__}: {e})")
                         stop.set()
                         return
-                    if status == "ok":
-                        launchers.extend(b for b in built if b)
+                    if reply[0] == "ok":
+                        launchers.append(reply[2])
                         landed.put(i)
                     else:
-                        errors.append(f"{jobs[i].function}: {value}")
+                        errors.append(f"{jobs[i].function}: {reply[1]}")
                         stop.set()
             finally:
                 landed.put(None)
@@ -252,7 +252,7 @@ class CompilePool:
                 n_done += 1
                 yield i
         log.count("kernels compiled by workers", n_done)
-        log.emit("perf", f"kiln compile workers: {n_done} of {len(jobs)} kernels ({len(launchers)} launchers) in "
+        log.emit("perf", f"kiln compile workers: {n_done} of {len(jobs)} kernels ({sum(launchers)} launchers) in "
                          f"{time.perf_counter() - started:.2f} s on {len(self.workers)} workers")
         if errors:
             _fail(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))

@@ -219,6 +219,7 @@ class TritonKernel:
         return not self.interpret and not self.autotune and self.first_sizes is not None
 
     def first_plan(self) -> _Plan | None:
+        """The plan of the first launch (`first_sizes`), made now and kept for that launch."""
         plan = self.plans[self.first_sizes] = self.plan(self.first_sizes, ())
         return plan
 

@@ -9,8 +9,9 @@
 #   bash bench/gpu_checks.sh start      # warm starts, compile workers off and on; DDP (~300 s)
 #   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
 #   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
-#   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts, cold compiles of the hf suite (~480 s)
-#   bash bench/gpu_checks.sh cold_timm  # cold compiles of the timm suite, kiln and Inductor (~400 s)
+#   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts (~200 s)
+#   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
+#                                       # fresh caches (~65 s a row: two models x two modes a call)
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -55,18 +56,16 @@ lengths)    # GPT-2 training over five lengths, dolly generate over prompt lengt
     grep -E "^===|recompile|pinning" "$OUT/pins.txt" | head -20; grep -E "graphs|recompile" "$OUT/varying.txt" | tail -14
     ;;
 compile)    # issue #20: compile seconds with the defaults (compile workers on)
-    timeout 150 $py bench/generate.py --size dolly --device cuda --numerics eager --rounds 1 > "$OUT/gen.txt" 2>&1
+    KILN_LOG=perf timeout 150 $py bench/generate.py --size dolly --device cuda --numerics eager --rounds 1 > "$OUT/gen.txt" 2> "$OUT/gen_perf.txt"
     timeout 120 $py bench/warm_start.py --device cuda --precision bf16 --models hf:GPT2LMHeadModel,timm:resnet50 \
         --modes infer,train --out "$OUT/warm.md" > "$OUT/warm.txt" 2>&1
-    timeout 330 $py -m kiln.bench --device cuda --suite hf --precisions bf16 --modes infer,train --steps 3 --warmup 1 \
-        --no-warm --timeout 150 --out "$OUT/cold_hf" > "$OUT/cold_hf.txt" 2>&1
-    grep -E "generate\(\) seconds|same tokens" "$OUT/gen.txt"; grep -E "kiln (cold|warm)" "$OUT/warm.txt"; tail -14 "$OUT/cold_hf.txt"
+    grep -E "generate\(\) seconds|same tokens|compile stages" "$OUT/gen.txt"; grep -E "kiln (cold|warm)" "$OUT/warm.txt"
     ;;
-cold_timm)  # issue #20: cold compiles of the timm suite, one case at a time, fresh caches
-    $py -m kiln.bench --device cuda --suite timm --models resnet50,vit_base_patch16_224,convnext_tiny,efficientnet_b0 \
-        --precisions bf16 --modes infer,train --steps 3 --warmup 1 --no-warm --timeout 200 --out "$OUT/cold_timm" 2>&1 | tail -14
+cold)       # issue #20: cold compiles against Inductor's in the same run, e.g. `cold hf GPT2LMHeadModel,BertForMaskedLM`
+    $py -m kiln.bench --device cuda --suite "$2" --models "$3" --precisions bf16 --modes infer,train --steps 3 \
+        --warmup 1 --no-warm --timeout 150 --out "$OUT/cold_$2" 2>&1 | tail -14
     ;;
 *)
-    sed -n 2,13p "$0"; exit 2
+    sed -n 2,14p "$0"; exit 2
     ;;
 esac

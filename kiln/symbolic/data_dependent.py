@@ -118,7 +118,10 @@ def unique_dim(mode, func, args, kwargs) -> tuple:
 
 def unique_consecutive(mode, func, args, kwargs) -> tuple:
     a = _bind(func._schema.arguments, args, kwargs)
-    return _unique_outputs(mode, a["self"], a["dim"], a["return_inverse"], a["return_counts"], True)
+    x, dim = a["self"], a["dim"]
+    if dim == 0 and x.dim() == 1:      # ATen's kernel takes its flat path here (only for dim 0, not -1)
+        dim = None
+    return _unique_outputs(mode, x, dim, a["return_inverse"], a["return_counts"], True)
 
 
 def repeat_interleave(mode, func, args, kwargs) -> torch.Tensor:

@@ -103,6 +103,14 @@ def test_unique_consecutive(dim):
     _run(lambda x: torch.unique_consecutive(x, return_inverse=True, return_counts=True, dim=dim), _ints(2, 8))
 
 
+@pytest.mark.parametrize("dim", [0, -1])
+@pytest.mark.parametrize("inverse, counts", [(False, False), (True, False), (False, True)])
+def test_unique_consecutive_of_a_vector_along_its_dim(dim, inverse, counts):
+    # a 1-D input with dim=0 takes ATen's flat path, which returns inverse and counts only when
+    # asked; with dim=-1 it returns both (the OpInfo sweep's unique_consecutive samples 18-20, 36-38)
+    _run(lambda x: torch.unique_consecutive(x, return_inverse=inverse, return_counts=counts, dim=dim), _ints(9))
+
+
 def test_unique_of_an_empty_tensor():
     """Nothing to count: the count is the constant 0, no symbol."""
     kiln.reset()

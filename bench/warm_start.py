@@ -4,8 +4,9 @@
         [--size test|bench] [--batch N] [--device cpu|cuda] [--precision fp32|bf16] [--out FILE]
         [--repos before=/path/to/old/checkout,after=.]
 
-For each (model, infer|train): a cold process compiles into an empty cache directory, a warm process
-compiles again from that directory. Each process reports the first compiled call's seconds (compile
+For each (model, infer|train): a cold process compiles into empty cache directories (kiln's and
+Triton's: with Triton's shared `~/.triton`, a "cold" process found binaries and Triton's own driver
+module built by earlier runs), a warm process compiles again from those directories. Each process reports the first compiled call's seconds (compile
 and run), a second compiled call ("steady"; "compile s" is the first minus it, as `kiln bench`'s
 cold and warm seconds), eager's first call, the seconds of `import torch` and then of `import kiln`,
 whether torch's dynamo got imported, and, under KILN_LOG=perf, the seconds per stage (`kiln.log`);
@@ -66,9 +67,11 @@ print("RESULT " + json.dumps({"eager_first": eager, "kiln_first": first, "kiln_f
 
 
 def run(name: str, mode: str, size: str, batch: str, device: str, precision: str, cache: str, repo: str) -> dict:
+    """One process; `cache`: the folder its kiln and Triton caches live under."""
     # the checkout first; the rest of the caller's path (wheels installed under a --target) after it
     path = [repo] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, KILN_CACHE_DIR=cache, KILN_LOG="perf", PYTHONPATH=os.pathsep.join(path))
+    env = dict(os.environ, KILN_CACHE_DIR=os.path.join(cache, "kiln"), TRITON_CACHE_DIR=os.path.join(cache, "triton"),
+               KILN_LOG="perf", PYTHONPATH=os.pathsep.join(path))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)    # a user's processes import kiln from bytecode caches
     proc = subprocess.run([sys.executable, "-c", CHILD, name, mode, size, batch, device, precision], env=env, capture_output=True, text=True,
@@ -101,7 +104,7 @@ def main() -> None:
                 for label, repo in repos:
                     with tempfile.TemporaryDirectory(prefix="kiln-warm-") as cache:
                         for phase in ("cold", "warm"):
-                            r = run(name, mode, args.size, args.batch, args.device, args.precision, os.path.join(cache, "kiln"), os.path.abspath(repo))
+                            r = run(name, mode, args.size, args.batch, args.device, args.precision, cache, os.path.abspath(repo))
                             if args.out:             # every run, as it comes (a long bench may be cut short)
                                 with open(args.out + ".jsonl", "a") as f:
                                     f.write(json.dumps({"model": name, "mode": mode, "kiln": label, "phase": phase, **r}) + "\n")

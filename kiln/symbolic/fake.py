@@ -110,6 +110,9 @@ class FakeTensor(torch.Tensor):
 
 
 def _mode_of(args, kwargs) -> "FakeTensorMode":
+    for x in args:               # nearly always a positional tensor: no flattening (`run` checks the rest)
+        if isinstance(x, FakeTensor):
+            return x.fake_mode
     flat, _ = tree_flatten((args, kwargs))
     for x in flat:
         if isinstance(x, FakeTensor):
@@ -297,6 +300,9 @@ def _run_meta(func, args, kwargs, symbolic: bool) -> Any:
 
 def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
                   device: torch.device) -> Any:
+    if isinstance(out, torch.Tensor):    # most ops: one tensor, no pytree round trip
+        same = fakes.get(id(out))
+        return same if same is not None else FakeTensor(out, device, mode)
     flat, spec = tree_flatten(out)
     for i, x in enumerate(flat):
         if isinstance(x, torch.Tensor):

@@ -23,7 +23,7 @@ from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.scheduler import schedule
-from kiln.symbolic.decide import oblivious_sizes
+from kiln.symbolic.decide import oblivious_sizes, shape_envs
 
 
 def printer_for(device: str):
@@ -181,16 +181,7 @@ def start_builds(printer, built: dict) -> None:
 def size_hints(values) -> dict[str, int]:
     """Each size symbol's value in the call being compiled, by name: the hints of the shape
     environments whose sizes `values` (example inputs: tensors and ints, possibly symbolic) hold."""
-    hints: dict[str, int] = {}
-    seen = set()
-    for leaf in torch.utils._pytree.tree_leaves(list(values)):
-        sizes = (*leaf.shape, *leaf.stride()) if isinstance(leaf, torch.Tensor) else (leaf,)
-        for n in sizes:
-            env = getattr(getattr(n, "node", None), "shape_env", None)
-            if env is not None and id(env) not in seen:
-                seen.add(id(env))
-                hints.update((s.name, int(v)) for s, v in getattr(env, "hints", {}).items())
-    return hints
+    return {s.name: int(v) for env in shape_envs(list(values)) for s, v in getattr(env, "hints", {}).items()}
 
 
 def restore_kernels(printer, built: dict) -> dict:

@@ -50,17 +50,24 @@ def oblivious_sizes(values) -> Iterator[None]:
     """While code is generated for a graph whose values (pytree of tensors and SymInts, e.g. its
     nodes' `meta['val']`) hold unbacked sizes: their ShapeEnvs answer size questions on them as if
     each were >= 2 (ShapeEnv.oblivious says why that is sound for layout and indexing)."""
+    with contextlib.ExitStack() as stack:
+        for env in shape_envs(values):
+            if getattr(env, "unbacked", None):
+                stack.enter_context(env.oblivious())
+        yield
+
+
+def shape_envs(values) -> list:
+    """The distinct ShapeEnvs whose symbols the sizes and strides of `values` (a pytree of tensors
+    and SymInts) hold."""
     envs = {}
     for leaf in torch.utils._pytree.tree_leaves(values):
         sizes = (*leaf.shape, *leaf.stride()) if isinstance(leaf, torch.Tensor) else (leaf,)
         for n in sizes:
             env = getattr(getattr(n, "node", None), "shape_env", None)
-            if env is not None and getattr(env, "unbacked", None):
+            if env is not None:
                 envs[id(env)] = env
-    with contextlib.ExitStack() as stack:
-        for env in envs.values():
-            stack.enter_context(env.oblivious())
-        yield
+    return list(envs.values())
 
 
 def nonnegative_size(n):

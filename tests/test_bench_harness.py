@@ -108,6 +108,23 @@ def test_tiny_end_to_end_kiln_bench(custom_compilers, tmp_path, capsys):
     assert "geomean speedup" in printed and "fail_accuracy" in printed
 
 
+def test_kiln_rows_carry_their_compile_stages_cold_and_warm(tmp_path):
+    """Issue #20 item 1: a bench run says where kiln's compile seconds went, per case, cold and warm,
+    in its JSON rows and in a table of the markdown."""
+    out = tmp_path / "results"
+    assert main(["--size", "test", "--models", "mlp", "--modes", "infer", "--compilers", "kiln",
+                 "--steps", "2", "--warmup", "1", "--out", str(out)]) == 0
+    (jsonl,) = out.glob("*_cpu_zoo.jsonl")
+    (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()[1:]]
+    assert row["status"] == "pass"
+    cold, warm = row["compile_stages"], row["warm_compile_stages"]
+    assert {"capture", "aot trace", "lower", "compile"} <= set(cold)   # a cold compile runs the pipeline
+    assert "cache load" in warm and "lower" not in warm and "compile" not in warm   # a warm one loads it
+    assert 0 < sum(cold.values()) <= row["cold_compile_s"] + 0.5
+    text = next(out.glob("*_cpu_zoo.md")).read_text()
+    assert "compile seconds by stage" in text and "| mlp | infer | fp32 | cold |" in text and "| mlp | infer | fp32 | warm |" in text
+
+
 def test_cli_checks_its_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parser().parse_args(["--help"])

@@ -184,6 +184,7 @@ class Bench:
 
 def run(case: Case) -> dict:
     from kiln.bench.accuracy import same, tolerance
+    from kiln import log
     from kiln.bench.compilers import GraphCounter, get_compiler
 
     device = torch.device(case.device)
@@ -197,6 +198,7 @@ def run(case: Case) -> dict:
         row["eager_peak_mem_mb"] = peak_rss_mb() - rss_before
 
     counter = GraphCounter()
+    stages_before = log.totals()
     start = time.perf_counter()
     compiled = compiler.compile(model, counter)
     compiled_step = bench.step_of(compiled)
@@ -204,7 +206,7 @@ def run(case: Case) -> dict:
     first_call_s = time.perf_counter() - start
     counter.finish(case.compiler)
     if compiler.compiles:
-        row.update(graphs=counter.graphs, graph_breaks=counter.breaks)
+        row.update(graphs=counter.graphs, graph_breaks=counter.breaks, compile_stages=stages_since(stages_before))
         if counter.graphs == 0 and ":" not in case.compiler:   # custom compilers are not counted
             row["note"] = "nothing was captured: the model ran eagerly under the compiler"
     for _ in range(case.warmup):
@@ -212,7 +214,8 @@ def run(case: Case) -> dict:
 
     if case.phase in ("warm", "prewarm"):
         steady = statistics.median(clock.time(compiled_step) for _ in range(max(3, case.steps // 4)))
-        return {"status": "pass", "warm_compile_s": max(first_call_s - steady, 0.0)}
+        return {"status": "pass", "warm_compile_s": max(first_call_s - steady, 0.0),
+                "warm_compile_stages": row.get("compile_stages", {})}
 
     eager_times, compiled_times = [], []
     for _ in range(case.steps):          # interleaved, so drifts in machine load hit both alike
@@ -259,6 +262,14 @@ def float64_reference(model: torch.nn.Module, args: tuple, kwargs: dict, case: C
     except Exception as e:  # e.g. an op without a float64 kernel on this device
         print(f"kiln bench: no float64 reference ({type(e).__name__}: {e})", file=sys.stderr)
         return None
+
+
+def stages_since(before: dict[str, float]) -> dict[str, float]:
+    """kiln's compile seconds per stage ([Note: compile stages] in kiln.log) since `before` (an
+    earlier `kiln.log.totals()`), the ones that took any time; empty under other compilers."""
+    from kiln import log
+    return {name: round(s - before.get(name, 0.0), 3) for name, s in log.totals().items()
+            if s - before.get(name, 0.0) >= 0.0005}
 
 
 def status_of_error(error: BaseException) -> dict:

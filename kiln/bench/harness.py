@@ -141,6 +141,7 @@ def run_group(cases: list[Case], timeout: float, warm: bool = True, cache_dir: s
         for i, second in zip(again, seconds):
             if second.row.get("status") == "pass":
                 rows[i]["warm_compile_s"] = second.row["warm_compile_s"]
+                rows[i]["warm_compile_stages"] = second.row.get("warm_compile_stages", {})
             else:
                 rows[i]["warm_error"] = second.row.get("error", "the warm run failed")
         # What the cases cost, processes included: to plan runs and budgets (JSON only).
@@ -245,8 +246,9 @@ def _as_warm(result: dict) -> dict:
     """A timed result after `prewarm`: its first-call seconds are warm-start seconds."""
     def rename(row: dict) -> dict:
         row = dict(row)
-        if "cold_compile_s" in row:
-            row["warm_compile_s"] = row.pop("cold_compile_s")
+        for cold, warm in (("cold_compile_s", "warm_compile_s"), ("compile_stages", "warm_compile_stages")):
+            if cold in row:
+                row[warm] = row.pop(cold)
         return row
     result = rename(result)
     if "rows" in result:

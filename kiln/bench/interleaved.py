@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
+from kiln import log
 from kiln.bench.case import (Bench, Case, cuda_step_peak_mb, first_line, float64_reference, results_of,
-                             status_of_error)
+                             stages_since, status_of_error)
 
 
 def gpu_neighbours() -> int | None:
@@ -62,6 +63,7 @@ def run_interleaved(case: Case) -> dict:
             continue
         try:
             counter = GraphCounter()
+            stages_before = log.totals()
             start = time.perf_counter()
             compiled = compiler.compile(model, counter)
             step = bench.step_of(compiled)
@@ -69,6 +71,8 @@ def run_interleaved(case: Case) -> dict:
             first_call_s = time.perf_counter() - start
             counter.finish(name)
             row.update(graphs=counter.graphs, graph_breaks=counter.breaks)
+            if name.startswith("kiln"):      # kiln.log's stages are kiln's own
+                row["compile_stages"] = stages_since(stages_before)
             for _ in range(case.warmup):
                 clock.time(step)
             row["cold_compile_s"] = max(first_call_s - clock.time(step), 0.0)

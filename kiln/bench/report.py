@@ -94,6 +94,33 @@ def markdown_table(rows: list[dict], columns=COLUMNS) -> str:
     return "\n".join(lines)
 
 
+def stage_rows(rows: list[dict]) -> list[dict]:
+    """One row per (case, cold or warm) that recorded kiln's compile stages: the compile's
+    seconds and each stage's ([Note: compile stages] in kiln.log); "outside" is the first call's
+    seconds that no stage claims (the first step itself, Python around the compile)."""
+    out = []
+    for row in rows:
+        for run, stages_key, seconds_key in (("cold", "compile_stages", "cold_compile_s"),
+                                             ("warm", "warm_compile_stages", "warm_compile_s")):
+            stages = row.get(stages_key)
+            if not stages:
+                continue
+            total = row.get(seconds_key)
+            out.append({"model": row.get("model"), "mode": row.get("mode"), "precision": row.get("precision"),
+                        "compiler": row.get("compiler"), "run": run, "seconds": total, **stages,
+                        "outside": None if total is None else max(total - sum(stages.values()), 0.0)})
+    return out
+
+
+def stage_columns(rows: list[dict]) -> tuple:
+    from kiln.log import STAGES
+    seen = {k for r in rows for k in r} - {"model", "mode", "precision", "compiler", "run", "seconds", "outside"}
+    names = [s for s in STAGES if s in seen] + sorted(seen - set(STAGES))
+    return (("model", "model", "{}"), ("mode", "mode", "{}"), ("prec", "precision", "{}"), ("run", "run", "{}"),
+            ("compile s", "seconds", "{:.2f}")) + tuple((n, n, "{:.2f}") for n in names) + (
+            ("outside", "outside", "{:.2f}"),)
+
+
 def errors_of(rows: list[dict]) -> list[str]:
     """One line per row that failed, is not built yet, or ran without capturing anything."""
     return [f"{r['model']} {r['mode']} {r['precision']} {r['compiler']}: {r['status']}: "
@@ -184,6 +211,10 @@ def markdown_report(when: str, commands: list[str], environments: list[str], row
         "", "Environment:", ""] + [f"- {e}" for e in environments] + [
         "", "## Summary (geomean speedup over eager, passing rows only)", "",
         markdown_table(summary(rows), SUMMARY_COLUMNS), "", "## Rows", "", markdown_table(rows), ""]
+    stages = stage_rows(rows)
+    if stages:
+        text += ["## kiln's compile seconds by stage (`kiln.log.totals()` over the first call)", "",
+                 markdown_table(stages, stage_columns(stages)), ""]
     errors = errors_of(rows)
     if errors:
         text += ["## Failures, not-yet rows and notes", ""] + [f"- {e}" for e in errors] + [""]

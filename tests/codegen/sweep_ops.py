@@ -72,6 +72,11 @@ def run_op(op, backend_context=contextlib.nullcontext) -> tuple[str, str]:
 
 FORWARD_TOL = dict(rtol=1e-4, atol=1e-5)
 GRAD_TOL = dict(rtol=1e-3, atol=1e-4)
+# [Note: reduced-precision sweep] A bfloat16 pair is held to the benchmark's accuracy rule
+# (kiln.bench.accuracy.same, bf16 inference / training tolerances), not to eager's bits: kiln
+# computes a fused expression in float32 and rounds once where eager rounds after every op, so
+# the two differ by bfloat16 spacings; the sample's values run in float64 decide which is closer.
+REDUCED_TOL = {"forward": 1e-2, "gradient": 4e-2}
 PAIR_SECONDS = 120          # a pair that compiles longer than this is a failure ("timeout")
 
 
@@ -97,12 +102,14 @@ def _compare(got, expected, tol) -> str:
         return _reason(e)
 
 
-def _grads(out, wrt):
+def _grads(out, wrt, dtype=torch.float32):
+    """The gradients of `wrt` for seeded cotangents, drawn in float32 and rounded to `dtype` (the
+    sweep's), so that a float64 reference run gets the very values the sweep's dtype holds."""
     outs = [o for o in _flat_tensors(out) if o.requires_grad and o.dtype.is_floating_point]
     if not outs or not wrt:
         return None
     g = torch.Generator().manual_seed(0)
-    cot = [torch.randn(o.shape, generator=g, dtype=o.dtype) for o in outs]
+    cot = [torch.randn(o.shape, generator=g).to(dtype).to(o.dtype) for o in outs]
     grads = torch.autograd.grad(outs, wrt, cot, allow_unused=True)
     return [torch.zeros_like(w) if x is None else x for x, w in zip(grads, wrt)]
 
@@ -149,9 +156,40 @@ def _draws_random(f, args) -> bool:
     return Watch.seen
 
 
-def run_sample(op, sample, grad: bool) -> dict:
+def _as_float64(t: torch.Tensor) -> torch.Tensor:
+    """A reduced-precision floating tensor's values in float64, a leaf that requires grad as the
+    original does; other tensors as they are."""
+    if t.dtype not in (torch.bfloat16, torch.float16):
+        return t
+    return t.detach().double().requires_grad_(t.requires_grad)
+
+
+def _float64_reference(op, sample, wrt_count: int, dtype) -> tuple:
+    """(outputs, gradients) of the op on the sample's values in float64: the arbiter of the
+    benchmark's accuracy rule (`kiln.bench.accuracy.same`) for a reduced-precision sweep; (None,
+    None) when float64 cannot run it."""
+    from torch.utils._pytree import tree_map_only
+    try:
+        args, kwargs = tree_map_only(torch.Tensor, _as_float64, ((sample.input, *sample.args), dict(sample.kwargs)))
+        wrt = [t for t in _flat_tensors((args, kwargs)) if t.requires_grad]
+        out = op.op(*args, **kwargs)
+        return out, (_grads(out, wrt, dtype) if wrt_count and len(wrt) == wrt_count else None)
+    except Exception:
+        return None, None
+
+
+def _compare_reduced(got, expected, fp64, tol: float) -> str:
+    """The benchmark's rule: allclose at `tol`, or an RMSE against float64 within 3x eager's."""
+    from kiln.bench.accuracy import same
+    verdict = same(expected, got, fp64, tol=tol)
+    return "" if verdict.ok else f"AssertionError: {verdict.detail}"
+
+
+def run_sample(op, sample, grad: bool, dtype=torch.float32) -> dict:
     """One (op, sample) pair: {"forward": status, "gradient": status, "why": reason}, statuses
-    pass | fail | skip (eager raised, the output is random, or no gradient to take)."""
+    pass | fail | skip (eager raised, the output is random, or no gradient to take). float32
+    pairs compare at fixed tolerances; bfloat16 pairs by the benchmark's rule, with the sample
+    run in float64 as the arbiter ([Note: reduced-precision sweep])."""
     f, args = _call(op, sample)
     wrt = [t for t in _flat_tensors((args, sample.kwargs)) if t.requires_grad] if grad else []
     result = {"forward": "skip", "gradient": "skip", "why": ""}
@@ -160,26 +198,39 @@ def run_sample(op, sample, grad: bool) -> dict:
         return result
     try:
         expected = f(*args)
-        eager_grads = _grads(expected, wrt) if wrt else None
+        eager_grads = _grads(expected, wrt, dtype) if wrt else None
     except Exception as e:
         result["why"] = f"eager raised {_reason(e)}"
         return result
     if eager_grads is None:
         wrt = []
+    if dtype == torch.float32:
+        def forward_check(got, want):
+            return _compare(got, want, FORWARD_TOL)
+
+        def gradient_check(got):
+            return _compare(got, eager_grads, GRAD_TOL)
+    else:
+        fp64_out, fp64_grads = _float64_reference(op, sample, len(wrt), dtype)
+
+        def forward_check(got, want):
+            return _compare_reduced(got, want, fp64_out, REDUCED_TOL["forward"])
+
+        def gradient_check(got):
+            return _compare_reduced(got, eager_grads, fp64_grads, REDUCED_TOL["gradient"])
     try:
         got = _compiled(f, args)
     except Exception as e:
         got, why = None, _reason(e)
     else:
-        why = _compare(got, expected, FORWARD_TOL)
+        why = forward_check(got, expected)
     if wrt:
         if got is None:
             result["gradient"] = "fail"
         else:
             try:
-                mine = _grads(got, wrt)
-                gwhy = "no gradient flows through the compiled outputs" if mine is None else \
-                    _compare(mine, eager_grads, GRAD_TOL)
+                mine = _grads(got, wrt, dtype)
+                gwhy = "no gradient flows through the compiled outputs" if mine is None else gradient_check(mine)
             except Exception as e:
                 gwhy = _reason(e)
             result["gradient"] = "fail" if gwhy else "pass"
@@ -191,7 +242,7 @@ def run_sample(op, sample, grad: bool) -> dict:
         try:
             with torch.no_grad():
                 expected = f(*detached)
-            why = _compare(_compiled(f, detached), expected, FORWARD_TOL)
+            why = forward_check(_compiled(f, detached), expected)
         except Exception as e:
             why = _reason(e)
     result["forward"] = "fail" if why else "pass"
@@ -199,12 +250,28 @@ def run_sample(op, sample, grad: bool) -> dict:
     return result
 
 
-def _samples(op, grad: bool):
+def _samples(op, grad: bool, dtype=torch.float32):
     torch.manual_seed(0)
-    return list(op.sample_inputs("cpu", torch.float32, requires_grad=grad))
+    return list(op.sample_inputs("cpu", dtype, requires_grad=grad))
 
 
-def sweep_every_sample(ops, out_path: str, log=print) -> None:
+def _resume(out_path: str) -> set[str]:
+    """The ops a JSON-lines file already has whole: the file's last op may have stopped midway,
+    so its rows are dropped (and it runs again)."""
+    import json
+    if not os.path.exists(out_path):
+        return set()
+    rows = [line for line in open(out_path) if line.strip()]
+    if not rows:
+        return set()
+    last = json.loads(rows[-1])["op"]
+    kept = [line for line in rows if json.loads(line)["op"] != last]
+    with open(out_path, "w") as f:
+        f.writelines(kept)
+    return {json.loads(line)["op"] for line in kept}
+
+
+def sweep_every_sample(ops, out_path: str, log=print, dtype=torch.float32, resume: bool = False) -> None:
     import json
     import signal
     import warnings
@@ -212,19 +279,23 @@ def sweep_every_sample(ops, out_path: str, log=print) -> None:
     def alarm(*_):
         raise _Timeout(f"over {PAIR_SECONDS} s")
     signal.signal(signal.SIGALRM, alarm)
+    done = _resume(out_path) if resume else set()
+    tag = {} if dtype == torch.float32 else {"dtype": str(dtype).removeprefix("torch.")}
     with open(out_path, "a") as out:
         for op in ops:
             name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+            if name in done:
+                continue
             if op.name in UNINITIALIZED:
                 out.write(json.dumps({"op": name, "sample": -1, "forward": "skip", "gradient": "skip",
-                                      "why": "result is uninitialized memory"}) + "\n")
+                                      "why": "result is uninitialized memory", **tag}) + "\n")
                 continue
-            grad = bool(op.supports_autograd)
+            grad = bool(op.supports_autograd) and dtype in op.supported_backward_dtypes("cpu")
             try:
-                samples = _samples(op, grad)
+                samples = _samples(op, grad, dtype)
             except Exception as e:
                 out.write(json.dumps({"op": name, "sample": -1, "forward": "skip", "gradient": "skip",
-                                      "why": f"no float32 samples ({_reason(e)})"}) + "\n")
+                                      "why": f"no {dtype} samples ({_reason(e)})", **tag}) + "\n")
                 continue
             start = time.time()
             for k, sample in enumerate(samples):
@@ -232,14 +303,14 @@ def sweep_every_sample(ops, out_path: str, log=print) -> None:
                 try:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        row = run_sample(op, sample, grad)
+                        row = run_sample(op, sample, grad, dtype)
                 except _Timeout as e:
                     row = {"forward": "fail", "gradient": "fail" if grad else "skip", "why": f"timeout {e}"}
                 except Exception as e:
                     row = {"forward": "fail", "gradient": "fail" if grad else "skip", "why": _reason(e)}
                 finally:
                     signal.alarm(0)
-                out.write(json.dumps({"op": name, "sample": k, **row}) + "\n")
+                out.write(json.dumps({"op": name, "sample": k, **row, **tag}) + "\n")
                 out.flush()
             log(f"{name}: {len(samples)} samples, {time.time() - start:.0f} s")
 
@@ -266,7 +337,8 @@ def summarize(paths, out_path: str, command: str) -> str:
         tested = c["pass"] + c["fail"]
         return f"{c['pass']}/{tested} = {c['pass'] / max(tested, 1):.1%}"
     ops = sorted({r["op"] for r in rows})
-    lines = ["# Every-sample OpInfo sweep through kiln (fullgraph=True, float32, CPU, C++ backend)", "",
+    dtypes = ", ".join(sorted({r.get("dtype", "float32") for r in rows})) or "float32"
+    lines = [f"# Every-sample OpInfo sweep through kiln (fullgraph=True, {dtypes}, CPU, C++ backend)", "",
              f"Command: `{command}`", "",
              f"Ops: {len(ops)}; (op, sample) pairs: {sum(1 for r in rows if r['sample'] >= 0)}. "
              "Skipped pairs (eager raised on the sample, or no gradient to take) are not counted.", "",
@@ -299,20 +371,24 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=1, help="every Nth op of op_db (every sample of each)")
     parser.add_argument("--shard", default="0/1", help="K/N: this process runs the Kth of N slices of the ops")
     parser.add_argument("--jsonl", default="op_sweep_every_sample.jsonl")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the every-sample sweep's dtype (bfloat16: the benchmark's accuracy rule)")
+    parser.add_argument("--resume", action="store_true", help="keep the ops --jsonl already has whole")
     parser.add_argument("--summarize", nargs="*", default=None, help="JSON-lines files to merge into --out")
     parser.add_argument("--command", default="", help="the command recorded in the summary")
     ns = parser.parse_args(argv)
     if ns.summarize is not None:
         print(summarize(ns.summarize, ns.out, ns.command).split("## Failing")[0])
         return 0
-    ops = [o for o in op_db if torch.float32 in o.supported_dtypes("cpu")]
+    dtype = getattr(torch, ns.dtype)
+    ops = [o for o in op_db if dtype in o.supported_dtypes("cpu")]
     if ns.ops:
         wanted = set(ns.ops.split(","))
         ops = [o for o in ops if o.name in wanted]
     if ns.every_sample:
         k, n = (int(x) for x in ns.shard.split("/"))
         chosen = ops[::ns.every]
-        sweep_every_sample(chosen[k::n], ns.jsonl, log=lambda m: print(m, flush=True))
+        sweep_every_sample(chosen[k::n], ns.jsonl, log=lambda m: print(m, flush=True), dtype=dtype, resume=ns.resume)
         return 0
     if ns.limit:
         ops = ops[:ns.limit]

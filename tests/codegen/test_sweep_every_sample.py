@@ -37,3 +37,17 @@ def test_a_sample_with_dims_first_is_not_swapped():
         kiln.reset()
         got = kiln.compile(lambda t: torch.diag_embed(t, **kwargs), fullgraph=True)(x)
         torch.testing.assert_close(got, torch.diag_embed(x, **kwargs), rtol=0, atol=0)
+
+
+def test_a_bfloat16_pair_is_held_to_the_benchmarks_rule():
+    """[Note: reduced-precision sweep]: a bfloat16 sample passes when kiln is as close to its
+    float64 run as eager is, and a result off by 5% fails however the float64 run lies."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    from sweep_ops import _compare_reduced
+    op = next(o for o in op_db if o.name == "nn.functional.layer_norm")
+    sample = _samples(op, True, torch.bfloat16)[1]
+    row = run_sample(op, sample, True, torch.bfloat16)
+    assert row["forward"] == "pass" and row["gradient"] == "pass", row
+    x = torch.randn(64, 64, dtype=torch.bfloat16)
+    assert _compare_reduced(x, x, x.double(), 1e-2) == ""
+    assert _compare_reduced(x * 1.05, x, x.double(), 1e-2).startswith("AssertionError")

@@ -277,9 +277,39 @@ META_RULES: dict[Any, Callable] = {
 }
 
 
+def _column_major_strides(shape) -> list:
+    """Contiguous batches of column-major matrices, as LAPACK-backed kernels return them (torch's
+    `make_contiguous_strides_for(shape, row_major=False)`, empty sizes counted as 1)."""
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * max(shape[i + 1], 1)
+    if len(shape) >= 2:
+        strides[-2:] = [1, max(shape[-2], 1)]
+    return strides
+
+
+def _geqrf(a):
+    if not (_tensor(a) and _floating(a) and a.dim() >= 2):
+        return NotImplemented
+    *batch, m, n = a.shape
+    tau = (*batch, min(m, n))
+    return (_empty(a.shape, _column_major_strides(a.shape), a.dtype),
+            _empty(tau, contiguous_strides(tau), a.dtype))
+
+
+# [Note: ops torch gives no meta kernel] A few ATen ops run on CPU and CUDA kernels only: a fake
+# tensor cannot run them, so a graph holding one could not be captured. kiln's rule gives their
+# output metadata as the eager kernel returns it (compared with eager's outputs in
+# tests/symbolic/test_meta_rules.py, as there is no meta kernel to compare with); the op itself then
+# runs as an extern (kiln/prims/externs.py).
+NO_TORCH_META: dict[Any, Callable] = {
+    aten.geqrf.default: _geqrf,
+}
+
+
 def run_rule(func, args: tuple, kwargs: dict) -> Any:
     """`func`'s output by kiln's rule, or NotImplemented (no rule, or a call it does not cover)."""
-    rule = META_RULES.get(func)
+    rule = META_RULES.get(func) or NO_TORCH_META.get(func)
     if rule is None:
         return NotImplemented
     try:

@@ -178,3 +178,13 @@ def test_torch_errors_stay_under_the_fake_mode():
     want = torch.nn.functional.batch_norm(torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
                                           torch.zeros(3), torch.ones(3), training=False)
     assert (out.shape, out.stride(), out.dtype, out.device) == (want.shape, want.stride(), want.dtype, want.device)
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 3), (0, 3), (2, 0, 3), (3, 1, 2, 2)])
+def test_a_rule_for_an_op_without_a_meta_kernel_equals_eager(shape):
+    """[Note: ops torch gives no meta kernel]: geqrf's sizes, strides and dtypes as its CPU kernel's."""
+    from kiln.symbolic.meta_rules import NO_TORCH_META
+    assert set(NO_TORCH_META) == {aten.geqrf.default}
+    a = torch.randn(shape)
+    got = run_rule(aten.geqrf.default, (a.to("meta"),), {})
+    assert _describe(got) == _describe(tuple(t.to("meta") for t in torch.geqrf(a)))

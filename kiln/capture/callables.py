@@ -10,6 +10,7 @@ Each family of values registers the callables it owns here, next to their handle
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
 - `distributed.py`: torch.distributed's process-group queries (`get_rank`, `get_world_size`, ...);
 - `vmap.py`: `torch.vmap`, unrolled per example;
+- `torch_python.py`: torch functions whose ATen kernels decide on tensor data (`cov`, `corrcoef`), in Python;
 - `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
   `inspect.signature`, model outputs, SDPA.
 `calls.call_variable` is the one call dispatch: it looks a real callable up here (`handler_for`)
@@ -35,7 +36,7 @@ PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), fo
 ATTRIBUTES: dict = {}
 
 _FAMILIES = ("builtins", "containers", "collections_types", "iterators", "stdlib_functions", "numpy_calls",
-             "pytree_calls", "vmap", "calls", "distributed")
+             "pytree_calls", "vmap", "calls", "distributed", "torch_python")
 _loaded = False
 
 

@@ -296,9 +296,12 @@ def truth(tx, v: V.Variable) -> bool:
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
 
 
-def require_true(value: torch.Tensor, where: str):
-    """Run after a graph: the check that capture assumed would pass (`calls._is_all_true`)."""
+def require_true(value: torch.Tensor, where: str, message: str | None = None, error: type = ValueError):
+    """Run after a graph: the check that capture assumed would pass (`calls._is_all_true`, or
+    `torch_python.values_hold` with eager's own `error` and `message`)."""
     if not value:
+        if message is not None:
+            raise error(f"{message} (checked after the compiled graph ran; {where})")
         raise ValueError(f"a check on tensor values failed ({where}); it was assumed to pass while compiling, "
                          "as in eager this raises an error here")
 

@@ -1,0 +1,111 @@
+"""torch functions whose ATen kernels decide on tensor data, written in Python for capture.
+
+[Note: checks after the graph] ATen's `cov` validates its weights on their values (none negative,
+a sum that is not zero) and zeroes a non-positive normalization factor, each by reading a Python
+bool off a tensor (`at::equal`): a fake tensor has no value to read, so the composite op could not be
+captured at all (and `corrcoef`, which calls it, neither). The versions here follow ATen step for
+step with those decisions taken without data: a factor at or below zero becomes zero with
+`torch.where`, and each validation is a `values_hold(condition, message)`, which capture assumes
+true and the compiled program checks after the graph ran (`semantics.require_true`), so bad weights
+still raise eager's RuntimeError with eager's message and the user's line. The metadata checks (dimensions, dtypes, counts) raise eager's errors while capturing.
+ATen warns when the factor is not positive; these do not. Complex inputs go to ATen as before.
+"""
+from __future__ import annotations
+
+import torch
+
+from kiln.capture import variables as V
+from kiln.capture.callables import handles
+
+
+def values_hold(condition: torch.Tensor, message: str) -> None:
+    """Eager's `TORCH_CHECK` on tensor values: raises RuntimeError(message) unless `condition`; under
+    capture, checked after the graph ran (`_values_hold`)."""
+    if not condition:
+        raise RuntimeError(message)
+
+
+@handles(values_hold)
+def _values_hold(tx, args, kwargs):
+    from kiln.capture.output import DeferredCall
+    from kiln.capture.semantics import python_value, require_true
+    condition, message = args
+    tx.out.side_effects.append(DeferredCall(require_true, (condition, V.Constant(tx.user_where()),
+                                                           V.Constant(python_value(message)),
+                                                           V.Constant(RuntimeError)), ()))
+    return V.Constant(None)
+
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    x = input.view(1, -1) if input.dim() < 2 else input
+    observations = x.shape[1]
+    w = None
+    if fweights is not None:
+        w = fweights
+        if w.dim() > 1:
+            raise RuntimeError(f"cov(): expected fweights to have one or fewer dimensions but got fweights "
+                               f"with {w.dim()} dimensions")
+        if w.dtype.is_floating_point or w.dtype.is_complex or w.dtype == torch.bool:
+            raise RuntimeError(f"cov(): expected fweights to have integral dtype but got fweights with "
+                               f"{w.dtype} dtype")
+        if w.numel() != observations:
+            raise RuntimeError(f"cov(): expected fweights to have the same numel as there are observations "
+                               f"in the input but got {w.numel()} != {observations}")
+        if observations > 0:
+            values_hold(w.min() >= 0, "cov(): fweights cannot be negative")
+    if aweights is not None:
+        if aweights.dim() > 1:
+            raise RuntimeError(f"cov(): expected aweights to have one or fewer dimensions but got aweights "
+                               f"with {aweights.dim()} dimensions")
+        if not aweights.dtype.is_floating_point:
+            raise RuntimeError(f"cov(): expected aweights to have floating point dtype but got aweights "
+                               f"with {aweights.dtype} dtype")
+        if aweights.numel() != observations:
+            raise RuntimeError(f"cov(): expected aweights to have the same numel as there are observations "
+                               f"in the input but got {aweights.numel()} != {observations}")
+        if observations > 0:
+            values_hold(aweights.min() >= 0, "cov(): aweights cannot be negative")
+        w = aweights if w is None else w * aweights
+    if w is None:
+        w_sum = torch.scalar_tensor(observations, dtype=torch.long, device=x.device)
+    else:
+        w_sum = w.sum()
+        values_hold(w_sum != 0, "cov(): weights sum to zero, can't be normalized")
+    avg = (x if w is None else x * w).sum(1) / w_sum
+    if w is not None and aweights is not None and correction != 0:
+        norm_factor = w_sum - correction * (w * aweights).sum() / w_sum
+    else:
+        norm_factor = w_sum - correction
+    norm_factor = torch.where(norm_factor <= 0, torch.zeros_like(norm_factor), norm_factor)
+    x = x - avg.unsqueeze(1)
+    c = torch.mm(x, (x if w is None else x * w).t().conj())
+    return torch.true_divide(c, norm_factor).squeeze()
+
+
+def corrcoef(input):
+    c = torch.cov(input)
+    if c.dim() == 0:
+        return c / c
+    stddev = torch.sqrt(c.diagonal())
+    c = c / stddev.view(-1, 1)
+    c = c / stddev.view(1, -1)
+    return c.clip(-1, 1)
+
+
+def _inlined(python_fn, torch_fn):
+    """A handler that inlines `python_fn` for a real, at most 2-D, non-bool input, and hands
+    anything else to the torch op (whose errors are eager's)."""
+    def handle(tx, args, kwargs):
+        from kiln.capture.attributes import _function
+        from kiln.capture.torch_calls import call_torch
+        x = args[0] if args else kwargs.get("input")
+        example = getattr(x, "example", None)
+        if isinstance(x, V.TensorVar) and example.dim() <= 2 and example.dtype != torch.bool \
+                and not example.is_complex():
+            return tx.inline(_function(python_fn), list(args), dict(kwargs))
+        return call_torch(tx, "call_function", torch_fn, list(args), dict(kwargs))
+    return handle
+
+
+handles(torch.cov, torch.Tensor.cov)(_inlined(cov, torch.cov))
+handles(torch.corrcoef, torch.Tensor.corrcoef)(_inlined(corrcoef, torch.corrcoef))

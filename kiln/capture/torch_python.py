@@ -36,35 +36,30 @@ def _values_hold(tx, args, kwargs):
     return V.Constant(None)
 
 
+def _check_weights(w, name: str, kind: str, observations) -> None:
+    """ATen's checks of cov's `fweights` (integral) or `aweights` (floating point), with its messages."""
+    if w.dim() > 1:
+        raise RuntimeError(f"cov(): expected {name} to have one or fewer dimensions but got {name} "
+                           f"with {w.dim()} dimensions")
+    integral = not (w.dtype.is_floating_point or w.dtype.is_complex or w.dtype == torch.bool)
+    if not (integral if kind == "integral" else w.dtype.is_floating_point):
+        raise RuntimeError(f"cov(): expected {name} to have {kind} dtype but got {name} with {w.dtype} dtype")
+    if w.numel() != observations:
+        raise RuntimeError(f"cov(): expected {name} to have the same numel as there are observations "
+                           f"in the input but got {w.numel()} != {observations}")
+    if observations > 0:
+        values_hold(w.min() >= 0, f"cov(): {name} cannot be negative")
+
+
 def cov(input, *, correction=1, fweights=None, aweights=None):
     x = input.view(1, -1) if input.dim() < 2 else input
     observations = x.shape[1]
     w = None
     if fweights is not None:
+        _check_weights(fweights, "fweights", "integral", observations)
         w = fweights
-        if w.dim() > 1:
-            raise RuntimeError(f"cov(): expected fweights to have one or fewer dimensions but got fweights "
-                               f"with {w.dim()} dimensions")
-        if w.dtype.is_floating_point or w.dtype.is_complex or w.dtype == torch.bool:
-            raise RuntimeError(f"cov(): expected fweights to have integral dtype but got fweights with "
-                               f"{w.dtype} dtype")
-        if w.numel() != observations:
-            raise RuntimeError(f"cov(): expected fweights to have the same numel as there are observations "
-                               f"in the input but got {w.numel()} != {observations}")
-        if observations > 0:
-            values_hold(w.min() >= 0, "cov(): fweights cannot be negative")
     if aweights is not None:
-        if aweights.dim() > 1:
-            raise RuntimeError(f"cov(): expected aweights to have one or fewer dimensions but got aweights "
-                               f"with {aweights.dim()} dimensions")
-        if not aweights.dtype.is_floating_point:
-            raise RuntimeError(f"cov(): expected aweights to have floating point dtype but got aweights "
-                               f"with {aweights.dtype} dtype")
-        if aweights.numel() != observations:
-            raise RuntimeError(f"cov(): expected aweights to have the same numel as there are observations "
-                               f"in the input but got {aweights.numel()} != {observations}")
-        if observations > 0:
-            values_hold(aweights.min() >= 0, "cov(): aweights cannot be negative")
+        _check_weights(aweights, "aweights", "floating point", observations)
         w = aweights if w is None else w * aweights
     if w is None:
         w_sum = torch.scalar_tensor(observations, dtype=torch.long, device=x.device)

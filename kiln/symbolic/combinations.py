@@ -23,7 +23,7 @@ def combinations(input, r: int = 2, with_replacement: bool = False):
         return torch.combinations(input, r=r, with_replacement=with_replacement)
     choose = itertools.combinations_with_replacement if with_replacement else itertools.combinations
     tuples = list(choose(range(n), r))
-    if not tuples:
-        return input.new_empty((0, r))
+    if not tuples:       # eager's empty result is stacked from the input, so it requires grad as the input does
+        return torch.stack([input[:0]] * r, dim=1)
     columns = torch.tensor(tuples, dtype=torch.int64, device=input.device).t()
     return torch.stack([input[columns[k]] for k in range(r)], dim=1)

@@ -27,3 +27,13 @@ def test_combinations_gradient_equals_eager():
     (want,) = torch.autograd.grad(f(x), x)
     (got,) = torch.autograd.grad(kiln.compile(f, fullgraph=True)(x), x)
     torch.testing.assert_close(got, want)
+
+
+def test_an_empty_result_requires_grad_as_eagers_does():
+    x = torch.randn(2, requires_grad=True)
+    kiln.reset()
+    got = kiln.compile(lambda t: torch.combinations(t, r=4), fullgraph=True)(x)
+    want = torch.combinations(x, r=4)
+    assert got.shape == want.shape == (0, 4) and got.requires_grad and want.requires_grad
+    (g,) = torch.autograd.grad(got.sum(), x)
+    torch.testing.assert_close(g, torch.zeros(2))

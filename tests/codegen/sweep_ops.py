@@ -13,7 +13,9 @@ Nth op, `--every N`, in op_db's order), compiled with fullgraph=True, float32, C
 grad, the compiled call's outputs are compared with eager's (forward) and then the gradients of
 every input for seeded cotangents (gradient). Where that compile fails, the sample runs again
 without grad, which alone decides forward. Shards (`--shard K/N`, each a process) write JSON
-lines; `--summarize` merges them into one table with the failure reasons:
+lines; `--summarize` merges them into one table with the failure reasons (an op a later file ran
+again keeps the later file's rows), and marks each miss that tests/codegen/sweep_expected_failures.py
+gives a reason for:
 
     OMP_NUM_THREADS=1 python tests/codegen/sweep_ops.py --every-sample --every 8 --shard 0/2 --jsonl a.jsonl
     python tests/codegen/sweep_ops.py --summarize a.jsonl b.jsonl --out bench/results/...md
@@ -318,15 +320,24 @@ def sweep_every_sample(ops, out_path: str, log=print, dtype=torch.float32, resum
 def summarize(paths, out_path: str, command: str) -> str:
     import collections
     import json
-    rows = [json.loads(line) for p in paths for line in open(p) if line.strip()]
+    rows: list[dict] = []
+    for p in paths:          # an op a later file ran again (after a fix) keeps the later file's rows
+        later = [json.loads(line) for line in open(p) if line.strip()]
+        again = {r["op"] for r in later}
+        rows = [r for r in rows if r["op"] not in again] + later
     for r in rows:    # rows of a run before `_draws_random`: kiln's refusal names the same cause
         if "random ops inside a region that restores the RNG state" in r.get("why", ""):
             r.update(forward="skip", gradient="skip", why=RANDOM)
     counts = {kind: collections.Counter(r[kind] for r in rows if r["sample"] >= 0) for kind in ("forward", "gradient")}
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sweep_expected_failures import expected
     reasons = collections.Counter()
     failing = collections.defaultdict(list)
+    unlisted = collections.defaultdict(list)        # misses sweep_expected_failures.py does not give a reason for
     for r in rows:
         for kind in ("forward", "gradient"):
+            if r[kind] == "fail" and expected(r["op"], kind, r["sample"]) is None:
+                unlisted[(r["op"], kind)].append(r["sample"])
             if r[kind] == "fail":
                 why = r.get("why_gradient") if kind == "gradient" and r.get("why_gradient") else r["why"]
                 group = why.split(":")[0] + ": " + " ".join(why.split(":", 1)[-1].split()[:8]) if why else "?"
@@ -350,10 +361,14 @@ def summarize(paths, out_path: str, command: str) -> str:
              f"{len(ops) - len({op for op, _ in failing})} of {len(ops)}", "",
              "## Failure groups", "", "| kind | reason | pairs |", "|---|---|---|"]
     lines += [f"| {k} | {g.replace('|', '/')} | {n} |" for (k, g), n in reasons.most_common()]
-    lines += ["", "## Failing pairs by op", "", "| op | kind | samples failing | first reason |", "|---|---|---|---|"]
+    lines += ["", "## Failing pairs by op", "",
+              "| op | kind | samples failing | first reason | listed in sweep_expected_failures.py |", "|---|---|---|---|---|"]
     for (op, kind), items in sorted(failing.items()):
+        listed = "no" if (op, kind) in unlisted else "yes"
         lines.append(f"| {op} | {kind} | {len(items)} ({', '.join(str(s) for s, _ in items[:8])}"
-                     f"{', ...' if len(items) > 8 else ''}) | {items[0][1].replace('|', '/')[:160]} |")
+                     f"{', ...' if len(items) > 8 else ''}) | {items[0][1].replace('|', '/')[:160]} | {listed} |")
+    lines += ["", f"## Misses not in sweep_expected_failures.py: {sum(map(len, unlisted.values()))} pairs", ""]
+    lines += [f"- {op} {kind}: samples {', '.join(map(str, samples))}" for (op, kind), samples in sorted(unlisted.items())]
     lines += ["", "## Ops run", "", ", ".join(ops), ""]
     text = "\n".join(lines)
     with open(out_path, "w") as f:

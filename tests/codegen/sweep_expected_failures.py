@@ -15,7 +15,16 @@ _SPARSE = "sparse layouts: kiln compiles strided dense tensors; sparse ops stay 
 _SEEDED_ITEM = ("OpInfo's wrapper_set_seed reseeds and reads a tensor's value (item()) inside the call: "
                 "refused under fullgraph=True")
 
+_OUTSIDE_VIEW = ("as_strided with a storage offset below the input view's own (the sample reads its base's "
+                 "storage before the view starts): kiln compiles an input as its own elements, not its base, "
+                 "and refuses with NotYetImplemented rather than read memory it does not own")
+_ONE_ELEMENT_NORM = ("a layer norm over one element: the weight's gradient is x_hat = (x - mean) / std = 0/eps "
+                     "rounding noise; eager's float32 value is 1e-4 from the float64 one, kiln's 1e-13 from it, "
+                     "so the two cannot agree at the sweep's fixed tolerance (kiln is the closer)")
+
 EXPECTED: dict[str, dict[str, tuple]] = {
+    "as_strided.partial_views": {"forward": ((1,), _OUTSIDE_VIEW), "gradient": ((1,), _OUTSIDE_VIEW)},
+    "native_layer_norm": {"gradient": ((10,), _ONE_ELEMENT_NORM)},
     "equal": {"forward": (ALL, _DATA_BOOL)},
     "allclose": {"forward": (ALL, _DATA_BOOL)},
     "sparse.sampled_addmm": {"forward": (ALL, _SPARSE), "gradient": (ALL, _SPARSE)},

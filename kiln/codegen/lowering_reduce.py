@@ -263,6 +263,10 @@ def broadcast_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     `matmul` of a 4-D activation by a weight reaches ATen as `bmm` of the weight expanded to the
     batch: realized whole, convnext's MLP weights became 1 GB buffers written by a kernel each
     call (0.06x eager)."""
+    if any(s == 0 for s in tv.sizes):
+        # an empty value reads nothing (its index is 0 throughout): without its empty dims, it
+        # would be one element computed from the empty inputs, out of their bounds
+        return None
     read = set()
     for node in ir.walk(tv.expr):
         if isinstance(node, (Load, ir.IndexValue)):

@@ -267,3 +267,21 @@ def test_a_linear_of_a_permute_is_one_product_over_rows(monkeypatch):
     externs = _linear_of_a_permute(monkeypatch, None)
     names = [getattr(n.op, "__name__", "") for n in externs]
     assert names and not any(name.startswith("bmm") for name in names), names
+
+
+def test_an_empty_value_into_a_matmul_is_not_compacted_to_one_element():
+    """broadcast_view dropped the empty dims of a (1, 1, 0, 0) value (its index reads no loop
+    variable) and computed one element from empty inputs, out of their bounds: qr's backward of a
+    (1, 1, 0, 5) input crashed the process. Segfaults are not assertions: this runs in a child."""
+    import subprocess
+    import sys
+    code = ("import torch, kiln\n"
+            "c, a = torch.randn(1, 1, 0, 0), torch.randn(1, 0, 0)\n"
+            "f = lambda c, a: torch.bmm((c + 1).view(1, 0, 0), a)\n"
+            "assert kiln.compile(f)(c, a).shape == f(c, a).shape == (1, 0, 0)\n"
+            "x = torch.randn(1, 1, 0, 5, requires_grad=True)\n"
+            "q, r = kiln.compile(torch.linalg.qr, fullgraph=True)(x)\n"
+            "(g,) = torch.autograd.grad((q.sum() + r.sum()), x)\n"
+            "assert g.shape == x.shape\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -72,6 +72,8 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
         if _is_tensor_method(real):
             return tensor_method(tx, real.__name__, args, kwargs)
         if _is_torch_op(real) and _graph_arguments(tx, args, kwargs):
+            if isinstance(real, types.FunctionType):
+                return _torch_python_function(tx, fn, real, args, kwargs)
             return call_torch(tx, "call_function", real, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
@@ -79,6 +81,20 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             return _run_at_trace_time(tx, real, args, kwargs)
         if is_assumed_constant(real) and _constant_arguments(args, kwargs):
             return _run_at_trace_time(tx, real, args, kwargs)
+    return tx.inline(fn, args, kwargs)
+
+
+def _torch_python_function(tx, fn: V.FunctionVar, real, args, kwargs):
+    """A torch function written in Python (`F.gaussian_nll_loss`) is one node, run on fake values.
+    One whose code decides on tensor data there is inlined instead, so that capture sees the
+    decision: a check that raises becomes a check after the graph ([Note: a raise on tensor
+    values] in opcodes.py), and anything else breaks the graph at its own line."""
+    from kiln.capture.interpreter import GraphBreak
+    try:
+        return call_torch(tx, "call_function", real, args, kwargs)
+    except GraphBreak as e:
+        if not getattr(e, "data_dependent", False):
+            raise
     return tx.inline(fn, args, kwargs)
 
 

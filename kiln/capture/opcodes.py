@@ -455,12 +455,72 @@ def format_value(tx, inst):
 
 
 # -- jumps -----------------------------------------------------------------------------------------
-def _pop_jump(when):
+def _pop_jump(when, jump_on: bool | None = None):
     def jump_if(tx, inst):
         value = tx.pop()
+        if jump_on is not None and isinstance(value, V.TensorVar) and "checked_truth" not in value.node.meta:
+            checked = _check_that_raises(tx, inst, value, jump_on)
+            if checked is not None:
+                if checked:
+                    tx.jump(inst.argval)
+                return
         if when(tx, value):
             tx.jump(inst.argval)
     return jump_if
+
+
+# [Note: a raise on tensor values] Library code validates its inputs' values with a branch whose one
+# side only raises: `if torch.any(var < 0): raise ValueError("var has negative entry/entries")`
+# (gaussian_nll_loss). The branch needs data, so it broke the graph, and fullgraph=True refused the
+# function. When one side of a jump on a tensor's truth builds a builtin exception from constants
+# and raises it, capture takes the other side and the compiled program checks the truth after the
+# graph ran (`semantics.require_true`), raising that exception, with eager's type and message, when
+# the values would have raised in eager.
+_RAISE_PREAMBLE = {"NOP", "PUSH_NULL", "PRECALL", "KW_NAMES", "CACHE", "RESUME"}
+
+
+def _raised_at(tx, i: int) -> BaseException | None:
+    """The exception the instructions from index `i` build from constants and raise at once, if so."""
+    import builtins
+    cls, args = None, []
+    for inst in tx.insts[i:i + 12]:
+        if inst.opname in _RAISE_PREAMBLE:
+            continue
+        if inst.opname == "LOAD_GLOBAL" and cls is None and not args:
+            name = inst.argval
+            cls = tx.f_globals.get(name, getattr(builtins, name, None))
+            if not (isinstance(cls, type) and issubclass(cls, Exception) and getattr(builtins, cls.__name__, None) is cls):
+                return None
+        elif inst.opname == "LOAD_CONST" and cls is not None and isinstance(inst.argval, (str, int, float)):
+            args.append(inst.argval)
+        elif inst.opname == "CALL" and cls is not None and inst.arg == len(args):
+            continue
+        elif inst.opname == "RAISE_VARARGS" and inst.arg == 1 and cls is not None:
+            return cls(*args)
+        else:
+            return None
+    return None
+
+
+def _check_that_raises(tx, inst, value: V.TensorVar, jump_on: bool) -> bool | None:
+    """[Note: a raise on tensor values]: whether to jump, when one side of the jump raises at once
+    (that side's truth is then checked after the graph); None when neither side does."""
+    import torch
+
+    from kiln.capture.output import DeferredCall
+    from kiln.capture.semantics import require_true
+    from kiln.capture.torch_calls import call_torch
+    for truth in (True, False):
+        raising_index = tx.index[inst.argval] if truth == jump_on else tx.ip
+        error = _raised_at(tx, raising_index)
+        if error is None:
+            continue
+        holds = call_torch(tx, "call_function", torch.logical_not if truth else torch.ne,
+                           [value] if truth else [value, V.Constant(0)], {})
+        tx.out.side_effects.append(DeferredCall(require_true, (holds, V.Constant(tx.user_where()),
+                                                               V.Constant(str(error)), V.Constant(type(error))), ()))
+        return (not truth) == jump_on
+    return None
 
 
 _is_true = lambda tx, v: S.truth(tx, v)
@@ -468,8 +528,8 @@ _is_false = lambda tx, v: not S.truth(tx, v)
 _is_none = lambda tx, v: S.is_none(tx, v)
 _not_none = lambda tx, v: not S.is_none(tx, v)
 for _prefix in ("POP_JUMP_IF_", "POP_JUMP_FORWARD_IF_", "POP_JUMP_BACKWARD_IF_"):
-    HANDLERS[_prefix + "TRUE"] = _pop_jump(_is_true)
-    HANDLERS[_prefix + "FALSE"] = _pop_jump(_is_false)
+    HANDLERS[_prefix + "TRUE"] = _pop_jump(_is_true, jump_on=True)
+    HANDLERS[_prefix + "FALSE"] = _pop_jump(_is_false, jump_on=False)
     HANDLERS[_prefix + "NONE"] = _pop_jump(_is_none)
     HANDLERS[_prefix + "NOT_NONE"] = _pop_jump(_not_none)
 

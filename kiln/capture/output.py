@@ -184,12 +184,16 @@ class OutputGraph:
                     a.meta["first_use"] = self.current.user_where()
         # map_arg, not pytree: it also looks inside slices (`x[s - t:s]` with symbolic bounds)
         ex_args, ex_kwargs = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["example_value"])
-        if kind == "call_method" and target in METHOD_RULES:
-            result = self.examples.run(METHOD_RULES[target], ex_args, ex_kwargs)
-        elif kind == "call_method":
-            result = self.examples.run(getattr(ex_args[0], target), ex_args[1:], ex_kwargs)
-        else:
-            result = self.examples.run(target, ex_args, ex_kwargs)
+        try:
+            if kind == "call_method" and target in METHOD_RULES:
+                result = self.examples.run(METHOD_RULES[target], ex_args, ex_kwargs)
+            elif kind == "call_method":
+                result = self.examples.run(getattr(ex_args[0], target), ex_args[1:], ex_kwargs)
+            else:
+                result = self.examples.run(target, ex_args, ex_kwargs)
+        except BaseException:
+            self.graph.erase_node(node)      # a call that cannot run leaves no node without a value
+            raise
         node.meta["example_value"] = result
         return node, result
 

@@ -121,11 +121,12 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError, KilnError) as e:
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
         why = data_dependent_reason(e)
-        if why is not None:
-            raise tx.unsupported(f"torch op {name}: {why}, so the graph breaks here") from e
-        guard = _data_dependent_guard(e)
-        if guard is not None:
-            raise tx.unsupported(f"torch op {name}: {guard}") from e
+        guard = _data_dependent_guard(e) if why is None else None
+        if why is not None or guard is not None:
+            error = tx.unsupported(f"torch op {name}: {why}, so the graph breaks here" if why is not None
+                                   else f"torch op {name}: {guard}")
+            error.data_dependent = True      # a torch Python function is then inlined (calls.py)
+            raise error from e
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e

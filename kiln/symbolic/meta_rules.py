@@ -297,6 +297,19 @@ def _geqrf(a):
             _empty(tau, contiguous_strides(tau), a.dtype))
 
 
+def _histogram(a, bins=100, *, range=None, weight=None, density=False):
+    if not (_tensor(a) and _floating(a) and type(bins) is int and bins > 0):
+        return NotImplemented
+    return _empty((bins,), (1,), a.dtype), _empty((bins + 1,), (1,), a.dtype)
+
+
+def _histogram_bins(a, bins, *, weight=None, density=False):
+    if not (_tensor(a) and _floating(a) and _tensor(bins) and bins.dim() == 1 and bins.dtype == a.dtype
+            and bins.numel() >= 1):
+        return NotImplemented
+    return _empty((bins.numel() - 1,), (1,), a.dtype), _empty((bins.numel(),), (1,), a.dtype)
+
+
 # [Note: ops torch gives no meta kernel] A few ATen ops run on CPU and CUDA kernels only: a fake
 # tensor cannot run them, so a graph holding one could not be captured. kiln's rule gives their
 # output metadata as the eager kernel returns it (compared with eager's outputs in
@@ -304,6 +317,8 @@ def _geqrf(a):
 # runs as an extern (kiln/prims/externs.py).
 NO_TORCH_META: dict[Any, Callable] = {
     aten.geqrf.default: _geqrf,
+    aten.histogram.bin_ct: _histogram,
+    aten.histogram.bins_tensor: _histogram_bins,
 }
 
 

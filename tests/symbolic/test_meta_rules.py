@@ -182,9 +182,16 @@ def test_torch_errors_stay_under_the_fake_mode():
 
 @pytest.mark.parametrize("shape", [(5, 3), (3, 5), (2, 4, 3), (0, 3), (2, 0, 3), (3, 1, 2, 2)])
 def test_a_rule_for_an_op_without_a_meta_kernel_equals_eager(shape):
-    """[Note: ops torch gives no meta kernel]: geqrf's sizes, strides and dtypes as its CPU kernel's."""
+    """[Note: ops torch gives no meta kernel]: geqrf's and histogram's sizes, strides and dtypes as
+    their CPU kernels'."""
     from kiln.symbolic.meta_rules import NO_TORCH_META
-    assert set(NO_TORCH_META) == {aten.geqrf.default}
+    assert set(NO_TORCH_META) == {aten.geqrf.default, aten.histogram.bin_ct, aten.histogram.bins_tensor}
     a = torch.randn(shape)
     got = run_rule(aten.geqrf.default, (a.to("meta"),), {})
     assert _describe(got) == _describe(tuple(t.to("meta") for t in torch.geqrf(a)))
+    for bins in (1, 7):
+        got = run_rule(aten.histogram.bin_ct, (a.to("meta"), bins), {"weight": None})
+        assert _describe(got) == _describe(tuple(t.to("meta") for t in aten.histogram.bin_ct(a, bins)))
+    edges = torch.tensor([-1.0, 0.0, 0.5, 2.0])
+    got = run_rule(aten.histogram.bins_tensor, (a.to("meta"), edges.to("meta")), {})
+    assert _describe(got) == _describe(tuple(t.to("meta") for t in aten.histogram.bins_tensor(a, edges)))

@@ -173,6 +173,8 @@ def _float64_reference(op, sample, wrt_count: int, dtype) -> tuple:
     from torch.utils._pytree import tree_map_only
     try:
         args, kwargs = tree_map_only(torch.Tensor, _as_float64, ((sample.input, *sample.args), dict(sample.kwargs)))
+        if kwargs.get("dtype") in (torch.bfloat16, torch.float16):   # a factory (linspace) asked for the dtype
+            kwargs["dtype"] = torch.float64
         wrt = [t for t in _flat_tensors((args, kwargs)) if t.requires_grad]
         out = op.op(*args, **kwargs)
         return out, (_grads(out, wrt, dtype) if wrt_count and len(wrt) == wrt_count else None)

@@ -67,3 +67,14 @@ def test_the_expected_failures_name_real_ops_and_still_fail():
         op = ops[name]
         grad = bool(op.supports_autograd)
         assert run_sample(op, _samples(op, grad)[index], grad)["forward"] == "fail", name
+
+
+def test_eval_batch_norms_empty_statistics_keep_a_bfloat16_inputs_dtype_on_the_cpu():
+    import kiln
+    x, stat = torch.randn(3, 2, 4, dtype=torch.bfloat16), torch.rand(2, dtype=torch.bfloat16) + 0.5
+    args = (x, stat, stat, stat, stat, False, 0.1, 1e-5)
+    kiln.reset()
+    got = kiln.compile(lambda *a: torch.native_batch_norm(*a), fullgraph=True)(*args)
+    want = torch.native_batch_norm(*args)
+    assert [t.dtype for t in got] == [t.dtype for t in want] == [torch.bfloat16] * 3
+    torch.testing.assert_close(got[0], want[0], rtol=1.6e-2, atol=1e-2)

@@ -147,7 +147,9 @@ def _batch_norm(a, weight, bias, running_mean, running_var, training, momentum, 
 
 
 def _empty_stat(a):
-    return full([0], 0, computation_dtype(a.dtype), a.device)
+    """The empty statistics eval mode returns: in the input's dtype on the CPU (a bfloat16 input's
+    are bfloat16 there), in the computation dtype elsewhere, as CUDA's kernel keeps them."""
+    return full([0], 0, a.dtype if a.device.type == "cpu" else computation_dtype(a.dtype), a.device)
 
 
 @register(aten.native_batch_norm.default)

@@ -507,8 +507,7 @@ def _check_that_raises(tx, inst, value: V.TensorVar, jump_on: bool) -> bool | No
     (that side's truth is then checked after the graph); None when neither side does."""
     import torch
 
-    from kiln.capture.output import DeferredCall
-    from kiln.capture.semantics import require_true
+    from kiln.capture.semantics import check_after_graph
     from kiln.capture.torch_calls import call_torch
     for truth in (True, False):
         raising_index = tx.index[inst.argval] if truth == jump_on else tx.ip
@@ -517,8 +516,7 @@ def _check_that_raises(tx, inst, value: V.TensorVar, jump_on: bool) -> bool | No
             continue
         holds = call_torch(tx, "call_function", torch.logical_not if truth else torch.ne,
                            [value] if truth else [value, V.Constant(0)], {})
-        tx.out.side_effects.append(DeferredCall(require_true, (holds, V.Constant(tx.user_where()),
-                                                               V.Constant(str(error)), V.Constant(type(error))), ()))
+        check_after_graph(tx, holds, error)
         return (not truth) == jump_on
     return None
 

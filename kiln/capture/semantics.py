@@ -296,6 +296,13 @@ def truth(tx, v: V.Variable) -> bool:
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
 
 
+def check_after_graph(tx, holds: V.TensorVar, error: BaseException) -> None:
+    """Capture assumes `holds` is true; the compiled program checks it after the graph ran and
+    raises `error` (its type and message) at the user's line when it is not."""
+    tx.out.side_effects.append(DeferredCall(require_true, (holds, V.Constant(tx.user_where()),
+                                                           V.Constant(str(error)), V.Constant(type(error))), ()))
+
+
 def require_true(value: torch.Tensor, where: str, message: str | None = None, error: type = ValueError):
     """Run after a graph: the check that capture assumed would pass (`calls._is_all_true`, or
     `torch_python.values_hold` with eager's own `error` and `message`)."""

@@ -27,12 +27,9 @@ def values_hold(condition: torch.Tensor, message: str) -> None:
 
 @handles(values_hold)
 def _values_hold(tx, args, kwargs):
-    from kiln.capture.output import DeferredCall
-    from kiln.capture.semantics import python_value, require_true
+    from kiln.capture.semantics import check_after_graph, python_value
     condition, message = args
-    tx.out.side_effects.append(DeferredCall(require_true, (condition, V.Constant(tx.user_where()),
-                                                           V.Constant(python_value(message)),
-                                                           V.Constant(RuntimeError)), ()))
+    check_after_graph(tx, condition, RuntimeError(python_value(message)))
     return V.Constant(None)
 
 

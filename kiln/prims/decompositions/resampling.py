@@ -397,9 +397,9 @@ def grid_sampler_2d_backward(grad, x, grid, interpolation_mode, padding_mode, al
     scale_y = (h - 1) / 2 if align_corners else h / 2
     dx = full(fx.shape, scale_x, compute, x.device)
     dy = full(fy.shape, scale_y, compute, x.device)
-    if padding_mode == 1:   # clipped coordinates pass no gradient to the grid
-        dx = p.where(p.bitwise_and(p.ge(fx, _zero(fx)), p.le(fx, _const(fx, w - 1))), dx, _zero(dx))
-        dy = p.where(p.bitwise_and(p.ge(fy, _zero(fy)), p.le(fy, _const(fy, h - 1))), dy, _zero(dy))
+    if padding_mode == 1:   # clipped coordinates pass no gradient to the grid, nor (as eager's) the borders
+        dx = p.where(p.bitwise_and(p.gt(fx, _zero(fx)), p.lt(fx, _const(fx, w - 1))), dx, _zero(dx))
+        dy = p.where(p.bitwise_and(p.gt(fy, _zero(fy)), p.lt(fy, _const(fy, h - 1))), dy, _zero(dy))
         fx = p.minimum(p.maximum(fx, _zero(fx)), _const(fx, w - 1))
         fy = p.minimum(p.maximum(fy, _zero(fy)), _const(fy, h - 1))
     gout = reshape(contiguous(convert(grad, compute)), [n, c, m])

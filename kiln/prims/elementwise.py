@@ -13,7 +13,7 @@ from kiln.prims.prim import Category, check, define
 from kiln.symbolic.strides import contiguous_strides, dense, pointwise_strides  # noqa: F401 (importers of kiln.prims.elementwise)
 
 # Which input dtypes a prim accepts: a code generator may rely on this.
-FLOAT, NUMBER, INTEGRAL, ANY = "float", "number", "integral", "any"
+FLOAT, NUMBER, REAL, INTEGRAL, ANY = "float", "number", "real", "integral", "any"
 
 
 def _accepts(kind: str, dtype: torch.dtype) -> bool:
@@ -23,6 +23,8 @@ def _accepts(kind: str, dtype: torch.dtype) -> bool:
         return not dtype.is_floating_point and not dtype.is_complex
     if kind == NUMBER:
         return dtype != torch.bool
+    if kind == REAL:
+        return dtype != torch.bool and not dtype.is_complex
     return True
 
 
@@ -73,7 +75,7 @@ def _polygamma(n, x):
 
 # name: (doc, reference, accepted dtypes)
 UNARY = {
-    "abs": ("absolute value", torch.abs, NUMBER),
+    "abs": ("absolute value (a complex magnitude is a hypot of the parts: its dtype is real)", torch.abs, REAL),
     "neg": ("negation", torch.neg, NUMBER),
     "exp": ("e to the power x", torch.exp, FLOAT),
     "exp2": ("2 to the power x", torch.exp2, FLOAT),

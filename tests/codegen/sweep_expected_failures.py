@@ -1,6 +1,6 @@
 """The one list of the every-sample OpInfo sweep's misses (tests/codegen/sweep_ops.py --every-sample),
 each with its reason: op name -> {"forward" | "gradient": (samples, reason)}, `samples` the sample
-indices of op_db's list on torch 2.13 that miss, or ALL.
+indices of op_db's list on torch 2.13 that miss, or ALL. EXPECTED_IN lists the misses of one dtype only.
 
 `sweep_ops.py --summarize` marks every failing pair this file lists as expected and names, in its
 own table, each one it does not: a new miss is either fixed or added here with its reason.
@@ -32,10 +32,6 @@ _NARROW = _DATA_SIZE.format(what="narrow with its start given as a tensor (negat
 _TENSOR_SPLIT = _DATA_SIZE.format(what="tensor_split with its split points given as a tensor")
 _CTC = ("ctc_loss with tensor lengths (aten._ctc_loss.Tensor): torch gives it no meta kernel, and its "
         "alignment's size follows the lengths' values; refused under fullgraph=True")
-_POLAR_EMPTY = ("polar of empty inputs with gradients: an empty value is computed by the prims' reference "
-                "kernels, and one of polar's decomposition steps compares a complex value there (gt on "
-                "complex64), which the reference refuses; the non-empty samples pass. Not yet fixed")
-
 EXPECTED: dict[str, dict[str, tuple]] = {
     "index_put": {"forward": ((1, 3), _INDEX_PUT), "gradient": ((1, 3), _INDEX_PUT)},
     "linalg.lstsq": {"forward": ((20, 23, 32, 35), _LSTSQ), "gradient": ((20, 23, 32, 35), _LSTSQ)},
@@ -43,7 +39,6 @@ EXPECTED: dict[str, dict[str, tuple]] = {
     "narrow": {"forward": ((1, 3, 5, 7, 9), _NARROW), "gradient": ((1, 3, 5, 7, 9), _NARROW)},
     "tensor_split": {"forward": ((0, 1, 2, 3), _TENSOR_SPLIT), "gradient": ((0, 1, 2, 3), _TENSOR_SPLIT)},
     "nn.functional.ctc_loss": {"forward": ((1, 3, 4, 5, 6, 7, 9, 11), _CTC), "gradient": ((1, 3, 4, 5, 6, 7, 9, 11), _CTC)},
-    "polar": {"forward": ((8,), _POLAR_EMPTY)},
     "to_sparse": {"forward": (ALL, _SPARSE), "gradient": (ALL, _SPARSE)},
     "as_strided.partial_views": {"forward": ((1,), _OUTSIDE_VIEW), "gradient": ((1,), _OUTSIDE_VIEW)},
     "native_layer_norm": {"gradient": ((10,), _ONE_ELEMENT_NORM)},
@@ -55,7 +50,22 @@ EXPECTED: dict[str, dict[str, tuple]] = {
 }
 
 
-def expected(op: str, kind: str, sample: int) -> str | None:
-    """The reason this file gives for `op`'s `kind` missing on `sample`, or None."""
+_NORMALIZE_SIGN = ("normalize over a dimension of size 1 is x / |x|, whose true gradient is 0: eager and kiln "
+                   "both take it as the difference of two terms of about 1 / |x|, each rounded to bfloat16, "
+                   "so the result is rounding noise; over 60 seeded (1, 40) inputs the mean RMSE against float64 "
+                   "is eager's 0.046, kiln's 0.050, and either one is past 3x the other's on a few seeds")
+
+# Misses of one dtype's sweep only (`--dtype`): dtype -> the same form as EXPECTED.
+EXPECTED_IN: dict[str, dict[str, dict[str, tuple]]] = {
+    "bfloat16": {
+        "nn.functional.normalize": {"gradient": ((2,), _NORMALIZE_SIGN)},
+    },
+}
+
+
+def expected(op: str, kind: str, sample: int, dtype: str = "float32") -> str | None:
+    """The reason this file gives for `op`'s `kind` missing on `sample` in `dtype`'s sweep, or None."""
     samples, reason = EXPECTED.get(op, {}).get(kind, ((), None))
+    if reason is None:
+        samples, reason = EXPECTED_IN.get(dtype, {}).get(op, {}).get(kind, ((), None))
     return reason if samples == ALL or sample in samples else None

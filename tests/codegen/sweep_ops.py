@@ -338,7 +338,7 @@ def summarize(paths, out_path: str, command: str) -> str:
     unlisted = collections.defaultdict(list)        # misses sweep_expected_failures.py does not give a reason for
     for r in rows:
         for kind in ("forward", "gradient"):
-            if r[kind] == "fail" and expected(r["op"], kind, r["sample"]) is None:
+            if r[kind] == "fail" and expected(r["op"], kind, r["sample"], r.get("dtype", "float32")) is None:
                 unlisted[(r["op"], kind)].append(r["sample"])
             if r[kind] == "fail":
                 why = r.get("why_gradient") if kind == "gradient" and r.get("why_gradient") else r["why"]

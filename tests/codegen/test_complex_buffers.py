@@ -46,3 +46,30 @@ def test_polar_broadcasts_its_operands():
                  (torch.rand(2, 1), torch.rand(1, 3))]:
         kiln.reset()
         torch.testing.assert_close(kiln.compile(lambda m, t: torch.polar(m, t), fullgraph=True)(a, b), torch.polar(a, b))
+
+
+def test_a_complex_magnitude_is_real_and_sgn_is_z_over_it():
+    """abs of a complex tensor is real (hypot of its parts) and sgn is z / |z| with 0 at 0: the prim
+    abs kept the complex dtype in its meta while its reference returned a real tensor, and sgn took
+    real sign's comparisons (gt on complex64), so polar's gradient failed on every input."""
+    z = torch.randn(7, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
+    z[2] = 0
+    for fn in (torch.abs, lambda z: z.abs() + 1, torch.sgn, lambda z: torch.sgn(z) * z.abs(), lambda z: z / z.abs(),
+               torch.linalg.vector_norm, lambda z: torch.linalg.vector_norm(z, 3.0) + 1):
+        kiln.reset()
+        want, got = fn(z), kiln.compile(fn, fullgraph=True)(z)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("shapes", [((5,), (5,)), ((0, 1, 3), (0, 10, 3))])
+def test_polar_gradient(shapes):
+    g = torch.Generator().manual_seed(0)
+    m, t = torch.rand(shapes[0], generator=g), torch.randn(shapes[1], generator=g)
+    kiln.reset()
+    (me, te), (mk, tk) = [(m.clone().requires_grad_(), t.clone().requires_grad_()) for _ in range(2)]
+    want, got = torch.polar(me, te), kiln.compile(torch.polar, fullgraph=True)(mk, tk)
+    torch.testing.assert_close(got, want)
+    cot = torch.randn(want.shape, dtype=want.dtype, generator=g)
+    for a, b in zip(torch.autograd.grad(got, (mk, tk), cot), torch.autograd.grad(want, (me, te), cot)):
+        torch.testing.assert_close(a, b)

@@ -57,9 +57,10 @@ def test_the_expected_failures_name_real_ops_and_still_fail():
     """Every entry of sweep_expected_failures.py names an op of op_db, a kind and a reason; the listed
     samples of the cheap entries still miss (a fix must take its entry out)."""
     from torch.testing._internal.common_methods_invocations import op_db
-    from sweep_expected_failures import ALL, EXPECTED
+    from sweep_expected_failures import ALL, EXPECTED, EXPECTED_IN
     ops = {o.name + (f".{o.variant_test_name}" if o.variant_test_name else ""): o for o in op_db}
-    for name, kinds in EXPECTED.items():
+    assert set(EXPECTED_IN) <= {"bfloat16"}
+    for name, kinds in [*EXPECTED.items(), *(e for table in EXPECTED_IN.values() for e in table.items())]:
         assert name in ops, name
         for kind, (samples, reason) in kinds.items():
             assert kind in ("forward", "gradient") and reason and (samples == ALL or samples), (name, kind)

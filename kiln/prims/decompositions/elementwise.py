@@ -11,7 +11,7 @@ import math
 import torch
 
 from kiln.prims.decompositions.refs import (Promotion, broadcast_shapes, broadcast_to, convert, elementwise,
-                                            is_float, map_float, result_dtype, scalar_tensor)
+                                            is_float, magnitude, map_float, result_dtype, scalar_tensor)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -21,7 +21,7 @@ D, F, B, N = Promotion.DEFAULT, Promotion.INT_TO_FLOAT, Promotion.ALWAYS_BOOL, P
 # ATen packet: (prim, promotion). Every overload of the packet whose arguments are just the
 # operands (self, other / Tensor or Scalar) maps through the same row.
 UNARY = {
-    aten.abs: (p.abs, N), aten.neg: (p.neg, N),
+    aten.neg: (p.neg, N),
     aten.exp: (p.exp, F), aten.exp2: (p.exp2, F), aten.expm1: (p.expm1, F), aten.log: (p.log, F),
     aten.log1p: (p.log1p, F), aten.log2: (p.log2, F), aten.log10: (p.log10, F), aten.sqrt: (p.sqrt, F),
     aten.rsqrt: (p.rsqrt, F), aten.sin: (p.sin, F), aten.cos: (p.cos, F),
@@ -300,9 +300,20 @@ def sign(a):
     return elementwise(fn, a, promotion=N)
 
 
+@register(*_rows(aten.abs))
+def abs_(a):
+    return magnitude(a) if a.dtype.is_complex else elementwise(p.abs, a, promotion=N)
+
+
 @register(aten.sgn.default)
 def sgn(a):
-    return sign(a)
+    """sign for real dtypes; z / |z| for complex ones, 0 at 0, as eager's."""
+    if not a.dtype.is_complex:
+        return sign(a)
+    size = magnitude(a)
+    at_zero = p.eq(size, p.full(list(a.shape), 0, dtype=size.dtype, device=a.device))
+    return p.where(at_zero, p.full(list(a.shape), 0, dtype=a.dtype, device=a.device),
+                   p.div(a, p.convert_element_type(size, a.dtype)))
 
 
 @register(aten.signbit.default)

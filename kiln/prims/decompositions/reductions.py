@@ -11,8 +11,8 @@ import math
 import torch
 
 from kiln.prims.decompositions.refs import (broadcast_to, canonical_dim, canonical_dims, computation_dtype, convert,
-                                            full, has_elements, is_float, numel, reshape, restore_dims, scalar_tensor,
-                                            shifted_mean)
+                                            full, has_elements, is_float, magnitude, numel, reshape, restore_dims,
+                                            scalar_tensor, shifted_mean)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -257,6 +257,9 @@ def logsumexp(a, dim, keepdim=False):
 @register(aten.linalg_vector_norm.default)
 def vector_norm(a, ord=2, dim=None, keepdim=False, *, dtype=None):
     dims = canonical_dims(dim, a.ndim)
+    if a.dtype.is_complex:    # the norm of the magnitudes, real as eager's
+        a = magnitude(convert(a, dtype) if dtype is not None else a)
+        dtype = None
     out_dtype = dtype or a.dtype
     compute = computation_dtype(out_dtype)
     x = p.abs(convert(a, compute))

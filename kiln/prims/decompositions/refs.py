@@ -152,6 +152,14 @@ def common_device(args):
     return device
 
 
+def magnitude(z):
+    """|z| of a complex tensor, in its real dtype: eager's hypot of the two parts."""
+    parts = p.view_as_real(z)
+    last = z.ndim
+    real, imag = (p.squeeze(p.slice(parts, last, k, k + 1, 1), [last]) for k in (0, 1))
+    return p.hypot(real, imag)
+
+
 def elementwise(prim, *args, promotion: Promotion = Promotion.DEFAULT, out_dtype=None):
     """Apply an elementwise prim with eager's promotion and broadcasting made explicit.
 

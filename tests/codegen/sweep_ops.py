@@ -13,7 +13,8 @@ Nth op, `--every N`, in op_db's order), compiled with fullgraph=True, float32, C
 grad, the compiled call's outputs are compared with eager's (forward) and then the gradients of
 every input for seeded cotangents (gradient). Where that compile fails, the sample runs again
 without grad, which alone decides forward. Shards (`--shard K/N`, each a process) write JSON
-lines; `--summarize` merges them into one table with the failure reasons (an op a later file ran
+lines (a shard's process that dies on a sample, a segfault in a kernel, is recorded as that
+sample's crash and the shard goes on in a new process: `supervise`); `--summarize` merges them into one table with the failure reasons (an op a later file ran
 again keeps the later file's rows), and marks each miss that tests/codegen/sweep_expected_failures.py
 gives a reason for:
 
@@ -259,17 +260,20 @@ def _samples(op, grad: bool, dtype=torch.float32):
     return list(op.sample_inputs("cpu", dtype, requires_grad=grad))
 
 
+STARTED, CRASH = "started", "crash: the sweep's process died on this sample"
+
+
 def _resume(out_path: str) -> set[str]:
     """The ops a JSON-lines file already has whole: the file's last op may have stopped midway,
-    so its rows are dropped (and it runs again)."""
+    so its rows are dropped (and it runs again), unless its last row records a crash."""
     import json
     if not os.path.exists(out_path):
         return set()
     rows = [line for line in open(out_path) if line.strip()]
     if not rows:
         return set()
-    last = json.loads(rows[-1])["op"]
-    kept = [line for line in rows if json.loads(line)["op"] != last]
+    last = json.loads(rows[-1])
+    kept = rows if last["why"].startswith(CRASH) else [line for line in rows if json.loads(line)["op"] != last["op"]]
     with open(out_path, "w") as f:
         f.writelines(kept)
     return {json.loads(line)["op"] for line in kept}
@@ -302,6 +306,9 @@ def sweep_every_sample(ops, out_path: str, log=print, dtype=torch.float32, resum
                                       "why": f"no {dtype} samples ({_reason(e)})", **tag}) + "\n")
                 continue
             start = time.time()
+            out.write(json.dumps({"op": name, "sample": -2, "forward": "skip", "gradient": "skip",
+                                  "why": STARTED, **tag}) + "\n")
+            out.flush()
             for k, sample in enumerate(samples):
                 signal.alarm(PAIR_SECONDS)
                 try:
@@ -317,6 +324,33 @@ def sweep_every_sample(ops, out_path: str, log=print, dtype=torch.float32, resum
                 out.write(json.dumps({"op": name, "sample": k, **row, **tag}) + "\n")
                 out.flush()
             log(f"{name}: {len(samples)} samples, {time.time() - start:.0f} s")
+
+
+def record_crash(out_path: str, returncode: int) -> str:
+    """After the sweep's process died (a segfault in a kernel): a failing row for the sample after
+    the last one the file has of its last op, so that a resumed sweep goes on past that op and the
+    summary names the crash. Returns the op."""
+    import json
+    last = json.loads([line for line in open(out_path) if line.strip()][-1])
+    row = {**last, "sample": last["sample"] + 1 if last["sample"] >= 0 else 0, "forward": "fail",
+           "gradient": "fail", "why": f"{CRASH} (exit status {returncode})"}
+    with open(out_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return last["op"]
+
+
+def supervise(argv: list[str], out_path: str, program: tuple[str, ...] = ()) -> int:
+    """Run the sweep in a child process, and each time the child is killed by a signal (a segfault,
+    an abort in a native kernel), record the crash for the sample it was on and resume in a new
+    child past that op. A segfault ended whole shards before, silently."""
+    import subprocess
+    while True:
+        before = os.path.getsize(out_path)
+        rc = subprocess.call([*(program or (sys.executable, os.path.abspath(__file__))), *argv, "--resume"],
+                             env={**os.environ, "KILN_SWEEP_CHILD": "1"})
+        if rc >= 0 or os.path.getsize(out_path) == before:    # finished, a Python error, or no progress
+            return rc
+        print(f"the sweep's process died (exit status {rc}) in {record_crash(out_path, rc)}; resuming", flush=True)
 
 
 def summarize(paths, out_path: str, command: str) -> str:
@@ -403,6 +437,10 @@ def main(argv=None) -> int:
         wanted = set(ns.ops.split(","))
         ops = [o for o in ops if o.name in wanted]
     if ns.every_sample:
+        if not os.environ.get("KILN_SWEEP_CHILD"):
+            if not ns.resume:
+                open(ns.jsonl, "w").close()       # a fresh sweep; --resume goes on with the file's ops
+            return supervise([a for a in (sys.argv[1:] if argv is None else argv) if a != "--resume"], ns.jsonl)
         k, n = (int(x) for x in ns.shard.split("/"))
         chosen = ops[::ns.every]
         sweep_every_sample(chosen[k::n], ns.jsonl, log=lambda m: print(m, flush=True), dtype=dtype, resume=ns.resume)

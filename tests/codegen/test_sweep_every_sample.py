@@ -79,3 +79,37 @@ def test_eval_batch_norms_empty_statistics_keep_a_bfloat16_inputs_dtype_on_the_c
     want = torch.native_batch_norm(*args)
     assert [t.dtype for t in got] == [t.dtype for t in want] == [torch.bfloat16] * 3
     torch.testing.assert_close(got[0], want[0], rtol=1.6e-2, atol=1e-2)
+
+
+def test_a_sweep_process_killed_by_a_signal_is_recorded_and_resumed_past_its_op(tmp_path):
+    """A segfault in one sample ended a whole shard before, silently: `supervise` records the
+    crash on the sample after the last one written, and the next process resumes past that op."""
+    import json
+    from sweep_ops import CRASH, supervise
+    out = tmp_path / "rows.jsonl"
+    child = tmp_path / "child.py"
+    child.write_text(f"""
+import json, os, signal, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+from sweep_ops import _resume
+assert sys.argv[-1] == "--resume"
+done = _resume({str(out)!r})
+with open({str(out)!r}, "a") as f:
+    for op in ("a", "b", "c"):
+        if op in done:
+            continue
+        f.write(json.dumps({{"op": op, "sample": -2, "forward": "skip", "gradient": "skip", "why": "started"}}) + "\\n")
+        for k in range(3):
+            if op == "b" and k == 1:
+                f.flush()
+                os.kill(os.getpid(), signal.SIGSEGV)
+            f.write(json.dumps({{"op": op, "sample": k, "forward": "pass", "gradient": "pass", "why": ""}}) + "\\n")
+""")
+    out.write_text("")
+    assert supervise([], str(out), program=(sys.executable, str(child))) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    crashed = [r for r in rows if r["why"].startswith(CRASH)]
+    assert [(r["op"], r["sample"], r["forward"]) for r in crashed] == [("b", 1, "fail")]
+    assert "-11" in crashed[0]["why"]
+    assert [(r["op"], r["sample"]) for r in rows if r["sample"] >= 0 and r["forward"] == "pass"] == \
+        [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("c", 0), ("c", 1), ("c", 2)]

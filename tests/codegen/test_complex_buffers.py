@@ -48,14 +48,16 @@ def test_polar_broadcasts_its_operands():
         torch.testing.assert_close(kiln.compile(lambda m, t: torch.polar(m, t), fullgraph=True)(a, b), torch.polar(a, b))
 
 
-def test_a_complex_magnitude_is_real_and_sgn_is_z_over_it():
-    """abs of a complex tensor is real (hypot of its parts) and sgn is z / |z| with 0 at 0: the prim
-    abs kept the complex dtype in its meta while its reference returned a real tensor, and sgn took
-    real sign's comparisons (gt on complex64), so polar's gradient failed on every input."""
+def test_complex_magnitude_angle_and_sgn():
+    """abs of a complex tensor is real (the hypot of its parts), angle is the atan2 of its parts, and
+    sgn is z / |z| with 0 at 0. Before, the prim abs kept the complex dtype in its meta while its
+    reference returned a real tensor, and sgn and angle took real sign's comparisons (gt on
+    complex64), so polar's gradient failed on every input."""
     z = torch.randn(7, dtype=torch.complex64, generator=torch.Generator().manual_seed(0))
     z[2] = 0
     for fn in (torch.abs, lambda z: z.abs() + 1, torch.sgn, lambda z: torch.sgn(z) * z.abs(), lambda z: z / z.abs(),
-               torch.linalg.vector_norm, lambda z: torch.linalg.vector_norm(z, 3.0) + 1):
+               torch.linalg.vector_norm, lambda z: torch.linalg.vector_norm(z, 3.0) + 1, torch.angle,
+               lambda z: torch.angle(z) * 2):
         kiln.reset()
         want, got = fn(z), kiln.compile(fn, fullgraph=True)(z)
         assert got.dtype == want.dtype

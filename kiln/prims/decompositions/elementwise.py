@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from kiln.prims.decompositions.refs import (Promotion, broadcast_shapes, broadcast_to, convert, elementwise,
-                                            is_float, magnitude, map_float, result_dtype, scalar_tensor)
+from kiln.prims.decompositions.refs import (Promotion, broadcast_shapes, broadcast_to, complex_parts, convert,
+                                            elementwise, is_float, magnitude, map_float, result_dtype, scalar_tensor)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -540,6 +540,10 @@ def special_polygamma(n, a):
 
 @register(aten.angle.default)
 def angle(a):
+    if a.dtype.is_complex:     # arg z, real as eager's
+        real, imag = complex_parts(a)
+        return p.atan2(imag, real)
+
     def fn(x):
         zero = scalar_tensor(0, x)
         out = p.where(p.lt(x, zero), scalar_tensor(math.pi, x), zero)

@@ -152,12 +152,16 @@ def common_device(args):
     return device
 
 
-def magnitude(z):
-    """|z| of a complex tensor, in its real dtype: eager's hypot of the two parts."""
+def complex_parts(z):
+    """(real, imaginary) of a complex tensor, each in its real dtype."""
     parts = p.view_as_real(z)
     last = z.ndim
-    real, imag = (p.squeeze(p.slice(parts, last, k, k + 1, 1), [last]) for k in (0, 1))
-    return p.hypot(real, imag)
+    return tuple(p.squeeze(p.slice(parts, last, k, k + 1, 1), [last]) for k in (0, 1))
+
+
+def magnitude(z):
+    """|z| of a complex tensor, in its real dtype: eager's hypot of the two parts."""
+    return p.hypot(*complex_parts(z))
 
 
 def elementwise(prim, *args, promotion: Promotion = Promotion.DEFAULT, out_dtype=None):

@@ -46,6 +46,21 @@ _RECOMPUTABLE = {
 }
 
 
+# [Note: equality is decided once] amax's and max's gradients go to the elements equal to the
+# result (`self == result`): a mask that reads no tangent, so the min-cut may recompute it in the
+# backward from a saved input. A value computed by a vector math function is not bit-identical
+# there: g++ calls libmvec's vector variant in a loop's body and scalar libm in its tail, and which
+# elements land in the tail differs from kernel to kernel. Recomputed, `x.sin().amax()` compared the
+# saved maximum with a sin an ulp off it and gave every element a zero gradient. An equality of
+# floats is computed in the forward, beside the reduction, and its bool mask saved.
+_EQUALITY = frozenset({"aten.eq.Tensor", "aten.ne.Tensor", "kiln_prims.eq.default", "kiln_prims.ne.default"})
+
+
+def _compares_floats(node: fx.Node) -> bool:
+    vals = [a.meta.get("val") for a in node.args if isinstance(a, fx.Node)]
+    return any(isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()) for v in vals)
+
+
 def recomputable(node: fx.Node, also: frozenset = frozenset()) -> bool:
     """Whether the backward may run `node` again instead of having it saved (`also`: more ops the
     caller knows to be cheap, such as a prim set's copying movement ops)."""
@@ -56,6 +71,8 @@ def recomputable(node: fx.Node, also: frozenset = frozenset()) -> bool:
         return True
     if getattr(target, "namespace", None) == "kiln" and "philox" in str(target):
         return True   # functional rng: same (seed, offset), same bits
+    if str(target) in _EQUALITY and _compares_floats(node):
+        return False      # [Note: equality is decided once]
     eff = schema.effects(target)
     if eff.random:
         return False

@@ -151,3 +151,32 @@ def test_recomputed_values_are_placed_just_before_their_first_user():
                            bw_compiler=lambda g, _: g.forward, partition=min_cut_partition)
     torch.testing.assert_close(torch.autograd.grad(compiled(x, *ws), ws),
                                torch.autograd.grad(_three_blocks(x, *ws), ws))
+
+
+def test_an_equality_of_floats_is_computed_in_the_forward_not_recomputed():
+    """[Note: equality is decided once]: amax's gradient mask `sin(x) == max` reads no tangent; the
+    backward must not compare the saved maximum with a sin it computed again."""
+    x = torch.randn(37, requires_grad=True)
+    fw_gm, bw_gm, info = min_cut_partition(_joint(lambda x: x.sin().amax(), x))
+    equalities = [n for n in bw_gm.graph.nodes if str(n.target) in ("aten.eq.Tensor", "kiln_prims.eq.default")]
+    assert not equalities, bw_gm.code
+    assert any(str(n.target) in ("aten.eq.Tensor", "kiln_prims.eq.default") for n in fw_gm.graph.nodes)
+
+
+@pytest.mark.parametrize("shape", [(37,), (4, 33), (7, 129), (1000,)])
+def test_the_gradient_of_a_maximum_over_vector_math_equals_eagers(shape):
+    """End to end on the C++ backend: kernels compute sin with libmvec's vector variant in a loop's
+    body and scalar libm in its tail, so a sin recomputed in the backward could miss the maximum
+    by an ulp and leave every element a zero gradient."""
+    import kiln
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        for fn in (lambda t: t.sin().amax(), lambda t: torch.linalg.vector_norm(t.sin(), float("inf")),
+                   lambda t: t.erf().max(dim=-1).values.sum()):
+            kiln.reset()
+            grads = []
+            for f in (fn, kiln.compile(fn, backend="kiln")):
+                a = x.clone().requires_grad_()
+                out = f(a)
+                grads.append(torch.autograd.grad(out, a, torch.ones_like(out))[0])
+            torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6)

@@ -107,12 +107,14 @@ def _compare(got, expected, tol) -> str:
 
 def _grads(out, wrt, dtype=torch.float32):
     """The gradients of `wrt` for seeded cotangents, drawn in float32 and rounded to `dtype` (the
-    sweep's), so that a float64 reference run gets the very values the sweep's dtype holds."""
-    outs = [o for o in _flat_tensors(out) if o.requires_grad and o.dtype.is_floating_point]
+    sweep's), so that a float64 reference run gets the very values the sweep's dtype holds; a
+    complex output's cotangent is drawn complex."""
+    outs = [o for o in _flat_tensors(out) if o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)]
     if not outs or not wrt:
         return None
     g = torch.Generator().manual_seed(0)
-    cot = [torch.randn(o.shape, generator=g).to(dtype).to(o.dtype) for o in outs]
+    cot = [torch.randn(o.shape, generator=g, dtype=o.dtype) if o.dtype.is_complex else
+           torch.randn(o.shape, generator=g).to(dtype).to(o.dtype) for o in outs]
     grads = torch.autograd.grad(outs, wrt, cot, allow_unused=True)
     return [torch.zeros_like(w) if x is None else x for x, w in zip(grads, wrt)]
 
@@ -209,7 +211,7 @@ def run_sample(op, sample, grad: bool, dtype=torch.float32) -> dict:
         return result
     if eager_grads is None:
         wrt = []
-    if dtype == torch.float32:
+    if dtype in (torch.float32, torch.complex64):
         def forward_check(got, want):
             return _compare(got, want, FORWARD_TOL)
 
@@ -422,8 +424,9 @@ def main(argv=None) -> int:
     parser.add_argument("--every", type=int, default=1, help="every Nth op of op_db (every sample of each)")
     parser.add_argument("--shard", default="0/1", help="K/N: this process runs the Kth of N slices of the ops")
     parser.add_argument("--jsonl", default="op_sweep_every_sample.jsonl")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                        help="the every-sample sweep's dtype (bfloat16: the benchmark's accuracy rule)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "complex64"),
+                        help="the every-sample sweep's dtype (bfloat16: the benchmark's accuracy rule; "
+                             "complex64: float32's tolerances)")
     parser.add_argument("--resume", action="store_true", help="keep the ops --jsonl already has whole")
     parser.add_argument("--summarize", nargs="*", default=None, help="JSON-lines files to merge into --out")
     parser.add_argument("--command", default="", help="the command recorded in the summary")

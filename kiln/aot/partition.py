@@ -56,9 +56,26 @@ _RECOMPUTABLE = {
 _EQUALITY = frozenset({"aten.eq.Tensor", "aten.ne.Tensor", "kiln_prims.eq.default", "kiln_prims.ne.default"})
 
 
+_CONSTANT = frozenset({"kiln_prims.full.default", "aten.full.default", "aten.scalar_tensor.default"})
+_SAME_VALUES = frozenset({"kiln_prims.broadcast_in_dim.default", "kiln_prims.view.default", "aten.expand.default",
+                          "aten.view.default", "kiln_prims.convert_element_type.default", "aten._to_copy.default"})
+
+
+def _constant(a) -> bool:
+    """A constant, or a broadcast, view or cast of one: the same bits whichever kernel makes it."""
+    while isinstance(a, fx.Node) and str(a.target) in _SAME_VALUES:
+        a = a.args[0]
+    return not isinstance(a, fx.Node) or str(a.target) in _CONSTANT
+
+
 def _compares_floats(node: fx.Node) -> bool:
-    vals = [a.meta.get("val") for a in node.args if isinstance(a, fx.Node)]
-    return any(isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()) for v in vals)
+    """An equality of two computed floats. One against a constant (`x == 0`, `x == -inf` in a
+    decomposition's special cases) stays recomputable: an ulp turns it only for a value within an
+    ulp of the constant, and saving every such mask would cost attention's masks a byte an element."""
+    operands = node.args[:2]
+    vals = [a.meta.get("val") for a in operands if isinstance(a, fx.Node)]
+    floats = any(isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex()) for v in vals)
+    return floats and not any(_constant(a) for a in operands)
 
 
 def recomputable(node: fx.Node, also: frozenset = frozenset()) -> bool:

@@ -75,3 +75,30 @@ def test_polar_gradient(shapes):
     cot = torch.randn(want.shape, dtype=want.dtype, generator=g)
     for a, b in zip(torch.autograd.grad(got, (mk, tk), cot), torch.autograd.grad(want, (me, te), cot)):
         torch.testing.assert_close(a, b)
+
+
+def _c(*shape, seed=0):
+    return torch.randn(*shape, dtype=torch.complex64, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("vdot conjugates its first vector", lambda x, y: torch.vdot(x, y)),
+    ("vecdot of one element", lambda x, y: torch.linalg.vecdot(x[:1], y[:1])),
+    ("lerp with a complex weight", lambda x, y: torch.lerp(x, y, y * 0.3)),
+    ("linspace of complex bounds", lambda x, y: x + torch.linspace(1 + 2j, 3 - 1j, 5)),
+    ("logspace of complex bounds", lambda x, y: x + torch.logspace(0.1 + 0.2j, 1 - 0.5j, 5, dtype=torch.complex64)),
+])
+def test_complex_values_equal_eagers(name, fn):
+    """Found by the complex64 OpInfo sweep: vdot and the one-element vecdot did not conjugate, and
+    linspace and logspace of complex bounds kept only the real parts (silently wrong); lerp's
+    |weight| refused a complex weight."""
+    x, y = _c(5), _c(5, seed=1)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, fullgraph=True)(x, y), fn(x, y))
+
+
+@pytest.mark.parametrize("fn", [torch.tanh, torch.sigmoid, torch.nn.functional.tanhshrink])
+def test_tanh_and_sigmoid_gradients_of_complex_inputs_are_conjugated(fn):
+    """d tanh(z) carries conj(1 - tanh(z)^2) in eager's backward (and sigmoid's conj(s (1 - s)));
+    the decompositions had no conj."""
+    _compare_with_gradient(fn, _c(6))

@@ -189,9 +189,17 @@ def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
     return arange_start_step(0, end, 1, dtype=dtype, device=device)
 
 
+def _complex(dtype, *bounds) -> bool:
+    """A complex range (its dtype, or a bound, eager's dtype inference then picks complex)."""
+    return dtype.is_complex or any(isinstance(b, complex) or isinstance(b, torch.Tensor) and b.is_complex()
+                                   for b in bounds)
+
+
 @register(aten.linspace.default)
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     dtype = _dtype(dtype)
+    if _complex(dtype, start, end):       # left to ATen: the formula below is real
+        return NotImplemented
     device = _device(device)
     if steps == 0:
         return p.full([0], 0, dtype=dtype, device=device)
@@ -225,9 +233,8 @@ def _logspace(start, end, steps, base, dtype, device):
     exponents (two-sided, as linspace's) and the power in double, and one rounding at the end.
     An exponent rounded to bfloat16 before the power is off by 2**-8 of itself: 10**38 by 30%.
     Eager's CPU kernel takes float32 exponents for float32, an ulp from these at times."""
-    if dtype.is_complex:
-        exps = linspace_tensor(start, end, steps, dtype=dtype, device=device)
-        return p.pow(p.full([steps], base, dtype=dtype, device=device), exps)
+    if _complex(dtype, start, end):       # complex exponents: left to ATen
+        return NotImplemented
     f64 = torch.float64
 
     def as_double(v, rounded):
@@ -265,6 +272,8 @@ def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=None):
 def linspace_tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
     """linspace with 0-d tensor bounds: the same two-sided formula as `linspace`, on tensors."""
     dtype = _dtype(dtype)
+    if _complex(dtype, start, end):
+        return NotImplemented
     some = start if isinstance(start, torch.Tensor) else end
     device = _device(device) if device is not None else some.device
     compute = torch.float64 if dtype == torch.float64 or not dtype.is_floating_point else torch.float32

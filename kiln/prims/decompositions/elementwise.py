@@ -401,11 +401,11 @@ def heaviside(a, values):
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(start, end, weight):
     def fn(s, e, w):
-        half = scalar_tensor(0.5, w)
         diff = p.sub(e, s)
         low = p.add(s, p.mul(w, diff))
         high = p.sub(e, p.mul(diff, p.sub(scalar_tensor(1, w), w)))
-        return p.where(p.lt(p.abs(w), half), low, high)
+        size = magnitude(w) if w.dtype.is_complex else p.abs(w)       # eager: |w| < 0.5, complex too
+        return p.where(p.lt(size, scalar_tensor(0.5, size)), low, high)
     return map_float(fn, start, end, weight, promotion=D)
 
 

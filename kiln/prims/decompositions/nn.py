@@ -68,9 +68,19 @@ def addr(bias, v1, v2, *, beta=1, alpha=1):
     return _epilogue(outer, bias, beta, alpha)
 
 
-@register(aten.dot.default, aten.vdot.default)
+@register(aten.dot.default)
 def dot(a, b):
     return p.view(p.mm(p.view(a, [1, a.shape[0]]), p.view(b, [b.shape[0], 1])), [])
+
+
+@register(aten.vdot.default)
+def vdot(a, b):
+    """dot with the first vector conjugated (the same as dot on real ones)."""
+    return dot(_conj(a), b)
+
+
+def _conj(x):
+    return p.conj(x) if x.dtype.is_complex else x
 
 
 # ---- activations -------------------------------------------------------------------------------
@@ -133,12 +143,12 @@ def silu_backward(grad, a):
 
 @register(aten.sigmoid_backward.default)
 def sigmoid_backward(grad, y):
-    return map_float(lambda g, s: p.mul(g, p.mul(s, p.sub(_s(s, 1), s))), grad, y, promotion=Promotion.DEFAULT)
+    return map_float(lambda g, s: p.mul(g, _conj(p.mul(s, p.sub(_s(s, 1), s)))), grad, y, promotion=Promotion.DEFAULT)
 
 
 @register(aten.tanh_backward.default)
 def tanh_backward(grad, y):
-    return map_float(lambda g, t: p.mul(g, p.sub(_s(t, 1), p.mul(t, t))), grad, y, promotion=Promotion.DEFAULT)
+    return map_float(lambda g, t: p.mul(g, _conj(p.sub(_s(t, 1), p.mul(t, t)))), grad, y, promotion=Promotion.DEFAULT)
 
 
 @register(aten.mish.default)

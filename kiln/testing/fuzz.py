@@ -308,15 +308,28 @@ def _shard(args) -> dict:
 BLOCK = 2000
 
 
+def _die_with_parent() -> None:
+    """A worker ends when the campaign's process does (Linux's PR_SET_PDEATHSIG): killed by its
+    pid, a campaign left its workers running into the next campaign's log and cache."""
+    import ctypes
+    import signal
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)     # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass                                                             # not Linux: workers outlive a kill
+
+
 def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps) -> dict:
     """`campaign` over `jobs` processes (a machine's cores), in contiguous blocks of seeds of at
     most `BLOCK` programs, each block in a fresh process."""
     import multiprocessing
-    per = min(BLOCK, -(-programs // jobs))
+    rounds = -(-programs // (jobs * BLOCK))          # blocks a multiple of jobs: no core idles at the end
+    per = -(-programs // (jobs * rounds))
     blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps)
               for k in range(-(-programs // per))]
     start = time.time()
-    with multiprocessing.get_context("spawn").Pool(min(jobs, len(blocks)), maxtasksperchild=1) as pool:
+    with multiprocessing.get_context("spawn").Pool(min(jobs, len(blocks)), initializer=_die_with_parent,
+                                                   maxtasksperchild=1) as pool:
         parts = pool.map(_shard, blocks, chunksize=1)
     total = {k: sum(p[k] for p in parts) for k in parts[0]}
     total["seconds"] = round(time.time() - start, 1)

@@ -23,3 +23,36 @@ def test_random_programs_match_eager(chunk):
     failures = [line for line in lines if line.startswith("seed ")]
     assert counts["wrong"] == 0 and counts["crash"] == 0, "\n".join(failures)
     assert counts["refusal"] <= per // 50, "\n".join(failures)
+
+
+def test_a_parallel_campaigns_workers_end_with_it(tmp_path):
+    """Killed by its pid, a campaign (`--jobs 2`) left its pool workers running, writing into the
+    next campaign's log and cache: each worker now ends with its parent (PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    campaign = subprocess.Popen([sys.executable, "-m", "kiln.testing.fuzz", "--programs", "400", "--jobs", "2",
+                                 "--out", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "KILN_CACHE_DIR": str(tmp_path / "cache")})
+
+    def workers():
+        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(campaign.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+    deadline = time.time() + 90      # until both workers run programs (their first kernels built)
+    while len(list((tmp_path / "cache").glob("cpp/*.so"))) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    started = workers()
+    assert len(started) >= 2, "the campaign started no workers"
+    campaign.send_signal(signal.SIGKILL)
+    campaign.wait()
+    deadline = time.time() + 20
+    alive = started
+    while alive and time.time() < deadline:
+        time.sleep(0.5)
+        alive = [p for p in started if os.path.exists(f"/proc/{p}") and
+                 open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+    assert not alive, f"workers {alive} outlived their campaign"

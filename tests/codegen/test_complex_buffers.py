@@ -87,11 +87,14 @@ def _c(*shape, seed=0):
     ("lerp with a complex weight", lambda x, y: torch.lerp(x, y, y * 0.3)),
     ("linspace of complex bounds", lambda x, y: x + torch.linspace(1 + 2j, 3 - 1j, 5)),
     ("logspace of complex bounds", lambda x, y: x + torch.logspace(0.1 + 0.2j, 1 - 0.5j, 5, dtype=torch.complex64)),
+    ("var is real", lambda x, y: torch.var(torch.outer(x, y), dim=1)),
+    ("std_mean", lambda x, y: torch.std_mean(torch.outer(x, y), 0, correction=0)),
 ])
 def test_complex_values_equal_eagers(name, fn):
-    """Found by the complex64 OpInfo sweep: vdot and the one-element vecdot did not conjugate, and
-    linspace and logspace of complex bounds kept only the real parts (silently wrong); lerp's
-    |weight| refused a complex weight."""
+    """Found by the complex64 OpInfo sweep: vdot and the one-element vecdot did not conjugate,
+    linspace and logspace of complex bounds kept only the real parts, and var and std squared the
+    complex deviations and returned a complex dtype (all silently wrong); lerp's |weight| refused a
+    complex weight."""
     x, y = _c(5), _c(5, seed=1)
     kiln.reset()
     torch.testing.assert_close(kiln.compile(fn, fullgraph=True)(x, y), fn(x, y))

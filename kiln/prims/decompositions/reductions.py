@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from kiln.prims.decompositions.refs import (broadcast_to, canonical_dim, canonical_dims, computation_dtype, convert,
-                                            full, has_elements, is_float, magnitude, numel, reshape, restore_dims,
-                                            scalar_tensor, shifted_mean)
+from kiln.prims.decompositions.refs import (broadcast_to, canonical_dim, canonical_dims, complex_parts,
+                                            computation_dtype, convert, full, has_elements, is_float, magnitude,
+                                            numel, reshape, restore_dims, scalar_tensor, shifted_mean)
 from kiln.prims.decompositions.table import register
 from kiln.prims.ops import ops as p
 
@@ -98,10 +98,21 @@ def _var(a, dims, correction, keepdim):
         m = p.div(s, full(s.shape, n, compute, a.device))
     m_b = p.broadcast_in_dim(m, list(a.shape), kept) if a.ndim else m
     d = p.sub(x, m_b)
-    ss = p.sum(p.mul(d, d), dims)
+    if d.dtype.is_complex:       # |d|^2: a complex input's variance is real
+        real, imag = complex_parts(d)
+        squares = p.add(p.mul(real, real), p.mul(imag, imag))
+    else:
+        squares = p.mul(d, d)
+    ss = p.sum(squares, dims)
     denom = max(n - correction, 0)
-    v = p.div(ss, full(ss.shape, denom, compute, a.device))
+    v = p.div(ss, full(ss.shape, denom, ss.dtype, a.device))
     return v, m
+
+
+def _spread_dtype(dtype):
+    """The dtype of var and std: a complex input's real counterpart."""
+    return {torch.complex32: torch.float16, torch.complex64: torch.float32,
+            torch.complex128: torch.float64}.get(dtype, dtype)
 
 
 def _correction(correction, unbiased=None):
@@ -114,28 +125,29 @@ def _correction(correction, unbiased=None):
 def var(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, _ = _var(a, dims, _correction(correction), keepdim)
-    return restore_dims(convert(v, a.dtype), a, dims, keepdim)
+    return restore_dims(convert(v, _spread_dtype(a.dtype)), a, dims, keepdim)
 
 
 @register(aten.std.correction)
 def std(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, _ = _var(a, dims, _correction(correction), keepdim)
-    return restore_dims(convert(p.sqrt(v), a.dtype), a, dims, keepdim)
+    return restore_dims(convert(p.sqrt(v), _spread_dtype(a.dtype)), a, dims, keepdim)
 
 
 @register(aten.var_mean.correction)
 def var_mean(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, m = _var(a, dims, _correction(correction), keepdim)
-    return (restore_dims(convert(v, a.dtype), a, dims, keepdim), restore_dims(convert(m, a.dtype), a, dims, keepdim))
+    return (restore_dims(convert(v, _spread_dtype(a.dtype)), a, dims, keepdim),
+            restore_dims(convert(m, a.dtype), a, dims, keepdim))
 
 
 @register(aten.std_mean.correction)
 def std_mean(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, m = _var(a, dims, _correction(correction), keepdim)
-    return (restore_dims(convert(p.sqrt(v), a.dtype), a, dims, keepdim),
+    return (restore_dims(convert(p.sqrt(v), _spread_dtype(a.dtype)), a, dims, keepdim),
             restore_dims(convert(m, a.dtype), a, dims, keepdim))
 
 

@@ -75,7 +75,7 @@ def _polygamma(n, x):
 
 # name: (doc, reference, accepted dtypes)
 UNARY = {
-    "abs": ("absolute value (a complex magnitude is a hypot of the parts: its dtype is real)", torch.abs, REAL),
+    "abs": ("absolute value of a real number (a complex magnitude, of a real dtype, is decomposed)", torch.abs, REAL),
     "neg": ("negation", torch.neg, NUMBER),
     "exp": ("e to the power x", torch.exp, FLOAT),
     "exp2": ("2 to the power x", torch.exp2, FLOAT),

@@ -404,7 +404,7 @@ def lerp(start, end, weight):
         diff = p.sub(e, s)
         low = p.add(s, p.mul(w, diff))
         high = p.sub(e, p.mul(diff, p.sub(scalar_tensor(1, w), w)))
-        size = magnitude(w) if w.dtype.is_complex else p.abs(w)       # eager: |w| < 0.5, complex too
+        size = abs_(w)        # eager: |w| < 0.5, a complex weight's magnitude too
         return p.where(p.lt(size, scalar_tensor(0.5, size)), low, high)
     return map_float(fn, start, end, weight, promotion=D)
 

@@ -52,7 +52,9 @@ _RECOMPUTABLE = {
 # there: g++ calls libmvec's vector variant in a loop's body and scalar libm in its tail, and which
 # elements land in the tail differs from kernel to kernel. Recomputed, `x.sin().amax()` compared the
 # saved maximum with a sin an ulp off it and gave every element a zero gradient. An equality of
-# floats is computed in the forward, beside the reduction, and its bool mask saved.
+# two computed floats is computed in the forward, beside the reduction, and its bool mask saved.
+# (Within one graph a value computed twice must agree too: a complex magnitude is therefore IEEE
+# arithmetic, not hypot, `magnitude` in kiln/prims/decompositions/refs.py.)
 _EQUALITY = frozenset({"aten.eq.Tensor", "aten.ne.Tensor", "kiln_prims.eq.default", "kiln_prims.ne.default"})
 
 

@@ -223,6 +223,18 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     return p.convert_element_type(out, dtype)
 
 
+def _two_sided(lo, hi, steps, device):
+    """lo .. hi in `steps` points (lo and hi: tensors of [steps], their dtype the computation's), as
+    eager fills a range: the first half forward from lo, the second half backward from hi."""
+    dtype = lo.dtype
+    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), dtype)
+    last = p.full([steps], steps - 1, dtype=dtype, device=device)
+    step = p.div(p.sub(hi, lo), last)
+    fwd = p.add(lo, p.mul(step, i))
+    bwd = p.sub(hi, p.mul(step, p.sub(last, i)))
+    return p.where(p.lt(i, p.full([steps], steps // 2, dtype=dtype, device=device)), fwd, bwd)
+
+
 @register(aten.logspace.default)
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
     return _logspace(start, end, steps, base, _dtype(dtype), _device(device))
@@ -247,12 +259,7 @@ def _logspace(start, end, steps, base, dtype, device):
     powers = p.full([steps], base, dtype=f64, device=device)
     if steps == 1:   # eager takes the power of the bound as given, unrounded
         return p.convert_element_type(p.pow(powers, as_double(start, rounded=False)), dtype)
-    lo, hi = as_double(start, rounded=True), as_double(end, rounded=True)
-    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), f64)
-    step = p.div(p.sub(hi, lo), p.full([steps], steps - 1, dtype=f64, device=device))
-    fwd = p.add(lo, p.mul(step, i))
-    bwd = p.sub(hi, p.mul(step, p.sub(p.full([steps], steps - 1, dtype=f64, device=device), i)))
-    exps = p.where(p.lt(i, p.full([steps], steps // 2, dtype=f64, device=device)), fwd, bwd)
+    exps = _two_sided(as_double(start, rounded=True), as_double(end, rounded=True), steps, device)
     return p.convert_element_type(p.pow(powers, exps), dtype)
 
 
@@ -284,11 +291,7 @@ def linspace_tensor(start, end, steps, *, dtype=None, layout=None, device=None, 
     lo, hi = bound(start), bound(end)
     if steps == 1:
         return p.convert_element_type(lo, dtype)
-    i = p.convert_element_type(p.iota(steps, start=0, step=1, dtype=torch.int64, device=device), compute)
-    step = p.div(p.sub(hi, lo), p.full([steps], steps - 1, dtype=compute, device=device))
-    fwd = p.add(lo, p.mul(step, i))
-    bwd = p.sub(hi, p.mul(step, p.sub(p.full([steps], steps - 1, dtype=compute, device=device), i)))
-    out = p.where(p.lt(i, p.full([steps], steps // 2, dtype=compute, device=device)), fwd, bwd)
+    out = _two_sided(lo, hi, steps, device)
     if not dtype.is_floating_point:
         out = p.trunc(out)
     return p.convert_element_type(out, dtype)

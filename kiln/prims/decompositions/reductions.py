@@ -109,12 +109,6 @@ def _var(a, dims, correction, keepdim):
     return v, m
 
 
-def _spread_dtype(dtype):
-    """The dtype of var and std: a complex input's real counterpart."""
-    return {torch.complex32: torch.float16, torch.complex64: torch.float32,
-            torch.complex128: torch.float64}.get(dtype, dtype)
-
-
 def _correction(correction, unbiased=None):
     if correction is None:
         return 1 if unbiased is None or unbiased else 0
@@ -125,21 +119,21 @@ def _correction(correction, unbiased=None):
 def var(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, _ = _var(a, dims, _correction(correction), keepdim)
-    return restore_dims(convert(v, _spread_dtype(a.dtype)), a, dims, keepdim)
+    return restore_dims(convert(v, a.dtype.to_real()), a, dims, keepdim)
 
 
 @register(aten.std.correction)
 def std(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, _ = _var(a, dims, _correction(correction), keepdim)
-    return restore_dims(convert(p.sqrt(v), _spread_dtype(a.dtype)), a, dims, keepdim)
+    return restore_dims(convert(p.sqrt(v), a.dtype.to_real()), a, dims, keepdim)
 
 
 @register(aten.var_mean.correction)
 def var_mean(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, m = _var(a, dims, _correction(correction), keepdim)
-    return (restore_dims(convert(v, _spread_dtype(a.dtype)), a, dims, keepdim),
+    return (restore_dims(convert(v, a.dtype.to_real()), a, dims, keepdim),
             restore_dims(convert(m, a.dtype), a, dims, keepdim))
 
 
@@ -147,7 +141,7 @@ def var_mean(a, dim=None, *, correction=None, keepdim=False):
 def std_mean(a, dim=None, *, correction=None, keepdim=False):
     dims = canonical_dims(dim, a.ndim)
     v, m = _var(a, dims, _correction(correction), keepdim)
-    return (restore_dims(convert(p.sqrt(v), _spread_dtype(a.dtype)), a, dims, keepdim),
+    return (restore_dims(convert(p.sqrt(v), a.dtype.to_real()), a, dims, keepdim),
             restore_dims(convert(m, a.dtype), a, dims, keepdim))
 
 

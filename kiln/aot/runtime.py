@@ -181,6 +181,8 @@ class AotRuntime:
         plain = []
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
+            if value.is_set_to(target):   # written in place by the program: nothing to copy
+                continue
             # as eager's in-place write: an input written with a value that requires grad joins
             # the autograd graph (x.copy_(w) makes x require grad)
             if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
@@ -269,7 +271,15 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
               f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
     # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
-    fw_gm.meta["kiln_static_inputs"] = tuple(joint.input_indices("param", "buffer"))
+    # inputs the forward writes back into (a KV cache's update): codegen may write them in place
+    # ([Note: writes into inputs in place] in kiln/codegen/reinplace.py), and a CUDA graph then uses
+    # them in place too
+    mutations = [joint.outputs[i] for i in joint.output_indices("mutation")]
+    first_mutation = info.num_fw_outputs - len(mutations)
+    fw_gm.meta["kiln_inputs_written"] = tuple((first_mutation + k, spec.index) for k, spec in enumerate(mutations)
+                                              if not joint.inputs[spec.index].requires_grad)
+    fw_gm.meta["kiln_static_inputs"] = tuple(sorted({*joint.input_indices("param", "buffer"),
+                                                     *(i for _, i in fw_gm.meta["kiln_inputs_written"])}))
     fw_gm.meta["kiln_user_outputs"] = info.num_fw_outputs   # the rest are saved for the backward
     # the backward's caller keeps none of its inputs: a compiler may take them as a list it empties
     # and free each after its last use (returning a callable with `boxed = True`)

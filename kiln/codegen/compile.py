@@ -22,6 +22,7 @@ from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
+from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
 from kiln.symbolic.decide import oblivious_sizes, shape_envs
 
@@ -47,6 +48,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     from kiln.codegen import check
     from kiln.runtime import cache
 
+    reinplace_input_writes(gm)
     chosen = printer
     probe = check.enabled()
     use_cache = (chosen is None if use_cache is None else use_cache) and not probe

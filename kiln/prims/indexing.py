@@ -85,6 +85,20 @@ define("index_put(Tensor a, Tensor[] indices, Tensor values, bool accumulate) ->
        "a copy of a with values written (or added) at a[i0, i1, ...]", _index_put_meta, _index_put)
 
 
+def _index_put_into(a, indices, values, accumulate):
+    _index_put_meta(a, indices, values, accumulate)
+    return a.index_put_(tuple(indices), values, accumulate)
+
+
+# The one prim that writes into its operand; no decomposition produces it: codegen puts it in place of
+# an index_put whose operand is a copy of a graph input the graph writes back ([Note: writes into
+# inputs in place] in kiln/codegen/reinplace.py).
+define("index_put_(Tensor(a!) a, Tensor[] indices, Tensor values, bool accumulate) -> Tensor(a!)",
+       Category.INDEXING, "index_put written into a itself (a graph input's storage); returns a",
+       lambda a, indices, values, accumulate: (_index_put_meta(a, indices, values, accumulate), a)[1],
+       _index_put_into)
+
+
 def _full(shape, value, *, dtype, device):
     return torch.full(shape, value, dtype=dtype, device=device)
 

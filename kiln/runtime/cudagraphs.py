@@ -5,15 +5,19 @@ batch their launch cost, not their work, is the step time. Replaying a recorded 
 them all at once. What makes a replay right:
 
 - Addresses are baked in. Inputs the caller owns and passes anew each call (activations, token
-  ids) are copied into static tensors recorded in the graph; inputs marked static (parameters and
-  buffers, whose storage lives as long as the module) are used in place, and a call whose static
-  input moved (a parameter replaced) records again.
+  ids) are copied into static tensors recorded in the graph; inputs marked static are used in
+  place, and a call whose static input moved (a parameter replaced) records again. Static are
+  parameters and buffers, whose storage lives as long as the module, and inputs the program writes
+  into (a static KV cache: [Note: writes into inputs in place] in kiln/codegen/reinplace.py), which
+  a copy would keep the write from reaching.
 - A graph is recorded per input layout (shapes, strides, dtypes, scalar arguments): a program with
   symbolic sizes gets one graph per size it is called with.
 - The kernels must be compiled and the allocator warm before recording: the first call of each
   layout runs the program as it is, the second records, later ones replay.
 - The outputs live in the graph's memory pool and the next replay overwrites them, so a replay
-  returns copies.
+  returns copies: a caller that keeps a step's logits while it decodes the next reads its own.
+  An output that is a static input's storage (the cache the program wrote) is the caller's own
+  tensor, returned as it is.
 - A program that cannot be recorded (it reads a tensor on the host, holds a CPU tensor, or calls
   something that synchronizes) runs without graphs from then on, with a warning saying why.
 """
@@ -26,10 +30,14 @@ import torch
 
 
 class CudaGraphed:
-    """`program` (a compiled prim graph's callable) run through recorded CUDA graphs."""
+    """`program` (a compiled prim graph's callable) run through recorded CUDA graphs.
 
-    def __init__(self, program: Callable, static_inputs: Sequence[int] = ()):
+    `capture(program, args) -> (replay, outputs)` records one call; tests pass one that emulates a
+    recording on the CPU (outputs in fixed memory that each replay overwrites)."""
+
+    def __init__(self, program: Callable, static_inputs: Sequence[int] = (), capture: Callable | None = None):
         self.program = program
+        self.capture = capture or _capture
         self.static_inputs = frozenset(static_inputs)
         self.recorded: dict[tuple, _Recording] = {}
         self.seen: set[tuple] = set()
@@ -48,10 +56,10 @@ class CudaGraphed:
         if key not in self.seen:                   # warm-up: compile kernels, fill the allocator
             self.seen.add(key)
             return self.program(*args)
-        reason = _unrecordable(args)
+        reason = _unrecordable(args) if self.capture is _capture else None
         if reason is None:
             try:
-                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs)
+                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs, self.capture)
                 return recording.replay(args)
             except Exception as e:       # a sync, a host read, an op CUDA graphs refuse: run without
                 reason = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
@@ -75,7 +83,7 @@ def _unrecordable(args: Sequence[Any]) -> str | None:
 class _Recording:
     """One CUDA graph of the program, for one input layout."""
 
-    def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset):
+    def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset, capture: Callable):
         self.static_inputs = static_inputs
         self.pointers = {i: args[i].data_ptr() for i in static_inputs if isinstance(args[i], torch.Tensor)}
         # the caller's tensors: copied into these before each replay
@@ -84,15 +92,10 @@ class _Recording:
         graph_args = [self.copied.get(i, a) for i, a in enumerate(args)]
         for i, t in self.copied.items():
             t.copy_(args[i])
-        # torch's recipe: a run on a side stream first, then the recording
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            program(*graph_args)
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = program(*graph_args)
+        self.replay_graph, self.outputs = capture(program, graph_args)
+        # outputs that are a static input's own storage: the caller's tensor, never a copy
+        self.static_outputs = {k: i for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
+                               for i in self.pointers if o.is_set_to(graph_args[i])}
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
         return all(args[i].data_ptr() == p for i, p in self.pointers.items())
@@ -100,5 +103,20 @@ class _Recording:
     def replay(self, args: Sequence[Any]):
         for i, t in self.copied.items():
             t.copy_(args[i])
-        self.graph.replay()
-        return type(self.outputs)(o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs)
+        self.replay_graph()
+        return type(self.outputs)(args[self.static_outputs[k]] if k in self.static_outputs
+                                  else o.clone() if isinstance(o, torch.Tensor) else o
+                                  for k, o in enumerate(self.outputs))
+
+
+def _capture(program: Callable, graph_args: list) -> tuple[Callable, Any]:
+    """Record `program(*graph_args)` as a CUDA graph: torch's recipe, a run on a side stream first."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        program(*graph_args)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = program(*graph_args)
+    return graph.replay, outputs

@@ -39,12 +39,14 @@ class OptimizedModule(torch.nn.Module):
     static-first traces gave a third on the second prompt length. Float inputs, and `forward` called
     directly, stay static first."""
 
-    def __init__(self, mod: torch.nn.Module, compiled_call: Callable, compiled_forward: Callable | None = None):
+    def __init__(self, mod: torch.nn.Module, compiled_call: Callable, compiled_forward: Callable | None = None,
+                 cudagraphs: bool = False):
         super().__init__()
         self._orig_mod = mod  # registered as a child: .to(), .train(), .cuda() reach it
         self._compiled_call = compiled_call
         self._compiled_forward = compiled_forward
         self._redirects = 0
+        self._cudagraphs = cudagraphs
 
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)
@@ -93,6 +95,29 @@ class OptimizedModule(torch.nn.Module):
 _MODULE_ATTRS = frozenset(dir(torch.nn.Module))
 
 
+def _keep_library_compiles_out(module: torch.nn.Module) -> None:
+    """[Note: libraries that compile the model themselves] transformers' `generate()` compiles the
+    decoding step itself when the cache is static (`model.get_compiled_call(compile_config)`:
+    `torch.compile(model.__call__)` with `generation_config.compile_config`). On a model whose
+    forward kiln compiled, Dynamo would then trace kiln's wrapper, which it cannot: generate()
+    failed inside Dynamo unless the user passed `disable_compile=True`. The forward is compiled
+    already, so the module gets a `get_compiled_call` of its own that returns its `__call__` while
+    its forward is kiln's (set by the user, or redirected during `fast.generate(...)`), and the
+    class's otherwise: the decoding step runs through kiln, with the user's kiln options, and Dynamo
+    never sees it. `torch.compile(m, backend="kiln")` (transformers' `CompileConfig(backend="kiln")`
+    on a model kiln did not compile) is the other way in: Dynamo captures and kiln's backend takes
+    the mode and options (`kiln.backends.kiln_backend`)."""
+    if callable(getattr(type(module), "get_compiled_call", None)) and "get_compiled_call" not in module.__dict__:
+        module.__dict__["get_compiled_call"] = types.MethodType(get_compiled_call, module)
+
+
+def get_compiled_call(module: torch.nn.Module, compile_config: Any = None) -> Callable:
+    """The module's `get_compiled_call` ([Note: libraries that compile the model themselves])."""
+    if hasattr(module.__dict__.get("forward"), "__kiln_original__"):
+        return module.__call__
+    return type(module).get_compiled_call(module, compile_config)
+
+
 def _calls_the_model(value: Any, mod: torch.nn.Module, name: str) -> bool:
     """A method of the module's own class (generate, ...), not forward and not nn.Module's API."""
     return (isinstance(value, types.MethodType) and value.__self__ is mod and name not in _MODULE_ATTRS
@@ -102,9 +127,31 @@ def _calls_the_model(value: Any, mod: torch.nn.Module, name: str) -> bool:
 def _with_compiled_forward(wrapper: OptimizedModule, method: types.MethodType) -> Callable:
     @functools.wraps(method)
     def call(*args, **kwargs):
+        if wrapper._cudagraphs and method.__name__ == "generate":
+            kwargs = _static_cache_for_graphs(method.__self__, kwargs)
         with wrapper._forward_redirected():
             return method(*args, **kwargs)
     return call
+
+
+def _static_cache_for_graphs(model: torch.nn.Module, kwargs: dict) -> dict:
+    """[Note: reduce-overhead decodes with a static cache] A CUDA graph replays fixed addresses and
+    sizes. transformers' default `DynamicCache` grows by a `torch.cat` every token: each decoding
+    step has a cache of a new length in new memory, a layout never seen before, so nothing would
+    ever replay ([Note: CUDA graphs] in kiln/runtime/cudagraphs.py). Under mode="reduce-overhead",
+    `generate()` of a model that supports it (`_can_compile_fullgraph`, transformers' own mark)
+    therefore decodes with transformers' `StaticCache`: the cache padded to the call's whole length
+    once, positions past the current one masked by the model as eager masks them, and written in
+    place each step ([Note: writes into inputs in place] in kiln/codegen/reinplace.py). Padding to
+    the call's length rather than to buckets: one recording serves every step of the call, and
+    transformers' masks already make padded positions exact. A cache or cache_implementation the
+    user chose is kept."""
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    chosen = ("past_key_values" in kwargs or "cache_implementation" in kwargs
+              or getattr(config, "cache_implementation", None) is not None)
+    if chosen or not getattr(model, "_can_compile_fullgraph", False):
+        return kwargs
+    return {**kwargs, "cache_implementation": "static"}
 
 
 def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: bool | None = None,
@@ -136,12 +183,15 @@ def compile(model: Callable | None = None, *, mode: str | None = None, dynamic: 
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
     compiled = capture.capture(model, resolved, config)
+    owner = model if isinstance(model, torch.nn.Module) else getattr(model, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        _keep_library_compiles_out(owner)
     if isinstance(model, torch.nn.Module):
         forward = getattr(type(model), "forward", None)
         compiled_forward = (capture.capture(types.MethodType(forward, model), resolved,
                                             dataclasses.replace(config, token_dims=True))
                             if isinstance(forward, types.FunctionType) else None)
-        return OptimizedModule(model, compiled, compiled_forward)
+        return OptimizedModule(model, compiled, compiled_forward, cudagraphs=opts.cudagraphs)
     return compiled
 
 

@@ -62,9 +62,12 @@ def kiln(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Opti
     return compile_graph_module(gm, example_inputs, options)
 
 
-def kiln_backend(gm: torch.fx.GraphModule, example_inputs: list):
-    """The `torch_dynamo_backends` entry point: kiln's backend with default options."""
-    return kiln(gm, example_inputs, Options())
+def kiln_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
+                 options: dict | None = None):
+    """The `torch_dynamo_backends` entry point: `torch.compile(m, backend="kiln", mode=...,
+    options=...)` hands its mode and options here (transformers' `CompileConfig(backend="kiln")`
+    passes mode="reduce-overhead"); they mean what they mean to `kiln.compile`."""
+    return kiln(gm, example_inputs, Options.from_user(mode, options))
 
 
 def resolve(backend: str | Callable, options: Options) -> Backend:

@@ -80,15 +80,23 @@ def _reinplace(graph: fx.Graph, placeholder: fx.Node, value: fx.Node) -> fx.Node
     if [into[d] for d in out] != list(range(len(into))):
         return None
     with graph.inserting_before(index_put):
-        operand = placeholder
-        if into != list(range(len(into))):
-            operand = graph.call_function(_permute_op(), (placeholder, into))
+        operand = _permuted(graph, placeholder, into)
         written = graph.call_function(torch.ops.kiln_prims.index_put_.default, (operand, *index_put.args[1:]))
     index_put.replace_all_uses_with(written)
     written.meta.update(index_put.meta)
+    written.meta["val"] = operand.meta["val"]      # the result is the operand: its strides, not a copy's
     with graph.inserting_after(written):
-        result = written if out == list(range(len(out))) else graph.call_function(_permute_op(), (written, out))
-    return result
+        return _permuted(graph, written, out)
+
+
+def _permuted(graph: fx.Graph, node: fx.Node, dims: list[int]) -> fx.Node:
+    """`node` permuted by `dims` (itself for the identity), with its traced value."""
+    if dims == list(range(len(dims))):
+        return node
+    permuted = graph.call_function(_permute_op(), (node, dims))
+    permuted.meta.update(node.meta)
+    permuted.meta["val"] = node.meta["val"].permute(dims)
+    return permuted
 
 
 def _layout_only(node) -> bool:

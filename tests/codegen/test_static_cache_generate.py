@@ -65,3 +65,66 @@ def test_static_cache_decodes_in_one_graph_per_phase_with_eager_tokens(arch):
     assert _in_place_writes(backend) == 2 * model.config.num_hidden_layers
     assert torch.equal(_generate(model, ids), expected)     # a second generate(): a new cache, no recompile
     assert len(backend.compiled) == 2
+
+
+def _compile_config(**fields):
+    config = transformers.CompileConfig(**fields)
+    config._compile_all_devices = True       # transformers compiles the decode step on the CPU too
+    return config
+
+
+@pytest.mark.parametrize("form", ["forward", "module"])
+def test_static_cache_on_a_kiln_compiled_model_needs_no_flag(form, monkeypatch):
+    """transformers compiles the decoding step itself with a static cache; on a model kiln compiled
+    that is kiln's compiled call, never torch.compile ([Note: libraries that compile the model
+    themselves] in kiln/api.py)."""
+    kiln.reset()
+    model = _model("gpt_neox")
+    ids = torch.randint(1, VOCAB, (1, 7), generator=torch.Generator().manual_seed(2))
+    expected = _generate(model, ids)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("transformers reached torch.compile on a kiln-compiled model")
+    monkeypatch.setattr(torch, "compile", refuse)
+    if form == "forward":
+        model.forward = kiln.compile(model.forward)
+        target = model
+    else:
+        target = kiln.compile(model)
+    with torch.no_grad():
+        got = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                              min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+                              cache_implementation="static", compile_config=_compile_config())
+    assert torch.equal(got, expected)
+
+
+def test_compile_config_backend_kiln_takes_the_mode():
+    """`CompileConfig(backend="kiln")`: transformers' torch.compile hands mode="reduce-overhead" to
+    kiln's registered backend, which takes it as kiln.compile would."""
+    model = _model("llama")
+    ids = torch.randint(1, VOCAB, (1, 5), generator=torch.Generator().manual_seed(3))
+    expected = _generate(model, ids)
+    with torch.no_grad():
+        got = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+                             cache_implementation="static", compile_config=_compile_config(backend="kiln"))
+    assert torch.equal(got, expected)
+
+
+def test_reduce_overhead_generate_decodes_with_a_static_cache():
+    """[Note: reduce-overhead decodes with a static cache]: the seed's lines, default cache."""
+    kiln.reset()
+    model = _model("gpt_neox")
+    ids = torch.randint(1, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4))
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                  do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+    with torch.no_grad():
+        expected = model.generate(ids, **kwargs)        # eager, transformers' default DynamicCache
+        fast = kiln.compile(model, mode="reduce-overhead")
+        got = fast.generate(ids, **kwargs)
+        chosen = fast.generate(ids, **kwargs, cache_implementation="dynamic")
+    assert torch.equal(got.sequences, expected.sequences)
+    assert type(got.past_key_values).__name__ == "StaticCache"
+    assert type(expected.past_key_values).__name__ == "DynamicCache"
+    assert type(chosen.past_key_values).__name__ == "DynamicCache", "a cache the user chose is kept"
+    assert torch.equal(chosen.sequences, expected.sequences)

@@ -37,7 +37,9 @@ class ViewStep:
 
     @property
     def static(self) -> bool:
-        return not any(isinstance(a, fx.Node) for a in self.args + tuple(v for _, v in self.kwargs))
+        """No argument is computed in the graph (a size of a symbolic dim), at any depth."""
+        leaves = torch.utils._pytree.tree_leaves((self.args, [v for _, v in self.kwargs]))
+        return not any(isinstance(a, fx.Node) for a in leaves)
 
 
 def replay(chain: tuple[ViewStep, ...], base):
@@ -100,7 +102,8 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     rule = SCATTERS.get(step.op)
     if rule is not None:
         return rule(emit, base, base_val, value, step)
-    if step.op in _RESHAPES and view_val.dtype == base_val.dtype:
+    # (aten.view traced into prims is `kiln_prims.view`, found by name: aot does not import the prims)
+    if (step.op in _RESHAPES or str(step.op) == "kiln_prims.view.default") and view_val.dtype == base_val.dtype:
         return emit(aten._reshape_copy.default, value, list(base_val.shape))
     if step.op is aten.expand.default:
         raise NotYetImplemented("kiln.aot: a write into an expanded view (all copies share memory) is not "

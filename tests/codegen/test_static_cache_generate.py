@@ -128,3 +128,14 @@ def test_reduce_overhead_generate_decodes_with_a_static_cache():
     assert type(expected.past_key_values).__name__ == "DynamicCache"
     assert type(chosen.past_key_values).__name__ == "DynamicCache", "a cache the user chose is kept"
     assert torch.equal(chosen.sequences, expected.sequences)
+
+
+def test_static_cache_generate_over_batches_and_lengths_on_one_compiled_model():
+    """A second batch size makes the batch dim symbolic; the prefill writes the new cache through a
+    view whose shape holds that size (functionalizing it failed: a view step's nested size node)."""
+    kiln.reset()
+    model = _model("llama")
+    fast = kiln.compile(model, mode="reduce-overhead")
+    for batch, prompt in ((1, 6), (2, 9), (3, 4)):
+        ids = torch.randint(1, VOCAB, (batch, prompt), generator=torch.Generator().manual_seed(batch))
+        assert torch.equal(_generate(fast, ids), _generate(model, ids)), f"batch {batch}, prompt {prompt}"

@@ -60,3 +60,14 @@ def test_a_moved_static_input_records_again():
     logits, out = graphed(weight, moved, torch.tensor([3]), tokens[3])
     assert out is moved
     torch.testing.assert_close(logits, expected[3])
+
+
+def test_a_static_input_of_another_size_at_the_same_address_records_again():
+    """A new cache of another length can be allocated where a freed one was."""
+    program = lambda cache, x: (cache * 2 + x.sum(),)     # noqa: E731
+    graphed = CudaGraphed(program, static_inputs=(0,), capture=_emulated_capture)
+    storage = torch.zeros(16)
+    for _ in range(3):
+        graphed(storage[:8].view(2, 4), torch.ones(3))
+    smaller = storage[:6].view(2, 3)                       # the same address, another size
+    torch.testing.assert_close(graphed(smaller, torch.ones(3))[0], smaller * 2 + 3)

@@ -195,6 +195,22 @@ def test_merge_combines_runs_and_a_rerun_replaces_its_row(tmp_path):
     assert "kiln bench --models B" in text and "| inductor | infer | bf16 | 2/2 | 4.00x |" in text
 
 
+def test_resume_appends_to_one_file_and_skips_the_cases_it_holds(custom_compilers, tmp_path, capsys):
+    results = tmp_path / "sweep" / "cpu_zoo.jsonl"
+    argv = ["--size", "test", "--compilers", f"eager,{custom_compilers}:wrong", "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path / "unused"), "--resume", str(results)]
+    assert main(argv + ["--models", "mlp"]) == 0
+    assert main(argv + ["--models", "mlp,gpt2"]) == 0          # mlp is done: only gpt2 runs
+    assert main(argv + ["--models", "mlp,gpt2"]) == 0          # everything is done
+    assert "every case is already in" in capsys.readouterr().err
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["type"] for r in records].count("run") == 2                 # the third run wrote nothing
+    assert sorted((r["model"], r["compiler"]) for r in records if r["type"] == "row") == sorted(
+        (m, c) for m in ("mlp", "gpt2") for c in ("eager", f"{custom_compilers}:wrong"))
+    text = (tmp_path / "sweep" / "cpu_zoo.md").read_text()
+    assert "| mlp | infer | fp32 | eager |" in text and "| gpt2 | infer | fp32 | eager |" in text
+
+
 def test_a_shared_process_reports_each_case_and_survives_deaths_and_hangs(custom_compilers):
     from kiln.bench.harness import run_group
     names = ["die", "fx_eager", "hang", "wrong", "crash"]

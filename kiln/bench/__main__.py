@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     for note in notes:
         print(f"kiln bench: {note}", file=sys.stderr)
     if not cases:
+        if args.resume and os.path.exists(args.resume):
+            print(f"kiln bench: every case is already in {args.resume}", file=sys.stderr)
+            return 0
         print("kiln bench: nothing to run", file=sys.stderr)
         return 1
     # SIGTERM becomes SystemExit, so the harness can kill the running case's process group.

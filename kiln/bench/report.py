@@ -184,6 +184,8 @@ class ResultFiles:
 
     def write_attribution(self, rows: list[dict]) -> None:
         from kiln.bench.attribution import side_by_side
+        if self.appending:    # a resumed sweep's attribution covers every profiled row of its file
+            rows = self.rows()
         cases: dict[tuple, dict[str, dict]] = {}
         for row in rows:
             if "profile" in row:

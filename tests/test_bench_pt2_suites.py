@@ -105,3 +105,20 @@ def test_a_model_too_large_for_this_cpu_is_unavailable_with_its_size():
     assert too_large_for_cpu(10_000_000) is None
     reason = too_large_for_cpu(int(memory / BYTES_PER_PARAMETER))
     assert reason is not None and "GiB" in reason
+
+
+def test_the_sweep_summary_counts_passes_and_groups_failures_by_cause(tmp_path):
+    from kiln.bench.pt2_summary import summarize
+    rows = [{"model": "lcnet_050", "mode": "infer", "status": "pass"},
+            {"model": "lcnet_050", "mode": "train", "status": "fail_accuracy", "error": "result 3: RMSE"},
+            {"model": "gluon_xception65", "mode": "infer", "status": "unavailable", "error": "removed"},
+            {"model": "gluon_xception65", "mode": "train", "status": "pass"}]
+    path = tmp_path / "cpu_pt2-timm.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [{"type": "run"}] + [
+        {"type": "row", "suite": "pt2-timm", "compiler": "kiln", "precision": "fp32", "device": "cpu", **r}
+        for r in rows]) + "\n")
+    text = summarize([str(path)])
+    assert "| pt2-timm | 2 | 1/2 | 1/2 | 1 | 1 |" in text
+    assert "**unavailable** (1 rows, 1 models)" in text
+    assert "pt2-timm/lcnet_050 train: fail_accuracy: result 3: RMSE" in text     # no entry: unexplained
+    assert "pt2-timm/gluon_xception65 train: passes now" in text                   # an entry that is stale

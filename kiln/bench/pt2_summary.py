@@ -21,7 +21,13 @@ def summarize(paths: list[str], compiler: str = "kiln") -> str:
     text = ["# PyTorch 2.0's suites on the CPU: kiln against eager, batch 2, fp32", "",
             "Status by the benchmark's rule (allclose at the suite's tolerance, else RMSE against float64 at most "
             "2x eager's); train compares one step's loss and every gradient. Files: "
-            + ", ".join(f"`{p}`" for p in paths), "",
+            + ", ".join(f"`{p}`" for p in paths) + ". Made, one suite after another, by", "",
+            "```sh", "nice -n 10 kiln bench --device cpu --suite pt2-timm --compilers eager,kiln --modes infer,train \\",
+            "    --steps 1 --warmup 0 --timeout 600 --resume bench/results/pt2-suites/cpu_pt2-timm.jsonl "
+            "--out bench/results/pt2-suites", "python -m kiln.bench.pt2_summary bench/results/pt2-suites/cpu_*.jsonl "
+            "-o bench/results/pt2-suites/README.md", "```", "",
+            "Add `--shard I/N` to split a suite over several machines or windows. Models not yet run are not in "
+            "the table.", "",
             "| suite | models run | pass infer | pass train | unavailable | other failures |", "|---|---|---|---|---|---|"]
     causes: dict[str, set[str]] = {}
     unexplained, stale = [], []

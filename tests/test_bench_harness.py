@@ -85,7 +85,7 @@ def test_a_hanging_case_is_killed_at_the_timeout(custom_compilers):
 def test_tiny_end_to_end_kiln_bench(custom_compilers, tmp_path, capsys):
     out = tmp_path / "results"
     argv = ["--size", "test", "--models", "mlp", "--compilers", f"eager,kiln-aot_eager,{custom_compilers}:wrong",
-            "--steps", "3", "--warmup", "1", "--out", str(out)]
+            "--steps", "3", "--warmup", "1", "--out", str(out), "--method", "separate"]
     assert main(argv) == 0
     (jsonl,) = out.glob("*_cpu_zoo.jsonl")
     (markdown,) = out.glob("*_cpu_zoo.md")
@@ -113,7 +113,7 @@ def test_kiln_rows_carry_their_compile_stages_cold_and_warm(tmp_path):
     in its JSON rows and in a table of the markdown."""
     out = tmp_path / "results"
     assert main(["--size", "test", "--models", "mlp", "--modes", "infer", "--compilers", "kiln",
-                 "--steps", "2", "--warmup", "1", "--out", str(out)]) == 0
+                 "--steps", "2", "--warmup", "1", "--out", str(out), "--method", "separate"]) == 0
     (jsonl,) = out.glob("*_cpu_zoo.jsonl")
     (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()[1:]]
     assert row["status"] == "pass"
@@ -123,6 +123,31 @@ def test_kiln_rows_carry_their_compile_stages_cold_and_warm(tmp_path):
     assert 0 < sum(cold.values()) <= row["cold_compile_s"] + 0.5
     text = next(out.glob("*_cpu_zoo.md")).read_text()
     assert "compile seconds by stage" in text and "| mlp | infer | fp32 | cold |" in text and "| mlp | infer | fp32 | warm |" in text
+
+
+def test_cpu_default_is_interleaved_and_rows_say_how_noisy_eager_was(custom_compilers, tmp_path, capsys):
+    """Issue #35 item 5: on the CPU too, eager and the compilers of a case share a process, steps
+    alternated; each row carries eager's spread, and the table marks a row past 20% noisy."""
+    out = tmp_path / "results"
+    assert main(["--size", "test", "--models", "mlp", "--compilers", f"eager,{custom_compilers}:wrong",
+                 "--steps", "5", "--warmup", "1", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in next(out.glob("*.jsonl")).read_text().splitlines()[1:]]
+    assert {r["method"] for r in rows} == {"interleaved"} and len(rows) == 2
+    assert all(r["eager_spread"] >= 0 and r["noisy"] == (r["eager_spread"] > 0.2) for r in rows)
+    assert {r["compiler"]: r["status"] for r in rows} == {"eager": "pass", f"{custom_compilers}:wrong": "fail_accuracy"}
+    assert "eager spread" in capsys.readouterr().out
+
+
+def test_spread_is_the_interdecile_range_over_the_median_and_past_20_percent_is_noisy():
+    from kiln.bench.case import noise_fields, spread_of
+    from kiln.bench.report import text_table
+    assert spread_of([1.0]) is None and spread_of([1.0] * 10) == 0.0
+    assert spread_of([1.0, 2.0]) == pytest.approx((1.9 - 1.1) / 1.5)
+    quiet, busy = noise_fields([1.0, 1.05, 1.1, 1.0]), noise_fields([1.0, 1.0, 3.0, 1.0, 0.5])
+    assert not quiet["noisy"] and busy["noisy"]
+    base = {"model": "m", "mode": "infer", "precision": "fp32", "compiler": "eager", "status": "pass"}
+    table = text_table([{**base, **quiet}, {**base, **busy}])
+    assert table.count("noisy") == 1 and f"{busy['eager_spread']:.0%} noisy" in table
 
 
 def test_cli_checks_its_flags(capsys):
@@ -168,6 +193,22 @@ def test_merge_combines_runs_and_a_rerun_replaces_its_row(tmp_path):
     assert len(rows) == 3 and rows["A", "kiln"]["status"] == "pass"
     text = next((tmp_path / "merged").glob("*.md")).read_text()
     assert "kiln bench --models B" in text and "| inductor | infer | bf16 | 2/2 | 4.00x |" in text
+
+
+def test_resume_appends_to_one_file_and_skips_the_cases_it_holds(custom_compilers, tmp_path, capsys):
+    results = tmp_path / "sweep" / "cpu_zoo.jsonl"
+    argv = ["--size", "test", "--compilers", f"eager,{custom_compilers}:wrong", "--steps", "2", "--warmup", "1",
+            "--out", str(tmp_path / "unused"), "--resume", str(results)]
+    assert main(argv + ["--models", "mlp"]) == 0
+    assert main(argv + ["--models", "mlp,gpt2"]) == 0          # mlp is done: only gpt2 runs
+    assert main(argv + ["--models", "mlp,gpt2"]) == 0          # everything is done
+    assert "every case is already in" in capsys.readouterr().err
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["type"] for r in records].count("run") == 2                 # the third run wrote nothing
+    assert sorted((r["model"], r["compiler"]) for r in records if r["type"] == "row") == sorted(
+        (m, c) for m in ("mlp", "gpt2") for c in ("eager", f"{custom_compilers}:wrong"))
+    text = (tmp_path / "sweep" / "cpu_zoo.md").read_text()
+    assert "| mlp | infer | fp32 | eager |" in text and "| gpt2 | infer | fp32 | eager |" in text
 
 
 def test_a_shared_process_reports_each_case_and_survives_deaths_and_hangs(custom_compilers):

@@ -8,6 +8,8 @@ inductor and kiln.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import signal
 import sys
 
@@ -38,10 +40,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precisions", default="fp32", help="comma list of fp32,bf16 (bf16 = autocast; default fp32)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument("--method", choices=("interleaved", "separate"), default=None,
-                   help="interleaved: the compilers of one (model, mode, precision) in one process, their steps "
-                        "interleaved (eager, inductor, kiln, eager, ...): the headline method, default on cuda; "
-                        "separate: one process per compiler, each timed against its own eager (default on cpu, "
-                        "where peak memory is the process's RSS)")
+                   help="interleaved (the default): the compilers of one (model, mode, precision) in one process, "
+                        "their steps interleaved (eager, inductor, kiln, eager, ...), so that a busy machine slows "
+                        "every compiler alike; separate: one process per compiler, each timed against its own "
+                        "eager (on cpu, peak memory is then the process's RSS growth)")
     p.add_argument("--profile", nargs="?", const="", default=None, metavar="MODELS",
                    help="profile one steady step of each compiler after timing (torch.profiler, cuda) and write "
                         "GPU time by category side by side; implies --method interleaved; MODELS as --models")
@@ -60,6 +62,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the second process that measures the warm (cached) compile time")
     p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only the I-th of N shards (0 <= I < N) of the models, dealt round-robin in list order: "
+                        "a suite split over several short runs (merge their .jsonl with --merge)")
+    p.add_argument("--resume", default=None, metavar="JSONL",
+                   help="append rows to this results file, skipping cases whose rows it already holds (a stopped or "
+                        "timed-out sweep goes on where it was)")
     p.add_argument("--list", action="store_true", help="list suites, models and compilers, then exit")
     p.add_argument("--merge", nargs="+", metavar="JSONL", default=None,
                    help="instead of running: merge these results files into one .jsonl and .md under --out")
@@ -114,7 +122,43 @@ def build_cases(args: argparse.Namespace) -> tuple[list[Case], list[str]]:
                                           args.warmup, args.batch, args.size))
     for name in sorted((wanted or set()) - found):
         notes.append(f"skipped: no model {name!r} in suites {','.join(suites)}")
+    if args.shard:
+        cases = shard(cases, args.shard)
+    if args.resume and os.path.exists(args.resume):
+        done = rows_done(args.resume)
+        kept = [c for c in cases if not all(key in done for key in case_keys(c))]
+        if len(kept) < len(cases):
+            notes.append(f"resumed: {len(cases) - len(kept)} cases already in {args.resume}")
+        cases = kept
     return cases, notes
+
+
+def shard(cases: list[Case], spec: str) -> list[Case]:
+    """The cases of every N-th model starting at the I-th (`spec` is "I/N"), in the cases' order."""
+    try:
+        index, count = (int(x) for x in spec.split("/"))
+        assert 0 <= index < count
+    except (ValueError, AssertionError):
+        raise SystemExit(f"kiln bench: --shard {spec!r}: give I/N with 0 <= I < N, e.g. 0/4")
+    models = list(dict.fromkeys((c.suite, c.model) for c in cases))
+    mine = set(models[index::count])
+    return [c for c in cases if (c.suite, c.model) in mine]
+
+
+def row_key(row: dict) -> tuple:
+    return tuple(row.get(k) for k in ("suite", "model", "mode", "precision", "compiler", "device", "batch"))
+
+
+def case_keys(case: Case) -> list[tuple]:
+    """The keys of the rows a case will write: one per compiler of an interleaved case."""
+    return [(case.suite, case.model, case.mode, case.precision, name, case.device, case.batch)
+            for name in (case.compilers or (case.compiler,))]
+
+
+def rows_done(path: str) -> set[tuple]:
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return {row_key(r) for r in records if r.get("type") == "row"}
 
 
 def list_everything() -> None:
@@ -143,19 +187,22 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("kiln bench: --steps must be at least 1 (30 or more for published figures)")
     if args.profile:
         args.models = args.profile
-    if args.method is None:
-        args.method = "interleaved" if args.device.startswith("cuda") or args.profile is not None else "separate"
+    if args.method is None:   # [Note: interleaved timing] in kiln.bench.interleaved, on every device
+        args.method = "interleaved"
     if args.profile is not None and args.method != "interleaved":
         raise SystemExit("kiln bench: --profile needs --method interleaved")
     cases, notes = build_cases(args)
     for note in notes:
         print(f"kiln bench: {note}", file=sys.stderr)
     if not cases:
+        if args.resume and os.path.exists(args.resume):
+            print(f"kiln bench: every case is already in {args.resume}", file=sys.stderr)
+            return 0
         print("kiln bench: nothing to run", file=sys.stderr)
         return 1
     # SIGTERM becomes SystemExit, so the harness can kill the running case's process group.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    files = ResultFiles(args.out, args.device, split(args.suite, tuple(SUITES), "--suite"), argv)
+    files = ResultFiles(args.out, args.device, split(args.suite, tuple(SUITES), "--suite"), argv, append_to=args.resume)
     rows: list[dict] = []
 
     def keep(row: dict) -> None:

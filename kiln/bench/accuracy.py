@@ -20,6 +20,10 @@ TOLERANCE = {
     ("zoo", "infer", "fp32"): 1e-4, ("zoo", "train", "fp32"): 1e-3,
     ("hf", "infer", "fp32"): 1e-3, ("hf", "train", "fp32"): 1e-2,
     ("timm", "infer", "fp32"): 1e-3, ("timm", "train", "fp32"): 1e-2,
+    # PyTorch 2.0's suites (kiln.bench.pt2_suites), at their runners' defaults (TorchBench's for vision)
+    ("pt2-hf", "infer", "fp32"): 1e-3, ("pt2-hf", "train", "fp32"): 1e-2,
+    ("pt2-timm", "infer", "fp32"): 1e-3, ("pt2-timm", "train", "fp32"): 1e-2,
+    ("pt2-vision", "infer", "fp32"): 1e-4, ("pt2-vision", "train", "fp32"): 1e-3,
 }
 BF16_TOLERANCE = {"infer": 1e-2, "train": 4e-2}
 

@@ -127,6 +127,25 @@ class Clock:
         return time.perf_counter() - start
 
 
+# [Note: noisy rows] A row's eager step times spread: (90th percentile - 10th) / median, over the
+# eager steps timed beside the compiled ones. On a busy CPU eager's own time moved 20x between rows,
+# so a ratio over eager from such steps says little; the table marks a row past NOISY_SPREAD.
+NOISY_SPREAD = 0.20
+
+
+def spread_of(times: list[float]) -> float | None:
+    """(p90 - p10) / median of step times ([Note: noisy rows]); None for fewer than two."""
+    if len(times) < 2:
+        return None
+    deciles = statistics.quantiles(times, n=10, method="inclusive")
+    return (deciles[-1] - deciles[0]) / statistics.median(times)
+
+
+def noise_fields(eager_times: list[float]) -> dict:
+    spread = spread_of(eager_times)
+    return {} if spread is None else {"eager_spread": spread, "noisy": spread > NOISY_SPREAD}
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # Linux reports KiB
 
@@ -223,7 +242,8 @@ def run(case: Case) -> dict:
             eager_times.append(clock.time(eager_step))
         compiled_times.append(clock.time(compiled_step))
     eager_times = eager_times or compiled_times
-    row.update(eager_ms=1e3 * statistics.median(eager_times), ms=1e3 * statistics.median(compiled_times))
+    row.update(eager_ms=1e3 * statistics.median(eager_times), ms=1e3 * statistics.median(compiled_times),
+               **noise_fields(eager_times))
     row["speedup"] = row["eager_ms"] / row["ms"]
     row["cold_compile_s"] = max(first_call_s - row["ms"] / 1e3, 0.0) if compiler.compiles else 0.0
     if device.type == "cuda":
@@ -273,7 +293,10 @@ def stages_since(before: dict[str, float]) -> dict[str, float]:
 
 
 def status_of_error(error: BaseException) -> dict:
+    from kiln.bench.pt2_suites import ModelUnavailable
     from kiln.errors import NotYetImplemented
+    if isinstance(error, ModelUnavailable):   # a list's model this install cannot build: not a compiler's failure
+        return {"status": "unavailable", "error": str(error)}
     chain, seen = error, set()
     while chain is not None and id(chain) not in seen:   # torch.compile wraps backend errors
         if isinstance(chain, NotYetImplemented):

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from kiln import log
-from kiln.bench.case import (Bench, Case, cuda_step_peak_mb, first_line, float64_reference, results_of,
-                             stages_since, status_of_error)
+from kiln.bench.case import (Bench, Case, cuda_step_peak_mb, first_line, float64_reference, noise_fields,
+                             results_of, stages_since, status_of_error)
 
 
 def gpu_neighbours() -> int | None:
@@ -97,11 +97,11 @@ def run_interleaved(case: Case) -> dict:
     if device.type == "cuda":
         neighbours.append(gpu_neighbours())
     eager_ms = 1e3 * statistics.median(times["eager"]) if "eager" in times else None
+    noise = noise_fields(times["eager"]) if "eager" in times else {}    # [Note: noisy rows] in kiln.bench.case
     for name, ts in times.items():
         rows[name]["ms"] = 1e3 * statistics.median(ts)
         if eager_ms is not None:
-            rows[name]["eager_ms"] = eager_ms
-            rows[name]["speedup"] = eager_ms / rows[name]["ms"]
+            rows[name].update(eager_ms=eager_ms, speedup=eager_ms / rows[name]["ms"], **noise)
         if device.type == "cuda":
             rows[name]["peak_mem_mb"] = cuda_step_peak_mb(steps[name])
             rows[name]["gpu_neighbours"] = max((n for n in neighbours if n is not None), default=None)

@@ -26,12 +26,16 @@ COLUMNS = (  # (header, row key, format)
     ("cold s", "cold_compile_s", "{:.1f}"), ("warm s", "warm_compile_s", "{:.1f}"),
     ("peak MB", "peak_mem_mb", "{:.0f}"), ("eager MB", "eager_peak_mem_mb", "{:.0f}"),
     ("graphs", "graphs", "{}"), ("breaks", "graph_breaks", "{}"),
+    ("eager spread", "eager_spread", lambda row: f"{row['eager_spread']:.0%}" + (" noisy" if row.get("noisy") else "")),
 )
 
 
-def cell(row: dict, key: str, fmt: str) -> str:
+def cell(row: dict, key: str, fmt) -> str:
+    """A table cell: `fmt` is a format string for the value, or a function of the whole row."""
     value = row.get(key)
-    return "-" if value is None else fmt.format(value)
+    if value is None:
+        return "-"
+    return fmt(row) if callable(fmt) else fmt.format(value)
 
 
 def geomean(values: Iterable[float]) -> float | None:
@@ -148,16 +152,21 @@ def environment(device: str) -> dict:
 class ResultFiles:
     """`<out>/<date>_<device>_<suites>.jsonl` and `.md`; rows are appended as they finish."""
 
-    def __init__(self, out_dir: str, device: str, suites: list[str], argv: list[str]):
+    def __init__(self, out_dir: str, device: str, suites: list[str], argv: list[str], append_to: str | None = None):
+        """With `append_to` (`kiln bench --resume`), rows go to that file, after a run record of
+        their own, and the markdown beside it summarizes every row the file holds."""
         os.makedirs(out_dir, exist_ok=True)
         self.started = datetime.datetime.now(datetime.timezone.utc)
         # letters, digits, '.', '_' and '-' only: a name a copying tool will not refuse
         stem = f"{self.started:%Y%m%d-%H%M%S}_{device.replace(':', '')}_{'-'.join(suites)}"
-        self.jsonl = os.path.join(out_dir, stem + ".jsonl")
-        self.markdown = os.path.join(out_dir, stem + ".md")
+        self.jsonl = append_to or os.path.join(out_dir, stem + ".jsonl")
+        self.markdown = self.jsonl[:-len(".jsonl")] + ".md" if self.jsonl.endswith(".jsonl") else self.jsonl + ".md"
         self.command = "kiln bench " + " ".join(shlex.quote(a) for a in argv)
         self.env = environment(device)
-        with open(self.jsonl, "w") as f:
+        self.appending = bool(append_to)
+        if append_to:
+            os.makedirs(os.path.dirname(os.path.abspath(append_to)), exist_ok=True)
+        with open(self.jsonl, "a" if append_to else "w") as f:
             f.write(json.dumps({"type": "run", "command": self.command, "argv": argv,
                                 "started": self.started.isoformat(), **self.env}) + "\n")
 
@@ -165,12 +174,18 @@ class ResultFiles:
         with open(self.jsonl, "a") as f:
             f.write(json.dumps({"type": "row", **row}) + "\n")
 
+    def rows(self) -> list[dict]:
+        """Every row of the results file, a later row of one case replacing an earlier one."""
+        return list(read_rows([self.jsonl])[1].values())
+
     @property
     def attribution(self) -> str:
         return self.markdown[:-len(".md")] + "_attribution.md"
 
     def write_attribution(self, rows: list[dict]) -> None:
         from kiln.bench.attribution import side_by_side
+        if self.appending:    # a resumed sweep's attribution covers every profiled row of its file
+            rows = self.rows()
         cases: dict[tuple, dict[str, dict]] = {}
         for row in rows:
             if "profile" in row:
@@ -186,6 +201,8 @@ class ResultFiles:
 
     def write_markdown(self, rows: list[dict], notes: list[str]) -> None:
         env = ", ".join(f"{k} {v}" for k, v in self.env.items())
+        if self.appending:    # a resumed sweep's summary covers every row of its file
+            rows = self.rows()
         with open(self.markdown, "w") as f:
             f.write(markdown_report(f"{self.started:%Y-%m-%d %H:%M} UTC", [f"`{self.command}`"], [env],
                                     rows, notes))
@@ -222,14 +239,14 @@ def markdown_report(when: str, commands: list[str], environments: list[str], row
     return "\n".join(text)
 
 
-def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
-    """One JSON lines file and one markdown summary from several runs' JSON lines (e.g. a GPU
-    sweep split into one command per model). A later row for the same case replaces an earlier
-    one; every part's command is kept."""
+def read_rows(paths: list[str]) -> tuple[list[dict], dict[tuple, dict]]:
+    """The run records and the rows of results files; a later row of one case replaces an earlier one."""
     runs, rows = [], {}
     for path in paths:
         with open(path) as f:
             for line in f:
+                if not line.strip():
+                    continue
                 record = json.loads(line)
                 if record.get("type") == "run":
                     runs.append(record)
@@ -237,6 +254,14 @@ def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
                     key = tuple(record.get(k) for k in ("suite", "model", "mode", "precision", "compiler", "device",
                                                          "size", "batch"))
                     rows[key] = {k: v for k, v in record.items() if k != "type"}
+    return runs, rows
+
+
+def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
+    """One JSON lines file and one markdown summary from several runs' JSON lines (e.g. a GPU
+    sweep split into one command per model). A later row for the same case replaces an earlier
+    one; every part's command is kept."""
+    runs, rows = read_rows(paths)
     if not runs:
         raise ValueError(f"no kiln bench run records in {paths}")
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -258,12 +283,14 @@ def merge(paths: list[str], out_dir: str, argv: list[str]) -> tuple[str, str]:
 
 
 METHOD = [
-    "interleaved (the headline method, default on CUDA): the compilers of one (model, mode, precision) "
+    "eager spread = (90th percentile - 10th) / median of eager's timed steps in the row's process; "
+    "a row past 20% is marked noisy: the machine's load moved eager's own time, so its ratios are doubtful",
+    "interleaved (the headline method, the default): the compilers of one (model, mode, precision) "
     "in one process, timed round-robin (eager, inductor, kiln, eager, ...) after warm-up; ms is each "
     "compiler's median, speedup = eager ms / ms, vs inductor = inductor ms / ms from the same steps; "
     "cold s there is each compiler's first call minus a steady step in that shared process (a later "
     "compiler finds imports done)",
-    "separate (default on CPU): each case in its own process, "
+    "separate (--method separate): each case in its own process, "
     "ms the median of the compiled steps, eager ms the median "
     "of eager steps interleaved with them, after warm-up; speedup = eager ms / ms",
     "cold s = first compiled call (compile included) minus a steady step, in a process with empty "

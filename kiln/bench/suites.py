@@ -1,4 +1,5 @@
-"""The model suites a benchmark can run: the built-in zoo, transformers models, timm models.
+"""The model suites a benchmark can run: the built-in zoo, transformers models, timm models, and
+PyTorch 2.0's own suites (pt2-hf, pt2-timm, pt2-vision: `kiln.bench.pt2_suites`).
 
 Each suite maps a model name to a `BenchModel` whose `make(device, batch, size)` returns
 `(model, args, kwargs)` with random, seeded weights. transformers and timm models are built from
@@ -28,9 +29,13 @@ class BenchModel:
     batch: int | None                    # default batch (None: the zoo size's own)
     build: Callable[[torch.device, int, str], Made]
     description: str = ""
+    cpu_batch: int | None = None         # default batch off CUDA, where it differs (PyTorch 2.0 suites)
 
     def make(self, device: torch.device | str, batch: int | None = None, size: str = "bench") -> Made:
-        return self.build(torch.device(device), self.batch if batch is None else batch, size)
+        device = torch.device(device)
+        if batch is None:
+            batch = self.batch if device.type == "cuda" or self.cpu_batch is None else self.cpu_batch
+        return self.build(device, batch, size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +175,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("zoo", ("torch",), _zoo_models),
     Suite("hf", ("transformers",), _hf_models),
     Suite("timm", ("timm", "torchvision"), _timm_models),
+    Suite("pt2-hf", ("transformers",), lambda: _pt2_models("pt2-hf")),
+    Suite("pt2-timm", ("timm",), lambda: _pt2_models("pt2-timm")),
+    Suite("pt2-vision", ("torchvision",), lambda: _pt2_models("pt2-vision")),
 )}
+
+
+def _pt2_models(suite: str) -> dict[str, BenchModel]:
+    """PyTorch 2.0's own suites, every model of its lists (kiln.bench.pt2_suites)."""
+    from kiln.bench.pt2_suites import PT2_SUITES
+    return PT2_SUITES[suite][1]()
 
 
 def get_model(suite: str, name: str) -> BenchModel:

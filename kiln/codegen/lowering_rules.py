@@ -319,7 +319,8 @@ def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_off
             buf = ctx.realize(self)
         return TensorValue(sizes, self.dtype, self.device, Load(buf.name, buf.offset + position, buf.dtype))
     a_strides, a_offset = layout
-    element = _element_at(position - a_offset, self.sizes, a_strides, sizes)
+    element = (_element_by_strides(offset - a_offset, sizes, strides, self.sizes, a_strides)
+               or _element_at(position - a_offset, self.sizes, a_strides, sizes))
     if element is None:
         from kiln.errors import NotYetImplemented
         raise NotYetImplemented(f"kiln codegen: as_strided{tuple(size), tuple(stride), storage_offset} reads "
@@ -329,6 +330,40 @@ def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_off
         return TensorValue(sizes, self.dtype, self.device,
                            Load(buf.name, buf.offset + position - a_offset, buf.dtype))
     return reindex(self, sizes, element)
+
+
+def _element_by_strides(rel_offset, out_sizes, out_strides, a_sizes, a_strides) -> list | None:
+    """The input element at each output position, found by matching strides: each output dim's
+    stride is a whole multiple of one input dim's stride (the largest that divides it), so its loop
+    variable moves that input index alone. When every input index so built stays within its size,
+    position = a_offset + sum(index * stride) holds exactly: the element is right without
+    enumerating positions. This is what decides an as_strided over an input that is itself an
+    overlapping view (unfold of unfold: halo attention's windows), where a storage position has
+    several elements and `_element_at`'s greedy division picks none; and it has no size limit."""
+    dims = [d for d in range(len(a_sizes)) if a_sizes[d] != 1 and a_strides[d] > 0]
+    if rel_offset < 0 or any(s < 0 for s in out_strides):
+        return None
+    element: list = [sympy.Integer(0)] * len(a_sizes)
+    high = [0] * len(a_sizes)            # each input index's largest value
+    rest = int(rel_offset)
+    for d in sorted(dims, key=lambda d: -int(a_strides[d])):
+        element[d], high[d] = sympy.Integer(rest // int(a_strides[d])), rest // int(a_strides[d])
+        rest %= int(a_strides[d])
+    if rest:
+        return None
+    for k, (size, stride) in enumerate(zip(out_sizes, out_strides)):
+        if size == 1 or stride == 0:
+            continue
+        divides = [d for d in dims if int(stride) % int(a_strides[d]) == 0]
+        if not divides:
+            return None
+        d = max(divides, key=lambda d: int(a_strides[d]))
+        factor = int(stride) // int(a_strides[d])
+        element[d] += loop_var(k) * factor
+        high[d] += (int(size) - 1) * factor
+    if any(high[d] >= int(a_sizes[d]) for d in range(len(a_sizes))):
+        return None
+    return element
 
 
 def _element_at(rel: sympy.Expr, a_sizes, a_strides, out_sizes) -> list | None:

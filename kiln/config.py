@@ -5,9 +5,20 @@ Passes receive a `CompileConfig`; nothing deeper reads global flags.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from kiln.errors import InvalidOption
+
+TRITON_INTERPRET_ENV = "KILN_TRITON_INTERPRET"   # 1: the default of options["triton_interpret"]
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "")
+    if value not in ("", "0", "1"):
+        raise InvalidOption(f"{name}={value!r}: set it to 1 (on) or 0 (off)")
+    return value == "1"
+
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -24,6 +35,9 @@ class Options:
     cpp_threads: int | None = None   # OpenMP threads for C++ kernels (default: torch's)
     numerics: str = "fast"           # "eager": eager's bits where kiln can give them ([Note: numerics])
     ddp_split: bool = True           # under DDP, one graph per gradient bucket (kiln/capture/buckets.py)
+    # CPU tensors through the Triton printer under Triton's interpreter instead of C++: the GPU code
+    # path on a machine without one ([Note: the Triton interpreter switch] in kiln/codegen/triton/interpret.py)
+    triton_interpret: bool = dataclasses.field(default_factory=lambda: _env_flag(TRITON_INTERPRET_ENV))
 
     @staticmethod
     def from_user(mode: str | None, options: dict[str, Any] | None) -> "Options":
@@ -53,6 +67,8 @@ class Options:
             raise InvalidOption(f"options['numerics'] must be 'fast' or 'eager', got {result.numerics!r}")
         if not isinstance(result.ddp_split, bool):
             raise InvalidOption(f"options['ddp_split'] must be True or False, got {result.ddp_split!r}")
+        if not isinstance(result.triton_interpret, bool):
+            raise InvalidOption(f"options['triton_interpret'] must be True or False, got {result.triton_interpret!r}")
         if not isinstance(result.cache_size_limit, int) or result.cache_size_limit < 1:
             raise InvalidOption(f"options['cache_size_limit'] must be a positive int, got {result.cache_size_limit!r}")
         return result

@@ -26,8 +26,12 @@ def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
         graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
+        printer = None
+        if options.triton_interpret and not on_cuda:   # [Note: the Triton interpreter switch]
+            from kiln.codegen.triton.interpret import printer_for
+            printer = printer_for(options, on_cuda)
         program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
-                                     wait=False)
+                                     wait=False, printer=printer)
         if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
             return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta.get("kiln_static_inputs", ()), on_cuda))
         return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)
@@ -131,7 +135,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     """aot and the code generator on one graph, or their result from the disk cache
     ([Note: warm start of a captured graph])."""
     with log.stage("cache key"):
-        key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, options.numerics, sorted(map(str, BACKEND_OPS)))))
+        key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, options.numerics, options.triton_interpret, sorted(map(str, BACKEND_OPS)))))
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
     on_cuda = any(t.device.type == "cuda" for t in tensors)
     if key is not None:

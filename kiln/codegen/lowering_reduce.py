@@ -45,7 +45,11 @@ def _reduce(name: str):
         if name in ("max", "min") and dims is None and "dim" in kw and kw["dim"] is None:
             dims = None
         dims = _dims(dims, x.ndim)
-        if x.ndim == 0:
+        if x.ndim == 0 or (not dims and "dims" in kw):
+            # Over no dims (a prim's `dims=[]`, a weight gradient with no batch dim left; ATen's
+            # `dim=[]` means every dim) a reduction folds each element alone: the element, cast.
+            # As a Reduction it was a stage with an accumulator and no reduction loop, which the
+            # Triton printer had no place for (fuzz seed 200020 of --triton-interpret --half).
             return _value(meta, cast(x.expr, _out(meta).dtype))
         m = _out(meta)
         compute = m.dtype

@@ -1,10 +1,15 @@
 """Differential fuzzing: random programs run eagerly and through `kiln.compile`, compared.
 
     python -m kiln.testing.fuzz --programs N --seed S [--out tests/fuzz] [--no-shrink]
+                                [--triton-interpret | --device cuda] [--half]
 
 Each program (`kiln.testing.programs`) runs eagerly, in float64 (the arbiter of `same`), and
-compiled by kiln with the C++ backend, twice (the second call reuses the cached entry and the kept
-buffers); forward results, inputs the program mutates, and gradients of every input and parameter
+compiled by kiln, twice (the second call reuses the cached entry and the kept buffers; a `dynamic`
+program's second call has other sizes, under `dynamic=True`), on one of the `TARGETS`: "cpp" (CPU
+tensors, the C++ printer: the default), "triton-interpret" (CPU tensors, the Triton printer under
+Triton's interpreter: [Note: the Triton interpreter switch]) or "cuda" (CUDA tensors, compiled
+Triton kernels; eager runs on the GPU too). The Triton targets draw the generator's GPU features
+([Note: GPU features of the generator]); `--half` adds float16/bfloat16 values. Forward results, inputs the program mutates, and gradients of every input and parameter
 that requires grad after a backward with seeded tangents are compared by the benchmark's accuracy
 rule (`kiln.bench.accuracy.same`). A program ends in one `Outcome`:
 
@@ -39,6 +44,21 @@ FORWARD_TOL, GRAD_TOL = 1e-4, 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
+class Target:
+    """Where the compiled side of a program runs: its tensors' device and kiln's options."""
+
+    name: str
+    device: str = "cpu"
+    options: tuple = ()            # (key, value) pairs of kiln.compile's options
+    gpu_features: bool = False     # [Note: GPU features of the generator]
+
+
+TARGETS = {"cpp": Target("cpp"),
+           "triton-interpret": Target("triton-interpret", options=(("triton_interpret", True),), gpu_features=True),
+           "cuda": Target("cuda", device="cuda", gpu_features=True)}
+
+
+@dataclasses.dataclass(frozen=True)
 class Outcome:
     kind: str            # ok | wrong | crash | refusal | unstable
     detail: str = ""
@@ -49,15 +69,15 @@ class Outcome:
         return self.kind + ":" + self.detail.split("\n")[0][:60] if self.kind == "crash" else self.kind
 
 
-def build(program: Program, double: bool = False, tag: str = ""):
+def build(program: Program, double: bool = False, tag: str = "", device: str = "cpu"):
     """(callable, args, leaves): the program as a function or a freshly built module, its argument
-    tensors, and every tensor (argument, parameter or buffer) by input name."""
+    tensors, and every tensor (argument, parameter or buffer) by input name, on `device`."""
     source = program.source()
     filename = f"<kiln fuzz program {program.seed}{tag}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    scope = dict(NAMESPACE)
+    scope = {**NAMESPACE, "DEVICE": device}
     exec(compile(source, filename, "exec"), scope)
-    tensors = {i.name: i.make(double) for i in program.inputs}
+    tensors = {i.name: i.make(double, device) for i in program.inputs}
     if program.module:
         state = {i.name: tensors[i.name] for i in program.inputs if i.role != "arg"}
         mod = scope["M"](state)
@@ -76,7 +96,7 @@ def _tangents(outputs, double: bool):
     out = []
     for o in outputs:
         t = torch.randn(o.shape, generator=g)
-        out.append(t.double() if double else t.to(o.dtype))
+        out.append(t.to(o.device, torch.float64 if double else o.dtype))
     return out
 
 
@@ -97,12 +117,12 @@ def execute(program: Program, fn, args, tensors, double: bool = False):
     return results, after, grads
 
 
-def eager_run(program: Program, double: bool = False):
+def eager_run(program: Program, double: bool = False, device: str = "cpu"):
     """Eager results; `double`: float inputs and factories (torch.ones(...)) in float64."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64 if double else previous)
     try:
-        fn, args, tensors = build(program, double)
+        fn, args, tensors = build(program, double, device=device)
         return execute(program, fn, args, tensors, double)
     finally:
         torch.set_default_dtype(previous)
@@ -120,9 +140,9 @@ def eager_run(program: Program, double: bool = False):
 PERTURBED_RUNS = 3
 
 
-def perturbed_eager_run(program: Program, trial: int):
+def perturbed_eager_run(program: Program, trial: int, device: str = "cpu"):
     """Eager results on the program's inputs with every float element moved by one rounding."""
-    fn, args, tensors = build(program, tag=f" perturbed {trial}")
+    fn, args, tensors = build(program, tag=f" perturbed {trial}", device=device)
     g = torch.Generator().manual_seed(trial)
     seen = set()
     with torch.no_grad():
@@ -131,18 +151,18 @@ def perturbed_eager_run(program: Program, trial: int):
             if not t.is_floating_point() or storage.data_ptr() in seen:
                 continue
             seen.add(storage.data_ptr())   # views of one storage (an expanded input): moved once
-            flat = torch.empty(0, dtype=t.dtype).set_(storage)
-            sign = torch.randint(0, 2, flat.shape, generator=g).to(t.dtype) * 2 - 1
+            flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage)
+            sign = torch.randint(0, 2, flat.shape, generator=g).to(t.device, t.dtype) * 2 - 1
             flat.mul_(1 + torch.finfo(t.dtype).eps * sign)
     return execute(program, fn, args, tensors)
 
 
-def _unstable(program: Program, index: int, res, fp64, tol: float) -> str | None:
+def _unstable(program: Program, index: int, res, fp64, tol: float, device: str = "cpu") -> str | None:
     """Evidence that eager's own result moves as far as kiln's under one rounding of the inputs."""
     from kiln.bench.accuracy import same
     for trial in range(PERTURBED_RUNS):
         try:
-            moved = perturbed_eager_run(program, trial)[index]
+            moved = perturbed_eager_run(program, trial, device)[index]
         except Exception:
             return None
         if same(moved, res, fp64, tol=tol).ok:
@@ -159,31 +179,40 @@ def _is_refusal(e: BaseException) -> bool:
     return False
 
 
-def check(program: Program, calls: int = 2) -> Outcome:
-    """Run `program` eagerly and under kiln; the verdict."""
+def check(program: Program, calls: int = 2, target: Target | str = "cpp") -> Outcome:
+    """Run `program` eagerly and under kiln on `target` (a `TARGETS` name or a `Target`); the verdict."""
     import kiln
     from kiln.bench.accuracy import same
-    try:
-        ref = eager_run(program)
-    except Exception as e:
-        return Outcome("invalid", f"eager raised {type(e).__name__}: {e}")
-    try:
-        fp64 = eager_run(program, double=True)
-    except Exception:
-        fp64 = None   # the program mixes float64 with float32 tensors: plain allclose decides
+    target = TARGETS[target] if isinstance(target, str) else target
+    device = target.device
+    # a dynamic program's later calls run it with its resized arguments ([Note: GPU features of the generator])
+    runs = [program] + [program.with_resized_inputs()] * (calls - 1)
+    references = []
+    for run in runs[:2]:
+        try:
+            ref = eager_run(run, device=device)
+        except Exception as e:
+            return Outcome("invalid", f"eager raised {type(e).__name__}: {e}")
+        try:
+            fp64 = eager_run(run, double=True, device=device)
+        except Exception:
+            fp64 = None   # the program mixes float64 with float32 tensors: plain allclose decides
+        references.append((ref, fp64))
     kiln.reset()
     debug_dir = os.path.join(tempfile.gettempdir(), "kiln_fuzz_debug")
-    for call in range(calls):
-        fn, args, tensors = build(program, tag=f" compiled")
+    for call, run in enumerate(runs):
+        ref, fp64 = references[min(call, 1)]
+        fn, args, tensors = build(run, tag=f" compiled", device=device)
         if call == 0:
-            compiled = kiln.compile(fn, options={"debug_dir": debug_dir})
+            compiled = kiln.compile(fn, options={"debug_dir": debug_dir, **dict(target.options)},
+                                    dynamic=True if program.resized else None)
         elif program.module:   # the same compiled module object, fresh state
             compiled._orig_mod.load_state_dict(fn.state_dict())
             for name, p in compiled._orig_mod.named_parameters():
                 p.grad = None
             tensors.update({i.name: getattr(compiled._orig_mod, i.name) for i in program.inputs if i.role != "arg"})
         try:
-            res = execute(program, compiled, args, tensors)
+            res = execute(run, compiled, args, tensors)
         except Exception as e:
             kind = "refusal" if _is_refusal(e) else "crash"
             return Outcome(kind, f"call {call + 1}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}")
@@ -191,15 +220,15 @@ def check(program: Program, calls: int = 2) -> Outcome:
                              ("gradients", 2, GRAD_TOL)):
             verdict = same(ref[i], res[i], fp64[i] if fp64 is not None else None, tol=tol)
             if not verdict.ok:
-                evidence = _unstable(program, i, res[i], fp64[i], tol) if fp64 is not None else None
+                evidence = _unstable(run, i, res[i], fp64[i], tol, device) if fp64 is not None else None
                 kind = "unstable" if evidence else "wrong"
                 return Outcome(kind, f"call {call + 1}, {what}: {verdict.detail}" + (f"; {evidence}" if evidence else ""))
     return Outcome("ok")
 
 
-def shrink(program: Program, outcome: Outcome, budget: int = 200) -> Program:
-    """Drop steps (one at a time, last first, then the outputs one by one) while the program
-    fails with the same signature."""
+def shrink(program: Program, outcome: Outcome, budget: int = 200, target: Target | str = "cpp") -> Program:
+    """Drop steps (one at a time, last first, then the outputs one by one, then the second call's
+    other sizes) while the program fails on `target` with the same signature."""
     tries = 0
     changed = True
     while changed and tries < budget:
@@ -211,37 +240,49 @@ def shrink(program: Program, outcome: Outcome, budget: int = 200) -> Program:
             if not smaller.steps:
                 continue
             tries += 1
-            if check(smaller).signature == outcome.signature:
+            if check(smaller, target=target).signature == outcome.signature:
                 program, changed = smaller, True
         for o in list(program.outputs):
             if len(program.outputs) > 1:
                 smaller = dataclasses.replace(program, outputs=[x for x in program.outputs if x != o])
                 smaller = smaller.without(set())
                 tries += 1
-                if check(smaller).signature == outcome.signature:
+                if check(smaller, target=target).signature == outcome.signature:
                     program, changed = smaller, True
+        if program.resized:
+            smaller = dataclasses.replace(program, resized=None)
+            tries += 1
+            if check(smaller, target=target).signature == outcome.signature:
+                program, changed = smaller, True
     return program
 
 
-def regression_test(program: Program):
-    """A pytest test function: `program` under kiln matches eager (see `check`)."""
+def regression_test(program: Program, target: str = "cpp"):
+    """A pytest test function: `program` under kiln on `target` matches eager (see `check`);
+    skipped for the "cuda" target on a machine without a GPU."""
     def test():
-        outcome = check(program)
+        if TARGETS[target].device == "cuda" and not torch.cuda.is_available():
+            import pytest
+            pytest.skip("the program's target is a CUDA GPU")
+        outcome = check(program, target=target)
         assert outcome.kind in ("ok", "unstable"), outcome.detail
     return test
 
 
-def write_repro(program: Program, outcome: Outcome, folder: str, name: str | None = None) -> str:
+def write_repro(program: Program, outcome: Outcome, folder: str, name: str | None = None,
+                target: str = "cpp") -> str:
     """A standalone regression test file: the program as data (what `check` runs) and as text."""
     os.makedirs(folder, exist_ok=True)
-    name = name or f"test_fuzz_{program.seed}"
+    name = name or f"test_fuzz_{program.seed}" + ("" if target == "cpp" else f"_{target.replace('-', '_')}")
     path = os.path.join(folder, f"{name}.py")
     first = outcome.detail.split("\n")[0]
-    lines = [f'"""Found by `python -m kiln.testing.fuzz` (seed {program.seed}), shrunk: {outcome.kind}.', "",
+    flag = {"cpp": "", "triton-interpret": " --triton-interpret", "cuda": " --device cuda"}[target]
+    lines = [f'"""Found by `python -m kiln.testing.fuzz{flag}` (seed {program.seed}), shrunk: {outcome.kind}.', "",
              first, '"""', "from kiln.testing.fuzz import regression_test",
              "from kiln.testing.programs import Input, Program, Step", "",
              *[f"# {line}" for line in program.source().splitlines()], "",
-             f"PROGRAM = {_program_repr(program)}", "", f"{name} = regression_test(PROGRAM)", "",
+             f"PROGRAM = {_program_repr(program)}", "",
+             f"{name} = regression_test(PROGRAM{'' if target == 'cpp' else f', target={target!r}'})", "",
              f'if __name__ == "__main__":', f"    {name}()", ""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -252,29 +293,30 @@ def _program_repr(p: Program) -> str:
     inputs = ",\n        ".join(repr(i) for i in p.inputs)
     steps = ",\n        ".join(repr(s) for s in p.steps)
     return (f"Program(\n    seed={p.seed},\n    inputs=[\n        {inputs},\n    ],\n    steps=[\n        {steps},\n"
-            f"    ],\n    outputs={p.outputs!r},\n    module={p.module!r},\n)")
+            f"    ],\n    outputs={p.outputs!r},\n    module={p.module!r},\n"
+            + (f"    resized={p.resized!r},\n" if p.resized else "") + ")")
 
 
 def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, dtypes=("float32", "int64", "bool"),
-             max_steps: int = 30, log=print) -> dict:
-    """Generate and check `programs` programs from seeds seed, seed+1, ...; returns the counts."""
+             max_steps: int = 30, log=print, target: str = "cpp") -> dict:
+    """Generate and check `programs` programs from seeds seed, seed+1, ... on `target`; returns the counts."""
     counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "unstable": 0, "invalid": 0}
     failures = []
     start, cpu_start = time.time(), _cpu_seconds()
     for s in range(seed, seed + programs):
         try:
-            program = generate(s, dtypes, max_steps)
+            program = generate(s, dtypes, max_steps, gpu_features=TARGETS[target].gpu_features)
         except RuntimeError:
             counts["invalid"] += 1
             continue
-        outcome = check(program)
+        outcome = check(program, target=target)
         counts[outcome.kind] += 1
         if outcome.kind in ("wrong", "crash"):
             first = outcome.detail.split("\n")[0][:200]
             log(f"seed {s}: {outcome.kind}: {first}")
             if out:
-                small = shrink(program, outcome) if do_shrink else program
-                path = write_repro(small, check(small) if do_shrink else outcome, out)
+                small = shrink(program, outcome, target=target) if do_shrink else program
+                path = write_repro(small, check(small, target=target) if do_shrink else outcome, out, target=target)
                 log(f"  -> {path} ({len(small.steps)} steps)")
             failures.append((s, outcome))
         elif outcome.kind in ("refusal", "unstable"):
@@ -298,8 +340,9 @@ def _cpu_seconds() -> float:
 
 
 def _shard(args) -> dict:
-    programs, seed, out, do_shrink, dtypes, max_steps = args
-    return campaign(programs, seed, out, do_shrink, dtypes, max_steps, log=lambda m: print(m, flush=True))
+    programs, seed, out, do_shrink, dtypes, max_steps, target = args
+    return campaign(programs, seed, out, do_shrink, dtypes, max_steps, log=lambda m: print(m, flush=True),
+                    target=target)
 
 
 # Programs one worker process runs before a fresh one takes over. Each compiled program loads a
@@ -319,13 +362,13 @@ def _die_with_parent() -> None:
         pass                                                             # not Linux: workers outlive a kill
 
 
-def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps) -> dict:
+def parallel_campaign(programs: int, seed: int, jobs: int, out, do_shrink, dtypes, max_steps, target="cpp") -> dict:
     """`campaign` over `jobs` processes (a machine's cores), in contiguous blocks of seeds of at
     most `BLOCK` programs, each block in a fresh process."""
     import multiprocessing
     rounds = -(-programs // (jobs * BLOCK))          # blocks a multiple of jobs: no core idles at the end
     per = -(-programs // (jobs * rounds))
-    blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps)
+    blocks = [(min(per, programs - k * per), seed + k * per, out, do_shrink, dtypes, max_steps, target)
               for k in range(-(-programs // per))]
     start = time.time()
     with multiprocessing.get_context("spawn").Pool(min(jobs, len(blocks)), initializer=_die_with_parent,
@@ -346,13 +389,21 @@ def main(argv=None) -> int:
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--half", action="store_true", help="also draw float16/bfloat16 tensors")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--triton-interpret", action="store_true",
+                       help="CPU tensors through the Triton printer under Triton's interpreter")
+    where.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                       help="cuda: CUDA tensors and compiled Triton kernels, compared with eager on the GPU")
     a = parser.parse_args(argv)
+    target = "triton-interpret" if a.triton_interpret else ("cuda" if a.device == "cuda" else "cpp")
+    if target == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
     dtypes = ("float32", "int64", "bool") + (("float16", "bfloat16") if a.half else ())
     if a.jobs > 1 or a.programs > BLOCK:
-        counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps)
+        counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps, target)
     else:
         counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,
-                          log=lambda m: print(m, flush=True))
+                          log=lambda m: print(m, flush=True), target=target)
     return 1 if counts["wrong"] or counts["crash"] else 0
 
 

@@ -88,8 +88,20 @@ def _partner(gen, a: str, kind: str) -> str:
             new_shape[i] = 1
     while new_shape and rng.random() < 0.3:
         new_shape.pop(0)
-    dtype = {"float": "float32", "int": "int64", "bool": "bool"}[kind]
+    dtype = {"float": _float_dtype(gen, a), "int": "int64", "bool": "bool"}[kind]
     return gen.new_input(tuple(new_shape), dtype)
+
+
+def _float_dtype(gen, a: str) -> str:
+    """The dtype of a new float input beside `a`: a's own under the GPU features (a `--half`
+    program stays in half precision), else float32 ([Note: GPU features of the generator])."""
+    t = gen.env[a]
+    return str(t.dtype).removeprefix("torch.") if gen.gpu_features and t.is_floating_point() else "float32"
+
+
+def _device(gen) -> str:
+    """`, device=DEVICE` for a factory's call under the GPU features (the target's device)."""
+    return ", device=DEVICE" if gen.gpu_features else ""
 
 
 def _broadcasts(s1, s2) -> bool:
@@ -182,7 +194,7 @@ def view(gen):
     if n >= 2:
         options.append(f"{a}.transpose(0, 1).reshape(-1)")
     if t.is_floating_point():
-        options += [f"torch.zeros_like({a})", f"torch.ones({tuple(dims)}) * {a}.sum()", f"{a}.new_zeros((2, 3))"]
+        options += [f"torch.zeros_like({a})", f"torch.ones({tuple(dims)}{_device(gen)}) * {a}.sum()", f"{a}.new_zeros((2, 3))"]
     return _step(gen, rng.choice(options).replace("{", "{{").replace("}", "}}"))
 
 
@@ -193,7 +205,7 @@ def _index_for(gen, n: int, shape) -> str:
     numel = math.prod(shape)
     if source and rng.random() < 0.5:
         return f"({rng.choice(source)}.long().abs() % {max(n, 1)})"
-    return f"((torch.arange({numel}) * {rng.choice([1, 3, 7])} + {rng.randint(0, 5)}) % {max(n, 1)}).reshape({tuple(shape)})"
+    return f"((torch.arange({numel}{_device(gen)}) * {rng.choice([1, 3, 7])} + {rng.randint(0, 5)}) % {max(n, 1)}).reshape({tuple(shape)})"
 
 
 def indexing(gen):
@@ -226,29 +238,29 @@ def matmul(gen):
     a = _tensor(gen, ("float",), lambda t: 1 <= t.dim() <= 4 and t.numel() > 0)
     if a is None:
         return None
-    t = gen.env[a]
+    t, fd = gen.env[a], _float_dtype(gen, a)
     k = t.shape[-1]
     m = rng.choice([1, 2, 3, 4, 5])
     choice = rng.randrange(7 if t.dim() >= 2 else 3)
     if choice == 0:
-        w = gen.new_input((k, m), "float32")
+        w = gen.new_input((k, m), fd)
         return _step(gen, "{a} @ {w}", a=a, w=w)
     if choice == 1:
-        w, b = gen.new_input((m, k), "float32"), gen.new_input((m,), "float32")
+        w, b = gen.new_input((m, k), fd), gen.new_input((m,), fd)
         return _step(gen, "F.linear({a}, {w}, {b})", a=a, w=w, b=b)
     if choice == 2:
-        w = gen.new_input((m, k), "float32")
+        w = gen.new_input((m, k), fd)
         return _step(gen, "torch.matmul({a}, {w}.t())", a=a, w=w)
     if choice == 3 and t.dim() == 2:
-        w, b = gen.new_input((k, m), "float32"), gen.new_input((m,), "float32")
+        w, b = gen.new_input((k, m), fd), gen.new_input((m,), fd)
         return _step(gen, "torch.addmm({b}, {a}, {w}, beta=0.5)", a=a, w=w, b=b)
     if choice == 4:
         return _step(gen, "{a} @ {a}.transpose(-1, -2)", a=a)
     if choice == 5 and t.dim() == 3:
-        w = gen.new_input((t.shape[0], k, m), "float32")
+        w = gen.new_input((t.shape[0], k, m), fd)
         return _step(gen, "torch.bmm({a}, {w})", a=a, w=w)
     if t.dim() == 2:
-        w = gen.new_input((k, m), "float32")
+        w = gen.new_input((k, m), fd)
         return _step(gen, "torch.einsum('ij,jk->ki', {a}, {w})", a=a, w=w)
     return None
 
@@ -258,18 +270,18 @@ def convolution(gen):
     a = _tensor(gen, ("float",), lambda t: t.dim() in (3, 4) and t.numel() > 0)
     if a is None:
         return None
-    t = gen.env[a]
+    t, fd = gen.env[a], _float_dtype(gen, a)
     c, o = t.shape[1], rng.choice([1, 2, 3])
     ksz = rng.choice([1, 2, 3])
     pad, stride = rng.choice([0, 1]), rng.choice([1, 2])
     if t.dim() == 3:
-        w = gen.new_input((o, c, ksz), "float32")
-        b = gen.new_input((o,), "float32")
+        w = gen.new_input((o, c, ksz), fd)
+        b = gen.new_input((o,), fd)
         options = [f"F.conv1d({{a}}, {{w}}, {{b}}, stride={stride}, padding={pad})",
                    f"F.max_pool1d({{a}}, {min(2, t.shape[-1])})", "F.avg_pool1d({a}, 1)"]
     else:
-        w = gen.new_input((o, c, ksz, ksz), "float32")
-        b = gen.new_input((o,), "float32")
+        w = gen.new_input((o, c, ksz, ksz), fd)
+        b = gen.new_input((o,), fd)
         options = [f"F.conv2d({{a}}, {{w}}, {{b}}, stride={stride}, padding={pad})",
                    f"F.conv2d({{a}}, {{w}}, padding={pad})",
                    f"F.max_pool2d({{a}}, {min(2, t.shape[-1], t.shape[-2])})",
@@ -365,3 +377,39 @@ FAMILIES = {
     "view": (10, view), "indexing": (4, indexing), "matmul": (3, matmul), "convolution": (1.5, convolution),
     "normalization": (2, normalization), "inplace": (4, inplace), "input_mutation": (1, input_mutation),
 }
+
+
+def autocast(gen):
+    """A matmul (and what follows it) in an autocast region of the target's device, in float16 or
+    bfloat16, read back in float32 after it: the mixed-precision shape of a training step."""
+    rng = gen.rng
+    a = _tensor(gen, ("float",), lambda t: 1 <= t.dim() <= 3 and t.numel() > 0 and t.dtype == torch.float32)
+    if a is None:
+        return None
+    k, m = gen.env[a].shape[-1], rng.choice([2, 3, 5, 7])
+    w = gen.new_input((m, k), "float32", role="param" if gen.module else None)
+    h, out = gen.fresh(), gen.fresh()
+    dtype = rng.choice(["torch.bfloat16", "torch.float16"])
+    after = rng.choice(["torch.relu({h}) + 1", "torch.softmax({h}, -1)", "F.gelu({h}) * {h}", "{h}.sum(-1)",
+                        "F.layer_norm({h}, ({m},))".replace("{m}", str(m)), "{h} @ {h}.transpose(-1, -2)"])
+    return ([f"with torch.autocast(DEVICE, dtype={dtype}):", f"    {h} = F.linear({a}, {w})",
+             f"    {out} = {after.format(h=h)}", f"{gen.fresh()} = {out}.float() * 2"], [a, w])
+
+
+def big_reduction(gen):
+    """A reduction of at least 2**18 elements into few outputs: the GPU path splits it in two
+    kernels ([Note: split reductions]); its input is new (no other step may grow that large)."""
+    rng = gen.rng
+    rows, cols = rng.choice([1024, 2048, 4096]), rng.choice([3, 17, 64, 129, 300])
+    rows = max(rows, -(-(1 << 18) // cols) + rng.choice([0, 0, 1, 5]))
+    dtype = rng.choice([d for d in gen.dtypes if d.startswith("float")])
+    shape, dim = ((rows, cols), 0) if rng.random() < 0.5 else ((cols, rows), 1)
+    a = gen.new_input(shape, dtype)
+    template = rng.choice(["{a}.sum({d})", "{a}.mean({d})", "{a}.amax({d})", "({a} * {a}).sum({d})",
+                           "{a}.abs().amin({d}, keepdim=True)", "({a} > 0).any({d})", "{a}.sum()",
+                           "torch.relu({a}).sum({d}) / {n}".replace("{n}", str(rows))])
+    return _step(gen, template, a=a, d=str(dim))
+
+
+# Drawn only with `gpu_features` ([Note: GPU features of the generator]).
+GPU_FAMILIES = {"autocast": (1.5, autocast), "big_reduction": (1, big_reduction)}

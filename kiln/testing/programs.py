@@ -15,6 +15,17 @@ rejects there (an in-place write to a value autograd saved) is drawn again.
 Everything is drawn from one `random.Random(seed)`, and input `i`'s values from a torch generator
 seeded by (seed, i): a seed names one program, and dropping steps or inputs (shrinking) leaves the
 other inputs' values as they were.
+
+[Note: GPU features of the generator] `gpu_features=True` (the fuzzer's Triton and CUDA targets)
+draws what the GPU code path has and the C++ one mostly does not: a dim of 7 to 129 (not a multiple
+of any block size), channels-last 4-d inputs, float partners and weights of the value's own dtype
+(so `--half` programs stay in float16/bfloat16), autocast regions around matmuls, reductions of
+2**18 elements or more (split in two kernels: [Note: split reductions]), and `dynamic` programs:
+`Program.resized` gives each argument a second shape, with which the second call runs under
+`kiln.compile(dynamic=True)`; it is drawn, like a step, by running the program eagerly on it.
+Factories in the text take `device=DEVICE` (the target's device, bound when a program is built).
+Without the flag no random number is drawn for any of it, so the C++ campaign's seeds keep their
+programs.
 """
 from __future__ import annotations
 
@@ -31,6 +42,7 @@ DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool,
           "float16": torch.float16, "bfloat16": torch.bfloat16}
 LAYOUTS = ("contiguous", "transposed", "strided", "offset", "expanded")
 MAX_NUMEL = 512
+ODD_SIZES = (7, 17, 33, 65, 129)      # dims that are no multiple of a block size ([Note: GPU features ...])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,23 +55,28 @@ class Input:
     role: str = "arg"            # arg | param | buffer (module form; a function takes all as args)
     seed: int = 0
 
-    def make(self, double: bool = False) -> torch.Tensor:
-        """The tensor, freshly built: same values on every call."""
+    def make(self, double: bool = False, device: str = "cpu") -> torch.Tensor:
+        """The tensor, freshly built on `device`: same values on every call and device."""
         g = torch.Generator().manual_seed(self.seed)
         dtype = DTYPES[self.dtype]
         shape = list(self.shape)
+
+        def values(shape):
+            return _values(shape, dtype, g).to(device)
         if self.layout == "transposed" and len(shape) >= 2:
-            base = _values(shape[::-1], dtype, g).permute(*range(len(shape) - 1, -1, -1))
+            base = values(shape[::-1]).permute(*range(len(shape) - 1, -1, -1))
         elif self.layout == "strided" and shape:
-            base = _values([shape[0] * 2] + shape[1:], dtype, g)[::2]
+            base = values([shape[0] * 2] + shape[1:])[::2]
         elif self.layout == "offset":
             n = math.prod(shape)
-            base = _values([n + 3], dtype, g)[3:].view(shape)
+            base = values([n + 3])[3:].view(shape)
         elif self.layout == "expanded" and any(s > 1 for s in shape):
             d = next(i for i, s in enumerate(shape) if s > 1)
-            base = _values(shape[:d] + [1] + shape[d + 1:], dtype, g).expand(shape)
+            base = values(shape[:d] + [1] + shape[d + 1:]).expand(shape)
+        elif self.layout == "channels_last" and len(shape) == 4:
+            base = values(shape).contiguous(memory_format=torch.channels_last)
         else:
-            base = _values(shape, dtype, g)
+            base = values(shape)
         if double and base.is_floating_point():
             base = base.double()
         t = base.detach()
@@ -91,6 +108,15 @@ class Program:
     steps: list[Step]
     outputs: list[str]
     module: bool = False
+    # argument name -> its shape in a second call under dynamic=True ([Note: GPU features of the generator])
+    resized: dict[str, tuple[int, ...]] | None = None
+
+    def with_resized_inputs(self) -> "Program":
+        """The program as its second, resized call runs it (itself when it is not dynamic)."""
+        if not self.resized:
+            return self
+        inputs = [dataclasses.replace(i, shape=tuple(self.resized.get(i.name, i.shape))) for i in self.inputs]
+        return dataclasses.replace(self, inputs=inputs, resized=None)
 
     def source(self) -> str:
         args = [i.name for i in self.inputs if not (self.module and i.role != "arg")]
@@ -124,7 +150,8 @@ class Program:
         outputs = [o for o in self.outputs if o in defined] or sinks(steps)[-3:]
         read = {r for s in steps for r in s.reads} | set(outputs)
         inputs = [i for i in self.inputs if i.name in read]
-        return Program(self.seed, inputs, steps, outputs, self.module)
+        resized = {k: v for k, v in self.resized.items() if k in {i.name for i in inputs}} if self.resized else None
+        return Program(self.seed, inputs, steps, outputs, self.module, resized or None)
 
 
 def sinks(steps: list[Step]) -> list[str]:
@@ -136,14 +163,16 @@ def sinks(steps: list[Step]) -> list[str]:
     return out
 
 
-NAMESPACE = {"torch": torch, "F": F}
+NAMESPACE = {"torch": torch, "F": F, "DEVICE": "cpu"}   # DEVICE: the target's, bound by the fuzzer
 
 
 class Generator:
     """Draws one program by execution (see the module docstring)."""
 
-    def __init__(self, seed: int, dtypes=("float32", "int64", "bool"), max_steps: int = 30):
+    def __init__(self, seed: int, dtypes=("float32", "int64", "bool"), max_steps: int = 30,
+                 gpu_features: bool = False):
         self.seed = seed
+        self.gpu_features = gpu_features      # [Note: GPU features of the generator]
         self.rng = random.Random(seed)
         self.dtypes = dtypes
         self.max_steps = max_steps
@@ -163,7 +192,8 @@ class Generator:
         if role == "param":
             requires_grad = DTYPES[dtype].is_floating_point   # nn.Parameter of a float requires grad
         if layout is None:
-            layout = rng.choice(LAYOUTS) if rng.random() < 0.4 and role == "arg" else "contiguous"
+            layouts = LAYOUTS + (("channels_last",) * 2 if self.gpu_features and len(shape) == 4 else ())
+            layout = rng.choice(layouts) if rng.random() < 0.4 and role == "arg" else "contiguous"
         name = f"x{len(self.inputs)}"
         inp = Input(name, tuple(shape), dtype, layout, requires_grad, role, seed=self.seed * 1000 + len(self.inputs))
         self.inputs.append(inp)
@@ -190,6 +220,12 @@ class Generator:
         shape = [rng.choice([1, 2, 3, 4, 5, 6, 8]) for _ in range(ndim)]
         if rng.random() < 0.04 and shape:
             shape[rng.randrange(ndim)] = 0
+        if self.gpu_features and shape and rng.random() < 0.3:
+            d = rng.randrange(ndim)
+            room = MAX_NUMEL // max(1, math.prod(shape[:d] + shape[d + 1:]))
+            fits = [s for s in ODD_SIZES if s <= room]
+            if fits:
+                shape[d] = rng.choice(fits)
         return tuple(shape)
 
     # -- steps ----------------------------------------------------------------------------------
@@ -224,16 +260,52 @@ class Generator:
             dtype = rng.choices(self.dtypes, weights=[6 if d.startswith("float") else 1 for d in self.dtypes])[0]
             self.new_input(self.random_shape(), dtype)
         target = rng.randint(2, self.max_steps)
-        names, weights = zip(*[(n, w) for n, (w, _) in FAMILIES.items()])
+        from kiln.testing.ops import GPU_FAMILIES
+        families = {**FAMILIES, **(GPU_FAMILIES if self.gpu_features else {})}
+        names, weights = zip(*[(n, w) for n, (w, _) in families.items()])
         attempts = 0
         while len(self.steps) < target and attempts < target * 8:
             attempts += 1
             family = rng.choices(names, weights=weights)[0]
-            made = FAMILIES[family][1](self)
+            made = families[family][1](self)
             if made is not None:
                 self.try_step(made[0], family)
         outputs = sinks(self.steps)[-4:] or [self.inputs[0].name]
-        return Program(self.seed, list(self.inputs), list(self.steps), outputs, self.module)
+        program = Program(self.seed, list(self.inputs), list(self.steps), outputs, self.module)
+        if self.gpu_features and rng.random() < 0.3:
+            program.resized = self.resize(program)
+        return program
+
+    def resize(self, program: Program) -> dict[str, tuple[int, ...]] | None:
+        """Second-call shapes for the arguments that eager accepts the program with, forward and
+        backward, or None. Only dims of 2 or more change, to other sizes of 2 or more (kiln, as
+        torch.compile, specializes sizes 0 and 1)."""
+        from kiln.testing.fuzz import eager_run
+        args = [i for i in program.inputs if i.role == "arg" and any(s >= 2 for s in i.shape)]
+        if not args:
+            return None
+        rng = self.rng
+        candidates = [lambda d, s, n: s + 1, lambda d, s, n: s + 1 if d == 0 else s,
+                      lambda d, s, n: s + 1 if d == n - 1 else s, lambda d, s, n: 2 * s, lambda d, s, n: s - 1]
+        rng.shuffle(candidates)
+        for change in candidates:
+            resized = {}
+            for i in args:
+                shape = tuple(change(d, s, len(i.shape)) if s >= 2 else s for d, s in enumerate(i.shape))
+                if (shape != i.shape and all(n >= 2 for n, o in zip(shape, i.shape) if o >= 2)
+                        and math.prod(shape) <= 4 * MAX_NUMEL):
+                    resized[i.name] = shape
+            if not resized:
+                continue
+            candidate = dataclasses.replace(program, resized=resized).with_resized_inputs()
+            try:
+                results = eager_run(candidate)
+            except Exception:
+                continue
+            floats = [t for t in results[0] if isinstance(t, torch.Tensor) and t.is_floating_point()]
+            if all(torch.isfinite(t).all() for t in floats):
+                return resized
+        return None
 
 
 def _kind(t: torch.Tensor) -> str:
@@ -242,11 +314,12 @@ def _kind(t: torch.Tensor) -> str:
     return "float" if t.is_floating_point() else "int"
 
 
-def generate(seed: int, dtypes=("float32", "int64", "bool"), max_steps: int = 30, attempts: int = 20) -> Program:
+def generate(seed: int, dtypes=("float32", "int64", "bool"), max_steps: int = 30, attempts: int = 20,
+             gpu_features: bool = False) -> Program:
     """A valid program for `seed`: eager runs it forward and backward from fresh inputs."""
     from kiln.testing.fuzz import eager_run
     for k in range(attempts):
-        program = Generator(seed * 101 + k if k else seed, dtypes, max_steps).generate()
+        program = Generator(seed * 101 + k if k else seed, dtypes, max_steps, gpu_features).generate()
         program.seed = seed
         try:
             eager_run(program)

@@ -269,7 +269,14 @@ def _k_atan2(a, b):
 """, """
 @triton.jit
 def _k_atan2(a, b):
-    return _k_atan(a / b) + tl.where(b < 0, tl.where(a < 0, -3.141592653589793, 3.141592653589793), 0.0)
+    # C's atan2 at the edges too: signed zeros (1 / -0.0 < 0) pick the half-plane, atan2(0, 0)
+    # is 0 or +-pi rather than atan(0 / 0) = NaN (fuzz seed 200043 of --triton-interpret), and
+    # two infinities give +-pi/4 or +-3pi/4
+    a_neg = (a < 0) | ((a == 0) & (1.0 / a < 0))
+    b_neg = (b < 0) | ((b == 0) & (1.0 / b < 0))
+    both_inf = (tl.abs(a) == float("inf")) & (tl.abs(b) == float("inf"))
+    ratio = tl.where(both_inf, tl.where(a_neg == b_neg, 1.0, -1.0), tl.where((a == 0) & (b == 0), a, a / b))
+    return _k_atan(ratio) + tl.where(b_neg, tl.where(a_neg, -3.141592653589793, 3.141592653589793), 0.0)
 """)
 _helper("_k_round", """
 @triton.jit

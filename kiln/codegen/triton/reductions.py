@@ -139,6 +139,12 @@ class SimpleReducer(_Reducer):
             v = Value(f"({v.text} != 0)", v.deps, torch.bool)
         return self.block(v, self.dtype())
 
+    def identity(self) -> str:
+        """What a lane starts from. A max/min of bools accumulates in int8 but starts from False /
+        True, not int8's extremes: an empty row's max is stored into a bool buffer, and -128 read
+        as a bool is True (fuzz seed 200041 of --triton-interpret: `(x > 0).any()` of no elements)."""
+        return SIMPLE[self.stmt.op].identity(torch.bool if self.stmt.expr.dtype == torch.bool else self.dtype())
+
     def publish(self, p, reduced: str) -> None:
         any_all = self.stmt.op in ("any", "all")
         p.out.line(f"v_{self.key} = {reduced}[:, None]" + (" != 0" if any_all else ""))
@@ -146,14 +152,13 @@ class SimpleReducer(_Reducer):
                                        torch.bool if any_all else self.stmt.expr.dtype)
 
     def init(self, p) -> None:
-        rule = SIMPLE[self.stmt.op]
-        p.out.line(f"acc_{self.key} = tl.full({FULL}, {rule.identity(self.dtype())}, {ops.tl_dtype(self.dtype())})")
+        p.out.line(f"acc_{self.key} = tl.full({FULL}, {self.identity()}, {ops.tl_dtype(self.dtype())})")
 
     def update(self, p) -> None:
         rule = SIMPLE[self.stmt.op]
         value = self.input(p)
         if p.persistent:
-            masked = p.out.let(f"tl.where({_mask(p)}, {value}, {rule.identity(self.dtype())})")
+            masked = p.out.let(f"tl.where({_mask(p)}, {value}, {self.identity()})")
             self.publish(p, rule.reduce(masked, self.dtype()))
             return
         acc = f"acc_{self.key}"

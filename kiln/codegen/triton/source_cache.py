@@ -66,6 +66,30 @@ def _interpreter_like_gpu() -> None:
     options = getattr(builder, "options", None)
     if options is not None and getattr(options, "sanitize_overflow", False) and dataclasses.is_dataclass(options):
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    _comparisons_are_bool(interpreter)
+
+
+# [Note: interpreted comparisons are bool] Triton 3.6's interpreter computes a comparison as any
+# binary op: numpy's bool result under the *left operand's* type tag (fp32 for `a < b` of floats).
+# A block comparison keeps its bool array, but a scalar one (a 0-d load: `x0` of shape ()) is
+# broadcast to a block by `np.full(..., dtype=<the tag>)`, i.e. to float32 zeros and ones, and
+# `(a < b) | (a != a)` (maximum's NaN rule) then fails in numpy ("ufunc 'bitwise_or' not
+# supported"); fuzz seed 100010. A compiled kernel has no such problem, so comparisons here are
+# tagged int1, as the tensor semantics around them already say.
+def _comparisons_are_bool(interpreter) -> None:
+    cls = getattr(interpreter, "InterpreterBuilder", None)
+    handle = getattr(interpreter, "TensorHandle", None)
+    if cls is None or handle is None or getattr(cls, "_kiln_bool_comparisons", False):
+        return
+    import triton.language as tl
+    for name in [n for n in vars(cls) if n.startswith(("create_icmp", "create_fcmp"))]:
+        compare = getattr(cls, name)
+
+        def tagged(self, lhs, rhs, compare=compare):
+            result = compare(self, lhs, rhs)
+            return handle(result.data.astype(bool, copy=False), tl.int1)
+        setattr(cls, name, tagged)
+    cls._kiln_bool_comparisons = True
 
 
 def load_module(source: str, interpret: bool) -> types.ModuleType:

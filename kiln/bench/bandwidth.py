@@ -1,6 +1,6 @@
 """GB/s of memory-bound kernels through kiln, next to a plain copy on the same GPU, in one run.
 
-    python -m kiln.codegen.triton.bandwidth [--size 8192] [--dtype float32] [--path kiln|backend]
+    python -m kiln.bench.bandwidth [--size 8192] [--dtype float32] [--path kiln|backend]
 
 Each program (a gelu chain, softmax, layer_norm over rows of a size x size tensor) reads its input
 once and writes its output once when fused well, so its bytes moved are those of a copy; the
@@ -41,7 +41,7 @@ def compile_with(path: str, fn, x):
     if path == "kiln":
         import kiln
         return kiln.compile(fn, dynamic=False, fullgraph=True)
-    from kiln.codegen.backend import compile_graph_module
+    from kiln.pipeline import compile_graph_module
     gm = torch.fx.symbolic_trace(fn)
     call = compile_graph_module(gm, [x])
     return lambda inp: call(inp)

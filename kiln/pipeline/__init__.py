@@ -1,9 +1,15 @@
-"""The `kiln` backend: aot autograd, the prim decompositions, and this code generator together.
+"""The pipeline composed: a captured torch-level graph through aot, prims, codegen and the cache.
 
-`compile_graph_module(gm, example_inputs, options)` is what `kiln.backends` calls for every
-captured graph. It traces forward and backward with `kiln.aot.aot_compile`, decomposing every ATen
-op into prims (`kiln.prims.decompositions_for(BACKEND_OPS)`), and compiles each resulting prim graph
-with `compile_prim_graph`: C++ kernels for CPU tensors, Triton kernels for CUDA tensors.
+    capture (kiln.capture) -> aot (kiln.aot) -> prims (kiln.prims) -> codegen (kiln.codegen) -> runtime (kiln.runtime)
+
+This package sits above the stages and is the one place that knows their order; each stage imports
+only the stages below it (`tests/test_import_layers.py` holds the table). `compile_graph_module(gm,
+example_inputs, options)` is what `kiln.backends` calls for every captured graph. It traces forward
+and backward with `kiln.aot.aot_compile`, decomposing every ATen op into prims
+(`kiln.prims.decompositions_for(BACKEND_OPS)`), and compiles each resulting prim graph with
+`kiln.codegen.compile.compile_prim_graph`: C++ kernels for CPU tensors, Triton kernels for CUDA
+tensors. `warm_start.py` keeps aot's result for a captured graph in the runtime's cache, so a second
+process skips aot too ([Note: warm start of a captured graph]).
 """
 from __future__ import annotations
 
@@ -13,9 +19,18 @@ from typing import Any, Sequence
 import torch
 
 from kiln import log
-from kiln.codegen import warm_start
+from kiln.codegen import program_cache
 from kiln.codegen.compile import PendingProgram, compile_prim_graph
 from kiln.config import Options
+from kiln.pipeline import warm_start
+
+def _register_kiln_ops() -> None:
+    """kiln's own ops, defined where the stages need them: aot's random ops, the prims."""
+    import kiln.aot.rng
+    import kiln.prims  # noqa: F401
+
+
+program_cache.KILN_OP_LIBRARIES.append(_register_kiln_ops)
 
 # ATen ops this backend lowers itself rather than through their decomposition: none yet; every
 # ATen op reaches codegen as prims (or as an extern prim: mm, convolution, attention, sort, ...).

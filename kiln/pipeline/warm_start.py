@@ -1,8 +1,9 @@
 """The warm start of a captured graph: a second process skips aot too, not only lowering and g++.
 
-[Note: warm start of a captured graph] The program cache (`kiln.runtime.cache`) is keyed by a
-prim graph, which exists only once aot has traced, decomposed, functionalized and partitioned the
-captured graph: most of what a warm start still spent on CPU. So a captured graph gets an entry
+[Note: warm start of a captured graph] The program cache (`kiln.runtime.cache`, whose entries
+`kiln.codegen.program_cache` writes and links) is keyed by a prim graph, which exists only once
+aot has traced, decomposed, functionalized and partitioned the captured graph: most of what a
+warm start still spent on CPU. So a captured graph gets an entry
 of its own (kind "aot"), keyed by the torch-level graph, its inputs' metadata and everything aot's
 output depends on (grad mode, autocast, which inputs and parameters require grad, kiln's source).
 It holds what aot hands its runtime, as data: the joint graph's input and output specs, the
@@ -23,6 +24,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from kiln import log
+from kiln.codegen import program_cache
 from kiln.runtime import cache, store
 
 
@@ -95,8 +97,8 @@ def load_runtime(entry_key: str, gm: torch.fx.GraphModule, wrap: Callable[[Calla
         info = SavedInfo(**{k: tuple(v) if isinstance(v, list) else v for k, v in entry["info"].items()})
     except (KeyError, TypeError, ValueError):
         return None
-    fw = cache.load(entry["fw"], None)
-    bw = cache.load(entry["bw"], None) if entry["bw"] else None
+    fw = program_cache.load(entry["fw"], None)
+    bw = program_cache.load(entry["bw"], None) if entry["bw"] else None
     if fw is None or (entry["bw"] and bw is None):
         return None      # the programs' own entries are gone or damaged: trace and compile afresh
     static = tuple(joint.input_indices("param", "buffer"))

@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
                         "a hang or crash still costs only its own case)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the second process that measures the warm (cached) compile time")
-    p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
+    p.add_argument("--out", default="bench/results/runs", help="folder for the .jsonl and .md files (default bench/results/runs)")
     p.add_argument("--list", action="store_true", help="list suites, models and compilers, then exit")
     p.add_argument("--merge", nargs="+", metavar="JSONL", default=None,
                    help="instead of running: merge these results files into one .jsonl and .md under --out")

@@ -44,7 +44,7 @@ class _AttentionOps(torch.utils._python_dispatch.TorchDispatchMode):
 def _recorded_attention_externs():
     """A list that the attention externs of every program kiln builds meanwhile append their calls
     (op and layouts) to, for as long as those programs run."""
-    import kiln.codegen.backend as backend
+    import kiln.pipeline as backend
     calls, saved = [], backend.compile_prim_graph
 
     def recording(op):

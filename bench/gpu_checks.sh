@@ -23,7 +23,7 @@ tests)
     $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_bf16.py tests/codegen/test_cudagraphs.py \
         tests/codegen/test_channels_last_training.py tests/codegen/test_triton_runtime.py \
         tests/codegen/test_triton_warm_binaries.py tests/codegen/test_gpu_varying_lengths.py 2>&1 | tail -5 > "$OUT/gpu_tests.txt"
-    timeout 120 $py -m kiln.codegen.triton.bandwidth 2>&1 | tail -12 > "$OUT/bandwidth.txt"
+    timeout 120 $py -m kiln.bench.bandwidth 2>&1 | tail -12 > "$OUT/bandwidth.txt"
     cat "$OUT/capture.txt" "$OUT/gpu_tests.txt" "$OUT/bandwidth.txt"
     ;;
 timm)

@@ -1,6 +1,6 @@
 """GPU diagnostics for timm models (issues 4, 5, 7): capture under fullgraph, an aot_eager training
 step against eager, and the ATen ops that reach a backend undecomposed. Run on a CUDA machine:
-`python bench/gpu_diag.py`; results in bench/results/20261129-190400_cuda_diagnostics.md."""
+`python bench/gpu_diag.py`; results in bench/results/diagnostics/20261129-190400_cuda_diagnostics.md."""
 import copy, sys, time, traceback, torch, kiln
 from kiln.bench.suites import import_timm
 from kiln.bench.accuracy import same

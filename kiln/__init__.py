@@ -3,7 +3,7 @@
     fast = kiln.compile(model)      # same results as model, faster
 
 The pipeline, one package per stage: capture -> aot -> prims -> codegen -> runtime, with
-symbolic under all of them. See README.md and DESIGN.md.
+symbolic under all of them; `kiln.pipeline` composes them. See README.md and DESIGN.md.
 """
 from kiln.api import OptimizedModule, compile, explain, reset
 from kiln.backends import list_backends, register_backend

@@ -58,7 +58,7 @@ def kiln(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Opti
     """kiln's own backend: aot autograd, prims, and the fusing code generator."""
     from kiln import log
     with log.stage("import"):      # heavy: imported on first compile ([Note: compile stages])
-        from kiln.codegen.backend import compile_graph_module
+        from kiln.pipeline import compile_graph_module
     return compile_graph_module(gm, example_inputs, options)
 
 

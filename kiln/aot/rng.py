@@ -35,7 +35,7 @@ def _generator(seed: torch.Tensor, offset: int, device: torch.device) -> torch.G
 # the eager kernel for every device, a meta kernel (kiln's fake tensors run meta kernels, and hand
 # them `device="meta"`). `torch.library.custom_op` did the same and also looked up the decorated
 # function's source, which walks every loaded module's path: 35-45 ms of every process that
-# imports kiln.aot, a warm start's included (`kiln.codegen.warm_start`).
+# imports kiln.aot, a warm start's included (`kiln.pipeline.warm_start`).
 _LIB = torch.library.Library("kiln", "DEF")
 
 

@@ -359,7 +359,7 @@ def _traced_rules(numerics: str) -> dict:
     """Torch functions the trace runs through a rule of kiln's instead of their ATen composite;
     under numerics="eager" only those that keep eager's arithmetic ([Note: numerics])."""
     from kiln.aot.rules import linear, lstsq
-    from kiln.capture.examples import SYMBOLIC_RULES
+    from kiln.symbolic.rules import SYMBOLIC_RULES
     rules = dict(SYMBOLIC_RULES)    # attention, matmul: the same branches as ATen's, sizes kept symbolic
     rules[torch.linalg.lstsq] = lstsq   # torch's arithmetic; residuals of a symbolic size need it
     if numerics != "eager":
@@ -372,7 +372,7 @@ def _with_rules(gm: fx.GraphModule, numerics: str):
     """While tracing, gm's calls of `_traced_rules` functions (and matmul methods) go through kiln's
     rules ([Note: attention kernels chosen at the hints], [Note: matmul on symbolic sizes], [Note:
     linear over rows]); gm is restored afterwards."""
-    from kiln.capture.examples import METHOD_RULES
+    from kiln.symbolic.rules import METHOD_RULES
     rules = _traced_rules(numerics)
     graph = gm.graph if isinstance(gm, fx.GraphModule) else None
     nodes = [n for n in graph.nodes if n.op == "call_function" and n.target in rules

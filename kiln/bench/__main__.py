@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
                         "a hang or crash still costs only its own case)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the second process that measures the warm (cached) compile time")
-    p.add_argument("--out", default="bench/results", help="folder for the .jsonl and .md files (default bench/results)")
+    p.add_argument("--out", default="bench/results/runs", help="folder for the .jsonl and .md files (default bench/results/runs)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only the I-th of N shards (0 <= I < N) of the models, dealt round-robin in list order: "
                         "a suite split over several short runs (merge their .jsonl with --merge)")

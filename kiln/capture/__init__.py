@@ -9,9 +9,9 @@ buffers of modules appear as `get_attr` nodes; later stages read them from `gm` 
 
 How it works, in pipeline order: `frame.py` (the wrapper and its cache of entries) ->
 `interpreter.py` + `opcodes.py` (the symbolic bytecode interpreter) -> `semantics.py`,
-`attributes.py`, `calls.py`, `classes.py`, `torch_calls.py` (the Python data model over trackers from
-`variables.py`, built by `builder.py` with guards from `guards.py`; `views.py` keeps dict views live,
-`autograd_function.py` follows `Function.apply`); one module per family of values
+`attributes.py`, `calls.py`, `classes.py`, `torch_calls.py`, `constants.py` (the Python data model
+over trackers from `variables.py`, built by `builder.py` with guards from `guards.py`; `views.py`
+keeps dict views live, `autograd_function.py` follows `Function.apply`); one module per family of values
 registers its callables and methods in `callables.py`'s table (`builtins.py`, `containers.py`,
 `collections_types.py`, `iterators.py`, `stdlib_functions.py`, `numpy_calls.py`, `pytree_calls.py`,
 `model_outputs.py`) ->
@@ -20,6 +20,15 @@ registers its callables and methods in `callables.py`'s table (`builtins.py`, `c
 calls run natively (DDP's forward, FSDP2's hooks) and guards process-group queries, and
 `buckets.py` cuts each graph compiled during a DDP forward at DDP's gradient buckets before the
 backend sees it.
+
+[Note: capture's modules import down, handlers call across]
+An interpreter's handlers call each other in a circle (a call reads an attribute, which iterates,
+which calls), but its modules do not import each other in one. From the bottom: `interpreter.py`
+(the Tracer and its two dispatch tables, `HANDLERS` by opcode and `CALLS` by tracker class) ->
+`constants.py` -> `torch_calls.py`, `masks.py`, `distributed.py` -> `attributes.py` -> `semantics.py`
+-> `iterators.py`, `containers.py`, `classes.py`, `builtins.py`, `autograd_function.py` -> `calls.py`
+(which fills `CALLS`) -> `opcodes.py` (which fills `HANDLERS`). A module calls one above it only
+through `tx.call` and those tables; `tests/test_import_layers.py` fails on an import circle.
 """
 from kiln.capture.explain import ExplainReport, explain
 from kiln.capture.frame import capture, reset

@@ -177,7 +177,7 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
     if fields and name in fields:
         return v.items[fields.index(name)]
     if v.cls is torch.Size or name in ("count", "index"):
-        from kiln.capture.semantics import python_value
+        from kiln.capture.constants import python_value
         return _getattr_constant(tx, V.Constant(python_value(v)), name)
     entry = class_lookup(v.cls, name)
     if entry is not _MISSING:
@@ -304,7 +304,9 @@ def _module_children(tx, v: V.ObjectVar) -> list[tuple[str, V.Variable]]:
             for k, m in mod._modules.items() if m is not None]
 
 
-def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable]:
+def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable] | V.Variable:
+    """The items of a real object (modules' containers, real containers), or, for a class with a
+    Python `__iter__`, the iterator it returned, which `semantics.iterate` walks."""
     obj = v.value
     if isinstance(obj, torch.nn.ModuleDict):
         return [V.Constant(k) for k in obj._modules]
@@ -317,8 +319,7 @@ def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable]:
         return [V.Constant(k) for k in obj.keys()]
     it = class_lookup(type(obj), "__iter__")
     if isinstance(it, types.FunctionType):
-        from kiln.capture.semantics import iterate
-        return iterate(tx, tx.call(V.MethodVar(_function(it), v), []))
+        return tx.call(V.MethodVar(_function(it), v), [])  # the iterator: `semantics.iterate` walks it
     if isinstance(obj, (dict, list, tuple, set, frozenset, range)):
         return [_wrap(tx, x, None) for x in obj]
     raise tx.unsupported(f"iterating over a {type(obj).__name__}")
@@ -336,7 +337,7 @@ def _literal(key) -> bool:
 
 
 def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
-    from kiln.capture.semantics import is_python_constant, python_value
+    from kiln.capture.constants import is_python_constant, python_value
     obj = getattr(v, "value", None)
     if isinstance(obj, (torch.nn.ModuleList, torch.nn.Sequential)):
         k = python_value(key)
@@ -379,7 +380,7 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
 def builtin_getitem(tx, v: V.ObjectVar, key: V.Variable) -> V.Variable:
     """The item of a real dict/list/tuple by the builtin's own lookup, past any subclass override
     (what `super().__getitem__(k)` inside that override reads)."""
-    from kiln.capture.semantics import python_value
+    from kiln.capture.constants import python_value
     obj, k = v.value, python_value(key)
     base = next(b for b in (dict, list, tuple) if isinstance(obj, b))
     try:

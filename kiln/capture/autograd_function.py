@@ -34,7 +34,7 @@ class InferenceContext:
 
 def apply(tx, args, kwargs):
     from kiln.capture.attributes import getattr_var
-    from kiln.capture.semantics import python_value
+    from kiln.capture.constants import python_value
     cls_var, inputs = args[0], args[1:]
     cls = python_value(cls_var)
     tensors = [a for a in [*inputs, *kwargs.values()] if isinstance(a, V.TensorVar)]

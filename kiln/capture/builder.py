@@ -225,10 +225,9 @@ def _wrap_view(out, value, source):
     """A real dict view (a local kept across a graph break): a live view of its dict's tracker."""
     import gc
     from kiln.capture.sources import ViewDictSource
-    from kiln.capture.views import VIEW_TYPES
     _guard(out, GuardKind.TYPE, source, type(value))
     (viewed,) = gc.get_referents(value)
-    kind = next(k for k, t in VIEW_TYPES.items() if isinstance(value, t))
+    kind = next(k for k, t in V.VIEW_TYPES.items() if isinstance(value, t))
     return V.DictViewVar(wrap(out, viewed, ViewDictSource(source) if source else None), kind, source=source)
 
 

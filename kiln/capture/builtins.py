@@ -20,19 +20,11 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, PACKAGES, handles as builtin
 from kiln.capture.interpreter import ObservedException
-from kiln.capture.semantics import binary_op, constant_of, contains, is_python_constant, iterate, python_value, truth
+from kiln.capture.semantics import binary_op, contains, iterate, truth
+from kiln.capture.constants import fold_call, is_python_constant, python_value
 
 def _all_constant(args, kwargs):
     return all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values())
-
-
-def fold_call(tx, fn, args, kwargs):
-    """`fn` run on the constants' values; a Python exception is raised in the traced code."""
-    try:
-        result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
-    except Exception as e:
-        tx.raise_(type(e), str(e))
-    return constant_of(tx, result)
 
 
 def _foldable(fn, otherwise=None):
@@ -252,12 +244,12 @@ def _reduce(tx, args, kwargs):
 def _lru_cached(tx, wrapper, args, kwargs):
     """A `functools.lru_cache`/`cache` function: its wrapped function is inlined. The cache is for
     pure functions (its documented contract), so calling through gives the value a hit would. One
-    whose function is marked constant (`calls.is_assumed_constant`; the wrapper copies the mark) is
+    whose function is marked constant (`constants.is_assumed_constant`; the wrapper copies the mark) is
     called for real on constants, through its cache, as eager calls it."""
     from kiln.capture.attributes import _function
-    from kiln.capture.calls import _constant_arguments, _run_at_trace_time, is_assumed_constant
-    if is_assumed_constant(wrapper) and _constant_arguments(args, kwargs):
-        return _run_at_trace_time(tx, wrapper, args, kwargs)
+    from kiln.capture.constants import constant_arguments, is_assumed_constant, run_at_trace_time
+    if is_assumed_constant(wrapper) and constant_arguments(args, kwargs):
+        return run_at_trace_time(tx, wrapper, args, kwargs)
     return tx.inline(_function(wrapper.__wrapped__), args, kwargs)
 
 

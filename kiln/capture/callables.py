@@ -13,7 +13,8 @@ Each family of values registers the callables it owns here, next to their handle
 - `torch_python.py`: torch functions whose ATen kernels decide on tensor data (`cov`, `corrcoef`), in Python;
 - `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
   `inspect.signature`, model outputs, SDPA.
-`calls.call_variable` is the one call dispatch: it looks a real callable up here (`handler_for`)
+`calls.py` is the one call dispatch (`interpreter.call_variable` through the handlers calls.py
+registers in `interpreter.CALLS`): it looks a real callable up here (`handler_for`)
 before it classifies what is left (torch ops, modules, classes, Python functions to inline).
 
 Callable instances are dispatched by their type in `CALLABLE_TYPES` (`functools.lru_cache`

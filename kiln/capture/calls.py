@@ -1,6 +1,7 @@
 """Calls: what happens when traced code calls something.
 
-`call_variable` dispatches on the tracker class (`_CALLS`); a real callable is first looked up in
+Its handlers, one per tracker class, fill `interpreter.CALLS`, through which `interpreter.call_variable`
+(and `tx.call`) dispatches every call; this is the one call dispatch. A real callable is first looked up in
 the one table of modelled callables (`callables.CALLABLES`: builtins, container methods, standard
 library, NumPy, pytree, torch queries folded to constants), then classified: a torch operation (a
 graph node), an nn.Module (hooks and `forward` inlined), a class (a new object, a namedtuple, an
@@ -11,57 +12,26 @@ from __future__ import annotations
 
 import inspect
 import logging
-import sys
 import types
 import warnings
-from typing import Any
 
 import torch
 
+from kiln.capture import autograd_function, masks, model_outputs
 from kiln.capture import variables as V
+from kiln.capture.attributes import _function, getattr_var
+from kiln.capture.builder import wrap
+from kiln.capture.builtins import PURE_CALLABLES
 from kiln.capture.callables import CALLABLES, handler_for
+from kiln.capture.classes import call_class
+from kiln.capture.constants import (TRACE_TIME_FUNCTIONS, constant_arguments, constant_of, is_assumed_constant,
+                                    is_python_constant, python_value, run_at_trace_time)
+from kiln.capture.distributed import native_reason
+from kiln.capture.guards import Guard, GuardKind
+from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
-from kiln.capture.torch_calls import FOLDED, call_torch, tensor_method
-
-# torch.nn.modules holds forward() methods to inline; the rest of torch's Python is taken as ops
-_INLINED_TORCH_MODULES = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.utils.checkpoint", "torch.testing")
-
-
-def _is_torch_op(fn: Any) -> bool:
-    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return True
-    module = getattr(fn, "__module__", None) or ""
-    if isinstance(fn, types.BuiltinFunctionType) and (module.startswith("torch") or module == ""):
-        self_obj = getattr(fn, "__self__", None)
-        return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
-    if isinstance(fn, types.FunctionType):
-        # a graph node must name its target as module.name (lambdas and local helpers are inlined)
-        return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
-            _reached_by_attributes(module, fn)
-    return False
-
-
-def _reached_by_attributes(module: str, fn) -> bool:
-    """Whether `module.name` read attribute by attribute from `torch` is `fn`, as the graph's Python
-    reads it. A package can shadow a submodule by a function of the same name
-    (`torch._higher_order_ops.associative_scan` is the function there): its helpers are inlined."""
-    value = sys.modules.get("torch")
-    for part in [*module.split(".")[1:], fn.__name__]:
-        value = getattr(value, part, None)
-    return value is fn
-
-
-def _is_tensor_method(fn: Any) -> bool:
-    return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) or \
-        isinstance(fn, types.FunctionType) and fn.__qualname__.startswith("Tensor.")
-
-
-def call_variable(tx, fn: V.Variable, args: list, kwargs: dict) -> V.Variable:
-    handler = _CALLS.get(type(fn))
-    if handler is None:
-        raise tx.unsupported(f"calling a {fn.python_type().__name__} is not supported")
-    return handler(tx, fn, args, kwargs)
-
+from kiln.capture.sources import AttrSource
+from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method, to_fx
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
@@ -69,18 +39,18 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
         handler = handler_for(real)
         if handler is not None:
             return handler(tx, args, kwargs)
-        if _is_tensor_method(real):
+        if is_tensor_method(real):
             return tensor_method(tx, real.__name__, args, kwargs)
-        if _is_torch_op(real) and _graph_arguments(tx, args, kwargs):
+        if is_torch_op(real) and _graph_arguments(tx, args, kwargs):
             if isinstance(real, types.FunctionType):
                 return _torch_python_function(tx, fn, real, args, kwargs)
             return call_torch(tx, "call_function", real, args, kwargs)
         if _is_diagnostics_call(real, args):
             return _defer_call(tx, real, args, kwargs)
         if f"{getattr(real, '__module__', '')}.{getattr(real, '__qualname__', '')}" in TRACE_TIME_FUNCTIONS:
-            return _run_at_trace_time(tx, real, args, kwargs)
-        if is_assumed_constant(real) and _constant_arguments(args, kwargs):
-            return _run_at_trace_time(tx, real, args, kwargs)
+            return run_at_trace_time(tx, real, args, kwargs)
+        if is_assumed_constant(real) and constant_arguments(args, kwargs):
+            return run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
 
 
@@ -89,7 +59,6 @@ def _torch_python_function(tx, fn: V.FunctionVar, real, args, kwargs):
     One whose code decides on tensor data there is inlined instead, so that capture sees the
     decision: a check that raises becomes a check after the graph ([Note: a raise on tensor
     values] in opcodes.py), and anything else breaks the graph at its own line."""
-    from kiln.capture.interpreter import GraphBreak
     try:
         return call_torch(tx, "call_function", real, args, kwargs)
     except GraphBreak as e:
@@ -98,24 +67,9 @@ def _torch_python_function(tx, fn: V.FunctionVar, real, args, kwargs):
     return tx.inline(fn, args, kwargs)
 
 
-def is_assumed_constant(fn) -> bool:
-    """A function its library marked as constant for compilers (`torch.compiler.assume_constant_result`
-    sets this attribute; transformers marks its install and version probes so): called with
-    constants, it is run while tracing and its result is a constant of the graph, as torch.compile
-    does. Its code often reads what capture does not follow (importlib.metadata, `vars`)."""
-    return getattr(fn, "_dynamo_marked_constant", False) is True
-
-
-def _constant_arguments(args, kwargs) -> bool:
-    from kiln.capture.semantics import is_python_constant
-    return all(is_python_constant(a) for a in [*args, *kwargs.values()])
-
-
 def _graph_arguments(tx, args, kwargs) -> bool:
     """Whether every argument can be an FX argument. A torch Python function handed objects that
     cannot (a distribution, a constraint, an options object) is inlined instead of made a node."""
-    from kiln.capture.interpreter import GraphBreak
-    from kiln.capture.torch_calls import to_fx
     try:
         for a in [*args, *kwargs.values()]:
             to_fx(tx, a)
@@ -134,7 +88,6 @@ def _call_partial(tx, p: V.PartialVar, args, kwargs):
 
 def _fold(tx, fn, args, kwargs):
     """Run a metadata query on example values (tensors inside containers included)."""
-    from kiln.capture.semantics import python_value
 
     def ex(v):
         if isinstance(v, V.TensorVar):
@@ -146,7 +99,6 @@ def _fold(tx, fn, args, kwargs):
 
 
 def _call_object(tx, fn: V.ObjectVar, args, kwargs):
-    from kiln.capture.builtins import PURE_CALLABLES
     value = fn.value
     handler = handler_for(value)
     if handler is not None:
@@ -157,20 +109,17 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         # torch.jit.script / trace keep the Python function they compiled: follow that
         original = getattr(value, "_torchdynamo_inline", None)
         if isinstance(original, types.FunctionType):
-            from kiln.capture.attributes import _function
             return _call_function(tx, _function(original), args, kwargs)
     if isinstance(value, type):
-        from kiln.capture.classes import call_class
         return call_class(tx, fn, args, kwargs)
-    if _is_tensor_method(value):
+    if is_tensor_method(value):
         if args and isinstance(args[0], V.TensorVar):
             return tensor_method(tx, value.__name__, args, kwargs)
-    if _is_torch_op(value):
+    if is_torch_op(value):
         return call_torch(tx, "call_function", value, args, kwargs)
     if isinstance(value, types.BuiltinMethodType) and PURE_CALLABLES(value):
         return _fold_or_graph(tx, value, args, kwargs)
     if isinstance(value, types.FunctionType):
-        from kiln.capture.attributes import _function
         return _call_function(tx, _function(value), args, kwargs)
     if _is_diagnostics_call(value, args):
         return _defer_call(tx, value, args, kwargs)
@@ -193,30 +142,6 @@ def _is_diagnostics_call(value, args) -> bool:
     return name is not None and not name.startswith("_") and getattr(logging.Logger, name, None) is value
 
 
-# Library functions that read only configuration objects (no tensors) and whose code is too
-# dynamic to follow (deepcopy, to_dict, delattr): run for real while tracing. Keyed by
-# "module.qualname", so kiln needs no import of the library.
-TRACE_TIME_FUNCTIONS = {
-    # transformers' cache constructors ask for the decoder half of a flat encoder-decoder config
-    "transformers.configuration_utils.PreTrainedConfig.get_text_config",
-    "transformers.configuration_utils.PretrainedConfig.get_text_config",
-}
-
-
-def _run_at_trace_time(tx, fn, args, kwargs):
-    from kiln.capture.builder import wrap
-    from kiln.capture.semantics import python_value
-    if not _constant_arguments(args, kwargs):
-        raise tx.unsupported(f"{fn.__qualname__} on values known only at run time")
-    try:
-        result = fn(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
-    except Exception as e:
-        tx.raise_(type(e), str(e))
-    if args and result is python_value(args[0]):
-        return args[0]  # keeps its source, so later reads are guarded
-    return wrap(tx.out, result, None)
-
-
 def _defer_call(tx, fn, args, kwargs):
     """logging and warnings do not feed the computation: replay them after the graph, in order."""
     tx.out.side_effects.append(DeferredCall(fn, tuple(args), tuple(kwargs.items())))
@@ -224,19 +149,16 @@ def _defer_call(tx, fn, args, kwargs):
 
 
 def _fn_of(f):
-    from kiln.capture.attributes import _function
     return _function(f)
 
 
 def _fold_or_graph(tx, value, args, kwargs):
     """math.sqrt(2.0) is folded; operator.add(x, y) with a tensor goes to the graph."""
-    from kiln.capture.semantics import is_python_constant, python_value
     if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
         try:
             result = value(*[python_value(a) for a in args], **{k: python_value(v) for k, v in kwargs.items()})
         except Exception as e:
             tx.raise_(type(e), str(e))
-        from kiln.capture.semantics import constant_of
         return constant_of(tx, result)
     if any(isinstance(a, (V.TensorVar, V.SymNumber)) for a in args):
         return call_torch(tx, "call_function", value, args, kwargs)
@@ -244,7 +166,6 @@ def _fold_or_graph(tx, value, args, kwargs):
 
 
 def _call_new_object(tx, obj: V.NewObjectVar, args, kwargs):
-    from kiln.capture.attributes import getattr_var
     return call_variable(tx, getattr_var(tx, obj, "__call__"), args, kwargs)
 
 
@@ -254,23 +175,19 @@ def _call_context(tx, ctx: V.ContextVar, args, kwargs):
     return V.Constant(None)
 
 
-_CALLS = {
+CALLS.update({
     V.FunctionVar: _call_function,
     V.MethodVar: _call_method,
     V.PartialVar: _call_partial,
     V.ObjectVar: _call_object,
     V.NewObjectVar: _call_new_object,
     V.ContextVar: _call_context,
-}
+})
 
 
 # -- nn.Module calls -------------------------------------------------------------------------------
 def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variable:
     """`module(*args)`: forward pre-hooks, forward, forward hooks, as `nn.Module._call_impl` runs them."""
-    from kiln.capture.attributes import getattr_var
-    from kiln.capture.guards import Guard, GuardKind
-    from kiln.capture.sources import AttrSource
-    from kiln.capture.distributed import native_reason
     mod = mod_var.value
     reason = native_reason(mod)
     if reason is not None:   # [Note: DDP and FSDP2 run as torch wrote them]
@@ -289,7 +206,6 @@ def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variabl
         for table in ("_forward_pre_hooks", "_forward_hooks"):
             if not getattr(mod, table):
                 tx.out.guard(Guard(GuardKind.EMPTY, AttrSource(mod_var.source, table)))
-    from kiln.capture.builder import wrap
     for key, hook in list(mod._forward_pre_hooks.items()):
         hook_var = wrap(tx.out, hook, None)
         out = tx.call(hook_var, [mod_var, V.TupleVar(list(args))])
@@ -335,7 +251,6 @@ def enter_context(tx, ctx: V.Variable):
             ctx.saved = (node, torch.autocast(*ctx.args))
             ctx.saved[1].__enter__()
             return ctx, V.Constant(None)
-    from kiln.capture.attributes import getattr_var
     if isinstance(ctx, (V.NewObjectVar, V.ObjectVar)):
         enter = getattr_var(tx, ctx, "__enter__")
         exit_fn = getattr_var(tx, ctx, "__exit__")
@@ -369,7 +284,6 @@ def set_grad_mode(tx, enabled: bool):
 
 
 def _set_grad_enabled(tx, args, kwargs):
-    from kiln.capture.semantics import python_value
     enabled = python_value(args[0] if args else kwargs["mode"])
     ctx = V.ContextVar("grad_set", (enabled,), saved=tx.out.grad_enabled)
     set_grad_mode(tx, enabled)
@@ -381,7 +295,6 @@ def _is_grad_enabled(tx, args, kwargs):
 
 
 def _torch_assert(tx, args, kwargs):
-    from kiln.capture.semantics import is_python_constant, python_value
     if is_python_constant(args[0]):
         if not python_value(args[0]):
             tx.raise_(AssertionError, python_value(args[1]) if len(args) > 1 else "")
@@ -390,7 +303,6 @@ def _torch_assert(tx, args, kwargs):
 
 
 def _set_grad_enabled_now(tx, args, kwargs):
-    from kiln.capture.semantics import python_value
     set_grad_mode(tx, python_value(args[0]))
     return V.Constant(None)
 
@@ -434,7 +346,6 @@ def _checkpoint(tx, args, kwargs):
     """`torch.utils.checkpoint.checkpoint(fn, *args)`: the forward is `fn(*args)`, inlined (the
     recomputation in backward only saves memory). The reentrant form, torch's default, runs `fn`
     without grad when no tensor argument requires grad, so its outputs do not require grad then."""
-    from kiln.capture.semantics import python_value
     kwargs = dict(kwargs)
     reentrant = python_value(kwargs.pop("use_reentrant", V.Constant(None)))
     context_fn = kwargs.pop("context_fn", None)
@@ -458,7 +369,6 @@ def _checkpoint(tx, args, kwargs):
 
 def _rng_frozen(tx, args, kwargs):
     """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
-    from kiln.capture.semantics import python_value
     enabled = python_value(kwargs.get("enabled", args[1] if len(args) > 1 else V.Constant(True)))
     return V.ContextVar("rng_frozen" if enabled else "nothing", ())
 
@@ -477,7 +387,6 @@ for _fn, _query in FOLDED.items():
 
 
 def _register_special_calls():
-    from kiln.capture import autograd_function, masks, model_outputs
     import torch.distributions.kl
     import torch.testing._utils
     import torch.utils.checkpoint

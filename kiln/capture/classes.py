@@ -19,7 +19,7 @@ from kiln.capture.model_outputs import construct as construct_model_output, is_m
 
 
 def _pv(v):
-    from kiln.capture.semantics import python_value
+    from kiln.capture.constants import python_value
     return python_value(v)
 
 
@@ -47,7 +47,7 @@ def _cuda_autocast_args(tx, args, kwargs):
 
 
 def _fold_class(tx, cls, args, kwargs):
-    from kiln.capture.semantics import is_python_constant
+    from kiln.capture.constants import is_python_constant
     if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
         return V.Constant(cls(*[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()}))
     raise tx.unsupported(f"{cls.__name__}(...) on values known only at run time")
@@ -100,7 +100,7 @@ def _exception(tx, cls, args, kwargs):
 def _module_class(tx, cls, args, kwargs):
     """A stateless module built from constants (`CrossEntropyLoss()` in a forward) is made for real at
     trace time: its forward depends only on those constants, so the graph holds the same ops."""
-    from kiln.capture.semantics import is_python_constant
+    from kiln.capture.constants import is_python_constant
     if all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values()):
         module = cls(*[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()})
         if not any(True for _ in module.parameters()) and not any(True for _ in module.buffers()):

@@ -24,7 +24,8 @@ from kiln.capture import variables as V
 from kiln.capture.callables import ATTRIBUTES, handles
 from kiln.capture.containers import dict_of
 from kiln.capture.iterators import Token
-from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate, python_value
+from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate
+from kiln.capture.constants import python_value
 
 deque = collections.deque
 

@@ -16,8 +16,9 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, constant_of, contains, dict_items,
-                                    dict_set, items_equal, iterate, key_of, mutate_list, python_value, set_add)
+from kiln.capture.constants import constant_of, python_value
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, items_equal,
+                                    iterate, key_of, mutate_list, set_add)
 
 
 def _none(tx, args, kwargs):

@@ -31,7 +31,7 @@ from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
-from kiln.capture.semantics import python_value
+from kiln.capture.constants import python_value
 from kiln.capture.sources import ConstSource, LocalSource
 
 

@@ -120,7 +120,7 @@ def rank_dependent(guard: Guard) -> bool:
 
 def _query(fn: Callable, rank_dependent: bool):
     def handle(tx, args, kwargs):
-        from kiln.capture.semantics import is_python_constant, python_value
+        from kiln.capture.constants import is_python_constant, python_value
         if not all(is_python_constant(a) for a in (*args, *kwargs.values())):
             raise tx.unsupported(f"torch.distributed.{fn.__name__} on values known only at run time")
         real = tuple(python_value(a) for a in args)

@@ -8,25 +8,14 @@ branches on them. Nothing runs for real, nothing real is allocated or mutated.
 """
 from __future__ import annotations
 
-import operator
 import types
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.utils._python_dispatch
 
-from kiln.symbolic import FakeTensorMode, ShapeEnv, attention, combinations, matmul
-
-
-# Composites whose ATen implementation reads symbolic sizes as ints, or makes a size of data that
-# the sizes alone decide, run as kiln's rules instead ([Note: attention kernels chosen at the hints],
-# [Note: matmul on symbolic sizes], [Note: combinations without a mask]); a method call
-# (`x.matmul(y)`) runs the function of its METHOD_RULES entry on (self, *args).
-SYMBOLIC_RULES: dict = {torch.nn.functional.scaled_dot_product_attention: attention.scaled_dot_product_attention,
-                        torch.matmul: matmul.matmul, operator.matmul: matmul.matmul,
-                        torch.nn.functional.linear: matmul.linear,
-                        torch.combinations: combinations.combinations}
-METHOD_RULES: dict = {"matmul": matmul.matmul, "__matmul__": matmul.matmul}
+from kiln.symbolic import FakeTensorMode, ShapeEnv
+from kiln.symbolic.rules import SYMBOLIC_RULES
 
 
 class Examples:

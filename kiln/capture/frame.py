@@ -77,6 +77,19 @@ class CompiledFunction:
         functools.update_wrapper(self, fn)
         _ALL_WRAPPERS.add(self)
 
+    def user_name(self) -> str:
+        """The function's name as messages and the event log show it."""
+        return _name(self.fn)
+
+    def user_code(self, args: tuple) -> types.CodeType:
+        """The code the user reads for this frame: a module's call frame is kiln's two-line
+        `_call_module`, so its source is the module's `forward`."""
+        if self.fn.__code__ is _call_module.__code__ and args and isinstance(args[0], torch.nn.Module):
+            forward = getattr(type(args[0]), "forward", None)
+            if isinstance(forward, types.FunctionType):
+                return forward.__code__
+        return self.fn.__code__
+
     @property
     def __kiln_original__(self):
         return self.fn

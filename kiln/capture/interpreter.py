@@ -1,7 +1,10 @@
 """The symbolic interpreter of one Python frame: a stack machine over variable trackers.
 
-A `Tracer` walks a code object's instructions, dispatching each through `opcodes.HANDLERS` (one
-handler per opcode name; version differences live inside handlers). Calls to Python functions are
+A `Tracer` walks a code object's instructions, dispatching each through `HANDLERS` (one handler
+per opcode name, registered by `opcodes.py`; version differences live inside handlers), and every
+call through `CALLS` (one handler per tracker class, registered by `calls.py`, the one call
+dispatch). The tables live here, under the modules that fill them, so that no module of capture
+imports one above it: handlers reach each other through `tx.call` and these tables. Calls to Python functions are
 inlined by a child `Tracer` sharing the parent's `OutputGraph`. Exceptions raised by traced code
 are `ObservedException`s routed through the code's exception table. Code kiln cannot capture
 raises `GraphBreak`, which the root frame turns into a graph break at its own instruction (see
@@ -13,7 +16,7 @@ import dis
 import os
 import sys
 import types
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -25,6 +28,9 @@ PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
 MAX_INLINE_DEPTH = 64
 MAX_INSTRUCTIONS = 2_000_000  # per capture: every loop is unrolled, so bound the work
+
+HANDLERS: dict[str, Callable] = {}  # opcode name -> handler(tx, inst); filled by opcodes.py
+CALLS: dict[type, Callable] = {}  # tracker class -> handler(tx, fn, args, kwargs); filled by calls.py
 
 
 class GraphBreak(Exception):
@@ -164,7 +170,6 @@ class Tracer:
 
     # -- the main loop -------------------------------------------------------------------------
     def run(self) -> V.Variable:
-        from kiln.capture.opcodes import HANDLERS
         while True:
             if self.ip >= len(self.insts):
                 raise self.unsupported("ran past the end of the code object")
@@ -223,7 +228,6 @@ class Tracer:
 
     # -- calls ---------------------------------------------------------------------------------
     def call(self, fn: V.Variable, args: list, kwargs: dict | None = None) -> V.Variable:
-        from kiln.capture.semantics import call_variable
         return call_variable(self, fn, list(args), dict(kwargs or {}))
 
     def inline(self, fn: V.FunctionVar, args: list, kwargs: dict, self_var: V.Variable | None = None) -> V.Variable:
@@ -246,6 +250,14 @@ class Tracer:
         while tx.parent is not None:
             tx = tx.parent
         return tx
+
+
+def call_variable(tx, fn: V.Variable, args: list, kwargs: dict) -> V.Variable:
+    """Call the tracker `fn`: the handler `calls.py` registered for its class."""
+    handler = CALLS.get(type(fn))
+    if handler is None:
+        raise tx.unsupported(f"calling a {fn.python_type().__name__} is not supported")
+    return handler(tx, fn, args, kwargs)
 
 
 def constant(value: Any) -> V.Constant:

@@ -20,7 +20,8 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import binary_op, constant_of, get_iter, is_python_constant, iterate, python_value, truth
+from kiln.capture.semantics import binary_op, get_iter, iterate, truth
+from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.views import advance
 
 _LONGEST = 100_000  # an unrolled loop longer than this is taken to be infinite (`itertools.count`)
@@ -48,7 +49,7 @@ def _next(tx, args, kwargs):
 
 @handles(range)
 def _range(tx, args, kwargs):
-    from kiln.capture.builtins import fold_call
+    from kiln.capture.constants import fold_call
     return fold_call(tx, range, args, kwargs)
 
 
@@ -254,7 +255,7 @@ def _sum(tx, args, kwargs):
 
 def _reduce_compare(op):
     def handle(tx, args, kwargs):
-        from kiln.capture.builtins import fold_call
+        from kiln.capture.constants import fold_call
         items = iterate(tx, args[0]) if len(args) == 1 else list(args)
         if not items:
             if "default" in kwargs:

@@ -28,7 +28,8 @@ from torch.utils import _pytree as pytree
 
 from kiln.capture import variables as V
 from kiln.capture.callables import CALLABLE_TYPES, PACKAGES, handles
-from kiln.capture.semantics import BINARY_OPS, VALUE_MODELS, constant_of, is_python_constant, python_value
+from kiln.capture.semantics import BINARY_OPS, VALUE_MODELS
+from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.torch_calls import call_torch
 
 _tnp = None

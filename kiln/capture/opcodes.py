@@ -5,8 +5,10 @@ meaning (LOAD_ATTR's method bit, LOAD_SUPER_ATTR, CALL_INTRINSIC_1, RETURN_CONST
 LOAD_FAST_*, BINARY_SLICE, POP_JUMP_IF_*, TO_BOOL, MAKE_FUNCTION's flags), the difference lives
 inside the handler or in an entry that only the newer version emits. The one difference that cuts
 across handlers, where CALL's NULL slot sits, is `push_callable` and `call_slots` below.
-Semantics of the operations themselves (attribute reads, calls, operators) are in `semantics.py`;
-these handlers only move trackers between the stack, locals and cells.
+Semantics of the operations themselves are in `semantics.py` (operators, items, iteration),
+`attributes.py` (attribute reads) and `calls.py` (calls, `with` blocks); these handlers only move
+trackers between the stack, locals and cells. Importing this module registers its handlers in
+`interpreter.HANDLERS`.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import operator
 
 from kiln.capture import semantics as S
 from kiln.capture import variables as V
+from kiln.capture.attributes import delattr_var, getattr_var, setattr_var
+from kiln.capture.calls import as_exception, enter_context
 from kiln.capture.views import advance
-from kiln.capture.interpreter import PY312, PY313, FrameReturn, GraphBreak, ObservedException, Tracer
+from kiln.capture.interpreter import HANDLERS, PY312, PY313, FrameReturn, GraphBreak, ObservedException, Tracer
 from kiln.capture.sources import ClosureSource, GlobalSource
-
-HANDLERS: dict = {}
 
 
 # [Note: CALL's NULL slot]
@@ -204,13 +206,13 @@ def import_name(tx, inst):
 
 @handler("IMPORT_FROM")
 def import_from(tx, inst):
-    tx.push(S.getattr_var(tx, tx.stack[-1], inst.argval))
+    tx.push(getattr_var(tx, tx.stack[-1], inst.argval))
 
 
 # -- attributes ------------------------------------------------------------------------------------
 @handler("LOAD_ATTR")
 def load_attr(tx, inst):
-    value = S.getattr_var(tx, tx.pop(), inst.argval)
+    value = getattr_var(tx, tx.pop(), inst.argval)
     if PY312 and inst.arg & 1:  # 3.12 folds LOAD_METHOD into LOAD_ATTR's low bit
         push_callable(tx, value)  # kiln pushes the bound method: a NULL, never [method, self]
     else:
@@ -219,13 +221,13 @@ def load_attr(tx, inst):
 
 @handler("LOAD_METHOD")  # 3.11
 def load_method(tx, inst):
-    push_callable(tx, S.getattr_var(tx, tx.pop(), inst.argval))
+    push_callable(tx, getattr_var(tx, tx.pop(), inst.argval))
 
 
 @handler("LOAD_SUPER_ATTR")  # 3.12: super().name with the two-argument form in bit 1
 def load_super_attr(tx, inst):
     self_var, cls, _super = tx.pop(), tx.pop(), tx.pop()
-    value = S.getattr_var(tx, V.SuperVar(S.python_value(cls), self_var), inst.argval)
+    value = getattr_var(tx, V.SuperVar(S.python_value(cls), self_var), inst.argval)
     if inst.arg & 1:
         push_callable(tx, value)
     else:
@@ -235,12 +237,12 @@ def load_super_attr(tx, inst):
 @handler("STORE_ATTR")
 def store_attr(tx, inst):
     obj, value = tx.pop(), tx.pop()
-    S.setattr_var(tx, obj, inst.argval, value)
+    setattr_var(tx, obj, inst.argval, value)
 
 
 @handler("DELETE_ATTR")
 def delete_attr(tx, inst):
-    S.delattr_var(tx, tx.pop(), inst.argval)
+    delattr_var(tx, tx.pop(), inst.argval)
 
 
 # -- building containers ---------------------------------------------------------------------------
@@ -661,7 +663,7 @@ def raise_varargs(tx, inst):
     if inst.arg == 2:
         tx.pop()  # `from cause`: the cause is not modelled
     exc = tx.pop()
-    raise ObservedException(S.as_exception(tx, exc))
+    raise ObservedException(as_exception(tx, exc))
 
 
 @handler("LOAD_ASSERTION_ERROR")
@@ -702,7 +704,7 @@ def reraise(tx, inst):
 @handler("BEFORE_WITH")
 def before_with(tx, inst):
     ctx = tx.pop()
-    exit_fn, entered = S.enter_context(tx, ctx)
+    exit_fn, entered = enter_context(tx, ctx)
     tx.push(exit_fn)
     tx.push(entered)
 

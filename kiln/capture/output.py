@@ -18,10 +18,11 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.capture.examples import METHOD_RULES, Examples
+from kiln.capture.examples import Examples
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind, TensorSpec
 from kiln.capture.sources import Source
+from kiln.symbolic.rules import METHOD_RULES
 
 
 @dataclasses.dataclass(frozen=True)

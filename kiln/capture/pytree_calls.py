@@ -19,7 +19,8 @@ from torch.utils import _pytree as pytree
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.iterators import Token
-from kiln.capture.semantics import is_python_constant, iterate, python_value
+from kiln.capture.semantics import iterate
+from kiln.capture.constants import is_python_constant, python_value
 
 _REAL_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
 
@@ -67,7 +68,7 @@ def from_real(tx, value) -> V.Variable:
         return V.DictVar({k: from_real(tx, i) for k, i in value.items()}, type(value), factory)
     if type(value) in pytree.SUPPORTED_NODES:
         raise tx.unsupported(f"pytree built a {type(value).__name__}, a node type kiln does not read back")
-    from kiln.capture.semantics import constant_of
+    from kiln.capture.constants import constant_of
     return constant_of(tx, value)
 
 

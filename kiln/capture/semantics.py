@@ -2,8 +2,8 @@
 
 Each operation dispatches on tracker classes through small tables; values that are all constants
 are computed by Python itself (constant folding), tensors go to the graph (`torch_calls.py`).
-Attribute reads and calls are in `attributes.py` and `calls.py`; they are re-exported here so
-opcode handlers have one module to call.
+Attribute reads (`attributes.py`) sit below this module and calls (`calls.py`) above it: a call
+from here goes through `tx.call` / `interpreter.call_variable`, the table `calls.py` fills.
 """
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import delattr_var, getattr_var, setattr_var  # noqa: F401 (re-exported)
-from kiln.capture.calls import as_exception, call_variable, enter_context  # noqa: F401 (re-exported)
-from kiln.capture.interpreter import NotConstant
+from kiln.capture.attributes import (_function, class_lookup, dunder_binary, getattr_var, iterate_object,
+                                     object_contains, object_getitem)
+from kiln.capture.constants import constant_of, is_python_constant, python_value
+from kiln.capture.interpreter import NotConstant, call_variable
 from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
@@ -40,76 +41,6 @@ _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: 
 # object that answers the data model for it: `binary(tx, op, a, b)`, `unary(tx, op, v)`,
 # `getitem(tx, obj, key)`, `setitem(tx, obj, key, value)`, `iterate(tx, v)`, `truth(tx, v)`.
 VALUE_MODELS: dict[type, Any] = {}
-
-
-# -- constants ----------------------------------------------------------------------------------
-def constant_of(tx, value: Any) -> V.Variable:
-    """A tracker for a value Python computed from constants; containers become fresh trackers, so
-    they can be iterated and mutated (`"a.b".split(".")`)."""
-    if isinstance(value, tuple):
-        return V.TupleVar([constant_of(tx, v) for v in value], type(value) if hasattr(value, "_fields") else tuple)
-    if type(value) is list:
-        return V.ListVar([constant_of(tx, v) for v in value])
-    if type(value) is dict:
-        return V.DictVar({k: constant_of(tx, v) for k, v in value.items()})
-    if isinstance(value, (set, frozenset)):  # a frozenset is shared as it is: its order is its own
-        return V.SetVar(value if type(value) is frozenset else set(value), {v: V.Constant(v) for v in value},
-                        type(value))
-    return V.Constant(value)
-
-
-def python_value(v: V.Variable) -> Any:
-    """The real Python value of a tracker that stands for a constant (raises if it does not)."""
-    if isinstance(v, V.Constant):
-        return v.value
-    if isinstance(v, V.ObjectVar):
-        return v.value
-    if isinstance(v, V.TupleVar):
-        items = [python_value(i) for i in v.items]
-        if v.cls is tuple or v.cls is torch.Size or not hasattr(v.cls, "_fields"):
-            return v.cls(items)
-        return v.cls(*items)
-    if isinstance(v, V.ListVar):
-        return [python_value(i) for i in v.items]
-    if isinstance(v, V.DictVar):
-        return {k: python_value(i) for k, i in v.items.items()}
-    if isinstance(v, V.SetVar):
-        return v.cls(python_value(i) for i in v.items)
-    if isinstance(v, V.DictViewVar):  # a view of a copy: enough to fold `d.keys() - {...}`, `==`
-        keys = [python_value(k) for k in items_of(V.DictViewVar(v.dict, "keys"))]
-        return getattr(dict.fromkeys(keys) if v.kind == "keys" else python_value(v.dict), v.kind)()
-    if isinstance(v, V.FunctionVar) and v.fn is not None:
-        return v.fn
-    if isinstance(v, V.SymNumber):
-        # Python needs the number itself (range(n), a dict key, ...): specialize, which the
-        # ShapeEnv records as a guard (n == hint)
-        return _SPECIALIZE[type(v.example)](v.example)
-    raise NotConstant(v)
-
-
-_SPECIALIZE = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
-
-
-def is_python_constant(v: V.Variable) -> bool:
-    if _has_tensor(v):  # before python_value, which would specialize a symbolic size
-        return False
-    try:
-        python_value(v)
-        return True
-    except NotConstant:
-        return False
-
-
-def _has_tensor(v) -> bool:
-    if isinstance(v, (V.TensorVar, V.SymNumber)):
-        return True
-    if isinstance(v, (V.TupleVar, V.ListVar)):
-        return any(_has_tensor(i) for i in v.items)
-    if isinstance(v, V.DictVar):
-        return any(_has_tensor(i) for i in v.items.values())
-    if isinstance(v, V.DictViewVar):
-        return any(_has_tensor(i) for i in items_of(v))
-    return False
 
 
 def key_of(tx, v: V.Variable) -> Any:
@@ -245,11 +176,10 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
             tx.raise_(TypeError, "iteration over a 0-d tensor")
         return list(call_torch(tx, "call_method", "unbind", [v, V.Constant(0)], {}).items)
     if isinstance(v, V.ObjectVar):
-        from kiln.capture.attributes import iterate_object
-        return iterate_object(tx, v)
+        items = iterate_object(tx, v)
+        return items if isinstance(items, list) else iterate(tx, items)
     if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
-        from kiln.capture.attributes import getattr_var as ga
-        it = tx.call(ga(tx, v, "__iter__"), [])
+        it = tx.call(getattr_var(tx, v, "__iter__"), [])
         return iterate(tx, it)
     raise tx.unsupported(f"iterating over a {v.python_type().__name__} is not supported")
 
@@ -290,8 +220,7 @@ def truth(tx, v: V.Variable) -> bool:
     if isinstance(v, V.NewObjectVar):
         for name in ("__bool__", "__len__"):
             if hasattr(v.cls, name):
-                from kiln.capture.attributes import getattr_var as ga
-                return truth(tx, tx.call(ga(tx, v, name), []))
+                return truth(tx, tx.call(getattr_var(tx, v, name), []))
         return True
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
 
@@ -349,11 +278,9 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
-        from kiln.capture.attributes import object_contains
         return object_contains(tx, container, python_value(item))
     if isinstance(container, V.NewObjectVar) and hasattr(container.cls, "__contains__"):
-        from kiln.capture.attributes import getattr_var as ga
-        return truth(tx, tx.call(ga(tx, container, "__contains__"), [item]))
+        return truth(tx, tx.call(getattr_var(tx, container, "__contains__"), [item]))
     raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
 
 
@@ -383,7 +310,6 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         same = _containers_equal(tx, a, b)
         return V.Constant(same if op is operator.eq else not same)
     if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
-        from kiln.capture.attributes import dunder_binary
         return dunder_binary(tx, op, a, b)
     raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
 
@@ -407,7 +333,6 @@ def _user_eq(tx, op, a, b) -> V.Variable | None:
     """`a == b` / `a != b` through a user class's own __eq__ / __ne__ (a dataclass's too), the left
     operand's first, then the right's reflected, as Python tries them; None where neither has one
     (or both answer NotImplemented). A class with __eq__ and no __ne__ gets `not __eq__`."""
-    from kiln.capture.attributes import _function, class_lookup
     for x, y in ((a, b), (b, a)):
         if not isinstance(x, (V.NewObjectVar, V.ObjectVar)):
             continue
@@ -561,7 +486,6 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         except (IndexError, KeyError, TypeError) as e:
             tx.raise_(type(e), str(e))
     if isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
-        from kiln.capture.attributes import object_getitem
         return object_getitem(tx, obj, key)
     raise tx.unsupported(f"indexing a {obj.python_type().__name__}")
 
@@ -602,7 +526,6 @@ def object_item_method(tx, obj: V.Variable, name: str, args: list) -> bool:
     False when it has none."""
     if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
         return False
-    from kiln.capture.attributes import _function, class_lookup
     method = class_lookup(obj.python_type(), name)
     if not isinstance(method, types.FunctionType):
         return False

@@ -21,10 +21,11 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.semantics import is_python_constant, iterate, mutate_list, python_value
+from kiln.capture.semantics import iterate, mutate_list
 
 
 # -- heapq and bisect -----------------------------------------------------------------------------------
+from kiln.capture.constants import is_python_constant, python_value
 @functools.total_ordering
 class Keyed:
     __slots__ = ("value", "var")

@@ -11,12 +11,48 @@ from __future__ import annotations
 
 import operator
 import sys
+import types
 from typing import Any
 
 import torch
 
 from kiln.capture import variables as V
 from kiln.errors import KilnError
+
+# torch.nn.modules holds forward() methods to inline; the rest of torch's Python is taken as ops
+_INLINED_TORCH_MODULES = ("torch.nn.modules", "torch.nn.utils.parametriz", "torch.utils.checkpoint", "torch.testing")
+
+
+def is_torch_op(fn: Any) -> bool:
+    """Whether a call of `fn` is one node of the graph (an ATen op, a torch builtin, a torch Python
+    function the graph can name), not Python to inline."""
+    if isinstance(fn, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, types.BuiltinFunctionType) and (module.startswith("torch") or module == ""):
+        self_obj = getattr(fn, "__self__", None)
+        return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
+    if isinstance(fn, types.FunctionType):
+        # a graph node must name its target as module.name (lambdas and local helpers are inlined)
+        return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
+            _reached_by_attributes(module, fn)
+    return False
+
+
+def _reached_by_attributes(module: str, fn) -> bool:
+    """Whether `module.name` read attribute by attribute from `torch` is `fn`, as the graph's Python
+    reads it. A package can shadow a submodule by a function of the same name
+    (`torch._higher_order_ops.associative_scan` is the function there): its helpers are inlined."""
+    value = sys.modules.get("torch")
+    for part in [*module.split(".")[1:], fn.__name__]:
+        value = getattr(value, part, None)
+    return value is fn
+
+
+def is_tensor_method(fn: Any) -> bool:
+    return getattr(fn, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor) or \
+        isinstance(fn, types.FunctionType) and fn.__qualname__.startswith("Tensor.")
+
 
 # torch functions answered at capture time (no node): their value never depends on tensor data
 FOLDED = {
@@ -68,13 +104,12 @@ _PYTHON_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float64, comp
 
 
 def _object_to_fx(tx, v):
-    from kiln.capture.calls import _is_torch_op
     if type(v.value).__module__ == "numpy":
         return _constant_to_fx(tx, v)
     if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:
         return _PYTHON_DTYPES[v.value]  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads
     if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
-            or _is_torch_op(v.value):  # FX prints a torch function by its module and name
+            or is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
 
@@ -255,7 +290,7 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
     """`args[0]` is the tensor."""
     self_var = args[0]
     if name in TENSOR_META_METHODS:
-        from kiln.capture.semantics import python_value
+        from kiln.capture.constants import python_value
         from kiln.capture.examples import device_of
         if name == "get_device":
             d = device_of(self_var.example)

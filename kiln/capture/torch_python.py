@@ -27,7 +27,8 @@ def values_hold(condition: torch.Tensor, message: str) -> None:
 
 @handles(values_hold)
 def _values_hold(tx, args, kwargs):
-    from kiln.capture.semantics import check_after_graph, python_value
+    from kiln.capture.semantics import check_after_graph
+    from kiln.capture.constants import python_value
     condition, message = args
     check_after_graph(tx, condition, RuntimeError(python_value(message)))
     return V.Constant(None)

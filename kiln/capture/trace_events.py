@@ -1,6 +1,7 @@
 """Capture's events for the event log (`kiln.trace`, [Note: the event log]).
 
-`frame.py` calls three functions here and nothing else: `frame_start` before a frame compiles,
+`frame.py` calls three functions here and nothing else (this module reads a `CompiledFunction`'s
+`user_name` and `user_code`, and imports nothing of capture): `frame_start` before a frame compiles,
 `frame_done` after (its guards and source), and `capture_event` for every `frame.Event` it emits
 (graphs, breaks, recompiles: the stream `kiln.explain` reads, not a second one). Each returns at
 once when nothing listens.
@@ -12,22 +13,9 @@ import re
 import time
 import types
 
-import torch
-
 from kiln import trace
 
 _WHERE = re.compile(r"^(?P<file>.*):(?P<line>\d+) in (?P<function>.*)$")
-
-
-def _code_of(fn: types.FunctionType, args: tuple) -> types.CodeType:
-    """The code the user reads for this frame: a module's call frame is kiln's two-line
-    `_call_module`, so its source is the module's `forward`."""
-    from kiln.capture.frame import _call_module
-    if fn.__code__ is _call_module.__code__ and args and isinstance(args[0], torch.nn.Module):
-        forward = getattr(type(args[0]), "forward", None)
-        if isinstance(forward, types.FunctionType):
-            return forward.__code__
-    return fn.__code__
 
 
 def _source(code: types.CodeType) -> list[str]:
@@ -43,8 +31,8 @@ def frame_start(compiled, args: tuple) -> float | None:
     one listens (then `frame_done` does nothing)."""
     if not trace.active():
         return None
-    code = _code_of(compiled.fn, args)
-    trace.emit("frame_start", function=_name(compiled.fn), file=code.co_filename, line=code.co_firstlineno)
+    code = compiled.user_code(args)
+    trace.emit("frame_start", function=compiled.user_name(), file=code.co_filename, line=code.co_firstlineno)
     return time.perf_counter()
 
 
@@ -52,10 +40,10 @@ def frame_done(compiled, entry, args: tuple, started: float | None) -> None:
     if started is None:
         return
     seconds = time.perf_counter() - started
-    name = _name(compiled.fn)
+    name = compiled.user_name()
     guards = [g.describe() for g in entry.guards]
     trace.emit("guards", function=name, guards=guards)
-    code = _code_of(compiled.fn, args)
+    code = compiled.user_code(args)
     trace.emit("frame", function=name, file=code.co_filename, line=code.co_firstlineno, source=_source(code),
                seconds=round(seconds, 6), entries=len(compiled.entries), guards=len(guards),
                graph_nodes=len(entry.graph.graph.nodes) if entry.graph is not None else 0,
@@ -78,8 +66,3 @@ def capture_event(event) -> None:
             fields["file"], fields["line"] = match["file"], int(match["line"])
             fields["line_text"] = linecache.getline(match["file"], int(match["line"])).strip()
     trace.emit(event.kind, **fields)
-
-
-def _name(fn) -> str:
-    from kiln.capture.frame import _name
-    return _name(fn)

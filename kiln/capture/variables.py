@@ -149,8 +149,10 @@ class DictViewVar(Variable):
     kind: str  # "keys" | "values" | "items"
 
     def python_type(self):
-        from kiln.capture.views import VIEW_TYPES
         return VIEW_TYPES[self.kind]
+
+
+VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
 
 
 @dataclasses.dataclass(eq=False)

@@ -8,14 +8,12 @@ at that moment. An iterator over a view (`IteratorVar.view`) holds the keys only
 walks the dict's entries by position: each value is read when the loop reaches it, and the
 iterator raises RuntimeError once the dict has changed size, as Python's does.
 
-Hands on: `VIEW_TYPES`, `items_of`, `view_iter`, `advance` (the one way to step any iterator).
+Hands on: `items_of`, `view_iter`, `advance` (the one way to step any iterator);
+the view types themselves are `variables.VIEW_TYPES`.
 """
 from __future__ import annotations
 
 from kiln.capture import variables as V
-
-VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
-
 
 def _key_var(k) -> V.Variable:
     return k if isinstance(k, V.Variable) else V.Constant(k)

@@ -97,7 +97,7 @@ def _vmap(tx, args, kwargs):
 
 @handles(unrolled_examples)
 def _unrolled_examples(tx, args, kwargs):
-    from kiln.capture.semantics import python_value
+    from kiln.capture.constants import python_value
     n = python_value(args[0])
     if n > MAX_EXAMPLES:
         from kiln.capture.interpreter import GraphBreak

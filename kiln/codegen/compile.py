@@ -17,13 +17,14 @@ import sympy
 import torch
 
 from kiln import log, trace
-from kiln.codegen import ir
+from kiln.codegen import ir, program_cache
 from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
+from kiln.runtime import cache
 from kiln.symbolic.decide import oblivious_sizes, shape_envs
 
 
@@ -46,7 +47,6 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     warm-start cache (default: unless a printer is chosen). `wait=False`: start building the
     kernels and return a `PendingProgram` at once ([Note: parallel builds])."""
     from kiln.codegen import check
-    from kiln.runtime import cache
 
     reinplace_input_writes(gm)
     chosen = printer
@@ -60,7 +60,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
             key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
                    + ("-boxed" if boxed else ""))
         with log.stage("cache load"):
-            hit = cache.load(key, gm)
+            hit = program_cache.load(key, gm)
         trace.emit("cache", cache="graph program", hit=hit is not None, key=key)
         if hit is not None:
             log.count("programs from the cache")
@@ -73,7 +73,6 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
 def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key, wait):
     """compile_prim_graph past the cache: lower, schedule, print and build."""
     from kiln.codegen import check
-    from kiln.runtime import cache
     with log.stage("lower"):
         graph, constants = lower_graph(gm, example_inputs, getattr(policy, "KERNEL_DTYPES", KERNEL_DTYPES),
                                        getattr(policy, "SPLIT_REDUCTIONS", False))
@@ -113,7 +112,7 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
         if probe:
             return _boxed(check.checked(call, gm, dict(graph.origins), fns))
         call.output_strides = output_strides
-        if use_cache and program.cacheable and cache.store(key, program, printer.__name__, built, gm, constants, output_strides) \
+        if use_cache and program.cacheable and program_cache.store(key, program, printer.__name__, built, gm, constants, output_strides) \
                 and not constants:
             call.kiln_cache_key = key        # found again by key alone ([Note: warm start of a captured graph])
         return _boxed(call)

@@ -4,7 +4,7 @@
 of 16 bytes. GPT-2's logits are 50,257 wide: its lm_head ran cuBLAS's 16-bit `align1` fallback, 3.4
 ms of a 10.8 ms inference step on the H200, where Inductor's padded product took 0.44 ms, and the two
 backward products 5.9 ms. Giving the output a padded row pitch alone did not change cuBLAS's choice
-(`bench/results/20261201-211031_cuda_hf.md`): the odd size itself does. So, as Inductor's `pad_mm`,
+(`bench/results/gpu-suite/20261201-211031_cuda_hf.md`): the odd size itself does. So, as Inductor's `pad_mm`,
 the product is computed on zero-padded operands: for `A[.., M, K] @ B[.., K, N]` each misaligned
 M, K, N rounds up, the padded K entries are zero in both operands (they add nothing), and the
 result is read back in its [M, N] corner. An operand gets a padded copy (one pass over its bytes,

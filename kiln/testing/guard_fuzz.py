@@ -161,7 +161,7 @@ class Recorder:
     def __call__(self, gm, example_inputs):
         self.compiled += 1
         inner = self.base(gm, example_inputs)
-        from kiln.codegen.backend import symbolic_examples
+        from kiln.pipeline import symbolic_examples
         # ints that capture made graph inputs after they changed ([Note: ints that change]): the
         # graph stands for any value of them, as a symbolic graph for any sizes
         ints = tuple(n.name for n, x in zip((n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs)

@@ -24,7 +24,7 @@ LIBRARY_EXTERNS = ("mm", "convolution", "scaled_dot_product", "index_put", "scat
 @contextlib.contextmanager
 def cpp_programs():
     """kiln's backend compiling every prim graph with the C++ printer; yields (programs, sources)."""
-    import kiln.codegen.backend as backend
+    import kiln.pipeline as backend
     from kiln.codegen import cpp
 
     programs, sources = [], []

@@ -24,7 +24,7 @@ def _fresh_compile(monkeypatch):
 @contextlib.contextmanager
 def triton_programs(programs: list):
     """kiln's backend compiling every prim graph with the Triton printer; keeps each program."""
-    import kiln.codegen.backend as backend
+    import kiln.pipeline as backend
     from kiln.codegen import triton as triton_printer
 
     saved = backend.compile_prim_graph

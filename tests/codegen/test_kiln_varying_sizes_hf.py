@@ -58,7 +58,7 @@ class Counting:
 
 
 def symbolic_placeholders(gm) -> bool:
-    from kiln.codegen.backend import symbolic_examples
+    from kiln.pipeline import symbolic_examples
     return symbolic_examples(gm) is not None
 
 

@@ -1,7 +1,7 @@
 """Symbolic sequence lengths survive attention and the CUDA code path without a guard that pins them.
 
 A guard raised while a stage traces a symbolic graph joins capture's ShapeEnv ([Note: one program
-per symbolic graph] in kiln/codegen/backend.py); one that pins the length to its traced value makes
+per symbolic graph] in kiln/pipeline/__init__.py); one that pins the length to its traced value makes
 every new length recompile (issue #17: HF BERT on the H200 compiled a graph per length). On the
 CPU build CUDA itself cannot run, but kiln's own CUDA path can be traced: the capture's fakes are
 re-reported on "cuda", so the decompositions take their CUDA branch (layer_norm's eager-order
@@ -74,7 +74,7 @@ def _captured_block() -> torch.fx.GraphModule:
 def test_the_kiln_backends_cuda_path_adds_no_guard_on_symbolic_sizes(monkeypatch):
     from kiln.aot import trace
     from kiln.codegen import compile as codegen_compile
-    from kiln.codegen.backend import compile_graph_module
+    from kiln.pipeline import compile_graph_module
     gm = _captured_block()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     examples = [_cuda_reported(n.meta["example_value"]) for n in placeholders]
@@ -125,7 +125,7 @@ def test_cuda_attention_chosen_at_the_hints_pins_no_length(kernel, masked):
 
 def test_aot_routes_attention_through_the_rule_and_restores_the_graph(monkeypatch):
     from kiln.aot import trace
-    from kiln.capture.examples import SYMBOLIC_RULES
+    from kiln.symbolic.rules import SYMBOLIC_RULES
     calls = []
     rule = SYMBOLIC_RULES[F.scaled_dot_product_attention]     # the table both capture and aot route by
     monkeypatch.setitem(SYMBOLIC_RULES, F.scaled_dot_product_attention, lambda *a, **k: calls.append(1) or rule(*a, **k))

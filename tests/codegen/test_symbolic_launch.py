@@ -104,7 +104,7 @@ def _captured(model, dynamic: bool, *args, **kwargs) -> torch.fx.GraphModule:
 def _built(gm, examples, m) -> dict:
     """`gm` compiled by the kiln backend (under the patches of monkeypatch context `m`): its
     Triton kernels, name -> TritonKernel."""
-    from kiln.codegen.backend import compile_graph_module
+    from kiln.pipeline import compile_graph_module
     from kiln.codegen.triton import launcher
     loaded = []
     load = launcher._load

@@ -96,8 +96,8 @@ def test_reductions_and_scans_compile_for_sm90(config):
 
 
 def test_bandwidth_programs_are_one_vectorized_kernel_each_without_spills():
-    from kiln.codegen.triton.offline import _bandwidth_kernels
-    for name, (kernels, buffers) in _bandwidth_kernels(8192).items():
+    from kiln.bench.bandwidth_offline import bandwidth_kernels
+    for name, (kernels, buffers) in bandwidth_kernels(8192).items():
         assert len(kernels) == 1, f"{name}: {len(kernels)} kernels"
         build = compile_for_gpu(kernels[0], buffers, [8192] * len(kernels[0].size_args))
         assert build.vector_loads and build.vector_stores and not build.scalar_loads, \

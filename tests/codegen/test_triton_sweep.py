@@ -35,7 +35,7 @@ def triton_prim_compiler(gm, example_inputs, **options):
 
 @contextlib.contextmanager
 def triton_backend():
-    import kiln.codegen.backend as backend
+    import kiln.pipeline as backend
     saved = backend.compile_prim_graph
     backend.compile_prim_graph = triton_prim_compiler
     try:

@@ -27,7 +27,8 @@ def _model():
 # lowered. The process waits for the file argv[1] to exist, so several start compiling at once.
 CHILD = textwrap.dedent("""
     import os, sys, time, torch, kiln
-    from kiln.codegen import backend, compile as c
+    import kiln.pipeline as backend
+    from kiln.codegen import compile as c
     sys.path.insert(0, {tests!r})
     from test_store import _model
     programs, lowered = [], []

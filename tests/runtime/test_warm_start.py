@@ -1,5 +1,5 @@
 """The warm start of a captured graph ([Note: warm start of a captured graph] in
-kiln/codegen/warm_start.py): a second process traces, lowers and compiles nothing, and its
+kiln/pipeline/warm_start.py): a second process traces, lowers and compiles nothing, and its
 training step still equals eager's (outputs, gradients, BatchNorm's running statistics)."""
 import os
 import pathlib

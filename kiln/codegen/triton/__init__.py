@@ -8,8 +8,9 @@
 - `heuristics`: block sizes per launch, `autotune`: max-autotune's timed choice, cached on disk;
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
 - `binaries`: a static kernel's compiled binary found again on a warm start, without Triton's JIT;
-- `bandwidth`: `python -m kiln.codegen.triton.bandwidth`, GB/s of memory-bound kernels on a GPU;
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
+  `python -m kiln.bench.bandwidth` (GB/s of memory-bound kernels on a GPU) and
+  `kiln.bench.bandwidth_offline` (their kernels for sm_90) run them on whole programs;
 - `op_sweep.md`: the op sweep through Triton kernels (tests/codegen/test_triton_sweep.py).
 """
 import torch

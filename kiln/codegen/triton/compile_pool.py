@@ -19,7 +19,7 @@ missing. It is used for CUDA compiles of at least `MIN_KERNELS` kernels, on mach
 4 cores, with min(cores - 1, 16) workers (`KILN_COMPILE_WORKERS=auto`, the default); `=N` asks
 for N workers on any machine, and 0 turns the pool off. On the H200 (16 cores) it took cold
 compiles of resnet50 training from 17.0 to 10.3 s and of GPT-2 training from 9.1 to 8.2 s
-(bench/results/20261202-2155_cuda_warm_start_workers_*.md). The workers are started when a
+(bench/results/warm-start/20261202-2155_cuda_warm_start_workers_*.md). The workers are started when a
 graph on a CUDA device misses the warm-start cache (`prestart`), before aot and lowering, so that
 their interpreters' start (an import of torch each, about 1.5 s there) overlaps those stages
 instead of delaying the first kernel; later compiles of the process reuse them. Workers are fresh interpreters (`python -c`, spawned: nothing is forked from a process

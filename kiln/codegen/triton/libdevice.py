@@ -5,7 +5,7 @@ CUDA release torch was built with. Triton links the copy of libdevice it bundles
 another release with other polynomials: on the H200 (torch 2.11+cu130, Triton 3.6) Triton's erf
 differed from torch.erf by an ulp in 551,546 of 4M float32 values, and gelu's bfloat16 results in
 58,395; linked against CUDA 13.0's own libdevice, none differed (`bench/erf_probe.py`,
-bench/results/20261201-142500_cuda_erf.md). One ulp of erf near -1 is a large relative error of
+bench/results/diagnostics/20261201-142500_cuda_erf.md). One ulp of erf near -1 is a large relative error of
 `1 + erf(x)`, so gelu's differences survive rounding to bfloat16 and change a model's tokens.
 
 `link_options()` is what every Triton compile of kiln passes: `extern_libs` naming the libdevice of

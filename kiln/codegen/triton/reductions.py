@@ -259,7 +259,7 @@ class WelfordReducer(_Reducer):
         i = t, t + 128, ... (float4 loads); each warp combines its lanes by shuffles down by 16, 8,
         4, 2, 1, and the four warps in a tree, 2 then 1 apart. A row held in registers is summed the
         same way here, so mean and m2 come out bit for bit as eager's
-        (bench/results/20261201-145500_cuda_ln_probe.md found the order on the H200):
+        (bench/results/diagnostics/20261201-145500_cuda_ln_probe.md found the order on the H200):
 
         - the statement's value is read again, 512 elements a step, and split so that lane t holds
           elements 4t .. 4t + 3 of the step, updated in that order. Values assigned earlier in the
@@ -270,7 +270,7 @@ class WelfordReducer(_Reducer):
           warps' partials, combines lane i with lane i + k in the same order as eager's tree:
           whatever lanes the result depends on, each pair is (lower, higher), as eager's is.
 
-        On the H200 (bench/results/20261201-164100_cuda_ln_eager_order.md) this is eager's bits at every
+        On the H200 (bench/results/diagnostics/20261201-164100_cuda_ln_eager_order.md) this is eager's bits at every
         shape measured, and faster than eager on 8192 x 8192 float32 (0.20 ms against 0.22), but
         slower than the two-pass statistics, which are not eager's bits (0.135 ms there; 16384 x 2560
         bfloat16: 0.099 ms against eager's 0.074 and two-pass 0.060): the row is in registers on 4

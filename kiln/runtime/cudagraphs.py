@@ -43,6 +43,7 @@ class CudaGraphed:
         self.seen: set[tuple] = set()
         self.disabled: str | None = None          # why graphs are off, once they are
         self.dynamic_inputs: list[int] | None = None  # the inputs a layout is keyed by (not static ones)
+        self.replays = 0
         self.kiln_compiled = True
         self.programs = getattr(program, "programs", None)
         self.output_strides = getattr(program, "output_strides", ())
@@ -55,6 +56,7 @@ class CudaGraphed:
         key = _layout([args[i] for i in self.dynamic_inputs])
         recording = self.recorded.get(key)
         if recording is not None and recording.static_inputs_unmoved(args):
+            self.replays += 1
             return recording.replay(args)
         if key not in self.seen:                   # warm-up: compile kernels, fill the allocator
             self.seen.add(key)

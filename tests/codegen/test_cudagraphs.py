@@ -62,3 +62,30 @@ def _programs():
     import gc
     from kiln.runtime.cudagraphs import CudaGraphed
     return [o for o in gc.get_objects() if isinstance(o, CudaGraphed)]
+
+
+@cuda
+def test_static_cache_decoding_replays_with_eager_tokens():
+    """generate() of a tiny LLaMA under reduce-overhead (a StaticCache: [Note: reduce-overhead decodes
+    with a static cache] in kiln/api.py): the decoding step replays one recording per generate(),
+    writes the cache in place, and gives eager's tokens; a step's kept logits stay its own."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=96, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    ids = torch.randint(1, 97, (1, 6), device="cuda")
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                  pad_token_id=0, return_dict_in_generate=True, output_logits=True)
+    kiln.reset()
+    fast = kiln.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        expected = model.generate(ids, **kwargs)
+        for _ in range(2):
+            got = fast.generate(ids, **kwargs)
+            assert torch.equal(got.sequences, expected.sequences)
+    assert type(got.past_key_values).__name__ == "StaticCache"
+    for step, (mine, theirs) in enumerate(zip(got.logits, expected.logits)):
+        torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-3, msg=lambda m: f"step {step}: {m}")
+    assert len({l.data_ptr() for l in got.logits}) == len(got.logits), "kept logits share memory"
+    assert sum(g.replays for g in _programs()) >= 2 * 20, "the decoding steps did not replay"

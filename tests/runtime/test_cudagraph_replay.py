@@ -42,7 +42,7 @@ def test_kept_outputs_survive_later_replays_and_the_cache_is_written_in_place():
         logits, cache_out = graphed(weight, cache, torch.tensor([k]), token)
         assert cache_out is cache, "the written cache comes back as the caller's own tensor"
         kept.append(logits)
-    assert len(graphed.recorded) == 1
+    assert len(graphed.recorded) == 1 and graphed.replays == len(tokens) - 2
     for got, want in zip(kept, expected):   # each step's output as it was, not the last replay's
         torch.testing.assert_close(got, want)
     torch.testing.assert_close(cache, expected_cache)

@@ -24,7 +24,7 @@ STAGES = ("capture", "aot", "prims", "codegen", "runtime", "symbolic")
 # one table of the prims' own (the extern prims and the ATen overloads they mirror).
 EXCEPTIONS = {("codegen", "prims"): "codegen reads kiln.prims.externs.EXTERN_OF_ATEN"}
 GROUND = ("errors", "config", "log", "trace")            # kiln/<name>.py: importable from anywhere
-ABOVE = ("__init__", "api", "backends", "cli", "pipeline", "bench", "testing", "report")
+ABOVE = ("__init__", "api", "backends", "cli", "doctor", "pipeline", "bench", "testing", "report")
 
 
 def layer(module: str) -> str:

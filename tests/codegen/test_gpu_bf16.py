@@ -30,7 +30,7 @@ def triton_programs(programs: list):
     saved = backend.compile_prim_graph
 
     def compile_one(gm, example_inputs, **options):
-        call = saved(gm, example_inputs, printer=triton_printer, **options)
+        call = saved(gm, example_inputs, **{**options, "printer": triton_printer})
         programs.append(call)
         return call
     backend.compile_prim_graph = compile_one

@@ -30,7 +30,7 @@ def triton_prim_compiler(gm, example_inputs, **options):
     """`compile_prim_graph` with the Triton printer: lower, schedule, print, host program, link."""
     from kiln.codegen import triton as triton_printer
     from kiln.codegen.compile import compile_prim_graph
-    return compile_prim_graph(gm, example_inputs, printer=triton_printer, **options)
+    return compile_prim_graph(gm, example_inputs, **{**options, "printer": triton_printer})
 
 
 @contextlib.contextmanager

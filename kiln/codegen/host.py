@@ -365,13 +365,10 @@ def _direct_op(op):
     """An extern prim mirrors one ATen overload (same schema); call ATen directly and skip the
     custom op's Python dispatch (tens of microseconds per call)."""
     try:
-        from kiln.prims.externs import EXTERN_OF_ATEN
+        from kiln.prims.externs import ATEN_OF_PRIM
     except ImportError:
         return op
-    for aten_op, prim_op in EXTERN_OF_ATEN.items():
-        if prim_op is op:
-            return aten_op
-    return op
+    return ATEN_OF_PRIM.get(op, op)
 
 
 def _storage_key(buf: ir.Buffer) -> tuple:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from kiln.prims import indexing  # noqa: F401  (defines index_put_, named in ATEN_OF_PRIM)
 from kiln.prims.prim import Category, define
 from kiln.symbolic.fake import alias_rule
 
@@ -110,3 +111,9 @@ for _overload, _doc in EXTERNS.items():
     EXTERN_OF_ATEN[_overload] = _define_extern(_overload, _doc)
     # an output size known only at run time: on fakes, the ATen overload's unbacked-size rule
     alias_rule(EXTERN_OF_ATEN[_overload], _overload)
+
+# prim -> the ATen overload a host program calls for it, skipping the custom op's Python dispatch
+# (tens of microseconds a call): every extern, and index_put_, which is ATen's in-place index_put
+# on the indices kiln's prims take
+ATEN_OF_PRIM: dict = {prim: overload for overload, prim in EXTERN_OF_ATEN.items()}
+ATEN_OF_PRIM[torch.ops.kiln_prims.index_put_.default] = aten.index_put_.default

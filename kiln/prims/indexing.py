@@ -86,7 +86,6 @@ define("index_put(Tensor a, Tensor[] indices, Tensor values, bool accumulate) ->
 
 
 def _index_put_into(a, indices, values, accumulate):
-    _index_put_meta(a, indices, values, accumulate)
     return a.index_put_(tuple(indices), values, accumulate)
 
 

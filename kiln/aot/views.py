@@ -113,12 +113,19 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     # one (an input view with a storage offset, a transposed clone): the base is first copied into
     # a contiguous tensor of its own, and the view's layout taken in that copy, by replaying the
     # step on a contiguous stand-in.
-    if not step.static:
-        raise NotYetImplemented(f"kiln.aot: a write through {step.op} with symbolic arguments is not "
-                                "functionalized; clone the tensor's view before writing into it")
-    if not all(isinstance(d, int) for d in base_val.shape):
-        # the stand-in below would be a meta tensor of kiln's SymInts, on which torch's dispatch
-        # asserts (fuzz seed 26 of --triton-interpret --half: `x[0] = 3` under dynamic=True)
+    if not step.static or not all(isinstance(d, int) for d in base_val.shape):
+        # [Note: writes through views of symbolic sizes] The stand-in below would be a meta
+        # tensor of kiln's SymInts, on which torch's dispatch asserts (fuzz seed 26 of
+        # --triton-interpret --half: `x[0] = 3` under dynamic=True), and its layout could not be
+        # passed as ints anyway. The prim views a write reaches there have inverses that need no
+        # layout: a slice is scattered back by `slice_scatter`, a permute and a squeeze undone by
+        # the inverse permute and by unsqueezes, a broadcast_in_dim that only adds size-1 dims
+        # (eager refuses writes into a real broadcast) by a squeeze. A view (reshape) would need
+        # the base's sizes as graph values and is still refused. Static sizes keep the strided
+        # path, as before.
+        rule = _symbolic_scatter(step, view_val)
+        if rule is not None:
+            return rule(emit, base, value)
         raise NotYetImplemented(f"kiln.aot: a write through {step.op} into a tensor of symbolic sizes "
                                 f"{tuple(base_val.shape)} is not functionalized; mark the sizes static "
                                 "(dynamic=False) or clone the tensor before writing into it")
@@ -126,6 +133,27 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     dense = emit(aten.clone.default, base, memory_format=torch.contiguous_format)
     return emit(aten.as_strided_scatter.default, dense, value, list(stand_in.shape), list(stand_in.stride()),
                 stand_in.storage_offset())
+
+
+def _symbolic_scatter(step: ViewStep, view_val) -> Callable[[Emit, fx.Node, fx.Node], fx.Node] | None:
+    """[Note: writes through views of symbolic sizes]: the inverse of a prim view, or None."""
+    prims = torch.ops.kiln_prims
+    if step.op is prims.slice.default:
+        return lambda e, b, v: e(aten.slice_scatter.default, b, v, *step.args)
+    if step.op is prims.permute.default:
+        return lambda e, b, v: e(aten.permute.default, v, _inverse_permutation(step.args[0]))
+    if step.op is prims.squeeze.default:
+        def unsqueezed(e, b, v):
+            for d in sorted(step.args[0]):
+                v = e(aten.unsqueeze.default, v, d)
+            return v
+        return unsqueezed
+    if step.op is prims.broadcast_in_dim.default:
+        shape, kept = step.args[0], set(step.args[1])
+        added = [d for d in range(len(shape)) if d not in kept]
+        if all(isinstance(view_val.shape[d], int) and view_val.shape[d] == 1 for d in added):
+            return lambda e, b, v: e(aten.squeeze.dims, v, added)
+    return None
 
 
 def emit_step(emit: Emit, base: fx.Node, step: ViewStep) -> fx.Node:

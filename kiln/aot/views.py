@@ -120,10 +120,9 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
         # passed as ints anyway. The prim views a write reaches there have inverses that need no
         # layout: a slice is scattered back by `slice_scatter`, a permute and a squeeze undone by
         # the inverse permute and by unsqueezes, a broadcast_in_dim that only adds size-1 dims
-        # (eager refuses writes into a real broadcast) by a squeeze. A view (reshape) would need
-        # the base's sizes as graph values and is still refused. Static sizes keep the strided
-        # path, as before.
-        rule = _symbolic_scatter(step, view_val)
+        # (eager refuses writes into a real broadcast) by a squeeze, a view by a reshape to the
+        # base's sizes (read from the base node). Static sizes keep the strided path, as before.
+        rule = _symbolic_scatter(step, base_val, view_val)
         if rule is not None:
             return rule(emit, base, value)
         raise NotYetImplemented(f"kiln.aot: a write through {step.op} into a tensor of symbolic sizes "
@@ -135,9 +134,14 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
                 stand_in.storage_offset())
 
 
-def _symbolic_scatter(step: ViewStep, view_val) -> Callable[[Emit, fx.Node, fx.Node], fx.Node] | None:
+def _symbolic_scatter(step: ViewStep, base_val, view_val) -> Callable[[Emit, fx.Node, fx.Node], fx.Node] | None:
     """[Note: writes through views of symbolic sizes]: the inverse of a prim view, or None."""
     prims = torch.ops.kiln_prims
+    if step.op is prims.view.default and view_val.dtype == base_val.dtype:
+        def reshaped(e, b, v):    # the base's symbolic sizes read from the base itself
+            sizes = [d if isinstance(d, int) else e(aten.sym_size.int, b, k) for k, d in enumerate(base_val.shape)]
+            return e(aten._reshape_copy.default, v, sizes)
+        return reshaped
     if step.op is prims.slice.default:
         return lambda e, b, v: e(aten.slice_scatter.default, b, v, *step.args)
     if step.op is prims.permute.default:

@@ -43,3 +43,14 @@ def test_writes_through_views_of_symbolic_sizes_match_eager(fn):
         got.sum().backward()
         want.sum().backward()
         torch.testing.assert_close(x.grad, x_ref.grad)
+
+
+def _view_write(x):
+    y = x.clone()
+    y.view(-1)[2:4] = 0
+    y.reshape(-1, 1)[0] += 1
+    return y * 3
+
+
+def test_writes_through_reshapes_of_symbolic_sizes_match_eager():
+    test_writes_through_views_of_symbolic_sizes_match_eager(_view_write)

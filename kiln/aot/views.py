@@ -103,8 +103,7 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     rule = SCATTERS.get(step.op)
     if rule is not None:
         return rule(emit, base, base_val, value, step)
-    # (aten.view traced into prims is `kiln_prims.view`, found by name: aot does not import the prims)
-    if (step.op in _RESHAPES or str(step.op) == "kiln_prims.view.default") and view_val.dtype == base_val.dtype:
+    if step.op in _RESHAPES and view_val.dtype == base_val.dtype:
         return emit(aten._reshape_copy.default, value, list(base_val.shape))
     if step.op is aten.expand.default:
         raise NotYetImplemented("kiln.aot: a write into an expanded view (all copies share memory) is not "
@@ -114,12 +113,18 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     # one (an input view with a storage offset, a transposed clone): the base is first copied into
     # a contiguous tensor of its own, and the view's layout taken in that copy, by replaying the
     # step on a contiguous stand-in.
-    if not step.static:
-        raise NotYetImplemented(f"kiln.aot: a write through {step.op} with symbolic arguments is not "
-                                "functionalized; clone the tensor's view before writing into it")
-    if not all(isinstance(d, int) for d in base_val.shape):
-        # the stand-in below would be a meta tensor of kiln's SymInts, on which torch's dispatch
-        # asserts (fuzz seed 26 of --triton-interpret --half: `x[0] = 3` under dynamic=True)
+    if not step.static or not all(isinstance(d, int) for d in base_val.shape):
+        # [Note: writes through views of symbolic sizes] The stand-in below would be a meta
+        # tensor of kiln's SymInts, on which torch's dispatch asserts (fuzz seed 26 of
+        # --triton-interpret --half: `x[0] = 3` under dynamic=True), and its layout could not be
+        # passed as ints anyway. The prim views a write reaches there have inverses that need no
+        # layout: a slice is scattered back by `slice_scatter`, a permute and a squeeze undone by
+        # the inverse permute and by unsqueezes, a broadcast_in_dim that only adds size-1 dims
+        # (eager refuses writes into a real broadcast) by a squeeze, a view by a reshape to the
+        # base's sizes (read from the base node). Static sizes keep the strided path, as before.
+        rule = _symbolic_scatter(step, base_val, view_val)
+        if rule is not None:
+            return rule(emit, base, value)
         raise NotYetImplemented(f"kiln.aot: a write through {step.op} into a tensor of symbolic sizes "
                                 f"{tuple(base_val.shape)} is not functionalized; mark the sizes static "
                                 "(dynamic=False) or clone the tensor before writing into it")
@@ -127,6 +132,32 @@ def scatter_step(emit: Emit, base: fx.Node, base_val, value: fx.Node, step: View
     dense = emit(aten.clone.default, base, memory_format=torch.contiguous_format)
     return emit(aten.as_strided_scatter.default, dense, value, list(stand_in.shape), list(stand_in.stride()),
                 stand_in.storage_offset())
+
+
+def _symbolic_scatter(step: ViewStep, base_val, view_val) -> Callable[[Emit, fx.Node, fx.Node], fx.Node] | None:
+    """[Note: writes through views of symbolic sizes]: the inverse of a prim view, or None."""
+    prims = torch.ops.kiln_prims
+    if step.op is prims.view.default and view_val.dtype == base_val.dtype:
+        def reshaped(e, b, v):    # the base's symbolic sizes read from the base itself
+            sizes = [d if isinstance(d, int) else e(aten.sym_size.int, b, k) for k, d in enumerate(base_val.shape)]
+            return e(aten._reshape_copy.default, v, sizes)
+        return reshaped
+    if step.op is prims.slice.default:
+        return lambda e, b, v: e(aten.slice_scatter.default, b, v, *step.args)
+    if step.op is prims.permute.default:
+        return lambda e, b, v: e(aten.permute.default, v, _inverse_permutation(step.args[0]))
+    if step.op is prims.squeeze.default:
+        def unsqueezed(e, b, v):
+            for d in sorted(step.args[0]):
+                v = e(aten.unsqueeze.default, v, d)
+            return v
+        return unsqueezed
+    if step.op is prims.broadcast_in_dim.default:
+        shape, kept = step.args[0], set(step.args[1])
+        added = [d for d in range(len(shape)) if d not in kept]
+        if all(isinstance(view_val.shape[d], int) and view_val.shape[d] == 1 for d in added):
+            return lambda e, b, v: e(aten.squeeze.dims, v, added)
+    return None
 
 
 def emit_step(emit: Emit, base: fx.Node, step: ViewStep) -> fx.Node:

@@ -26,7 +26,7 @@ from sympy.printing.c import C99CodePrinter
 
 from kiln.codegen import ir
 from kiln.codegen.cpp_prelude import PRELUDE, VECTOR_MATH  # noqa: F401 (VECTOR_MATH: cpp_build's note)
-from kiln.codegen.indexing import index_bounds
+from kiln.codegen.indexing import index_bounds, nonnegative as _nonnegative
 from kiln.codegen.ir import Accumulate, Assign, Constant, IndexValue, Load, Op, ScanAccumulate, Store, Var
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
 
@@ -189,25 +189,6 @@ class CppUnsupported(Exception):
 
 
 # Ops that may trap (integer division by zero) when evaluated on values a `where` did not select.
-def _nonnegative(e) -> bool:
-    """Whether index expression `e` is >= 0 by its form: loop variables and sizes are, and so are
-    sums and products of them with non-negative coefficients, Mods and floors of such."""
-    e = sympy.sympify(e)
-    if e.is_number:
-        return bool(e >= 0)
-    if e.is_Symbol or isinstance(e, sympy.Mod):
-        return True
-    if isinstance(e, sympy.floor):
-        return _nonnegative(e.args[0])
-    if e.is_Add or e.is_Mul or isinstance(e, sympy.Min):
-        return all(_nonnegative(t) for t in e.args)
-    if isinstance(e, sympy.Max):
-        return any(_nonnegative(t) for t in e.args)
-    if e.is_Pow:
-        return e.exp.is_Integer and e.exp > 0 and _nonnegative(e.base)
-    return False
-
-
 _MAY_TRAP_INT = frozenset({"truediv", "floordiv", "remainder", "fmod"})
 
 

@@ -296,3 +296,24 @@ def _simplify_index(expr: sympy.Expr, upper: Mapping[sympy.Symbol, sympy.Expr]) 
             return _merge_div_mod(e)
         return e
     return visit(expr)
+
+
+def nonnegative(e) -> bool:
+    """Whether index expression `e` is >= 0 by its form: loop variables and sizes are, and so are
+    sums and products of them with non-negative coefficients, Mods and floors of such. The
+    printers print C's truncating `/` and `%` (C++'s, Triton's) only where this holds: sympy's
+    floor and Mod round down."""
+    e = sympy.sympify(e)
+    if e.is_number:
+        return bool(e >= 0)
+    if e.is_Symbol or isinstance(e, sympy.Mod):
+        return True
+    if isinstance(e, sympy.floor):
+        return nonnegative(e.args[0])
+    if e.is_Add or e.is_Mul or isinstance(e, sympy.Min):
+        return all(nonnegative(t) for t in e.args)
+    if isinstance(e, sympy.Max):
+        return any(nonnegative(t) for t in e.args)
+    if e.is_Pow:
+        return e.exp.is_Integer and e.exp > 0 and nonnegative(e.base)
+    return False

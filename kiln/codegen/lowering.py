@@ -230,6 +230,12 @@ class LoweringContext:
         mapping.update({loop_var(d): ir.reduction_var(k) for k, d in enumerate(reduce_dims)})
         ranges = tuple(tv.sizes[d] for d in kept)
         reduced = tuple(tv.sizes[d] for d in reduce_dims)
+        if op in EMPTY_REDUCTION and any(sympy.sympify(s) == 0 for s in reduced):
+            # Over no elements a reduction is its identity. As a kernel, a row's loads that its
+            # index no longer ties to the reduced range (`x.reshape(-1)` of a [1, 3, 0] bool: the
+            # load folds to element 0) ran unmasked on an empty tensor (fuzz seed 1001852 of
+            # --triton-interpret: SIGSEGV; on a GPU an out-of-bounds read).
+            return TensorValue(ranges, dtype, tv.device, Constant(EMPTY_REDUCTION[op](dtype), dtype))
         split = self._split_of(ranges, reduced, op)
         if split is not None:
             # [Note: split reductions] partial results over `split` chunks of the first reduced
@@ -288,6 +294,13 @@ class LoweringContext:
 
 
 SPLITTABLE_REDUCTIONS = frozenset({"sum", "prod", "max", "min", "any", "all"})
+# op -> its value over no elements, by result dtype
+EMPTY_REDUCTION: dict[str, Callable[[torch.dtype], Any]] = {
+    "sum": lambda d: False if d == torch.bool else (0.0 if d.is_floating_point else 0),
+    "prod": lambda d: True if d == torch.bool else (1.0 if d.is_floating_point else 1),
+    "any": lambda d: False,
+    "all": lambda d: True,
+}
 
 
 # ---------------------------------------------------------------------------- expression helpers

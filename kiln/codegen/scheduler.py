@@ -160,8 +160,16 @@ class _Planner:
         placed: dict[str, _Placed] = {}
         stages: list[tuple[str, set[str]]] = []   # (kind, reductions finished in that stage)
         out = []
+        empty_group = sympy.sympify(ir.product(outer)) == 0
         for node in nodes:
             body, buf = node.body, self.buffers[node.buffer]
+            if sympy.sympify(ir.product(body.ranges)) == 0 and not empty_group:
+                # Mapped onto a non-empty space (its 0 x 5 points as a reduction's 5 outputs of
+                # rows of 0), an empty buffer's index folds to 0 and its statements, having no
+                # loop variable, ran unmasked: a store and loads out of bounds of empty tensors
+                # (fuzz seed 1000616 of --triton-interpret: SIGSEGV; on a GPU a fault or a write
+                # into a neighbour). An empty buffer is its own kernel, which never launches.
+                return f"{node.buffer} has no elements"
             if isinstance(body, ir.Reduction):
                 if inner is None:
                     return "a reduction needs an inner loop"

@@ -41,12 +41,12 @@ def _compiler(options: Options):
     def compile_one(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         on_cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
         graphed = options.cudagraphs and on_cuda     # mode="reduce-overhead": [Note: CUDA graphs]
-        printer = None
+        chosen = {}
         if options.triton_interpret and not on_cuda:   # [Note: the Triton interpreter switch]
             from kiln.codegen.triton.interpret import printer_for
-            printer = printer_for(options, on_cuda)
+            chosen["printer"] = printer_for(options, on_cuda)
         program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
-                                     wait=False, printer=printer)
+                                     wait=False, **chosen)
         if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
             return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta.get("kiln_static_inputs", ()), on_cuda))
         return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)

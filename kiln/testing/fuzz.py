@@ -298,12 +298,18 @@ def _program_repr(p: Program) -> str:
 
 
 def campaign(programs: int, seed: int, out: str | None, do_shrink: bool = True, dtypes=("float32", "int64", "bool"),
-             max_steps: int = 30, log=print, target: str = "cpp") -> dict:
-    """Generate and check `programs` programs from seeds seed, seed+1, ... on `target`; returns the counts."""
+             max_steps: int = 30, log=print, target: str = "cpp", progress: str | None = None) -> dict:
+    """Generate and check `programs` programs from seeds seed, seed+1, ... on `target`; returns the
+    counts. `progress`: a file that holds the seed being checked, so that a campaign whose process
+    died (an interpreted kernel reading out of bounds can end it with SIGSEGV) names that seed
+    and resumes after it."""
     counts = {"ok": 0, "wrong": 0, "crash": 0, "refusal": 0, "unstable": 0, "invalid": 0}
     failures = []
     start, cpu_start = time.time(), _cpu_seconds()
     for s in range(seed, seed + programs):
+        if progress:
+            with open(progress, "w") as f:
+                f.write(f"{s}\n")
         try:
             program = generate(s, dtypes, max_steps, gpu_features=TARGETS[target].gpu_features)
         except RuntimeError:
@@ -389,6 +395,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-steps", type=int, default=30)
     parser.add_argument("--half", action="store_true", help="also draw float16/bfloat16 tensors")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (one per core)")
+    parser.add_argument("--progress", default=None, help="file holding the seed being checked (resume a campaign whose process died)")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--triton-interpret", action="store_true",
                        help="CPU tensors through the Triton printer under Triton's interpreter")
@@ -403,7 +410,7 @@ def main(argv=None) -> int:
         counts = parallel_campaign(a.programs, a.seed, a.jobs, a.out, not a.no_shrink, dtypes, a.max_steps, target)
     else:
         counts = campaign(a.programs, a.seed, a.out, not a.no_shrink, dtypes, a.max_steps,
-                          log=lambda m: print(m, flush=True), target=target)
+                          log=lambda m: print(m, flush=True), target=target, progress=a.progress)
     return 1 if counts["wrong"] or counts["crash"] else 0
 
 

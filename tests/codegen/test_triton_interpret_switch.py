@@ -125,3 +125,15 @@ def test_environment_variable_turns_it_on_and_bad_values_are_refused():
 def test_option_must_be_a_bool():
     with pytest.raises(InvalidOption, match="triton_interpret"):
         kiln.compile(lambda x: x, options={"triton_interpret": "yes"})
+
+
+def test_atan2_and_copysign_at_signed_zeros_infinities_and_nan():
+    """The interpreter's own atan2 and copysign (no libdevice) at their edges, constants included."""
+    inf, nan = float("inf"), float("nan")
+    v = torch.tensor([0., -0., 1., -1., 2.5, -3., inf, -inf, nan, 1e-30])
+    a, b = v[:, None].expand(10, 10).contiguous(), v[None, :].expand(10, 10).contiguous()
+    for fn in (torch.atan2, torch.copysign):
+        kiln.reset()
+        torch.testing.assert_close(kiln.compile(fn, options=ON)(a, b), fn(a, b), equal_nan=True, rtol=1e-5, atol=1e-6)
+    zeros = lambda x: torch.atan2(x.new_zeros(2, 3), x.new_zeros(2, 3)) + torch.copysign(x.new_ones(2, 3), x.new_zeros(2, 3))
+    compare(zeros, torch.randn(5, 6), grad=False)

@@ -7,12 +7,19 @@ kernel cache (one g++ per forward and per backward graph), ~0.2 s with a warm on
 ($KILN_CACHE_DIR kept between runs: the seeds are fixed, so are the kernels): 500 programs are
 ~5 min of CPU cold, ~1.5 min warm, half that in wall time on two workers. A failing seed is
 reproduced and shrunk into tests/fuzz/ by
-`python -m kiln.testing.fuzz --programs 1 --seed SEED --max-steps 8 --out tests/fuzz`."""
+`python -m kiln.testing.fuzz --programs 1 --seed SEED --max-steps 8 --out tests/fuzz`
+(add `--triton-interpret --half` for a seed of the interpreted campaign below)."""
 import pytest
 
 from kiln.testing import fuzz
 
 SEED, PROGRAMS, CHUNKS, MAX_STEPS = 100_000, 500, 10, 8
+# Through the Triton printer under Triton's interpreter (`--triton-interpret --half`): float16 and
+# bfloat16 values, autocast regions, split-size reductions and dynamic programs included
+# ([Note: GPU features of the generator]). ~0.3 CPU-seconds a program on the CI machine (no g++;
+# the interpreter runs numpy per block): 300 programs are ~1.5 min of CPU.
+INTERPRETED_SEED, INTERPRETED_PROGRAMS, INTERPRETED_CHUNKS = 300_000, 300, 6
+HALF = ("float32", "int64", "bool", "float16", "bfloat16")
 
 
 @pytest.mark.parametrize("chunk", range(CHUNKS))
@@ -23,6 +30,18 @@ def test_random_programs_match_eager(chunk):
     failures = [line for line in lines if line.startswith("seed ")]
     assert counts["wrong"] == 0 and counts["crash"] == 0, "\n".join(failures)
     assert counts["refusal"] <= per // 50, "\n".join(failures)
+
+
+@pytest.mark.parametrize("chunk", range(INTERPRETED_CHUNKS))
+def test_random_programs_through_the_triton_interpreter_match_eager(chunk):
+    per = INTERPRETED_PROGRAMS // INTERPRETED_CHUNKS
+    lines: list[str] = []
+    counts = fuzz.campaign(per, INTERPRETED_SEED + chunk * per, out=None, do_shrink=False, dtypes=HALF,
+                           max_steps=MAX_STEPS, log=lines.append, target="triton-interpret")
+    failures = [line for line in lines if line.startswith("seed ")]
+    assert counts["wrong"] == 0 and counts["crash"] == 0, "\n".join(failures)
+    assert counts["refusal"] <= per // 50, "\n".join(failures)
+    assert counts["ok"] >= per * 9 // 10, counts      # the programs ran through kiln, not around it
 
 
 def test_a_parallel_campaigns_workers_end_with_it(tmp_path):

@@ -37,6 +37,7 @@ from typing import Mapping, Sequence
 
 import sympy
 
+from kiln.codegen.indexing import nonnegative
 from kiln.codegen.ir import is_loop_var
 
 
@@ -226,15 +227,34 @@ def _p_mul(p: IndexPrinter, e) -> str:
     return "(" + " * ".join(factors) + ")"
 
 
+# Triton's integer `//` and `%` truncate toward zero, as C's; sympy's floor and Mod round down.
+# They agree on non-negative operands (`indexing.nonnegative`); the others print floor forms, as
+# the C++ printer's kiln_floordiv / kiln_remainder do: a flip of a transposed view read by a cat
+# indexes `Mod(4 - Max(0, x0 - 15), 5)`, whose dividend goes negative on rows the cat selects
+# (fuzz seed 1000484 of --triton-interpret: every such element read out of bounds).
 def _p_floor(p: IndexPrinter, e) -> str:
     num, den = sympy.fraction(sympy.together(e.args[0]))
     if den == 1:
         return p.expr(num)
-    return f"({p.expr(sympy.expand(num))} // {p.expr(den)})"
+    num = sympy.expand(num)
+    if nonnegative(num) and nonnegative(den):
+        return f"({p.expr(num)} // {p.expr(den)})"
+    a, b = p.expr(num), p.expr(den)
+    return f"(({a} - {_floor_mod(a, b, nonnegative(den))}) // {b})"
 
 
 def _p_mod(p: IndexPrinter, e) -> str:
-    return f"({p.expr(e.args[0])} % {p.expr(e.args[1])})"
+    a, b = e.args
+    if nonnegative(a) and nonnegative(b):
+        return f"({p.expr(a)} % {p.expr(b)})"
+    return _floor_mod(p.expr(a), p.expr(b), nonnegative(b))
+
+
+def _floor_mod(a: str, b: str, positive_divisor: bool) -> str:
+    """`a` mod `b` with the sign of `b` (sympy's Mod) from C's truncating `%`."""
+    if positive_divisor:
+        return f"((({a} % {b}) + {b}) % {b})"
+    return f"tl.where((({a} % {b}) != 0) & ((({a} % {b}) < 0) != ({b} < 0)), ({a} % {b}) + {b}, {a} % {b})"
 
 
 def _p_pow(p: IndexPrinter, e) -> str:

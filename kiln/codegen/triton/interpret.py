@@ -7,9 +7,13 @@ reductions), the same scheduler, index printer, masks and block sizes, and the k
 Triton's interpreter (numpy) on the CPU tensors. So the GPU code path runs end to end, forward and
 backward, on a machine without one: CI fuzzes it (`python -m kiln.testing.fuzz --triton-interpret`).
 What stays as on a GPU: extern calls (matmul, convolution, attention, sort) are ATen kernels, here
-ATen's CPU ones. What differs: the interpreter has no libdevice (the printer refuses the few scalar
-ops that need it, by name), computes float16/bfloat16 loads in float32 as compiled kernels do, but
-rounds through numpy (bfloat16 is carried as float32 bits), and neither times nor autotunes.
+ATen's CPU ones. float16/bfloat16 are loaded, computed in float32 and rounded on store as on a GPU
+(numpy rounds float16 to nearest even itself; bfloat16's rounding is kiln's own bit arithmetic,
+`_k_to_bf16`, since the interpreter's cast truncates). What differs: the interpreter has no
+libdevice, so the scalar ops that need it have formulas of their own in `ops.py` (atan2, erf,
+tanh, ...: not the GPU's bits) and erfinv, lgamma and nextafter are refused by name at print time;
+it runs numpy per block (slow: for tests, not speed) and neither times nor autotunes; an index out
+of bounds reads host memory (garbage, or SIGSEGV) where a GPU would fault.
 Programs so compiled bypass the warm-start and program caches (`compile_prim_graph` keeps a chosen
 printer out of them), so a C++ program is never loaded for a Triton one, nor the reverse.
 CUDA tensors are unaffected: they take the Triton printer compiled for the GPU either way.

@@ -272,11 +272,14 @@ def _k_atan2(a, b):
     # C's atan2 at the edges too: signed zeros (1 / -0.0 < 0) pick the half-plane, atan2(0, 0)
     # is 0 or +-pi rather than atan(0 / 0) = NaN (fuzz seed 200043 of --triton-interpret), and
     # two infinities give +-pi/4 or +-3pi/4
-    a_neg = (a < 0) | ((a == 0) & (1.0 / a < 0))
-    b_neg = (b < 0) | ((b == 0) & (1.0 / b < 0))
+    a_neg = (a < 0) | ((a == 0) & (1.0 / tl.where(a == 0, a, 1.0) < 0))   # as _k_copysign's
+    b_neg = (b < 0) | ((b == 0) & (1.0 / tl.where(b == 0, b, 1.0) < 0))
     both_inf = (tl.abs(a) == float("inf")) & (tl.abs(b) == float("inf"))
-    ratio = tl.where(both_inf, tl.where(a_neg == b_neg, 1.0, -1.0), tl.where((a == 0) & (b == 0), a, a / b))
-    return _k_atan(ratio) + tl.where(b_neg, tl.where(a_neg, -3.141592653589793, 3.141592653589793), 0.0)
+    over_zero = tl.where((a == 0) | (a != a), a, tl.where(a_neg, float("-inf"), float("inf")))   # a / +-0
+    ratio = tl.where(both_inf, tl.where(a_neg == b_neg, 1.0, -1.0),
+                     tl.where(b == 0, over_zero, a / tl.where(b == 0, 1.0, b)))
+    left = b_neg & ((b != 0) | (a == 0))      # x / -0.0 is +-pi/2 already
+    return _k_atan(ratio) + tl.where(left, tl.where(a_neg, -3.141592653589793, 3.141592653589793), 0.0)
 """)
 _helper("_k_round", """
 @triton.jit
@@ -339,7 +342,9 @@ def _k_copysign(a, b):
 """, """
 @triton.jit
 def _k_copysign(a, b):
-    neg = (b < 0) | ((b == 0) & ((1.0 / b) < 0))
+    # 1 / -0.0 < 0 finds the sign of a zero; `tl.where` makes a tensor of a constant argument,
+    # whose Python `1.0 / 0.0` would raise (fuzz seed 1000340: copysign of a zero fill)
+    neg = (b < 0) | ((b == 0) & ((1.0 / tl.where(b == 0, b, 1.0)) < 0))
     return tl.where(neg, -tl.abs(a), tl.abs(a))
 """)
 

@@ -204,9 +204,11 @@ class _KernelPrinter:
     def load(self, e: ir.Load) -> Value:
         deps = set()
         saved = dict(self.index.names)
+        used = ir.as_expr(e.index).free_symbols
         for sym, sub in e.indirect:
             v = self.value(sub)
-            deps |= v.deps
+            if sym in used:      # an index value a stride of 0 multiplies away (a gather from an
+                deps |= v.deps   # expanded input) leaves a scalar pointer, which a block mask may not guard
             self.index.names[sym.name] = v.text
         try:
             offset = self.index.offset(e.index)

@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-from kiln.capture import autograd_function, masks, model_outputs
+from kiln.capture import autograd_function, controls, masks, model_outputs
 from kiln.capture import variables as V
 from kiln.capture.attributes import _function, getattr_var
 from kiln.capture.builder import wrap
@@ -36,6 +36,11 @@ from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_to
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
         real = fn.fn
+        mark = controls.disabled(real)
+        if mark is not None:
+            raise tx.unsupported(controls.disabled_message(real, mark))
+        if controls.allowed_in_graph(real):
+            return call_torch(tx, "call_function", real, args, kwargs)
         handler = handler_for(real)
         if handler is not None:
             return handler(tx, args, kwargs)
@@ -100,6 +105,11 @@ def _fold(tx, fn, args, kwargs):
 
 def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     value = fn.value
+    mark = controls.disabled(value)
+    if mark is not None:
+        raise tx.unsupported(controls.disabled_message(value, mark))
+    if controls.allowed_in_graph(value):
+        return call_torch(tx, "call_function", value, args, kwargs)
     handler = handler_for(value)
     if handler is not None:
         return handler(tx, args, kwargs)

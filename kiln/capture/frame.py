@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from kiln import log
-from kiln.capture import buckets, distributed, recompiles, trace_events
+from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
 from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
@@ -95,9 +95,19 @@ class CompiledFunction:
         return self.fn
 
     def __call__(self, *args, **kwargs):
+        # [Note: the stance] torch.compiler.set_stance: "force_eager" runs every call as Python,
+        # cached entries unused; "eager_on_recompile" runs what no entry matches as Python;
+        # "fail_on_recompile" raises where a compile would start (the first one included)
+        stance = controls.stance()
+        if stance == "force_eager":
+            return self.fn(*args, **kwargs)
         for entry in self.entries:
             if entry.check(*args, **kwargs):
                 return entry.run(*args, **kwargs)
+        if stance == "eager_on_recompile":
+            return self.fn(*args, **kwargs)
+        if stance == "fail_on_recompile":
+            self._fail_on_recompile(args, kwargs)
         if self.at_limit:
             # [Note: past the cache-size limit] a miss runs the function as Python at once: no
             # diagnosis of the failed guard (that was said once, in the warning), no trace, no
@@ -108,6 +118,15 @@ class CompiledFunction:
 
     def __get__(self, obj, objtype=None):
         return self if obj is None else types.MethodType(self, obj)
+
+    def _fail_on_recompile(self, args, kwargs):
+        code = self.user_code(args)
+        message = (f"kiln: {_name(self.fn)} ({code.co_filename}:{code.co_firstlineno}) would compile, and "
+                   "torch.compiler.set_stance('fail_on_recompile') is in effect")
+        if self.entries:
+            message += "; the guard that failed: " + why_missed(self.entries[-1], self.params,
+                                                               *_bind_defaults(self.fn, args, kwargs))
+        raise RuntimeError(message)
 
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):
@@ -321,7 +340,7 @@ _WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def wrap_callable(target: Any, *, backend, config) -> Any:
     """A callable that behaves as `target` with its Python frames captured by kiln."""
-    if compiled_original(target) is not None:
+    if compiled_original(target) is not None or controls.disabled(target) is not None:
         return target
     if isinstance(target, types.MethodType):
         inner = wrap_callable(target.__func__, backend=backend, config=config)
@@ -497,6 +516,9 @@ def _own_forward(module: torch.nn.Module) -> bool:
 
 
 def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
+    mark = controls.disabled(fn)
+    if mark is not None and mark.original is not None:
+        fn = mark.original   # torch.compile(torch.compiler.disable(f)) compiles f, as torch's innermost_fn unwraps it
     if isinstance(fn, torch.nn.Module):
         wrapper = ModuleCall(fn, backend, config)
         # strong reference for modules compiled by the user (kiln.compile keeps the module too)

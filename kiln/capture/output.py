@@ -18,6 +18,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from kiln.capture import controls
 from kiln.capture.examples import Examples
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind, TensorSpec
@@ -148,15 +149,25 @@ class OutputGraph:
         return var
 
     def dynamic_dims_of(self, source: Source, value: torch.Tensor) -> tuple[int, ...]:
-        if self.dynamic is False or value.dim() == 0:
+        """The dims of input `value` traced with symbols. Dims the user marked
+        (`torch._dynamo.mark_dynamic` / `maybe_mark_dynamic`, read by controls.py) are symbolic from
+        the first compile, `mark_static` ones never, whatever `dynamic` says, as under torch.compile."""
+        if value.dim() == 0:
             return ()
-        if self.dynamic is True:
-            return tuple(range(value.dim()))
-        sizes, known = self.changing_sizes
-        tokens = self.token_dims and not value.is_floating_point() and not value.is_complex()
-        return tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
-                     or source not in known and value.size(d) in sizes
-                     or tokens and (d > 0 or value.dim() == 1))
+        marks = controls.dim_marks(value)
+        if self.dynamic is False:
+            dims = ()
+        elif self.dynamic is True:
+            dims = tuple(range(value.dim()))
+        else:
+            sizes, known = self.changing_sizes
+            tokens = self.token_dims and not value.is_floating_point() and not value.is_complex()
+            dims = tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
+                         or source not in known and value.size(d) in sizes
+                         or tokens and (d > 0 or value.dim() == 1))
+        if marks is controls.NO_MARKS:
+            return dims
+        return tuple(d for d in range(value.dim()) if (d in dims or d in marks.dynamic) and d not in marks.static)
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""

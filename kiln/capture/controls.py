@@ -1,0 +1,104 @@
+"""torch.compiler's controls, honored as torch.compile honors them: the one module of kiln that reads
+what those controls leave for a compiler (DESIGN.md, "What we take from torch": the one exception).
+
+Code written for torch.compile marks functions and tensors for the compiler: `torch.compiler.disable`
+(`torch._dynamo.disable`), `torch.compiler.allow_in_graph`, `torch._dynamo.mark_dynamic` /
+`maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`. kiln never imports torch's
+compiler; it reads those marks here and nowhere else:
+
+- marks on a function or a tensor are plain attributes (`_torchdynamo_disable`,
+  `_dynamo_dynamic_indices`, ...), read with `inspect.getattr_static` so no descriptor runs;
+- state that only a `torch._dynamo` module holds (the stance, the ids `allow_in_graph` registered) is
+  looked up in `sys.modules`: a program that called the control has imported that module, and a
+  program that did not has set nothing.
+
+What each control does to capture is decided by its caller: `calls.py` breaks the graph at a call
+of a disabled function and puts an allowed one in the graph as one node, `frame.py` follows the
+stance, `output.py` traces marked dims symbolic (or static).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from typing import Any
+
+
+# -- torch.compiler.disable ------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Disabled:
+    """A function `torch.compiler.disable` wrapped: `original` is the function it runs;
+    `recursive` False when only the function's own frame is skipped (`recursive=False`)."""
+    original: Any
+    recursive: bool
+    reason: str | None
+
+
+def disabled(fn: Any) -> Disabled | None:
+    """The disable mark on `fn` (the wrapper `torch.compiler.disable` returns), or None for a
+    function without one and for torch's own functions."""
+    try:
+        if inspect.getattr_static(fn, "_torchdynamo_disable", False) is not True:
+            return None
+    except Exception:   # objects whose type refuses introspection carry no mark
+        return None
+    original = inspect.getattr_static(fn, "_torchdynamo_orig_callable", None)
+    if (getattr(original, "__module__", None) or "").partition(".")[0] == "torch":
+        # torch disables its own functions (`torch.manual_seed` through torch._disable_dynamo);
+        # torch.compile's rules for torch's functions come first, as kiln's do (torch_calls.py)
+        return None
+    recursive = inspect.getattr_static(fn, "_torchdynamo_disable_recursive", True) is not False
+    reason = inspect.getattr_static(fn, "_torchdynamo_disable_msg", None)
+    return Disabled(original, recursive, reason if isinstance(reason, str) else None)
+
+
+def disabled_message(fn: Any, mark: Disabled) -> str:
+    name = getattr(mark.original, "__qualname__", None) or getattr(fn, "__qualname__", None) or repr(fn)
+    why = f" (reason: {mark.reason})" if mark.reason else ""
+    return (f"a call of {name}, which torch.compiler.disable marked to run eagerly{why}: the graph breaks "
+            f"around the call, as under torch.compile (remove the decorator to capture it)")
+
+
+# -- torch.compiler.set_stance ---------------------------------------------------------------------
+def stance() -> str:
+    """The stance `torch.compiler.set_stance` set: "default", "force_eager", "eager_on_recompile",
+    "fail_on_recompile" (others, such as "eager_then_compile", are read as they are)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if eval_frame is None:
+        return "default"
+    return getattr(getattr(eval_frame, "_stance", None), "stance", "default")
+
+
+# -- torch.compiler.allow_in_graph -----------------------------------------------------------------
+def allowed_in_graph(fn: Any) -> bool:
+    """Whether `torch.compiler.allow_in_graph(fn)` registered `fn`: it is one node of the graph."""
+    trace_rules = sys.modules.get("torch._dynamo.trace_rules")
+    if trace_rules is None:
+        return False
+    ids = getattr(getattr(trace_rules, "_allowed_callable_ids", None), "function_ids", None)
+    return bool(ids) and id(fn) in ids
+
+
+# -- torch._dynamo.mark_dynamic / maybe_mark_dynamic / mark_static ---------------------------------
+@dataclasses.dataclass(frozen=True)
+class DimMarks:
+    dynamic: frozenset   # mark_dynamic and maybe_mark_dynamic: symbolic from the first compile
+    static: frozenset    # mark_static: always its exact size, even under dynamic=True
+
+
+NO_MARKS = DimMarks(frozenset(), frozenset())
+
+
+def dim_marks(t: Any) -> DimMarks:
+    """The dims of tensor `t` that `mark_dynamic`, `maybe_mark_dynamic` and `mark_static` marked."""
+    d = getattr(t, "__dict__", None)
+    if not d:   # the common case: a tensor nobody marked has no instance attributes
+        return NO_MARKS
+    dynamic = set(d.get("_dynamo_dynamic_indices", ())) | set(d.get("_dynamo_weak_dynamic_indices", ()))
+    static = set(d.get("_dynamo_static_indices", ()))
+    if not dynamic and not static:
+        return NO_MARKS
+    n = t.dim()
+    norm = lambda dims: frozenset(i % n for i in dims if isinstance(i, int) and -n <= i < n)  # noqa: E731
+    return DimMarks(norm(dynamic), norm(static))
+

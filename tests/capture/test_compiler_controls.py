@@ -1,0 +1,259 @@
+"""torch.compiler's controls honored as torch.compile honors them (kiln/capture/controls.py).
+
+Each test runs the same program under torch.compile (backend: a recorder, so graphs are counted)
+and under kiln's capture, and compares both with eager: the number of graphs, what is (and is not)
+in them, and the errors under fullgraph=True.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch._dynamo  # the controls live here; tests may use torch's compiler as the reference
+
+import kiln.capture
+from capture_support import Recorder
+from kiln.config import CaptureConfig
+from kiln.errors import Unsupported
+
+
+def both(fn, *calls, **config):
+    """Run `fn` on each argument tuple of `calls` under torch.compile and under kiln: the recorders
+    (torch's, kiln's) after checking every output against eager."""
+    torch._dynamo.reset()
+    theirs, ours = Recorder(), Recorder()
+    compiled_t = torch.compile(fn, backend=theirs, **config)
+    compiled_k = kiln.capture.capture(fn, ours, CaptureConfig(**config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for args in calls:
+            expected = fn(*args)
+            torch.testing.assert_close(compiled_t(*args), expected)
+            torch.testing.assert_close(compiled_k(*args), expected)
+    return theirs, ours
+
+
+def ops(recorder) -> list[list[str]]:
+    """Per graph, the names of the functions and methods it calls."""
+    def name(n):
+        return n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+    return [[name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method")] for gm in recorder.graphs]
+
+
+# -- torch.compiler.disable ------------------------------------------------------------------------
+def cosine(x):
+    return x.cos()
+
+
+@torch.compiler.disable
+def disabled_helper(x):
+    return cosine(x) + 1
+
+
+def _tanh_then_cosine(x):
+    return cosine(x.tanh())
+
+
+shallow_helper = torch.compiler.disable(_tanh_then_cosine, recursive=False)
+
+
+@torch._dynamo.disable
+def dynamo_disabled(x):
+    return x.exp()
+
+
+def calls_disabled(x):
+    y = x.sin()
+    y = disabled_helper(y)
+    return y * 2
+
+
+def calls_shallow(x):
+    return shallow_helper(x.sin()) * 2
+
+
+def calls_dynamo_disabled(x):
+    return dynamo_disabled(x.sin()) - 1
+
+
+def calls_through_inlined(x):
+    return _inlined(x.sin()).abs()
+
+
+def _inlined(y):
+    return disabled_helper(y * 3) + y
+
+
+def test_disable_breaks_the_graph_around_the_call():
+    theirs, ours = both(calls_disabled, (torch.randn(4),))
+    assert ops(theirs) == [["sin"], ["mul"]]
+    assert ops(ours) == ops(theirs)   # cos and + 1 ran eagerly: in no graph
+
+
+def test_disable_of_torch_dynamo():
+    theirs, ours = both(calls_dynamo_disabled, (torch.randn(4),))
+    assert ops(ours) == ops(theirs) == [["sin"], ["sub"]]
+
+
+def test_disable_inside_an_inlined_function():
+    theirs, ours = both(calls_through_inlined, (torch.randn(4),))
+    flat = lambda r: sorted(op for g in ops(r) for op in g)  # noqa: E731
+    assert "cos" not in flat(ours)
+    assert flat(ours) == flat(theirs)
+
+
+def test_disable_non_recursive_runs_the_function_eagerly():
+    theirs, ours = both(calls_shallow, (torch.randn(4),))
+    # torch.compile runs shallow_helper's own frame eagerly and compiles `cosine`, which it calls;
+    # kiln (no frame hook) runs it eagerly with its callees: the graphs around the call are the same
+    assert ops(theirs) == [["sin"], ["cos"], ["mul"]]
+    assert ops(ours) == [["sin"], ["mul"]]
+    assert "tanh" not in sum(ops(theirs), []) and "tanh" not in sum(ops(ours), [])
+
+
+def test_disable_under_fullgraph_names_the_line():
+    x = torch.randn(4)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="disable"):
+        torch.compile(calls_disabled, backend=Recorder(), fullgraph=True)(x)
+    line = calls_disabled.__code__.co_firstlineno + 2
+    with pytest.raises(Unsupported, match="torch.compiler.disable") as e:
+        kiln.capture.capture(calls_disabled, Recorder(), CaptureConfig(fullgraph=True))(x)
+    assert f"{__file__}:{line}" in str(e.value)
+
+
+class WithDisabledMethod(torch.nn.Module):
+    def forward(self, x):
+        return self.log_stats(x.relu()) + 1
+
+    @torch.compiler.disable
+    def log_stats(self, x):
+        return x * x.mean()
+
+
+def test_disabled_method_of_a_module():
+    m = WithDisabledMethod()
+    theirs, ours = both(m, (torch.randn(3, 4),))
+    assert ops(ours) == ops(theirs) == [["relu"], ["add"]]
+
+
+def test_compiling_a_disabled_function_compiles_what_it_wraps():
+    theirs, ours = both(disabled_helper, (torch.randn(4),))
+    assert ops(ours) == ops(theirs) == [["cos", "add"]]   # torch.compile unwraps the disable
+
+
+# -- torch.compiler.set_stance ---------------------------------------------------------------------
+def scaled(x):
+    return x.sin() * 2
+
+
+@pytest.fixture
+def stance():
+    yield torch.compiler.set_stance
+    torch.compiler.set_stance("default")
+
+
+def test_force_eager(stance):
+    x = torch.randn(4)
+    stance("force_eager")
+    theirs, ours = both(scaled, (x,))
+    assert theirs.graphs == [] and ours.graphs == []
+    stance("default")
+    compiled_k = kiln.capture.capture(scaled, ours, CaptureConfig())
+    torch.testing.assert_close(compiled_k(x), scaled(x))
+    assert len(ours.graphs) == 1          # the default stance compiles again
+
+
+def test_force_eager_skips_cached_entries(stance):
+    ours = Recorder()
+    compiled = kiln.capture.capture(scaled, ours, CaptureConfig())
+    compiled(torch.randn(4))
+    with torch.compiler.set_stance("force_eager"):
+        assert compiled.entries and compiled(torch.randn(5)).shape == (5,)
+    assert len(ours.graphs) == 1 and len(compiled.entries) == 1
+
+
+def test_eager_on_recompile(stance):
+    torch._dynamo.reset()
+    theirs, ours = Recorder(), Recorder()
+    compiled_t = torch.compile(scaled, backend=theirs)
+    compiled_k = kiln.capture.capture(scaled, ours, CaptureConfig())
+    for compiled in (compiled_t, compiled_k):
+        compiled(torch.randn(8))
+    stance("eager_on_recompile")
+    for compiled in (compiled_t, compiled_k):
+        for n in (8, 11, 3):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), scaled(x))
+    assert len(theirs.graphs) == len(ours.graphs) == 1
+
+
+def test_fail_on_recompile(stance):
+    torch._dynamo.reset()
+    compiled_t = torch.compile(scaled, backend=Recorder())
+    compiled_k = kiln.capture.capture(scaled, Recorder(), CaptureConfig())
+    x = torch.randn(8)
+    for compiled in (compiled_t, compiled_k):
+        compiled(x)
+    stance("fail_on_recompile")
+    for compiled in (compiled_t, compiled_k):
+        torch.testing.assert_close(compiled(x), scaled(x))   # a cached entry still runs
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            compiled(torch.randn(2, 3))
+
+
+# -- mark_dynamic / maybe_mark_dynamic / mark_static -----------------------------------------------
+def rows(x):
+    return x.sum(0) * x.size(0)
+
+
+@pytest.mark.parametrize("mark", [torch._dynamo.mark_dynamic, torch._dynamo.maybe_mark_dynamic])
+def test_mark_dynamic_symbolic_from_the_first_compile(mark):
+    a, b = torch.randn(8, 3), torch.randn(11, 3)
+    mark(a, 0)
+    theirs, ours = both(rows, (a,), (b,))
+    assert len(theirs.graphs) == len(ours.graphs) == 1      # no recompile for size 11
+
+
+def test_unmarked_recompiles():
+    theirs, ours = both(rows, (torch.randn(8, 3),), (torch.randn(11, 3),))
+    assert len(theirs.graphs) == len(ours.graphs) == 2      # the first compile specialized on 8
+
+
+def test_mark_static_under_dynamic_true():
+    a, b = torch.randn(8, 3), torch.randn(11, 3)
+    torch._dynamo.mark_static(a, 0)
+    torch._dynamo.mark_static(b, 0)
+    theirs, ours = both(rows, (a,), (b,), dynamic=True)
+    assert len(theirs.graphs) == len(ours.graphs) == 2      # dim 0 guarded on its exact size
+
+
+# -- allow_in_graph, is_compiling ------------------------------------------------------------------
+def opaque_scale(x):
+    return x * 3 + x.cos()
+
+
+torch.compiler.allow_in_graph(opaque_scale)
+
+
+def calls_allowed(x):
+    return opaque_scale(x.sin()) + 1
+
+
+def test_allow_in_graph_is_one_node():
+    theirs, ours = both(calls_allowed, (torch.randn(4),))
+    assert ops(theirs) == ops(ours) == [["sin", "opaque_scale", "add"]]
+
+
+def reports_compiling(x):
+    return x + 1 if torch.compiler.is_compiling() else x - 1
+
+
+def test_is_compiling():
+    torch._dynamo.reset()
+    x = torch.zeros(2)
+    expected = x + 1
+    torch.testing.assert_close(torch.compile(reports_compiling, backend=Recorder())(x), expected)
+    torch.testing.assert_close(kiln.capture.capture(reports_compiling, Recorder(), CaptureConfig())(x), expected)
+

@@ -19,7 +19,9 @@ registers its callables and methods in `callables.py`'s table (`builtins.py`, `c
 (resume functions after graph breaks). Under torch.distributed, `distributed.py` says which module
 calls run natively (DDP's forward, FSDP2's hooks) and guards process-group queries, and
 `buckets.py` cuts each graph compiled during a DDP forward at DDP's gradient buckets before the
-backend sees it.
+backend sees it. `controls.py` reads the marks torch.compiler's controls leave (`disable`,
+`set_stance`, `mark_dynamic`, `allow_in_graph`, `substitute_in_graph`): the one place kiln reads
+torch's compiler state, never importing it.
 
 [Note: capture's modules import down, handlers call across]
 An interpreter's handlers call each other in a circle (a call reads an attribute, which iterates,

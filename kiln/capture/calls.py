@@ -41,6 +41,9 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
             raise tx.unsupported(controls.disabled_message(real, mark))
         if controls.allowed_in_graph(real):
             return call_torch(tx, "call_function", real, args, kwargs)
+        polyfill = controls.substitute(real)
+        if polyfill is not None:
+            return tx.inline(_function(polyfill), args, kwargs)
         handler = handler_for(real)
         if handler is not None:
             return handler(tx, args, kwargs)
@@ -110,6 +113,9 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         raise tx.unsupported(controls.disabled_message(value, mark))
     if controls.allowed_in_graph(value):
         return call_torch(tx, "call_function", value, args, kwargs)
+    polyfill = controls.substitute(value)
+    if polyfill is not None:
+        return tx.inline(_function(polyfill), args, kwargs)
     handler = handler_for(value)
     if handler is not None:
         return handler(tx, args, kwargs)

@@ -3,18 +3,19 @@ what those controls leave for a compiler (DESIGN.md, "What we take from torch": 
 
 Code written for torch.compile marks functions and tensors for the compiler: `torch.compiler.disable`
 (`torch._dynamo.disable`), `torch.compiler.allow_in_graph`, `torch._dynamo.mark_dynamic` /
-`maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`. kiln never imports torch's
-compiler; it reads those marks here and nowhere else:
+`maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`, `torch.compiler.substitute_in_graph`.
+kiln never imports torch's compiler; it reads those marks here and nowhere else:
 
 - marks on a function or a tensor are plain attributes (`_torchdynamo_disable`,
   `_dynamo_dynamic_indices`, ...), read with `inspect.getattr_static` so no descriptor runs;
-- state that only a `torch._dynamo` module holds (the stance, the ids `allow_in_graph` registered) is
-  looked up in `sys.modules`: a program that called the control has imported that module, and a
-  program that did not has set nothing.
+- state that only a `torch._dynamo` module holds (the stance, the ids `allow_in_graph` registered,
+  the substitutes `substitute_in_graph` registered) is looked up in `sys.modules`: a program that
+  called the control has imported that module, and a program that did not has set nothing.
 
 What each control does to capture is decided by its caller: `calls.py` breaks the graph at a call
-of a disabled function and puts an allowed one in the graph as one node, `frame.py` follows the
-stance, `output.py` traces marked dims symbolic (or static).
+of a disabled function, puts an allowed one in the graph as one node and inlines a registered
+substitute in place of its original; `frame.py` follows the stance; `output.py` traces marked dims
+symbolic (or static).
 """
 from __future__ import annotations
 
@@ -102,3 +103,21 @@ def dim_marks(t: Any) -> DimMarks:
     norm = lambda dims: frozenset(i % n for i in dims if isinstance(i, int) and -n <= i < n)  # noqa: E731
     return DimMarks(norm(dynamic), norm(static))
 
+
+# -- torch.compiler.substitute_in_graph ------------------------------------------------------------
+def substitute(fn: Any) -> Any:
+    """The traceable function `torch.compiler.substitute_in_graph(fn)` registered for `fn` (the
+    original or the wrapper the decorator returned), inlined in its place; None where there is none.
+    torch's own polyfills (for builtins and the standard library, registered when torch._dynamo is
+    imported) are not taken: kiln models those callables itself (callables.py)."""
+    functions = sys.modules.get("torch._dynamo.variables.functions")
+    if functions is None:
+        return None
+    try:
+        handler = functions.PolyfilledFunctionVariable._get_polyfill_handlers().get(fn)
+    except (AttributeError, TypeError):   # an unhashable callable has no entry
+        return None
+    polyfill = getattr(handler, "__torch_dynamo_polyfill__", None)
+    if polyfill is None or (getattr(polyfill, "__module__", None) or "").partition(".")[0] == "torch":
+        return None
+    return polyfill

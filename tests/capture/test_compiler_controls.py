@@ -247,7 +247,7 @@ def test_allow_in_graph_is_one_node():
 
 
 def reports_compiling(x):
-    return x + 1 if torch.compiler.is_compiling() else x - 1
+    return x + 1 if torch.compiler.is_compiling() and torch.compiler.is_dynamo_compiling() else x - 1
 
 
 def test_is_compiling():
@@ -257,3 +257,23 @@ def test_is_compiling():
     torch.testing.assert_close(torch.compile(reports_compiling, backend=Recorder())(x), expected)
     torch.testing.assert_close(kiln.capture.capture(reports_compiling, Recorder(), CaptureConfig())(x), expected)
 
+
+# -- substitute_in_graph ---------------------------------------------------------------------------
+def double_if_positive(x):
+    if x.sum() > 0:         # a branch on tensor data: a graph break where traced
+        return x * 2
+    return x
+
+
+@torch.compiler.substitute_in_graph(double_if_positive)
+def _double_if_positive_traceable(x):
+    return torch.where(x.sum() > 0, x * 2, x)
+
+
+def calls_substituted(x):
+    return double_if_positive(x.sin()) + 1
+
+
+def test_substitute_in_graph_inlines_the_substitute():
+    theirs, ours = both(calls_substituted, (torch.randn(4),), (-torch.ones(4),))
+    assert ops(ours) == ops(theirs) == [["sin", "sum", "gt", "mul", "where", "add"]]

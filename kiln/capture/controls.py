@@ -2,15 +2,17 @@
 what those controls leave for a compiler (DESIGN.md, "What we take from torch": the one exception).
 
 Code written for torch.compile marks functions and tensors for the compiler: `torch.compiler.disable`
-(`torch._dynamo.disable`), `torch.compiler.allow_in_graph`, `torch._dynamo.mark_dynamic` /
-`maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`, `torch.compiler.substitute_in_graph`.
-kiln never imports torch's compiler; it reads those marks here and nowhere else:
+(the same as `disable` of torch's `_dynamo` package), `torch.compiler.allow_in_graph`, that
+package's `mark_dynamic` / `maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`,
+`torch.compiler.substitute_in_graph`. kiln never imports torch's compiler; it reads those marks here
+and nowhere else:
 
 - marks on a function or a tensor are plain attributes (`_torchdynamo_disable`,
   `_dynamo_dynamic_indices`, ...), read with `inspect.getattr_static` so no descriptor runs;
-- state that only a `torch._dynamo` module holds (the stance, the ids `allow_in_graph` registered,
-  the substitutes `substitute_in_graph` registered) is looked up in `sys.modules`: a program that
-  called the control has imported that module, and a program that did not has set nothing.
+- state that only a module of torch's `_dynamo` package holds (the stance, the ids `allow_in_graph`
+  registered, the substitutes `substitute_in_graph` registered) is looked up in `sys.modules`: a
+  program that called the control has imported that module, and a program that did not has set
+  nothing.
 
 What each control does to capture is decided by its caller: `calls.py` breaks the graph at a call
 of a disabled function, puts an allowed one in the graph as one node and inlines a registered
@@ -80,14 +82,15 @@ def allowed_in_graph(fn: Any) -> bool:
     return bool(ids) and id(fn) in ids
 
 
-# -- torch._dynamo.mark_dynamic / maybe_mark_dynamic / mark_static ---------------------------------
+# -- mark_dynamic / maybe_mark_dynamic / mark_static ----------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class DimMarks:
     dynamic: frozenset   # mark_dynamic and maybe_mark_dynamic: symbolic from the first compile
     static: frozenset    # mark_static: always its exact size, even under dynamic=True
+    strict: frozenset    # mark_dynamic alone: a trace that specializes the dim is an error
 
 
-NO_MARKS = DimMarks(frozenset(), frozenset())
+NO_MARKS = DimMarks(frozenset(), frozenset(), frozenset())
 
 
 def dim_marks(t: Any) -> DimMarks:
@@ -95,20 +98,21 @@ def dim_marks(t: Any) -> DimMarks:
     d = getattr(t, "__dict__", None)
     if not d:   # the common case: a tensor nobody marked has no instance attributes
         return NO_MARKS
-    dynamic = set(d.get("_dynamo_dynamic_indices", ())) | set(d.get("_dynamo_weak_dynamic_indices", ()))
+    strict = set(d.get("_dynamo_dynamic_indices", ()))
+    dynamic = strict | set(d.get("_dynamo_weak_dynamic_indices", ()))
     static = set(d.get("_dynamo_static_indices", ()))
     if not dynamic and not static:
         return NO_MARKS
     n = t.dim()
     norm = lambda dims: frozenset(i % n for i in dims if isinstance(i, int) and -n <= i < n)  # noqa: E731
-    return DimMarks(norm(dynamic), norm(static))
+    return DimMarks(norm(dynamic), norm(static), norm(strict))
 
 
 # -- torch.compiler.substitute_in_graph ------------------------------------------------------------
 def substitute(fn: Any) -> Any:
     """The traceable function `torch.compiler.substitute_in_graph(fn)` registered for `fn` (the
     original or the wrapper the decorator returned), inlined in its place; None where there is none.
-    torch's own polyfills (for builtins and the standard library, registered when torch._dynamo is
+    torch's own polyfills (for builtins and the standard library, registered when that package is
     imported) are not taken: kiln models those callables itself (callables.py)."""
     functions = sys.modules.get("torch._dynamo.variables.functions")
     if functions is None:

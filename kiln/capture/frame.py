@@ -243,6 +243,11 @@ class CompiledFunction:
                 # attention mask None, then reads its shape). So the whole frame runs eagerly, as
                 # torch.compile runs a frame that raises; under fullgraph that is an error.
                 return self._eager_entry(args, kwargs, f"the code raises {e.describe()}", e.where)
+            specialized = trace.out.specialized_marked_dims()
+            if specialized:   # what torch.compile's ConstraintViolationError says
+                raise Unsupported(f"{_name(self.fn)}: a dim marked dynamic (by mark_dynamic) was "
+                                  f"specialized to a constant: {'; '.join(specialized)}. Remove the mark, or use "
+                                  "maybe_mark_dynamic, which allows it")
             trace.break_reason = reason
             try:
                 entry = build_entry(self.fn, trace, self._graph_compiler(), args, kwargs, self._make_resume,
@@ -518,7 +523,7 @@ def _own_forward(module: torch.nn.Module) -> bool:
 def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:
     mark = controls.disabled(fn)
     if mark is not None and mark.original is not None:
-        fn = mark.original   # torch.compile(torch.compiler.disable(f)) compiles f, as torch's innermost_fn unwraps it
+        fn = mark.original   # compiling disable(f) compiles f, as torch's innermost_fn unwraps it
     if isinstance(fn, torch.nn.Module):
         wrapper = ModuleCall(fn, backend, config)
         # strong reference for modules compiled by the user (kiln.compile keeps the module too)

@@ -150,7 +150,7 @@ class OutputGraph:
 
     def dynamic_dims_of(self, source: Source, value: torch.Tensor) -> tuple[int, ...]:
         """The dims of input `value` traced with symbols. Dims the user marked
-        (`torch._dynamo.mark_dynamic` / `maybe_mark_dynamic`, read by controls.py) are symbolic from
+        (`mark_dynamic` / `maybe_mark_dynamic`, read by controls.py) are symbolic from
         the first compile, `mark_static` ones never, whatever `dynamic` says, as under torch.compile."""
         if value.dim() == 0:
             return ()
@@ -168,6 +168,27 @@ class OutputGraph:
         if marks is controls.NO_MARKS:
             return dims
         return tuple(d for d in range(value.dim()) if (d in dims or d in marks.dynamic) and d not in marks.static)
+
+    def specialized_marked_dims(self) -> list[str]:
+        """Dims `mark_dynamic` marked that the trace specialized to a constant (code compared the
+        size with a number, `range(x.size(0))`): each said as `source.size()[d] == n at line`.
+        torch.compile refuses such a trace (ConstraintViolationError); `maybe_mark_dynamic` allows it."""
+        env, found = self.examples.shape_env, []
+        for source, var in self.inputs:
+            if not isinstance(var, V.TensorVar) or var.node not in self.input_values:
+                continue
+            strict = controls.dim_marks(self.input_values[var.node]).strict
+            for d in sorted(strict):
+                size = var.example.size(d)
+                if not isinstance(size, torch.SymInt) or not getattr(size.node.expr, "is_Symbol", False):
+                    continue
+                symbol = size.node.expr
+                if env.simplify(symbol).is_number:
+                    where = next((g.user_location for g in env.guards
+                                  if symbol in g.expr.free_symbols and g.user_location), None)
+                    found.append(f"{source.expr()}.size()[{d}] == {env.simplify(symbol)}"
+                                 + (f" at {where}" if where else ""))
+        return found
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""

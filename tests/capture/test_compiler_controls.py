@@ -277,3 +277,32 @@ def calls_substituted(x):
 def test_substitute_in_graph_inlines_the_substitute():
     theirs, ours = both(calls_substituted, (torch.randn(4),), (-torch.ones(4),))
     assert ops(ours) == ops(theirs) == [["sin", "sum", "gt", "mul", "where", "add"]]
+
+
+def test_mark_dynamic_under_dynamic_false():
+    a, b = torch.randn(8, 3), torch.randn(11, 3)
+    torch._dynamo.mark_dynamic(a, 0)
+    theirs, ours = both(rows, (a,), (b,), dynamic=False)
+    assert len(theirs.graphs) == len(ours.graphs) == 1      # the mark wins over dynamic=False
+
+
+def eight_rows_doubled(x):
+    return x * 2 if x.size(0) == 8 else x     # specializes dim 0 to 8
+
+
+def test_mark_dynamic_then_specialized_is_an_error():
+    torch._dynamo.reset()
+    a = torch.randn(8, 3)
+    torch._dynamo.mark_dynamic(a, 0)
+    with pytest.raises(Exception, match="marked L\\['x'\\].size\\(\\)\\[0\\] as dynamic"):
+        torch.compile(eight_rows_doubled, backend=Recorder())(a)
+    line = eight_rows_doubled.__code__.co_firstlineno + 1
+    with pytest.raises(Unsupported, match=f"x.size\\(\\)\\[0\\] == 8 at {__file__}:{line}"):
+        kiln.capture.capture(eight_rows_doubled, Recorder(), CaptureConfig())(a)
+
+
+def test_maybe_mark_dynamic_may_be_specialized():
+    a = torch.randn(8, 3)
+    torch._dynamo.maybe_mark_dynamic(a, 0)
+    theirs, ours = both(eight_rows_doubled, (a,))
+    assert len(theirs.graphs) == len(ours.graphs) == 1

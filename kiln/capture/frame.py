@@ -22,7 +22,7 @@ import torch
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
-from kiln.capture.convert import Entry, build_entry, params_text, trace_frame
+from kiln.capture.convert import Entry, bind_frame, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -72,6 +72,7 @@ class CompiledFunction:
         self.dynamic_dims: frozenset = frozenset()  # (source, dim) seen to change: symbolic from now on
         self.changing_sizes = (frozenset(), frozenset())  # [Note: sizes that change together]
         self.dynamic_ints: frozenset = frozenset()   # int arguments seen to change: symbolic from now on
+        self.eager_sizes: dict | None = None  # set_stance("eager_then_compile"): the eager call's tensor sizes
         self.params, _ = params_text(fn.__code__)
         self.bindings = {"__G": fn.__globals__, "__fn": fn}
         functools.update_wrapper(self, fn)
@@ -97,7 +98,9 @@ class CompiledFunction:
     def __call__(self, *args, **kwargs):
         # [Note: the stance] torch.compiler.set_stance: "force_eager" runs every call as Python,
         # cached entries unused; "eager_on_recompile" runs what no entry matches as Python;
-        # "fail_on_recompile" raises where a compile would start (the first one included)
+        # "fail_on_recompile" raises where a compile would start (the first one included);
+        # "eager_then_compile" runs the first call as Python and compiles on the second, with the
+        # dims that differ between the two symbolic
         stance = controls.stance()
         if stance == "force_eager":
             return self.fn(*args, **kwargs)
@@ -108,6 +111,8 @@ class CompiledFunction:
             return self.fn(*args, **kwargs)
         if stance == "fail_on_recompile":
             self._fail_on_recompile(args, kwargs)
+        if stance == "eager_then_compile" and not self.entries and self._eager_first(args, kwargs):
+            return self.fn(*args, **kwargs)
         if self.at_limit:
             # [Note: past the cache-size limit] a miss runs the function as Python at once: no
             # diagnosis of the failed guard (that was said once, in the warning), no trace, no
@@ -127,6 +132,20 @@ class CompiledFunction:
             message += "; the guard that failed: " + why_missed(self.entries[-1], self.params,
                                                                *_bind_defaults(self.fn, args, kwargs))
         raise RuntimeError(message)
+
+    def _eager_first(self, args, kwargs) -> bool:
+        """Under "eager_then_compile": True on the first call (it runs eagerly; its argument sizes
+        are kept); on the next, the dims whose sizes differ from it are traced symbolic."""
+        sizes = {name: tuple(v.shape) for name, v in bind_frame(self.fn, args, kwargs).items()
+                 if isinstance(v, torch.Tensor)}
+        if self.eager_sizes is None:
+            self.eager_sizes = sizes
+            return True
+        if self.config.dynamic is None:
+            self.dynamic_dims |= {(LocalSource(name), d) for name, shape in sizes.items()
+                                  if len(self.eager_sizes.get(name, ())) == len(shape)
+                                  for d, n in enumerate(shape) if n != self.eager_sizes[name][d]}
+        return False
 
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):

@@ -138,6 +138,26 @@ def test_disabled_method_of_a_module():
     assert ops(ours) == ops(theirs) == [["relu"], ["add"]]
 
 
+class DisabledForward(torch.nn.Module):
+    @torch.compiler.disable
+    def forward(self, x):
+        return x.cos() * 3
+
+
+class CallsDisabledChild(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.child, self.linear = DisabledForward(), torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.child(self.linear(x).relu()) + 1
+
+
+def test_disabled_forward_of_a_child_module():
+    theirs, ours = both(CallsDisabledChild(), (torch.randn(2, 4),))
+    assert ops(ours) == ops(theirs) == [["linear", "relu"], ["add"]]
+
+
 def test_compiling_a_disabled_function_compiles_what_it_wraps():
     theirs, ours = both(disabled_helper, (torch.randn(4),))
     assert ops(ours) == ops(theirs) == [["cos", "add"]]   # torch.compile unwraps the disable
@@ -306,3 +326,23 @@ def test_maybe_mark_dynamic_may_be_specialized():
     torch._dynamo.maybe_mark_dynamic(a, 0)
     theirs, ours = both(eight_rows_doubled, (a,))
     assert len(theirs.graphs) == len(ours.graphs) == 1
+
+
+def rows_then(x):
+    return x.sum(0) * x.size(0)
+
+
+def test_eager_then_compile(stance):
+    torch._dynamo.reset()
+    theirs, ours = Recorder(), Recorder()
+    compiled_t = torch.compile(rows_then, backend=theirs)
+    compiled_k = kiln.capture.capture(rows_then, ours, CaptureConfig())
+    stance("eager_then_compile")
+    counts = []
+    for compiled, recorder in ((compiled_t, theirs), (compiled_k, ours)):
+        counts.append([])
+        for n in (8, 11, 5):   # eagerly, then one graph with dim 0 symbolic (it changed), reused
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(compiled(x), rows_then(x))
+            counts[-1].append(len(recorder.graphs))
+    assert counts[0] == counts[1] == [0, 1, 1]

@@ -36,14 +36,9 @@ from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_to
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
         real = fn.fn
-        mark = controls.disabled(real)
-        if mark is not None:
-            raise tx.unsupported(controls.disabled_message(real, mark))
-        if controls.allowed_in_graph(real):
-            return call_torch(tx, "call_function", real, args, kwargs)
-        polyfill = controls.substitute(real)
-        if polyfill is not None:
-            return tx.inline(_function(polyfill), args, kwargs)
+        controlled = _controlled_call(tx, real, args, kwargs)
+        if controlled is not None:
+            return controlled
         handler = handler_for(real)
         if handler is not None:
             return handler(tx, args, kwargs)
@@ -60,6 +55,21 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
         if is_assumed_constant(real) and constant_arguments(args, kwargs):
             return run_at_trace_time(tx, real, args, kwargs)
     return tx.inline(fn, args, kwargs)
+
+
+def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
+    """A call of a callable torch.compiler's controls marked (controls.py), before any other rule:
+    `disable` breaks the graph around the call, `allow_in_graph` makes it one node,
+    `substitute_in_graph` inlines the registered substitute. None for an unmarked callable."""
+    mark = controls.disabled(real)
+    if mark is not None:
+        raise tx.unsupported(controls.disabled_message(real, mark))
+    if controls.allowed_in_graph(real):
+        return call_torch(tx, "call_function", real, args, kwargs)
+    polyfill = controls.substitute(real)
+    if polyfill is not None:
+        return tx.inline(_function(polyfill), args, kwargs)
+    return None
 
 
 def _torch_python_function(tx, fn: V.FunctionVar, real, args, kwargs):
@@ -108,14 +118,9 @@ def _fold(tx, fn, args, kwargs):
 
 def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     value = fn.value
-    mark = controls.disabled(value)
-    if mark is not None:
-        raise tx.unsupported(controls.disabled_message(value, mark))
-    if controls.allowed_in_graph(value):
-        return call_torch(tx, "call_function", value, args, kwargs)
-    polyfill = controls.substitute(value)
-    if polyfill is not None:
-        return tx.inline(_function(polyfill), args, kwargs)
+    controlled = _controlled_call(tx, value, args, kwargs)
+    if controlled is not None:
+        return controlled
     handler = handler_for(value)
     if handler is not None:
         return handler(tx, args, kwargs)

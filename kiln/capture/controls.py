@@ -30,10 +30,10 @@ from typing import Any
 # -- torch.compiler.disable ------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Disabled:
-    """A function `torch.compiler.disable` wrapped: `original` is the function it runs;
-    `recursive` False when only the function's own frame is skipped (`recursive=False`)."""
+    """A function `torch.compiler.disable` wrapped: `original` is the function it runs (None for
+    one marked in place by `skip`). With `recursive=False` torch.compile still compiles the functions
+    it calls; kiln, without a frame hook, runs them eagerly too."""
     original: Any
-    recursive: bool
     reason: str | None
 
 
@@ -50,9 +50,8 @@ def disabled(fn: Any) -> Disabled | None:
         # torch disables its own functions (`torch.manual_seed` through torch._disable_dynamo);
         # torch.compile's rules for torch's functions come first, as kiln's do (torch_calls.py)
         return None
-    recursive = inspect.getattr_static(fn, "_torchdynamo_disable_recursive", True) is not False
     reason = inspect.getattr_static(fn, "_torchdynamo_disable_msg", None)
-    return Disabled(original, recursive, reason if isinstance(reason, str) else None)
+    return Disabled(original, reason if isinstance(reason, str) else None)
 
 
 def disabled_message(fn: Any, mark: Disabled) -> str:
@@ -65,7 +64,7 @@ def disabled_message(fn: Any, mark: Disabled) -> str:
 # -- torch.compiler.set_stance ---------------------------------------------------------------------
 def stance() -> str:
     """The stance `torch.compiler.set_stance` set: "default", "force_eager", "eager_on_recompile",
-    "fail_on_recompile" (others, such as "eager_then_compile", are read as they are)."""
+    "fail_on_recompile", "eager_then_compile" (frame.py's [Note: the stance]; others read as default)."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     if eval_frame is None:
         return "default"

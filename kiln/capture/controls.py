@@ -27,6 +27,14 @@ import sys
 from typing import Any
 
 
+def _torch_own(obj: Any) -> bool:
+    """torch marks some of its own functions (`torch.manual_seed` is disabled through
+    torch._disable_dynamo, `nn.attention`'s probes and `SDPAParams` are allowed in graph, builtins and
+    the standard library have polyfills): kiln's own rules for those come first, as torch.compile's
+    rules for torch's functions do, so only marks on code outside torch are read."""
+    return (getattr(obj, "__module__", None) or "").partition(".")[0] == "torch"
+
+
 # -- torch.compiler.disable ------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Disabled:
@@ -46,9 +54,7 @@ def disabled(fn: Any) -> Disabled | None:
     except Exception:   # objects whose type refuses introspection carry no mark
         return None
     original = inspect.getattr_static(fn, "_torchdynamo_orig_callable", None)
-    if (getattr(original, "__module__", None) or "").partition(".")[0] == "torch":
-        # torch disables its own functions (`torch.manual_seed` through torch._disable_dynamo);
-        # torch.compile's rules for torch's functions come first, as kiln's do (torch_calls.py)
+    if _torch_own(fn if original is None else original):
         return None
     reason = inspect.getattr_static(fn, "_torchdynamo_disable_msg", None)
     return Disabled(original, reason if isinstance(reason, str) else None)
@@ -73,12 +79,12 @@ def stance() -> str:
 
 # -- torch.compiler.allow_in_graph -----------------------------------------------------------------
 def allowed_in_graph(fn: Any) -> bool:
-    """Whether `torch.compiler.allow_in_graph(fn)` registered `fn`: it is one node of the graph."""
+    """Whether `torch.compiler.allow_in_graph(fn)` registered `fn` (outside torch): one node of the graph."""
     trace_rules = sys.modules.get("torch._dynamo.trace_rules")
     if trace_rules is None:
         return False
     ids = getattr(getattr(trace_rules, "_allowed_callable_ids", None), "function_ids", None)
-    return bool(ids) and id(fn) in ids
+    return bool(ids) and id(fn) in ids and not _torch_own(fn)
 
 
 # -- mark_dynamic / maybe_mark_dynamic / mark_static ----------------------------------------------
@@ -110,9 +116,8 @@ def dim_marks(t: Any) -> DimMarks:
 # -- torch.compiler.substitute_in_graph ------------------------------------------------------------
 def substitute(fn: Any) -> Any:
     """The traceable function `torch.compiler.substitute_in_graph(fn)` registered for `fn` (the
-    original or the wrapper the decorator returned), inlined in its place; None where there is none.
-    torch's own polyfills (for builtins and the standard library, registered when that package is
-    imported) are not taken: kiln models those callables itself (callables.py)."""
+    original or the wrapper the decorator returned), inlined in its place; None where there is none,
+    and for torch's own polyfills: kiln models builtins and the standard library itself (callables.py)."""
     functions = sys.modules.get("torch._dynamo.variables.functions")
     if functions is None:
         return None
@@ -121,6 +126,6 @@ def substitute(fn: Any) -> Any:
     except (AttributeError, TypeError):   # an unhashable callable has no entry
         return None
     polyfill = getattr(handler, "__torch_dynamo_polyfill__", None)
-    if polyfill is None or (getattr(polyfill, "__module__", None) or "").partition(".")[0] == "torch":
+    if polyfill is None or _torch_own(polyfill):
         return None
     return polyfill

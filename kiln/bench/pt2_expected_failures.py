@@ -16,6 +16,10 @@ import dataclasses
 CAUSES: dict[str, str] = {
     "unavailable": "the model cannot be built here (removed from its library, operators that do not load, "
                    "or too large for this CPU's memory): not a kiln failure",
+    "cpu-timeout": "the case did not finish within --timeout 600 s on the sweep's 2-core machine shared with three "
+                   "other sessions (load average 6-11): eager, kiln's compile and the float64 reference of a large "
+                   "model at a large input; not known to be a failure, rerun on a quiet machine or with a longer "
+                   "--timeout",
 }
 
 
@@ -44,6 +48,9 @@ _UNAVAILABLE = {
 EXPECTED: dict[tuple[str, str, str], ExpectedFailure] = {
     **{(suite, model, mode): ExpectedFailure("unavailable", "unavailable", why)
        for (suite, model), why in _UNAVAILABLE.items() for mode in ("infer", "train")},
+    # 271M parameters at 384x384: eager's float32 and float64 training steps alone take minutes here
+    ("pt2-timm", "cait_m36_384", "train"): ExpectedFailure(
+        "fail_to_run", "cpu-timeout", "timed out after 600 s in the cold run (raise --timeout)"),
 }
 
 

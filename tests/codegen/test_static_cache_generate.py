@@ -50,7 +50,8 @@ def _in_place_writes(backend: Counting) -> int:
 
 
 @pytest.mark.parametrize("arch", ["gpt_neox", "llama"])
-def test_static_cache_decodes_in_one_graph_per_phase_with_eager_tokens(arch):
+def test_static_cache_decodes_in_one_graph_per_phase_with_eager_tokens(arch, tmp_path, monkeypatch):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))   # traced here, not warm-started: graphs to read
     kiln.reset()
     model = _model(arch)
     torch.manual_seed(1)

@@ -98,13 +98,13 @@ _MODULE_ATTRS = frozenset(dir(torch.nn.Module))
 def _keep_library_compiles_out(module: torch.nn.Module) -> None:
     """[Note: libraries that compile the model themselves] transformers' `generate()` compiles the
     decoding step itself when the cache is static (`model.get_compiled_call(compile_config)`:
-    `torch.compile(model.__call__)` with `generation_config.compile_config`). On a model whose
+    torch.compile of `model.__call__` with `generation_config.compile_config`). On a model whose
     forward kiln compiled, Dynamo would then trace kiln's wrapper, which it cannot: generate()
     failed inside Dynamo unless the user passed `disable_compile=True`. The forward is compiled
     already, so the module gets a `get_compiled_call` of its own that returns its `__call__` while
     its forward is kiln's (set by the user, or redirected during `fast.generate(...)`), and the
     class's otherwise: the decoding step runs through kiln, with the user's kiln options, and Dynamo
-    never sees it. `torch.compile(m, backend="kiln")` (transformers' `CompileConfig(backend="kiln")`
+    never sees it. torch.compile with `backend="kiln"` (transformers' `CompileConfig(backend="kiln")`
     on a model kiln did not compile) is the other way in: Dynamo captures and kiln's backend takes
     the mode and options (`kiln.backends.kiln_backend`)."""
     if callable(getattr(type(module), "get_compiled_call", None)) and "get_compiled_call" not in module.__dict__:

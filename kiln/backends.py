@@ -64,8 +64,8 @@ def kiln(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Opti
 
 def kiln_backend(gm: torch.fx.GraphModule, example_inputs: list, mode: str | None = None,
                  options: dict | None = None):
-    """The `torch_dynamo_backends` entry point: `torch.compile(m, backend="kiln", mode=...,
-    options=...)` hands its mode and options here (transformers' `CompileConfig(backend="kiln")`
+    """The `torch_dynamo_backends` entry point: torch.compile with `backend="kiln"` hands its
+    `mode=` and `options=` here (transformers' `CompileConfig(backend="kiln")`
     passes mode="reduce-overhead"); they mean what they mean to `kiln.compile`."""
     return kiln(gm, example_inputs, Options.from_user(mode, options))
 

@@ -1,6 +1,6 @@
 """Which part of kiln's static-cache decoding faults on the GPU: the in-place cache write (default
 mode) or the CUDA-graph replay (reduce-overhead). A probe for issue #36; prints one line a form."""
-import sys, warnings
+import sys, traceback, warnings
 import torch
 import kiln
 from kiln.bench.decoding import build
@@ -21,4 +21,5 @@ with torch.no_grad():
                 print(f"mode={mode} call {call}: same tokens {torch.equal(got, expected)}", flush=True)
         except Exception as e:
             print(f"mode={mode} call {call}: {type(e).__name__}: {str(e).splitlines()[0]}", flush=True)
+            print("".join(traceback.format_exception(e)[-12:]), flush=True)
             break

@@ -21,7 +21,7 @@ from kiln.codegen import ir, program_cache
 from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
-from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph
+from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph, program_device
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
 from kiln.runtime import cache
@@ -87,7 +87,7 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
         sched = schedule(graph)
     if log.enabled("kernels"):
         log.emit("kernels", "schedule", str(sched))
-    device = next((b.device for b in graph.buffers), "cpu")
+    device = next((b.device for b in graph.buffers if b.device != "cpu"), "cpu")
     printer = chosen or printer_for(device)
     kernels = [s for s in sched.steps if isinstance(s, ir.Kernel)]
     log.count("kernels", len(kernels))
@@ -231,12 +231,8 @@ def _size_facts_key(example_inputs: Sequence[Any]) -> str:
 
 
 def _graph_device(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
-    """The device of the graph's tensors: its inputs', else its values' (a graph of factories)."""
-    vals = [n.meta.get("val") for n in gm.graph.nodes]
-    for v in torch.utils._pytree.tree_leaves((list(example_inputs), vals)):
-        if isinstance(v, torch.Tensor) and v.device.type != "meta":
-            return v.device.type
-    return "cpu"
+    """The device of the graph's program: see `lowering.program_device`."""
+    return program_device((list(example_inputs), [n.meta.get("val") for n in gm.graph.nodes]))
 
 
 def _boxed(call):

@@ -173,6 +173,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     lines += _bind_sizes(graph, steps, buffers, param_names, unbound)
     for name in inputs:
         lines += _layout_check(buffers[name])
+    lines += [f"    {name} = {name}.to({buffers[name].device!r})" for name in graph.moved_inputs if name in last_use]
     unread = [n for n in param_names if n not in last_use and n not in held_to_end and n in inputs]
     if boxed and unread:
         lines.append(f"    del {', '.join(unread)}")
@@ -240,6 +241,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     for b, at in sorted(pooled_at.items(), key=lambda kv: -kv[1]):   # never taken: release
         lines.insert(at, f"    del {b}")
     outs = [o if isinstance(o, str) else _literal(o, binds, state) for o in graph.outputs]
+    outs = [f"{o}.cpu()" if k in graph.cpu_outputs else o for k, o in enumerate(outs)]
     lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
     program = HostProgram("\n".join(lines) + "\n",
                           tuple((k.name, len(k.buffer_args), len(k.size_args)) for k in steps

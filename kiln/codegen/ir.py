@@ -439,6 +439,8 @@ class Graph:
     outputs: tuple[Any, ...]
     size_inputs: tuple[tuple[int, sympy.Symbol], ...] = ()
     origins: tuple[tuple[str, str], ...] = ()   # (buffer, FX node name): the buffer holds that node's value
+    moved_inputs: tuple[str, ...] = ()
+    cpu_outputs: tuple[int, ...] = ()
 
     def buffer_map(self) -> dict[str, Buffer]:
         return {b.name: b for b in self.buffers}

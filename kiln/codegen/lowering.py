@@ -157,9 +157,15 @@ class LoweringContext:
         self._count += 1
         return f"{prefix}{self._count - 1}"
 
+    def placed(self, device) -> str:
+        """Where this program holds a value eager holds on `device` (a type or torch.device):
+        [Note: a CUDA program holds everything on its device]."""
+        kind = torch.device(device).type if not isinstance(device, str) or ":" in device else device
+        return self.device if kind in ("meta", "cpu") else kind
+
     def add_buffer(self, buf: ir.Buffer) -> ir.Buffer:
-        if buf.device == "meta":  # values traced on meta tensors run on the graph's device
-            buf = dataclasses.replace(buf, device=self.device)
+        if self.placed(buf.device) != buf.device:
+            buf = dataclasses.replace(buf, device=self.placed(buf.device))
         self.buffers[buf.name] = buf
         return buf
 
@@ -513,10 +519,21 @@ def _has_symbols(value) -> bool:
     return False
 
 
-def _device_of(values) -> str:
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            return v.device.type if v.device.type != "meta" else "cpu"
+# [Note: a CUDA program holds everything on its device] Eager lets a CUDA op read a 0-dim CPU
+# tensor, and models lean on it: transformers' StaticCache keeps its length as a CPU scalar until
+# the prefill moves it, DeBERTa-v2 scales attention by `torch.sqrt(torch.tensor(d))` made on the
+# CPU. Kernels of a CUDA program cannot read CPU memory (Triton: "Pointer argument cannot be
+# accessed from Triton (cpu tensor?)"; under a CUDA graph, an illegal address). So a program with
+# any CUDA tensor computes every value on CUDA: CPU inputs are moved at entry (`Graph.moved_inputs`),
+# CPU constants when lowered, CPU factories and externs' `device=` arguments are placed on CUDA,
+# and outputs eager returns on the CPU are moved back (`Graph.cpu_outputs`). The copies are of
+# scalars in practice: eager allows no bigger CPU operand of a CUDA op.
+def program_device(values) -> str:
+    """The device a graph's program runs on: an accelerator if any tensor among `values` (a
+    pytree) is on one, else the CPU ([Note: a CUDA program holds everything on its device])."""
+    for v in torch.utils._pytree.tree_leaves(values):
+        if isinstance(v, torch.Tensor) and v.device.type not in ("cpu", "meta"):
+            return v.device.type
     return "cpu"
 
 
@@ -546,12 +563,13 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
     values = _node_values(gm, example_inputs)
-    device = _device_of(example_inputs)
+    device = program_device((list(example_inputs), [n.meta.get("val") for n in gm.graph.nodes]))
     ctx = LoweringContext(device, split_reductions, kernel_dtypes)
     from kiln.codegen import check
     track_origins = check.enabled()    # hashing every node's value costs lowering time: only to check
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[str | None] = []
+    moved_inputs: list[str] = []      # CPU inputs of a CUDA program: moved at entry
     constants: dict[str, torch.Tensor] = {}
     size_inputs: list[tuple[int, sympy.Symbol]] = []
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -560,6 +578,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             buf = ctx.add_buffer(ir.Buffer(f"arg{len(inputs)}", tuple(map(to_sympy, example.shape)),
                                            tuple(map(to_sympy, example.stride())), example.dtype,
                                            example.device.type))
+            if buf.device != example.device.type:
+                moved_inputs.append(buf.name)
             env[node] = ctx.load_buffer(buf)
             inputs.append(buf.name)
         elif isinstance(example, torch.SymInt) and to_sympy(example).is_Symbol:
@@ -586,7 +606,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 buf = ctx.add_buffer(ir.Buffer(f"const{len(constants)}", tuple(map(to_sympy, value.shape)),
                                                tuple(map(to_sympy, value.stride())), value.dtype,
                                                value.device.type))
-                constants[buf.name] = value
+                constants[buf.name] = value.to(buf.device)
                 env[node] = ctx.load_buffer(buf)
             else:
                 env[node] = value
@@ -633,10 +653,14 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     # a forward's outputs past its user outputs are values saved for its backward (aot's partition):
     # those may be the inputs themselves (a weight), never copied
     user_outputs = gm.meta.get("kiln_user_outputs")
+    cpu_outputs = []
     for position, (out_node, value) in enumerate(zip(_flat_outputs(output_node.args[0]),
                                                      arg(_flat_outputs(output_node.args[0])))):
         if isinstance(value, TensorValue):
             meta = values.get(out_node) if isinstance(out_node, torch.fx.Node) else None
+            example = out_node.meta.get("val") if isinstance(out_node, torch.fx.Node) else None
+            if device != "cpu" and isinstance(example, torch.Tensor) and example.device.type == "cpu":
+                cpu_outputs.append(position)
             # a strided view of a computed buffer (an extern's result reshaped) returns as a view,
             # not a copy; views of inputs and constants are copied (aot owns input aliasing)
             view = strided_view(ctx, value) if ctx.buffer_of(value) is None else None
@@ -664,7 +688,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             outputs.append(value)
     graph = ir.Graph(tuple(ctx.buffers.values()), tuple(_outputs_where_computed(ctx, computed)),
                      tuple(inputs), tuple(outputs),
-                     tuple(size_inputs), tuple(ctx.origins.items()))
+                     tuple(size_inputs), tuple(ctx.origins.items()), tuple(moved_inputs), tuple(cpu_outputs))
     return graph, constants
 
 

@@ -381,11 +381,14 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     if _reads_storage_offset(target) and call_args and isinstance(args[0], TensorValue):
         call_args = (ir.BufferArg(ctx.realize(args[0], fresh=True).name),) + call_args[1:]
     call_kwargs = tuple((k, _extern_arg(ctx, v, broadcast)) for k, v in kwargs.items())
+    if ctx.device != "cpu":   # [Note: a CUDA program holds everything on its device] in lowering.py
+        call_kwargs = tuple((k, torch.device(ctx.placed(v)) if isinstance(v, torch.device) else v)
+                            for k, v in call_kwargs)
     flat = list(meta) if isinstance(meta, (tuple, list)) else [meta]
     names, values = [], []
     for m in flat:
         if isinstance(m, torch.Tensor):
-            dev = m.device.type if m.device.type != "meta" else ctx.device
+            dev = ctx.placed(m.device)
             buf = ctx.add_buffer(ir.Buffer(ctx.new_name(), tuple(map(to_sympy, m.shape)),
                                            tuple(map(to_sympy, m.stride())), m.dtype, dev))
             names.append(buf.name)

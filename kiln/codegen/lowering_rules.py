@@ -180,7 +180,7 @@ def convert(ctx, meta, **kw):
         raise LoweringError("convert of a non-tensor")
     # values are traced on meta tensors, so the call's own device argument tells a device copy
     device = kw.get("device") or (m.device if m.device.type != "meta" else None)
-    if device is not None and torch.device(device).type != x.device:
+    if device is not None and ctx.placed(device) != ctx.placed(x.device):
         raise LoweringError("device copy")
     return _value(meta, cast(broadcast_to(x, tuple(map(to_sympy, m.shape))).expr, m.dtype))
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from kiln.codegen.lowering import program_device
+
 # ops by name, as lowering keys them (codegen reaches prims through the graphs it is handed)
 _PERMUTE, _VIEW, _INDEX_PUT = "kiln_prims.permute.default", "kiln_prims.view.default", "kiln_prims.index_put.default"
 _COPIES = ("kiln_prims.copy_strided.default", "aten._to_copy.default", "aten.clone.default")
@@ -37,11 +39,16 @@ def reinplace_input_writes(gm: fx.GraphModule) -> int:
     if not written:
         return 0
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # a CPU input of a CUDA program is a copy on the device ([Note: a CUDA program holds
+    # everything on its device] in lowering.py): a write into it would miss the caller's tensor
+    on_device = program_device([n.meta.get("val") for n in gm.graph.nodes])
     output = next(n for n in gm.graph.nodes if n.op == "output")
     flat = list(output.args[0])
     done = 0
     for position, index in written.items():
         if position >= len(flat) or index >= len(placeholders) or not isinstance(flat[position], fx.Node):
+            continue
+        if _device(placeholders[index]) is not None and _device(placeholders[index]).type != on_device:
             continue
         new_output = _reinplace(gm.graph, placeholders[index], flat[position])
         if new_output is not None:

@@ -260,6 +260,37 @@ def _matmuls() -> set:
 _TAKES_BROADCAST_VIEWS = _matmuls()
 
 
+def _aligned_bias_arguments() -> dict:
+    from kiln.prims.externs import EXTERN_OF_ATEN
+    aten = torch.ops.aten
+    positions = {aten._scaled_dot_product_efficient_attention.default: 3,
+                 aten._scaled_dot_product_efficient_attention_backward.default: 4}
+    return {**positions, **{EXTERN_OF_ATEN[op]: k for op, k in positions.items()}}
+
+
+# the op -> the position of its attention bias, which the memory-efficient kernel reads with every
+# stride but the last a multiple of 16 elements (ATen's `pad_bias`): a mask realized contiguous over
+# 174 keys failed with "attn_bias is not correctly aligned (strideH)"
+_ALIGNED_BIAS = _aligned_bias_arguments()
+_BIAS_ALIGNMENT = 16
+
+
+def _aligned_rows(ctx: LoweringContext, tv: TensorValue, arg):
+    """`arg` (the extern argument made of `tv`) if its strides are aligned, else `tv` realized with
+    its rows padded to the alignment (the outer sizes may be symbolic; a row length known only at
+    run time keeps `arg`)."""
+    strides = arg.strides if isinstance(arg, ir.ViewArg) else ctx.buffers[arg.name].strides
+    if all(sympy.sympify(s).is_Integer and int(s) % _BIAS_ALIGNMENT == 0 for s in strides[:-1]):
+        return arg
+    if not sympy.sympify(tv.sizes[-1]).is_Integer:
+        return arg
+    pitch = -(-int(tv.sizes[-1]) // _BIAS_ALIGNMENT) * _BIAS_ALIGNMENT
+    padded = [sympy.Integer(1)]
+    for extent in ([pitch] + list(tv.sizes[-2:0:-1]))[:len(tv.sizes) - 1]:   # the row pitch, then outer dims
+        padded.insert(0, padded[0] * extent)
+    return ir.BufferArg(ctx.realize(tv, padded, fresh=True).name)
+
+
 def broadcast_view(ctx: LoweringContext, tv: TensorValue) -> ir.ViewArg | None:
     """A value broadcast along some dims (its expression reads none of their loop variables),
     realized without them and handed on as a stride-0 view, as eager's `expand` is.
@@ -380,6 +411,9 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
     call_args = tuple(_extern_arg(ctx, a, broadcast) for a in args)
     if _reads_storage_offset(target) and call_args and isinstance(args[0], TensorValue):
         call_args = (ir.BufferArg(ctx.realize(args[0], fresh=True).name),) + call_args[1:]
+    bias = _ALIGNED_BIAS.get(target)
+    if bias is not None and bias < len(args) and isinstance(args[bias], TensorValue):
+        call_args = call_args[:bias] + (_aligned_rows(ctx, args[bias], call_args[bias]),) + call_args[bias + 1:]
     call_kwargs = tuple((k, _extern_arg(ctx, v, broadcast)) for k, v in kwargs.items())
     if ctx.device != "cpu":   # [Note: a CUDA program holds everything on its device] in lowering.py
         call_kwargs = tuple((k, torch.device(ctx.placed(v)) if isinstance(v, torch.device) else v)

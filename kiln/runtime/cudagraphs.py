@@ -79,9 +79,12 @@ def _layout(args: Sequence[Any]) -> tuple:
 
 
 def _unrecordable(args: Sequence[Any]) -> str | None:
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if not tensors or any(t.device.type != "cuda" for t in tensors):
-        return "an input is not a CUDA tensor"
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and a.device.type != "cuda":
+            return (f"input {i} (a {a.dtype} tensor of shape {tuple(a.shape)}) is on {a.device}, "
+                    "not a CUDA device")
+    if not any(isinstance(a, torch.Tensor) for a in args):
+        return "no input is a tensor"
     return None
 
 

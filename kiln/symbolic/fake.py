@@ -246,7 +246,7 @@ class FakeTensorMode(TorchDispatchMode):
                 fakes[id(x._meta)] = x
                 devices.append((x.device, x.dim() == 0))
                 flat[i] = x
-        device = _output_device(kwargs, devices)
+        device = _output_device(func, args, kwargs, devices)
         key = cache_key(func, flat, spec, FakeTensor) if cacheable(func) else None
         if key is not None and key in self._cache:
             return _wrap_outputs(self, replay(self._cache[key]), {}, device)
@@ -328,11 +328,16 @@ def _follow_metadata(func, fake: FakeTensor) -> None:
             f"cannot follow that yet. Use the out-of-place form.") from e
 
 
-def _output_device(kwargs: dict, devices: list[tuple[torch.device, bool]]) -> torch.device:
-    """The device of an op's outputs: `device=` if given, else the inputs' (0-dim CPU scalars
-    mix with any device, as in eager)."""
+def _output_device(func, args: tuple, kwargs: dict, devices: list[tuple[torch.device, bool]]) -> torch.device:
+    """The device of an op's outputs: its `device` argument if given (by keyword or by position:
+    `device_put(a, device)`), else the inputs' (0-dim CPU scalars mix with any device, as in eager)."""
     if kwargs.get("device") is not None:
         return torch.device(kwargs["device"])
+    schema = getattr(func, "_schema", None)
+    if schema is not None:
+        for position, argument in enumerate(schema.arguments[:len(args)]):
+            if argument.name == "device" and args[position] is not None:
+                return torch.device(args[position])
     for device, is_scalar in devices:
         if not (is_scalar and device.type == "cpu"):
             return device

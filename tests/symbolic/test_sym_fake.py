@@ -159,3 +159,18 @@ def test_repeated_functional_ops_hit_the_cache_and_agree():
     assert x.add_(1) is x
     storage = lambda t: t._meta.untyped_storage()._cdata  # noqa: E731
     assert storage(viewed) == storage(viewed_again) == storage(x) != storage(first)
+
+
+def test_a_positional_device_argument_sets_the_output_device():
+    # kiln's device_put(a, device) moves a CPU scalar onto a CUDA op's device: its fake reported
+    # the input's device, so aot took the moved length of transformers' StaticCache for a CPU
+    # tensor and handed it back on the CPU (the decode graph then ran without CUDA graphs).
+    # 'meta' stands in for an accelerator on this CPU-only check.
+    import kiln.prims  # noqa: F401  (registers the prims)
+    mode = FakeTensorMode()
+    length = mode.from_real(torch.tensor(0))
+    with mode:
+        moved = torch.ops.kiln_prims.device_put.default(length, torch.device("meta"))
+        by_keyword = torch.ops.aten._to_copy.default(length, device=torch.device("meta"))
+    assert moved.device.type == "meta" and by_keyword.device.type == "meta"
+    assert length.device.type == "cpu"

@@ -3,8 +3,12 @@ wrong, on the C++ path too. An unfold of an input under dynamic=True returns a v
 overlap ((1, 1) for `x.unfold(0, 2, 1)`); the compiled program returns it contiguous (strides
 (2, 1)), and the backward reads its tangent as if in the overlapping layout, so every gradient
 element but the first and last is wrong; the bool case returns wrong values. Static sizes are
-right (the output is rebuilt as a view of the input there). Not fixed yet: strict xfails, so the
-fix turns them into failures to remove.
+right (the output is rebuilt as a view of the input there). The gradient is not fixed yet: a strict
+xfail, so the fix turns it into a failure to remove.
+
+The bool case (1001165) read the elements of a contiguous copy of its transposed input at the
+positions of the input's own storage: an `as_strided` over a symbolic layout took its input to be
+contiguous. Now it reads a buffer in the input's traced strides.
 """
 import pytest
 
@@ -50,5 +54,4 @@ VALUES = Program(
 REASON = "an overlapping view output of a dynamic program is returned contiguous (issue: the fuzz campaign's summary)"
 test_fuzz_unfold_of_dynamic_input_gradient = pytest.mark.xfail(strict=True, reason=REASON)(
     regression_test(GRADIENT, target="triton-interpret"))
-test_fuzz_unfold_of_dynamic_input_values = pytest.mark.xfail(strict=True, reason=REASON)(
-    regression_test(VALUES, target="triton-interpret"))
+test_fuzz_unfold_of_dynamic_input_values = regression_test(VALUES, target="triton-interpret")

@@ -43,11 +43,14 @@ aten = torch.ops.aten
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """One placeholder of a joint graph. kind: user | param | buffer | rng_seed | tangent.
-    `name` is the parameter's or buffer's qualified name in the module, or the argument index."""
+    `name` is the parameter's or buffer's qualified name in the module, or the argument index.
+    `relaid`: the program saw a copy of it in other strides (`_program_copy` of symbolic ones), so
+    its traced views address that copy, not the real input."""
 
     kind: str
     name: str
     requires_grad: bool = False
+    relaid: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,7 +439,7 @@ def _trace_joint_in(fake_mode, gm, example_inputs, decompositions, with_backward
         recorder.bind(leaf, node)
         recorder.bind(seen, node)
         recorder.symbols.add_input(node, leaf)
-        specs.append(InputSpec(kind, name, wants_grad))
+        specs.append(InputSpec(kind, name, wants_grad, relaid=not _same_layout(seen, leaf)))
         primals.append(leaf)
         visible.append(seen)
 
@@ -510,7 +513,8 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     shape), and writes into it are refused as eager refuses writes into a leaf or an overlapping
     tensor. Its view outputs take their gradient from the compiled backward, not from replaying
     `as_strided` on the real input, whose backward differs from the view op's on overlapping
-    memory (see `aliases_in_function` in runtime.py; fuzz seeds 851, 985, 9067)."""
+    memory (see `aliases_in_function` in runtime.py; fuzz seeds 851, 985, 9067). A symbolic layout
+    is cloned: a dense one keeps its strides, another is `InputSpec.relaid`."""
     static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
     if not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
         return leaf.clone()
@@ -519,6 +523,13 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     # the same strides and storage offset (a traced `as_strided` names the offset too)
     span = leaf.storage_offset() + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride())) + 1
     return leaf.new_empty(span).as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).copy_(leaf)
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same strides and storage offset, symbolic ones as the same expressions (never a guard)."""
+    def layout(t):
+        return [x.node.expr if isinstance(x, torch.SymInt) else x for x in (*t.stride(), t.storage_offset())]
+    return layout(a) == layout(b)
 
 
 def _tangent_like(o: torch.Tensor) -> torch.Tensor:

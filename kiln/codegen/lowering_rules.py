@@ -317,11 +317,12 @@ def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_off
         if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
             buf = ctx.realize(self)
         return TensorValue(sizes, self.dtype, self.device, Load(buf.name, buf.offset + position, buf.dtype))
-    if not all(e.is_Integer for e in (*layout[0], layout[1], *sizes, *strides, offset)):
-        # Symbolic layouts: no element can be found by dividing positions, so the input is read from
-        # a buffer laid out as its storage (its own, or a copy in its traced strides). A contiguous
-        # copy read at the storage's positions gave a transposed input's unfold under dynamic=True
-        # the wrong elements (fuzz seed 1001165).
+    if not all(e.is_Integer for e in (*layout[0], layout[1], *sizes, *strides, offset, *self.sizes)):
+        # Symbolic layouts or input sizes: no element can be found by dividing positions (nor
+        # checked against the sizes: a static window of a dynamic input, fuzz seed 1004118's
+        # scatter_add source), so the input is read from a buffer laid out as its storage (its own,
+        # or a copy in its traced strides). A contiguous copy read at the storage's positions gave
+        # a transposed input's unfold under dynamic=True the wrong elements (fuzz seed 1001165).
         a_strides, a_offset = layout
         if buf is None or tuple(buf.strides) != a_strides:
             buf = ctx.realize(self, strides=a_strides)

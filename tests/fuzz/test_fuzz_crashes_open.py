@@ -1,8 +1,12 @@
 """Found by `python -m kiln.testing.fuzz --triton-interpret --half` (seeds 1004118, 1003200, 1003674),
-shrunk: crashes, each on the C++ path too (not the Triton printer's). Not fixed yet: strict xfails,
-so the fix turns them into failures to remove.
+shrunk: crashes, each on the C++ path too (not the Triton printer's). Those not fixed yet are strict
+xfails, so the fix turns them into failures to remove.
 
-- 1004118: call 2: CompileStageError: kiln codegen stage failed: backend 'kiln': TypeError: Cannot convert symbols to int
+- 1004118 (fixed): call 2: CompileStageError: kiln codegen stage failed: backend 'kiln': TypeError: Cannot
+  convert symbols to int. scatter_add takes its source to the index's shape with an `as_strided`,
+  static windows of an input of symbolic size there; the rule's bound check read the input's sizes
+  as ints. Such an as_strided now reads a buffer in its input's traced strides, as one over a
+  symbolic layout does (seeds 1003267, 1003852, 1004618 the same).
 - 1003200: call 2: RuntimeError: Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.
 - 1003674: call 1: UnboundLocalError: cannot access local variable 'val2' where it is not associated with a value
 """
@@ -28,8 +32,7 @@ SCATTER_ADD_RESIZED = Program(
     resized={'x0': (10,)},
 )
 
-test_fuzz_scatter_add_called_with_other_sizes = pytest.mark.xfail(strict=True, reason='symbols to int (open)')(
-    regression_test(SCATTER_ADD_RESIZED, target='triton-interpret'))
+test_fuzz_scatter_add_called_with_other_sizes = regression_test(SCATTER_ADD_RESIZED, target='triton-interpret')
 
 
 # class M(torch.nn.Module):

@@ -14,7 +14,8 @@ value (a node of the new graph) and a generation that counts the writes into it:
 Inputs whose base was written get their final value as graph outputs (`OutputSpec('mutation')`,
 which the tracer placed); the runtime copies them into the real inputs. User outputs that alias an
 input or an earlier output get `OutputSpec.alias = (kind, index, chain)` so the runtime returns
-views as eager does, instead of fresh tensors.
+views as eager does, instead of fresh tensors (under symbolic sizes too, where the chain's sizes
+are nodes computing them from the inputs' sizes).
 
 Hands on a `JointGraph` with `functional=True`: no op in it writes or aliases (views remain, but
 no view is written through).
@@ -29,6 +30,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from kiln.aot import schema
+from kiln.aot.symbols import computed_from_inputs
 from kiln.aot.trace import JointGraph, _dense, graph_module, meta_of
 from kiln.aot.views import ViewStep, emit_step, scatter_step
 from kiln.errors import NotYetImplemented
@@ -276,10 +278,13 @@ class _Functionalizer:
 
     def _output_alias(self, k, old, olds, placeholders, program_inputs):
         b, chain = self.base[old], self.chain[old]
-        if not all(step.static for step in chain):
+        # a size among a chain's arguments (unfold's `s0 - 1` windows) is computed again from the
+        # real inputs where the runtime replays it; one read from any other value is not rebuilt
+        inputs = {self.value[p] for p, i in placeholders.items() if i in program_inputs}
+        if not all(computed_from_inputs(n, inputs) for step in chain for n in step.size_nodes):
             return None
         if b in placeholders and placeholders[b] in program_inputs:
-            return ("input", placeholders[b], chain)
+            return None if self.joint.inputs[placeholders[b]].relaid else ("input", placeholders[b], chain)
         for j in range(k):
             other = olds[j]
             if isinstance(other, fx.Node) and self.base.get(other) is b:

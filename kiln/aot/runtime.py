@@ -43,7 +43,7 @@ class _CompiledFunction(torch.autograd.Function):
         # through the rebuilt view, and one tensor must not leave a Function twice. Views of an
         # input whose elements share memory are rebuilt here instead, their gradient the compiled
         # backward's ([Note: views of overlapping inputs]).
-        outs = tuple(_rebuilt(spec, primals) if k in inside
+        outs = tuple(_rebuilt(runtime, spec, primals, primals) if k in inside
                      else o.detach() if spec.alias is not None and isinstance(o, torch.Tensor) else o
                      for k, (spec, o) in enumerate(zip(runtime.fw_specs, outs)))
         ctx.mark_non_differentiable(*[  # one call: each call replaces the previous set
@@ -87,10 +87,12 @@ class _CompiledFunction(torch.autograd.Function):
         return (None, None, *result)
 
 
-def _rebuilt(spec, sources: list):
-    """A user output rebuilt as the view it is of an input or an earlier output (`spec.alias`)."""
+def _rebuilt(runtime: "AotRuntime", spec, sources: list, primals: list):
+    """A user output rebuilt as the view it is of an input or an earlier output (`spec.alias`);
+    the sizes of a chain traced over symbolic ones are computed from `primals`."""
     _, index, chain = spec.alias
-    return replay(chain, sources[index])
+    inputs = None if all(step.static for step in chain) else dict(zip(runtime.placeholders, primals))
+    return replay(chain, sources[index], inputs)
 
 
 def _aliases_in_function(runtime: "AotRuntime", primals: list) -> frozenset:
@@ -136,6 +138,10 @@ class AotRuntime:
         self.num_primals = len(joint.input_indices("user", "param", "buffer", "rng_seed"))
         self.num_user = len(joint.input_indices("user"))
         self.state = [_attribute_ref(gm, s.name) for s in joint.inputs if s.kind in ("param", "buffer")]
+        # what the sizes of a view chain read (`_rebuilt`); a runtime from the warm-start cache has
+        # no graph, and no output it rebuilds (kiln/pipeline/warm_start.py)
+        placeholders = [] if joint.gm is None else joint.gm.graph.find_nodes(op="placeholder")
+        self.placeholders = list(placeholders)[:self.num_primals]
         self.seed_at = next(iter(joint.input_indices("rng_seed")), None)
         self.fw_specs = [joint.outputs[i] for i in joint.output_indices("user", "mutation")]
         self.grad_inputs = [joint.outputs[i].index for i in joint.output_indices("grad")]
@@ -195,7 +201,7 @@ class AotRuntime:
         user = outs[:num_user]
         for k, spec in enumerate(self.fw_specs[:num_user]):
             if spec.alias is not None and k not in inside:
-                user[k] = _rebuilt(spec, primals if spec.alias[0] == "input" else user)
+                user[k] = _rebuilt(self, spec, primals if spec.alias[0] == "input" else user, primals)
         return pytree.tree_unflatten(user, self.joint.out_spec)
 
 

@@ -6,6 +6,9 @@ symbol is read once from the input that introduced it (`aten.sym_size.int(input,
 expression over symbols becomes `operator` calls, one per sympy node, from the table `_SYMPY_OPS`.
 An unbacked symbol ([Note: unbacked sizes] in kiln/symbolic/shape_env.py) is read from the op that
 made it: `aten.sym_size.int(nonzero, 0)`, or the node of `_local_scalar_dense` itself.
+
+`computed_from_inputs` and `evaluate` let code outside the graph (the runtime rebuilding an
+output as a view of an input) compute such a size node from the real inputs.
 """
 from __future__ import annotations
 
@@ -43,6 +46,27 @@ _SYMPY_OPS = {
 }
 if _floordiv_type() is not None:
     _SYMPY_OPS[_floordiv_type()] = lambda graph, args: graph.call_function(operator.floordiv, tuple(args))
+
+
+# the ops a size node is built of: `sym_size` of an input, then `_SYMPY_OPS`' targets
+SIZE_OPS = frozenset({aten.sym_size.int, operator.add, operator.mul, operator.mod, operator.pow,
+                      operator.floordiv, max, min})
+
+
+def computed_from_inputs(node: fx.Node, inputs) -> bool:
+    """Whether size node `node` reads only the placeholders `inputs` (their sizes, or their values
+    where a placeholder is a SymInt), through `SIZE_OPS`: then `evaluate` computes it."""
+    if node.op == "placeholder":
+        return node in inputs
+    return (node.op == "call_function" and node.target in SIZE_OPS
+            and all(computed_from_inputs(a, inputs) for a in node.all_input_nodes))
+
+
+def evaluate(node: fx.Node, inputs: dict):
+    """The value of size node `node` (`computed_from_inputs`) on the real values of the placeholders."""
+    if node.op == "placeholder":
+        return inputs[node]
+    return node.target(*[evaluate(a, inputs) if isinstance(a, fx.Node) else a for a in node.args])
 
 
 class SymbolTable:

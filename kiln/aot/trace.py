@@ -24,6 +24,7 @@ import functools
 import operator
 from typing import Any, Callable, Mapping
 
+import sympy
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
@@ -43,11 +44,14 @@ aten = torch.ops.aten
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
     """One placeholder of a joint graph. kind: user | param | buffer | rng_seed | tangent.
-    `name` is the parameter's or buffer's qualified name in the module, or the argument index."""
+    `name` is the parameter's or buffer's qualified name in the module, or the argument index.
+    `relaid`: the program saw a copy of it in other strides (`_program_copy` of symbolic ones), so
+    its traced views address that copy, not the real input."""
 
     kind: str
     name: str
     requires_grad: bool = False
+    relaid: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,7 +440,7 @@ def _trace_joint_in(fake_mode, gm, example_inputs, decompositions, with_backward
         recorder.bind(leaf, node)
         recorder.bind(seen, node)
         recorder.symbols.add_input(node, leaf)
-        specs.append(InputSpec(kind, name, wants_grad))
+        specs.append(InputSpec(kind, name, wants_grad, relaid=not _same_layout(seen, leaf)))
         primals.append(leaf)
         visible.append(seen)
 
@@ -510,7 +514,8 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     shape), and writes into it are refused as eager refuses writes into a leaf or an overlapping
     tensor. Its view outputs take their gradient from the compiled backward, not from replaying
     `as_strided` on the real input, whose backward differs from the view op's on overlapping
-    memory (see `aliases_in_function` in runtime.py; fuzz seeds 851, 985, 9067)."""
+    memory (see `aliases_in_function` in runtime.py; fuzz seeds 851, 985, 9067). A symbolic layout
+    is cloned: a dense one keeps its strides, another is `InputSpec.relaid`."""
     static = not any(isinstance(x, torch.SymInt) for x in (*leaf.shape, *leaf.stride(), leaf.storage_offset()))
     if not static or leaf.numel() == 0 or (_dense(leaf) and leaf.storage_offset() == 0):
         return leaf.clone()
@@ -521,14 +526,40 @@ def _program_copy(leaf: torch.Tensor) -> torch.Tensor:
     return leaf.new_empty(span).as_strided(leaf.shape, leaf.stride(), leaf.storage_offset()).copy_(leaf)
 
 
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same strides and storage offset, symbolic ones as the same expressions (never a guard)."""
+    def layout(t):
+        return [x.node.expr if isinstance(x, torch.SymInt) else x for x in (*t.stride(), t.storage_offset())]
+    return layout(a) == layout(b)
+
+
 def _tangent_like(o: torch.Tensor) -> torch.Tensor:
     """A stand-in for the gradient of output `o`. An output whose elements share memory (unfold,
     expand) gets a contiguous tangent: the program copies the incoming gradient into the layout it
     was traced with, and a copy into a self-overlapping layout would keep one value per location
-    (eager's autograd never hands such a gradient anyway)."""
-    if _overlaps(o):
+    (eager's autograd never hands such a gradient anyway). A symbolic layout is kept only where
+    its strides are those of a dense tensor as expressions: whether (1, 1) over sizes (s0 - 1, 2)
+    overlaps is no question a guard should be asked (fuzz seed 1001145's unfold of `x * 2`)."""
+    static = all(isinstance(x, int) for x in (*o.shape, *o.stride()))
+    if _overlaps(o) if static else not _dense_by_expressions(o):
         return o.new_zeros(o.shape)   # a fake `o` gives a fake
     return torch.zeros_like(o) if type(o) is torch.Tensor else o
+
+
+def _dense_by_expressions(t: torch.Tensor) -> bool:
+    """Strides that are, as expressions, contiguous strides of some order of the dims (size-1 dims
+    aside): non-overlapping and dense without asking a guard."""
+    def expr(x):
+        return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(x)
+    left = [(expr(st), expr(n)) for n, st in zip(t.shape, t.stride()) if not (isinstance(n, int) and n == 1)]
+    expect = sympy.Integer(1)
+    while left:
+        dim = next((d for d in left if sympy.expand(d[0] - expect) == 0), None)
+        if dim is None:
+            return False
+        left.remove(dim)
+        expect = sympy.expand(expect * dim[1])
+    return True
 
 
 def _overlaps(t: torch.Tensor) -> bool:

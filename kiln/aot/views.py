@@ -3,11 +3,13 @@
 A view of a tensor is described by the chain of `ViewStep`s leading from its base (the tensor that
 owns the storage). Functionalization replays a chain to regenerate a view after its base changed,
 and walks it backwards with `SCATTERS` to turn a write into the view into a new value of the base.
-The runtime replays chains on real tensors to return outputs that alias inputs, as eager does.
+The runtime replays chains on real tensors to return outputs that alias inputs, as eager does; the
+sizes of a chain traced over symbolic sizes are computed from the real inputs.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 from typing import Any, Callable
 
@@ -15,6 +17,7 @@ import torch
 import torch.fx as fx
 
 from kiln.aot import schema
+from kiln.aot.symbols import evaluate
 from kiln.errors import NotYetImplemented
 
 aten = torch.ops.aten
@@ -29,23 +32,31 @@ class ViewStep:
     kwargs: tuple[tuple[str, Any], ...] = ()
     index: int | None = None
 
-    def apply(self, base):
-        """Run the step on a real (or fake) tensor."""
+    def apply(self, base, inputs: dict | None = None):
+        """Run the step on a real (or fake) tensor; a size node among the arguments is computed
+        from `inputs`, the real values of the placeholders it reads (`symbols.evaluate`)."""
         op = schema.INPLACE_VIEW_AS_VIEW.get(self.op, self.op)
-        out = op(base, *self.args, **dict(self.kwargs))
+        args, kwargs = self.args, dict(self.kwargs)
+        if not self.static:
+            args, kwargs = fx.node.map_arg((args, kwargs), lambda n: evaluate(n, inputs))
+        out = op(base, *args, **kwargs)
         return out if self.index is None else out[self.index]
+
+    @functools.cached_property
+    def size_nodes(self) -> tuple[fx.Node, ...]:
+        """The arguments that are graph values: symbolic sizes (`s0` in `view(x, [6, s0])`)."""
+        found: list = []
+        fx.node.map_arg((self.args, dict(self.kwargs)), found.append)
+        return tuple(found)
 
     @property
     def static(self) -> bool:
-        """No argument is a graph value: a symbolic size in a shape list (`view(x, [6, s0])`) too."""
-        found: list = []
-        fx.node.map_arg((self.args, dict(self.kwargs)), found.append)
-        return not found
+        return not self.size_nodes
 
 
-def replay(chain: tuple[ViewStep, ...], base):
+def replay(chain: tuple[ViewStep, ...], base, inputs: dict | None = None):
     for step in chain:
-        base = step.apply(base)
+        base = step.apply(base, inputs)
     return base
 
 

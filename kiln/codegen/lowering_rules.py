@@ -313,11 +313,20 @@ def as_strided(ctx, meta, self=None, a=None, size=None, stride=None, storage_off
     buf = ctx.buffer_of(self)
     position = offset + sum((loop_var(k) * s for k, s in enumerate(strides)), sympy.Integer(0))
     layout = None if a_meta is None else (tuple(map(to_sympy, a_meta.stride())), to_sympy(a_meta.storage_offset()))
-    if layout is None or not all(e.is_Integer for e in (*layout[0], layout[1], *sizes, *strides, offset)):
-        # symbolic layouts: positions are taken to be those of a contiguous input (the former rule)
+    if layout is None:
         if buf is None or buf.strides != ir.contiguous_strides(buf.sizes):
             buf = ctx.realize(self)
         return TensorValue(sizes, self.dtype, self.device, Load(buf.name, buf.offset + position, buf.dtype))
+    if not all(e.is_Integer for e in (*layout[0], layout[1], *sizes, *strides, offset, *self.sizes)):
+        # Symbolic layouts or input sizes: no element can be found by dividing positions (nor
+        # checked against the sizes: a static window of a dynamic input, fuzz seed 1004118's
+        # scatter_add source), so the input is read from a buffer laid out as its storage (its own,
+        # or a copy in its traced strides). A contiguous copy read at the storage's positions gave
+        # a transposed input's unfold under dynamic=True the wrong elements (fuzz seed 1001165).
+        a_strides, a_offset = layout
+        if buf is None or tuple(buf.strides) != a_strides:
+            buf = ctx.realize(self, strides=a_strides)
+        return TensorValue(sizes, self.dtype, self.device, Load(buf.name, buf.offset + position - a_offset, buf.dtype))
     a_strides, a_offset = layout
     element = (_element_by_strides(offset - a_offset, sizes, strides, self.sizes, a_strides)
                or _element_at(position - a_offset, self.sizes, a_strides, sizes))

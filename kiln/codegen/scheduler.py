@@ -241,6 +241,24 @@ def _reads(node: ir.Node) -> set[str]:
     return names
 
 
+def _sizes_read(node: ir.Node) -> set[str]:
+    """The names of the size symbols a node reads: its ranges and indices, or an extern's size and
+    view arguments."""
+    if isinstance(node, ir.ComputedBuffer):
+        body = node.body
+        exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
+        exprs += [e.index for e in ir.walk(body.expr) if isinstance(e, (ir.Load, ir.IndexValue))]
+    else:
+        exprs = []
+        for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs]),
+                                                 is_leaf=lambda x: isinstance(x, (ir.SizeArg, ir.ViewArg))):
+            if isinstance(a, ir.SizeArg):
+                exprs.append(a.expr)
+            elif isinstance(a, ir.ViewArg):
+                exprs += [*a.sizes, *a.strides, a.offset]
+    return {s.name for e in exprs for s in sympy.sympify(e).free_symbols}
+
+
 def _space(node: ir.ComputedBuffer):
     body = node.body
     if isinstance(body, ir.Reduction):
@@ -298,10 +316,17 @@ def schedule(graph: ir.Graph) -> Schedule:
         del open_groups[:index + 1]
 
     read_sets: dict[int, set[str]] = {}
+    # [Note: host values are read too] An extern may return a number the host program holds
+    # (`val2 = mul(5, 2)` of sizes specialized at the trace, a count read with `.item()`), which a
+    # later step takes as a size. Such a name is read like a buffer: a step that reads it is never
+    # moved before the extern that makes it (fuzz seed 1003674: a copy_strided extern hoisted
+    # ahead of the `val2` its strides named, an UnboundLocalError in the host program).
+    host_values = {o for n in graph.nodes if isinstance(n, ir.ExternKernel)
+                   for o in n.outputs if o is not None and o not in planner.buffers}
 
     def reads_of(node) -> set[str]:
         if id(node) not in read_sets:
-            read_sets[id(node)] = _reads(node)
+            read_sets[id(node)] = _reads(node) | (_sizes_read(node) & host_values if host_values else set())
         return read_sets[id(node)]
 
     def newest_read(node) -> int:

@@ -186,3 +186,24 @@ def test_recomputed_gelu_and_its_gradient_are_one_kernel_across_the_matmuls(grap
     reading_activation = [k for k in kernels if len(k.ranges) == 2 and "erf" in str(k)]
     assert len(reading_activation) == 1, str(sched)
     _check_runs(g, examples)
+
+
+def test_a_host_value_is_made_before_the_extern_that_reads_it():
+    """[Note: host values are read too] `val0` (a number an extern returns) sizes a later extern;
+    that extern, ready early by its buffers alone, was moved ahead of the group that an earlier
+    extern flushed, before `val0` existed (fuzz seed 1003674: UnboundLocalError in the host program)."""
+    import operator
+    import sympy
+    x0, f32 = ir.loop_var(0), torch.float32
+    exp = lambda name: ir.Pointwise((4,), ir.Op("exp", (ir.Load(name, x0, f32),), f32))
+    nodes = (ir.ComputedBuffer("buf0", exp("arg0")),
+             ir.ExternKernel(("buf1",), torch.ops.aten.neg.default, (ir.BufferArg("buf0"),)),
+             ir.ExternKernel(("val0",), operator.mul, (2, 2)),
+             ir.ExternKernel(("buf2",), torch.ops.aten.view.default,
+                             (ir.BufferArg("arg0"), (ir.SizeArg(sympy.Symbol("val0")),))),
+             ir.ComputedBuffer("buf3", exp("buf2")))
+    graph = ir.Graph(tuple(ir.Buffer(n, (4,), (1,), f32) for n in ("arg0", "buf0", "buf1", "buf2", "buf3")),
+                     nodes, ("arg0",), ("buf1", "buf3"))
+    steps = schedule(graph).steps
+    at = {s.outputs[0]: i for i, s in enumerate(steps) if isinstance(s, ir.ExternKernel)}
+    assert at["val0"] < at["buf2"]

@@ -1,10 +1,29 @@
 """Found by `python -m kiln.testing.fuzz --triton-interpret --half` (seeds 1004118, 1003200, 1003674),
-shrunk: crashes, each on the C++ path too (not the Triton printer's). Not fixed yet: strict xfails,
-so the fix turns them into failures to remove.
+shrunk: crashes, each on the C++ path too (not the Triton printer's). Those not fixed yet are strict
+xfails, so the fix turns them into failures to remove.
 
-- 1004118: call 2: CompileStageError: kiln codegen stage failed: backend 'kiln': TypeError: Cannot convert symbols to int
-- 1003200: call 2: RuntimeError: Trying to backward through the graph a second time (or directly access saved tensors after they have already been freed). Saved intermediate values of the graph are freed when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or if you need to access saved tensors after calling backward.
-- 1003674: call 1: UnboundLocalError: cannot access local variable 'val2' where it is not associated with a value
+- 1004118 (fixed): call 2: CompileStageError: kiln codegen stage failed: backend 'kiln': TypeError: Cannot
+  convert symbols to int. scatter_add takes its source to the index's shape with an `as_strided`,
+  static windows of an input of symbolic size there; the rule's bound check read the input's sizes
+  as ints. Such an as_strided now reads a buffer in its input's traced strides, as one over a
+  symbolic layout does (seeds 1003267, 1003852, 1004618 the same).
+- 1003200 (open): call 2: RuntimeError: Trying to backward through the graph a second time. The
+  first call's epilogue writes the buffer with `copy_` of a value that requires grad, so the
+  buffer enters the second call as a non-leaf requiring grad, whose history holds the first call's
+  compiled Function. The second call reuses the entry traced with the buffer not requiring grad
+  (no recompile is logged: a buffer's requires_grad looks unguarded), so its backward does not
+  differentiate the buffer's old
+  value; autograd still sends the zeros of CopyBackwards' `self` gradient into the first call's
+  Function, whose `ctx.saved_tensors` raises after its first backward (even with none saved).
+  Skipping that access makes the crash pass, but then a run that does not reset the module between
+  calls gets x5.grad 2 where eager's is 3 (eager's second backward goes through the first call's
+  AddBackward): a wrong answer in place of a crash, so it is not done. The fix to make: recompile
+  when a buffer comes to require grad, and differentiate the buffer's old value there.
+- 1003674 (fixed): call 1: UnboundLocalError: cannot access local variable 'val2' where it is not
+  associated with a value. The clone's strides were a size an extern computed (`val2 = mul(5, 2)`,
+  sizes the trace specialized); the scheduler moved the copy_strided extern reading it ahead of a
+  kernel an earlier extern flushed, before `val2`'s extern, as it saw only buffers as reads. A host
+  value is now a read too ([Note: host values are read too] in kiln/codegen/scheduler.py).
 """
 import pytest
 
@@ -28,8 +47,7 @@ SCATTER_ADD_RESIZED = Program(
     resized={'x0': (10,)},
 )
 
-test_fuzz_scatter_add_called_with_other_sizes = pytest.mark.xfail(strict=True, reason='symbols to int (open)')(
-    regression_test(SCATTER_ADD_RESIZED, target='triton-interpret'))
+test_fuzz_scatter_add_called_with_other_sizes = regression_test(SCATTER_ADD_RESIZED, target='triton-interpret')
 
 
 # class M(torch.nn.Module):
@@ -58,7 +76,9 @@ BUFFER_VIEW_BACKWARD = Program(
     module=True,
 )
 
-test_fuzz_buffer_view_backward_second_call = pytest.mark.xfail(strict=True, reason='backward through freed graph (open)')(
+test_fuzz_buffer_view_backward_second_call = pytest.mark.xfail(strict=True, reason=(
+    "backward through freed graph: the entry traced with the buffer not requiring grad is reused after "
+    "the first call's epilogue made it require grad (open; see the docstring)"))(
     regression_test(BUFFER_VIEW_BACKWARD, target='triton-interpret'))
 
 
@@ -85,5 +105,4 @@ SCATTER_AMAX_MODULE = Program(
     resized={'x0': (1, 6, 3)},
 )
 
-test_fuzz_scatter_amax_module_unbound_local = pytest.mark.xfail(strict=True, reason="host program's unbound local (open)")(
-    regression_test(SCATTER_AMAX_MODULE, target='triton-interpret'))
+test_fuzz_scatter_amax_module_unbound_local = regression_test(SCATTER_AMAX_MODULE, target='triton-interpret')

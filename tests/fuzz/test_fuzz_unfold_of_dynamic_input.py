@@ -1,13 +1,16 @@
 """Found by `python -m kiln.testing.fuzz --triton-interpret --half` (seeds 1001145, 1001165), shrunk:
-wrong, on the C++ path too. An unfold of an input under dynamic=True returns a view whose strides
-overlap ((1, 1) for `x.unfold(0, 2, 1)`); the compiled program returns it contiguous (strides
-(2, 1)), and the backward reads its tangent as if in the overlapping layout, so every gradient
-element but the first and last is wrong; the bool case returns wrong values. Static sizes are
-right (the output is rebuilt as a view of the input there). Not fixed yet: strict xfails, so the
-fix turns them into failures to remove.
-"""
-import pytest
+wrong, on the C++ path too; both unfold an input under dynamic=True.
 
+- 1001145: `x.unfold(0, 2, 1)` returns a view of x whose strides overlap ((1, 1)). The output was
+  rebuilt as a view of the input only for static sizes (the chain's `s0 - 1` windows are a node of
+  the graph): the program returned a contiguous copy, and the backward copied the incoming gradient
+  into the traced overlapping layout, keeping one value per location (every gradient element but
+  the first and last wrong). Now the chain's sizes are computed from the real input and the view
+  rebuilt, as for static sizes.
+- 1001165: the unfold of a transposed bool input read the elements of a contiguous copy at the
+  positions of the input's own (transposed) storage: an `as_strided` over a symbolic layout took
+  its input to be contiguous. Now it reads a buffer in the input's traced strides.
+"""
 from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
@@ -47,8 +50,5 @@ VALUES = Program(
     resized={'x2': (6, 3, 5)},
 )
 
-REASON = "an overlapping view output of a dynamic program is returned contiguous (issue: the fuzz campaign's summary)"
-test_fuzz_unfold_of_dynamic_input_gradient = pytest.mark.xfail(strict=True, reason=REASON)(
-    regression_test(GRADIENT, target="triton-interpret"))
-test_fuzz_unfold_of_dynamic_input_values = pytest.mark.xfail(strict=True, reason=REASON)(
-    regression_test(VALUES, target="triton-interpret"))
+test_fuzz_unfold_of_dynamic_input_gradient = regression_test(GRADIENT, target="triton-interpret")
+test_fuzz_unfold_of_dynamic_input_values = regression_test(VALUES, target="triton-interpret")

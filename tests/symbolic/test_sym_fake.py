@@ -23,6 +23,14 @@ def test_from_real_keeps_metadata():
         _meta_matches(mode.from_real(real), real)
 
 
+def test_empty_strided_input_with_dynamic_dims():
+    """A size-0 dim is specialized, the others' strides symbolic: the storage extent took the
+    size-0 dim's stride off (`(0 - 1) * stride`) and came out negative (fuzz seed 1000316)."""
+    real = torch.randn(2, 12, 4)[:0, ::2, :1]
+    fake = FakeTensorMode().from_real(real, dynamic_dims=(0, 1, 2))
+    assert fake.shape[0] == 0 and fake.numel() == 0 and fake.dim() == 3
+
+
 def test_aliasing_inputs_share_fake_storage():
     mode = FakeTensorMode()
     base = torch.randn(4, 8)

@@ -1,15 +1,16 @@
 """Found by `python -m kiln.testing.fuzz --triton-interpret --half` (seeds 1002646, 1001817), shrunk;
-both on the C++ path too, both dynamic programs (their sizes change between calls). Not fixed yet:
-strict xfails, so the fix turns them into failures to remove.
+both on the C++ path too, both dynamic programs (their sizes change between calls). Both had the
+cause of seed 1001165 (`test_fuzz_unfold_of_dynamic_input.py`), fixed there: an `as_strided` over a
+symbolic layout read its input from a contiguous copy at the positions of the input's own storage.
 
 - 1002646, wrong: a scatter_reduce("amax") into a narrow of a bfloat16 input, called again with a
-  larger first dim, returns garbage (3e38 under the interpreter, 7e19 in C++) in the elements its
-  index does not reach: read from memory the second call's program never wrote.
-- 1001817, crash: an unfold of a select of an int64 input under dynamic=True builds a view whose
-  strides reach past its storage (`setStorage: ... out of bounds`) at the first call.
+  larger first dim, returned garbage (3e38 under the interpreter, 7e19 in C++) in the elements its
+  index does not reach: its source, the narrow, taken to the index's shape by an `as_strided`, was
+  read past the end of the narrow's contiguous copy.
+- 1001817, crash: an unfold of a select of an int64 input under dynamic=True built a view whose
+  strides reach past its storage (`setStorage: ... out of bounds`) at the first call: the output
+  view took the select's strides and offset in the input's storage over the select's contiguous copy.
 """
-import pytest
-
 from kiln.testing.fuzz import regression_test
 from kiln.testing.programs import Input, Program, Step
 
@@ -54,7 +55,5 @@ UNFOLD_OF_SELECT = Program(
     resized={'x0': (4, 8, 8)},
 )
 
-test_fuzz_scatter_amax_of_resized_narrow = pytest.mark.xfail(strict=True, reason="garbage in a resized call (open)")(
-    regression_test(SCATTER_AMAX, target="triton-interpret"))
-test_fuzz_unfold_of_select_of_dynamic_input = pytest.mark.xfail(strict=True, reason="a view past its storage (open)")(
-    regression_test(UNFOLD_OF_SELECT, target="triton-interpret"))
+test_fuzz_scatter_amax_of_resized_narrow = regression_test(SCATTER_AMAX, target="triton-interpret")
+test_fuzz_unfold_of_select_of_dynamic_input = regression_test(UNFOLD_OF_SELECT, target="triton-interpret")

@@ -144,7 +144,7 @@ def _dict_subclass(tx, cls, args, kwargs):
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
         tx.inline(_function(init), [obj, *args], kwargs)
-    elif init is dict.__init__:
+    elif init is dict.__init__ or init is collections.OrderedDict.__init__:
         obj.items.update(dict_of(tx, dict, args, kwargs).items)
     else:
         raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code kiln can follow")

@@ -116,10 +116,13 @@ class TupleVar(Variable):
 @dataclasses.dataclass(eq=False)
 class DictVar(Variable):
     """Keys are Python values (constants or objects hashed by identity); values are trackers.
-    `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's)."""
+    `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's);
+    `attrs` are the instance attributes of a user's subclass made in traced code (`self.x = x` in
+    its `__init__`)."""
     items: dict
     cls: type = dict
     default_factory: Variable | None = None
+    attrs: dict = dataclasses.field(default_factory=dict)
 
     def python_type(self):
         return self.cls

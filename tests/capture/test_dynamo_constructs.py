@@ -1,0 +1,135 @@
+"""Python constructs of the small programs torch's own compiler tests are made of (issue #39,
+item 3), each compared with eager. Where torch.compile (torch 2.13, `fullgraph=True`,
+`backend="eager"`) makes one graph, kiln makes one too under `fullgraph=True`; where kiln breaks the
+graph instead, the test says why and counts the breaks.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+import kiln.capture
+from capture_support import assert_same, breaks_of, run_compiled
+from kiln.config import CaptureConfig
+from kiln.errors import Unsupported
+
+FULLGRAPH = CaptureConfig(fullgraph=True)
+
+
+def _two_vectors(seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(4, generator=g), torch.randn(4, generator=g)
+
+
+def _one_graph(fn, make_inputs=_two_vectors):
+    recorder = run_compiled(fn, make_inputs, config=FULLGRAPH)
+    assert len(recorder.graphs) == 1
+    return recorder
+
+
+# -- dict.fromkeys, dict.update ---------------------------------------------------------------------
+def dict_fromkeys(x, y):
+    lst = ["a", "b"]
+    d = dict.fromkeys(lst)
+    d1 = dict.fromkeys(d, x + 1)
+    d2 = collections.defaultdict.fromkeys(iter(d1), x - 2)
+    d3 = collections.OrderedDict.fromkeys(tuple(lst), value=y)
+    return d1["a"] * d2["b"] + d2["a"] + d1["b"] + d3["a"] + d3["b"] + 1, d
+
+
+def dict_update_pairs(x, y):
+    d = {"a": x, "b": y}
+    d.update({"a": y - 1})
+    d.update([("b", x + 1), ["c", x]])
+    d.update(zip("ab", [x + 3, y + 2]))
+    od = collections.OrderedDict(a=x * 3, b=y + 2)
+    od.update([["b", x + 6], ("c", x - 7)], e=y)
+    return d, od
+
+
+def dict_update_keywords(x, y):
+    d = {"a": 2}
+    d.update(b=4)
+    extra = {"c": x, "d": y}
+    d.update(**extra, e=3)
+    d.update({"f": 1}, **extra)
+    return x * d["a"] * d["b"], d
+
+
+class OrderedSubclass(collections.OrderedDict):
+    pass
+
+
+def ordered_subclass_keywords(x, y):
+    return OrderedSubclass(sample=x + 1, other=y)
+
+
+# -- dict subclasses with their own __init__ ------------------------------------------------------------
+class Config(dict):
+    def __init__(self, scale, **entries):
+        super().__init__(**entries)
+        self.scale = scale
+
+
+class Doubled(dict):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for k, v in self.items():
+            self[k] = v * 2
+
+
+class AttrLookup(dict):
+    def __init__(self, value):
+        dict.__init__(self)
+        self["value"] = value
+
+    def __getattr__(self, name):
+        return self[name]
+
+
+def dict_subclass_with_attributes(x, y):
+    d = Config(x, k=1)
+    d["b"] = x + 1
+    return d.scale * d["k"] + d["b"], d.scale is x
+
+
+def dict_subclass_items_in_init(x, y):
+    d = Doubled({"p": x}, q=y)
+    return d["p"] + d["q"], len(d)
+
+
+def dict_subclass_getattr_hook(x, y):
+    return AttrLookup(x).value + y
+
+
+def dict_subclass_returned(x, y):
+    d = Config(x * 2, k=y)
+    d.note = "made inside"
+    return d
+
+
+@pytest.mark.parametrize("fn", [
+    dict_fromkeys,
+    dict_update_pairs,
+    dict_update_keywords,
+    ordered_subclass_keywords,
+    dict_subclass_with_attributes,
+    dict_subclass_items_in_init,
+    dict_subclass_getattr_hook,
+    dict_subclass_returned,
+], ids=lambda f: f.__name__)
+def test_dicts_one_graph(fn):
+    _one_graph(fn)
+
+
+def test_dict_subclass_made_inside_leaves_the_graph_with_its_attributes():
+    compiled = kiln.capture.capture(dict_subclass_returned, lambda gm, ex: gm.forward, FULLGRAPH)
+    x, y = _two_vectors(0)
+    out, expected = compiled(x, y), dict_subclass_returned(x, y)
+    assert type(out) is Config and list(out) == ["k"]
+    assert_same(vars(out), vars(expected))

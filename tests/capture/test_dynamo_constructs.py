@@ -133,3 +133,30 @@ def test_dict_subclass_made_inside_leaves_the_graph_with_its_attributes():
     out, expected = compiled(x, y), dict_subclass_returned(x, y)
     assert type(out) is Config and list(out) == ["k"]
     assert_same(vars(out), vars(expected))
+
+
+# -- sequence repetition ----------------------------------------------------------------------------
+def sequence_repeat(x, y):
+    a = [x, 1] * 2
+    b = 3 * [x]
+    c = (y, 2) * 2
+    d = 2 * (x,)
+    e = [x] * 0
+    f = -1 * (y,)
+    return a, b, c, d, e, f, sum(4 * [x])
+
+
+def sequence_repeat_in_place(x, y):
+    a = [x + 1]
+    alias = a
+    a *= 3
+    t = (y,)
+    t *= 2
+    n = 2
+    n *= [y]
+    return a, alias is a, t, n
+
+
+@pytest.mark.parametrize("fn", [sequence_repeat, sequence_repeat_in_place], ids=lambda f: f.__name__)
+def test_sequence_repetition_one_graph(fn):
+    _one_graph(fn)

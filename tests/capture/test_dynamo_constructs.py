@@ -160,3 +160,34 @@ def sequence_repeat_in_place(x, y):
 @pytest.mark.parametrize("fn", [sequence_repeat, sequence_repeat_in_place], ids=lambda f: f.__name__)
 def test_sequence_repetition_one_graph(fn):
     _one_graph(fn)
+
+
+# -- namedtuple classes made inside the function ------------------------------------------------------
+def namedtuple_made_inside(a, b):
+    mytuple = collections.namedtuple("mytuple", ["x", "y", "xy"])
+    tmp = mytuple(a, b, a + b)
+    out = mytuple(tmp.x, tmp[1], tmp.xy + b)
+    return tuple(out), type(out).__name__, out._fields
+
+
+def namedtuple_defaults_and_methods(a, b):
+    point = collections.namedtuple("point", "x y z", defaults=(None, 1))
+    p = point(a, z=b)._replace(y=a * 2)
+    return tuple(p), p._asdict()["y"], point._field_defaults["y"]
+
+
+@pytest.mark.parametrize("fn", [namedtuple_made_inside, namedtuple_defaults_and_methods], ids=lambda f: f.__name__)
+def test_namedtuple_made_inside_one_graph(fn):
+    _one_graph(fn)
+
+
+def test_namedtuple_made_inside_leaves_the_graph_as_that_class():
+    def fn(x):
+        pair = collections.namedtuple("pair", ["first", "second"])
+        return pair(x, x + 1)
+    compiled = kiln.capture.capture(fn, lambda gm, ex: gm.forward, FULLGRAPH)
+    x = torch.randn(3)
+    out, expected = compiled(x), fn(x)
+    assert type(out).__name__ == "pair" and out._fields == expected._fields
+    assert type(out).__module__ == __name__
+    assert_same(tuple(out), tuple(expected))

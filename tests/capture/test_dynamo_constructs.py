@@ -191,3 +191,33 @@ def test_namedtuple_made_inside_leaves_the_graph_as_that_class():
     assert type(out).__name__ == "pair" and out._fields == expected._fields
     assert type(out).__module__ == __name__
     assert_same(tuple(out), tuple(expected))
+
+
+# -- min and max over tensors and numbers -----------------------------------------------------------------
+def min_max_of_sums(a, b):
+    c = a + b
+    a = a.sum()
+    b = b.sum()
+    a = min(max(a, 0), 1)
+    b = max(0, min(1, b))
+    return max(a, b) - min(a, b) + c
+
+
+def min_max_mixed(a, b):
+    s, t = a.sum(), b.sum()
+    return max(s, 0.5), min(1, t), max([s, t]), min(s, t, 0.25)
+
+
+@pytest.mark.parametrize("fn", [min_max_of_sums, min_max_mixed], ids=lambda f: f.__name__)
+def test_min_max_one_graph(fn):
+    _one_graph(fn)
+
+
+def test_min_max_of_a_tensor_with_several_values_raises_as_eager():
+    def fn(x):
+        return max(x, 0.5)
+    compiled = kiln.capture.capture(fn, lambda gm, ex: gm.forward, CaptureConfig())
+    with pytest.raises(RuntimeError, match="more than one value"):
+        fn(torch.randn(3))
+    with pytest.raises(RuntimeError, match="more than one value"):
+        compiled(torch.randn(3))

@@ -475,6 +475,8 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None
+        if isinstance(key, V.TensorVar):
+            k = _tensor_index(tx, key)
         if isinstance(k, slice):
             if obj.python_type() is collections.deque:
                 tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
@@ -508,6 +510,20 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
         return object_getitem(tx, obj, key)
     raise tx.unsupported(f"indexing a {obj.python_type().__name__}")
+
+
+def _tensor_index(tx, t: V.TensorVar) -> int:
+    """`items[t]`: Python reads the tensor's value (`Tensor.__index__`). Known while tracing for a
+    tensor this graph made from a constant (`torch.as_tensor(2)`; torch.compile's fake tensors keep
+    such constants too); any other tensor's value is data, and the graph breaks here."""
+    if t.example.dtype.is_floating_point or t.example.dtype.is_complex or t.example.numel() != 1:
+        tx.raise_(TypeError, "only integer tensors of a single element can be converted to an index")
+    node = t.node
+    made_from = node.args[0] if node.op == "call_function" and node.target in (torch.tensor, torch.as_tensor) \
+        and node.args else None
+    if not isinstance(made_from, int):
+        raise tx.unsupported("indexing a list or tuple with a tensor reads the tensor's value")
+    return made_from
 
 
 def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):

@@ -221,3 +221,23 @@ def test_min_max_of_a_tensor_with_several_values_raises_as_eager():
         fn(torch.randn(3))
     with pytest.raises(RuntimeError, match="more than one value"):
         compiled(torch.randn(3))
+
+
+# -- a list indexed by a constant tensor ------------------------------------------------------------------
+def list_index_by_constant_tensor(a, b):
+    l1 = [a, b, a + 1, b + 1]
+    return l1[torch.as_tensor(2)], l1[torch.tensor(-1)], (a, b)[torch.tensor(0)]
+
+
+@pytest.mark.parametrize("fn", [list_index_by_constant_tensor], ids=lambda f: f.__name__)
+def test_list_index_by_constant_tensor_one_graph(fn):
+    _one_graph(fn)
+
+
+def test_list_index_by_an_input_tensor_breaks_the_graph():
+    """A tensor argument's value is known only at run time: Python reads it (`__index__`) to pick
+    the item, so the graph breaks there, and the result is eager's."""
+    def fn(x, i):
+        return [x, x + 1, x + 2][i] * 2
+    recorder = run_compiled(fn, lambda seed: (torch.randn(3), torch.tensor(seed + 1)))
+    assert len(breaks_of(recorder)) == 1

@@ -241,3 +241,28 @@ def test_list_index_by_an_input_tensor_breaks_the_graph():
         return [x, x + 1, x + 2][i] * 2
     recorder = run_compiled(fn, lambda seed: (torch.randn(3), torch.tensor(seed + 1)))
     assert len(breaks_of(recorder)) == 1
+
+
+# -- Tensor.new --------------------------------------------------------------------------------------
+def tensor_new(x, y):
+    z = torch.rand(5, 8)
+    sized = x.new(z.size())
+    shaped = x.new(y.shape)
+    return (sized.shape, shaped.shape, sized.dtype, x.new(2, 3).shape, x.new(4).shape, x.new().shape,
+            x.new([1, 2, 3]) + 1, x.new((1.5, 2.5)), x.new([[1.0], [2.0]]).dtype, x.new(size=(2, 3)).shape)
+
+
+@pytest.mark.parametrize("fn", [tensor_new], ids=lambda f: f.__name__)
+def test_tensor_new_one_graph(fn):
+    _one_graph(fn)
+
+
+def test_tensor_new_of_a_size_is_uninitialized_memory_of_that_size():
+    """`x.new(torch.Size)` is an empty tensor of that size; `x.new(tuple)` is a tensor of that data
+    (an FX graph turns a Size argument into a tuple, so the two must not be confused)."""
+    def fn(x):
+        return x.new(torch.Size([5, 8])), x.new((5, 8))
+    compiled = kiln.capture.capture(fn, lambda gm, ex: gm.forward, FULLGRAPH)
+    sized, data = compiled(torch.randn(3))
+    assert sized.shape == (5, 8) and sized.dtype == torch.float32
+    assert torch.equal(data, torch.tensor([5.0, 8.0]))

@@ -74,7 +74,20 @@ def _isinstance(tx, args, kwargs):
     t = _type_of(obj)
     if isinstance(obj, V.IteratorVar):
         return V.Constant(isinstance(iter(()), cls) or cls in (types.GeneratorType,))
+    if isinstance(obj, V.TensorVar):
+        return V.Constant(_tensor_is_instance(obj, t, cls))
     return V.Constant(issubclass(t, cls))
+
+
+def _tensor_is_instance(obj: V.TensorVar, t: type, cls) -> bool:
+    """`isinstance(t, cls)` of a tensor: by its type, except a legacy tensor type (`torch.FloatTensor`),
+    which asks for its dtype, device and layout ([Note: legacy tensor types] in torch_calls.py)."""
+    from kiln.capture.torch_calls import is_instance_of_legacy_type, is_legacy_tensor_type
+    if isinstance(cls, tuple):
+        return any(_tensor_is_instance(obj, t, c) for c in cls)
+    if is_legacy_tensor_type(cls):
+        return is_instance_of_legacy_type(obj.example, cls)
+    return issubclass(t, cls)
 
 
 @builtin(issubclass)

@@ -312,6 +312,11 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         return V.Constant(None)
     if name == "new":
         return _legacy_new(tx, args, kwargs)
+    if name == "type" and len(args) + len(kwargs) == 2:
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if isinstance(wanted, V.ObjectVar) and is_legacy_tensor_type(wanted.value):
+            # `t.type(torch.HalfTensor)` is `t.type("torch.HalfTensor")`: the graph holds the name
+            return call_torch(tx, "call_method", "type", [self_var, V.Constant(legacy_type_name(wanted.value))], {})
     if name == "type" and len(args) == 1 and not kwargs:
         # the type's name ('torch.FloatTensor', 'torch.cuda.HalfTensor'): metadata, guarded already
         from kiln.capture.examples import device_of
@@ -334,3 +339,23 @@ def _legacy_new(tx, args: list, kwargs: dict) -> V.Variable:
     if len(rest) == 1 and isinstance(rest[0], (V.ListVar, V.TupleVar)):
         return call_torch(tx, "call_method", "new_tensor", [self_var, rest[0]], kwargs)
     return call_torch(tx, "call_method", "new", args, kwargs)
+
+
+# [Note: legacy tensor types] `torch.FloatTensor`, `torch.cuda.LongTensor`, ...: each names one dtype
+# on one device (strided, or sparse under torch.sparse). A tensor is an instance of one when its
+# dtype, device and layout match (their metaclass's __instancecheck__); `t.type(T)` converts to it.
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)
+
+
+def is_legacy_tensor_type(value) -> bool:
+    return type(value) is _LEGACY_TENSOR_TYPE
+
+
+def legacy_type_name(cls) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def is_instance_of_legacy_type(example: torch.Tensor, cls) -> bool:
+    from kiln.capture.examples import device_of
+    return example.dtype == cls.dtype and (device_of(example).type == "cuda") == cls.is_cuda and \
+        example.is_sparse == cls.is_sparse

@@ -309,3 +309,22 @@ def test_numpy_random_breaks_the_graph_and_draws_numpys_numbers():
     compiled = kiln.capture.capture(numpy_random, lambda gm, ex: gm.forward, FULLGRAPH)
     with pytest.raises(Unsupported, match=rf"test_dynamo_constructs.py:{line} in numpy_random: numpy.random.randn"):
         compiled(*_two_vectors(0))
+
+
+# -- torch.Tensor's type objects -------------------------------------------------------------------------
+def tensor_type_objects(x, y):
+    return (isinstance(x, torch.Tensor), isinstance(x, torch.FloatTensor), isinstance(x, torch.DoubleTensor),
+            isinstance(x, (torch.LongTensor, torch.FloatTensor)), isinstance(x, torch.nn.Parameter),
+            issubclass(torch.FloatTensor, torch.Tensor), issubclass(type(x), torch.Tensor),
+            type(x) is torch.Tensor, x.__class__ is torch.Tensor, x + 1)
+
+
+def tensor_type_conversions(a, b):
+    m = a.type(torch.HalfTensor)
+    return (b.type(m.type()), a.type(torch.DoubleTensor), a.type(torch.FloatTensor), a.type(dtype=torch.LongTensor),
+            a.type("torch.HalfTensor"), torch.FloatTensor([1, 2]) + a[:2], torch.LongTensor([3]))
+
+
+@pytest.mark.parametrize("fn", [tensor_type_objects, tensor_type_conversions], ids=lambda f: f.__name__)
+def test_tensor_type_objects_one_graph(fn):
+    _one_graph(fn)

@@ -226,8 +226,12 @@ def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
 
 
 def _getattr_function(tx, v: V.FunctionVar, name: str) -> V.Variable:
+    if name in v.attrs:
+        return v.attrs[name]
     if name in ("__name__", "__qualname__"):
         return V.Constant(v.name)
+    if name == "__dict__" and v.fn is None:  # a live view, as `functools.update_wrapper` updates it
+        return V.DictVar(v.attrs)
     if name == "__code__":
         return V.Constant(v.code)
     if v.fn is not None and hasattr(v.fn, name):
@@ -285,6 +289,13 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
         hook = class_lookup(obj.python_type(), "__setattr__")
         if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
             tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
+        else:
+            obj.attrs[name] = value
+        return
+    if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
+        if name == "__name__":
+            from kiln.capture.constants import python_value
+            obj.name = python_value(value)
         else:
             obj.attrs[name] = value
         return

@@ -222,6 +222,8 @@ def _function(r, v):
         return v.source.expr() if v.source is not None else r.const(v.fn)
     if v.closure:
         raise CannotRebuild("a closure defined inside captured code")
+    if v.attrs:
+        raise CannotRebuild("a function defined inside captured code, with attributes set on it")
     defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
     return f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults})"
 

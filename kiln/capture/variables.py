@@ -188,6 +188,9 @@ class FunctionVar(Variable):
     kwdefaults: dict = dataclasses.field(default_factory=dict)
     closure: tuple = ()  # of Cell trackers, or real cells for existing functions
     fn: Any = None  # the real function when it exists
+    # attributes set on a function made in traced code (functools.wraps sets `__qualname__`,
+    # `__wrapped__`, ...); also what its `__dict__` shows
+    attrs: dict = dataclasses.field(default_factory=dict)
 
     def python_type(self):
         return types.FunctionType

@@ -195,12 +195,21 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
         if field is not None:
             return field
     cls = v.python_type()
-    if cls.__module__ not in ("builtins", "collections"):  # a user's subclass: its own methods, properties
+    user_subclass = cls.__module__ not in ("builtins", "collections")
+    if user_subclass:  # its properties, its instance's attributes, its own methods, its __getattr__
         entry = class_lookup(cls, name)
+        if isinstance(v, V.DictVar) and not isinstance(entry, property):
+            if name in v.attrs:
+                return v.attrs[name]
+            if name == "__dict__":  # a live view: the same dict as the instance's attributes
+                return V.DictVar(v.attrs)
         if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
             return bind_class_entry(tx, entry, v, cls, name)
     method = getattr(cls, name, None)
     if method is None:
+        hook = class_lookup(cls, "__getattr__") if user_subclass else _MISSING
+        if isinstance(hook, types.FunctionType):
+            return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
         tx.raise_(AttributeError, f"{v.python_type().__name__!r} object has no attribute {name!r}")
     return V.MethodVar(V.ObjectVar(method), v)
 
@@ -217,8 +226,12 @@ def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
 
 
 def _getattr_function(tx, v: V.FunctionVar, name: str) -> V.Variable:
+    if name in v.attrs:
+        return v.attrs[name]
     if name in ("__name__", "__qualname__"):
         return V.Constant(v.name)
+    if name == "__dict__" and v.fn is None:  # a live view, as `functools.update_wrapper` updates it
+        return V.DictVar(v.attrs)
     if name == "__code__":
         return V.Constant(v.code)
     if v.fn is not None and hasattr(v.fn, name):
@@ -272,10 +285,17 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
 def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
-    if isinstance(obj, V.NewObjectVar):
-        hook = class_lookup(obj.cls, "__setattr__")
+    if keeps_attributes(obj):
+        hook = class_lookup(obj.python_type(), "__setattr__")
         if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
             tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
+        else:
+            obj.attrs[name] = value
+        return
+    if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
+        if name == "__name__":
+            from kiln.capture.constants import python_value
+            obj.name = python_value(value)
         else:
             obj.attrs[name] = value
         return
@@ -284,6 +304,13 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
         tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
+
+
+def keeps_attributes(v: V.Variable) -> bool:
+    """A tracker that holds its instance attributes (`attrs`): an instance of a user's class, or of a
+    user's dict subclass, made in traced code."""
+    return isinstance(v, V.NewObjectVar) or isinstance(v, V.DictVar) and v.source is None and \
+        v.cls.__module__ not in ("builtins", "collections")
 
 
 def delattr_var(tx, obj: V.Variable, name: str):

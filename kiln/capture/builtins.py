@@ -74,7 +74,20 @@ def _isinstance(tx, args, kwargs):
     t = _type_of(obj)
     if isinstance(obj, V.IteratorVar):
         return V.Constant(isinstance(iter(()), cls) or cls in (types.GeneratorType,))
+    if isinstance(obj, V.TensorVar):
+        return V.Constant(_tensor_is_instance(obj, t, cls))
     return V.Constant(issubclass(t, cls))
+
+
+def _tensor_is_instance(obj: V.TensorVar, t: type, cls) -> bool:
+    """`isinstance(t, cls)` of a tensor: by its type, except a legacy tensor type (`torch.FloatTensor`),
+    which asks for its dtype, device and layout ([Note: legacy tensor types] in torch_calls.py)."""
+    from kiln.capture.torch_calls import is_instance_of_legacy_type, is_legacy_tensor_type
+    if isinstance(cls, tuple):
+        return any(_tensor_is_instance(obj, t, c) for c in cls)
+    if is_legacy_tensor_type(cls):
+        return is_instance_of_legacy_type(obj.example, cls)
+    return issubclass(t, cls)
 
 
 @builtin(issubclass)
@@ -332,8 +345,8 @@ def _object_init(tx, args, kwargs):
 @builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
     """object's own attribute store, past a class's `__setattr__` (which calls it)."""
-    from kiln.capture.attributes import setattr_var
-    if isinstance(args[0], V.NewObjectVar):
+    from kiln.capture.attributes import keeps_attributes, setattr_var
+    if keeps_attributes(args[0]):
         args[0].attrs[python_value(args[1])] = args[2]
     else:
         setattr_var(tx, args[0], python_value(args[1]), args[2])

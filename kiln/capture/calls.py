@@ -191,9 +191,34 @@ def _call_new_object(tx, obj: V.NewObjectVar, args, kwargs):
 
 
 def _call_context(tx, ctx: V.ContextVar, args, kwargs):
-    """Calling a modelled context manager's __exit__ (pushed by BEFORE_WITH)."""
+    """Calling a modelled context manager: on a function, as a decorator (`@torch.no_grad()` on a
+    function defined in traced code); else its __exit__ (pushed by BEFORE_WITH)."""
+    if ctx.kind in _DECORATING_CONTEXTS and len(args) == 1 and not kwargs and \
+            isinstance(args[0], (V.FunctionVar, V.MethodVar, V.PartialVar)):
+        return _decorated(tx, ctx, args[0])
     exit_context(tx, ctx)
     return V.Constant(None)
+
+
+def run_in_context(make_context, context_args, fn, /, *args, **kwargs):
+    """A function decorated by a context manager: `fn` runs inside a new one, as torch's
+    `context_decorator` and contextlib's `ContextDecorator` run it. Inlined like user code."""
+    with make_context(*context_args):
+        return fn(*args, **kwargs)
+
+
+# a modelled context manager used as a decorator: what makes a fresh one for each call
+_DECORATING_CONTEXTS = {"grad": torch.set_grad_enabled, "grad_set": torch.set_grad_enabled,
+                        "autocast": torch.autocast}
+
+
+def _decorated(tx, ctx: V.ContextVar, fn: V.Variable) -> V.Variable:
+    if ctx.kind == "grad_set":
+        # set_grad_enabled switched the mode when it was made; as a decorator it switches it back
+        set_grad_mode(tx, ctx.saved)
+    context_args = ctx.args[:1] if ctx.kind in ("grad", "grad_set") else ctx.args
+    return V.PartialVar(_function(run_in_context), [V.ObjectVar(_DECORATING_CONTEXTS[ctx.kind]),
+                                                    V.TupleVar([V.Constant(a) for a in context_args]), fn], {})
 
 
 CALLS.update({

@@ -16,6 +16,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import construct as construct_model_output, is_model_output
+from kiln.capture.torch_calls import is_legacy_tensor_type
 
 
 def _pv(v):
@@ -144,7 +145,7 @@ def _dict_subclass(tx, cls, args, kwargs):
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
         tx.inline(_function(init), [obj, *args], kwargs)
-    elif init is dict.__init__:
+    elif init is dict.__init__ or init is collections.OrderedDict.__init__:
         obj.items.update(dict_of(tx, dict, args, kwargs).items)
     else:
         raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code kiln can follow")
@@ -162,11 +163,9 @@ def _legacy_tensor(tx, cls, args, kwargs):
     return call_torch(tx, "call_function", torch.tensor, [args[0]], {"dtype": V.Constant(cls.dtype), "device": device})
 
 
-_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)   # torch.IntTensor, torch.cuda.LongTensor, ...
-
 _CLASS_KINDS = [
     (is_model_output, construct_model_output),
-    (lambda c: type(c) is _LEGACY_TENSOR_TYPE, _legacy_tensor),
+    (is_legacy_tensor_type, _legacy_tensor),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),

@@ -1,4 +1,4 @@
-"""`collections` over trackers: deque, defaultdict, OrderedDict's own methods, namedtuple methods.
+"""`collections` over trackers: deque, defaultdict, OrderedDict's own methods, namedtuples.
 
 A deque is a `ListVar` whose `cls` is `collections.deque` (with its `maxlen`); a defaultdict is a
 `DictVar` whose `cls` is `collections.defaultdict` (with its `default_factory`, called by a missing
@@ -13,7 +13,8 @@ Python itself decides every result, error and edge case. Methods that compare it
 `count`, `remove`, `in`) compare trackers and are in `containers.py` with list's.
 
 namedtuple classes are Python code kiln inlines (`_make`, `_replace`, `_asdict`); what they reach
-in C is `tuple.__new__`, modelled here.
+in C is `tuple.__new__`, modelled here. A class that `collections.namedtuple` makes inside captured
+code is made for real while tracing.
 """
 from __future__ import annotations
 
@@ -144,6 +145,24 @@ def _count_elements(tx, args, kwargs):
 
 
 # -- namedtuple -----------------------------------------------------------------------------------------
+@handles(collections.namedtuple)
+def _namedtuple_class(tx, args, kwargs):
+    """`collections.namedtuple("point", ["x", "y"])` inside captured code: the class is made for real
+    while tracing (its name, fields and defaults are constants; its code is an `exec`, which capture
+    does not follow), in the module of the code that calls it, as Python names it. The compiled
+    code hands out instances of this one class, where each eager call makes a class of its own."""
+    from kiln.capture.constants import constant_arguments
+    if not constant_arguments(args, kwargs):
+        raise tx.unsupported("collections.namedtuple with a name, fields or defaults known only at run time")
+    values = {k: python_value(v) for k, v in kwargs.items()}
+    values.setdefault("module", tx.f_globals.get("__name__", "__main__"))
+    try:
+        cls = collections.namedtuple(*[python_value(a) for a in args], **values)
+    except (TypeError, ValueError) as e:
+        tx.raise_(type(e), str(e))
+    return V.ObjectVar(cls)
+
+
 @handles(tuple.__new__)
 def _tuple_new(tx, args, kwargs):
     """`tuple.__new__(cls, iterable)`, which a namedtuple's `_make` and `__new__` call."""

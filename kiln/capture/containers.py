@@ -55,16 +55,26 @@ handles(set)(_set_of(set))
 handles(frozenset)(_set_of(frozenset))
 
 
+def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
+    """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
+    iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
+    if isinstance(v, (V.DictVar, V.ObjectVar)):
+        return dict_items(tx, v)
+    pairs = []
+    for pair in iterate(tx, v):
+        items = iterate(tx, pair)
+        if len(items) != 2:
+            tx.raise_(ValueError, f"dictionary update sequence element #{len(pairs)} has length {len(items)}; "
+                                  "2 is required")
+        pairs.append((key_of(tx, items[0]), items[1]))
+    return pairs
+
+
 def dict_of(tx, cls, args, kwargs, default_factory=None) -> V.DictVar:
     """`cls(mapping_or_pairs, **kwargs)` for dict and its subclasses that keep dict's __init__."""
     d = V.DictVar({}, cls, default_factory)
     if args:
-        if isinstance(args[0], (V.DictVar, V.ObjectVar)):
-            d.items.update(dict(dict_items(tx, args[0])))
-        else:
-            for pair in iterate(tx, args[0]):
-                k, v = iterate(tx, pair)
-                d.items[key_of(tx, k)] = v
+        d.items.update(mapping_pairs(tx, args[0]))
     d.items.update(kwargs)
     return d
 
@@ -75,7 +85,7 @@ handles(collections.OrderedDict)(lambda tx, args, kwargs: dict_of(tx, collection
 
 def _fromkeys(cls):
     def handle(tx, args, kwargs):
-        value = args[1] if len(args) > 1 else V.Constant(None)
+        value = args[1] if len(args) > 1 else kwargs.get("value", V.Constant(None))
         d = V.DictVar({}, cls)
         for k in iterate(tx, args[0]):
             d.items[key_of(tx, k)] = value  # one value shared by every key, as in Python
@@ -87,9 +97,9 @@ for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     handles(_cls.fromkeys)(_fromkeys(_cls))
 
 
-@handles(dict.__init__)
+@handles(dict.__init__, collections.OrderedDict.__init__)
 def _dict_init(tx, args, kwargs):
-    """`super().__init__(...)` in a dict subclass's __init__."""
+    """`super().__init__(...)` in a dict (or OrderedDict) subclass's __init__."""
     args[0].items.update(dict_of(tx, dict, args[1:], kwargs).items)
     return V.Constant(None)
 
@@ -202,9 +212,11 @@ def _dict_values(tx, args, kwargs):
 @handles(dict.update, collections.OrderedDict.update)
 def _dict_update(tx, args, kwargs):
     d = args[0]
-    pairs = dict_items(tx, args[1]) if len(args) > 1 else []
-    for k, v in [*pairs, *kwargs.items()]:
-        dict_set(tx, d, V.Constant(k), v)
+    if not isinstance(d, V.DictVar):
+        raise tx.unsupported(f"update() of a {d.python_type().__name__}")
+    pairs = mapping_pairs(tx, args[1]) if len(args) > 1 else []
+    d.items.update([*pairs, *kwargs.items()])
+    _record_mutation(tx, d)
     return V.Constant(None)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 import itertools
 import operator
 
+import torch
+
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.semantics import binary_op, get_iter, iterate, truth
@@ -263,9 +265,36 @@ def _reduce_compare(op):
             tx.raise_(ValueError, "arg is an empty sequence")
         if all(is_python_constant(i) for i in items) and "key" not in kwargs:
             return fold_call(tx, op, [V.TupleVar(items)], {})
+        if "key" not in kwargs and any(isinstance(i, V.TensorVar) for i in items):
+            result = items[0]
+            for item in items[1:]:
+                result = _tensor_extreme(tx, op, result, item)
+            return result
         raise tx.unsupported(f"{op.__name__}() over values known only at run time "
                              "(for tensors use torch.maximum/torch.minimum)")
     return handle
+
+
+def _tensor_extreme(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+    """`max(a, b)` / `min(a, b)` where a tensor takes part, as torch.compile traces it: two tensors
+    give `torch.maximum`/`minimum`, a tensor and a number a clamp of the tensor by the number, a
+    tensor either way. Python compares the two (`b > a`), which needs a tensor of one value: one
+    of more values raises eager's error."""
+    from kiln.capture.torch_calls import call_torch
+    for v in (a, b):
+        if isinstance(v, V.TensorVar) and v.example.numel() != 1:
+            tx.raise_(RuntimeError, "Boolean value of Tensor with more than one value is ambiguous")
+    if isinstance(a, V.TensorVar) and isinstance(b, V.TensorVar):
+        return call_torch(tx, "call_function", torch.maximum if op is max else torch.minimum, [a, b], {})
+    if not isinstance(a, V.TensorVar) and not isinstance(b, V.TensorVar):
+        if is_python_constant(a) and is_python_constant(b):
+            return constant_of(tx, op(python_value(a), python_value(b)))
+        raise tx.unsupported(f"{op.__name__}() over numbers known only at run time")
+    tensor, number = (a, b) if isinstance(a, V.TensorVar) else (b, a)
+    if not (isinstance(number, V.SymNumber) or is_python_constant(number) and
+            isinstance(python_value(number), (int, float))):
+        raise tx.unsupported(f"{op.__name__}() of a tensor and a {number.python_type().__name__}")
+    return call_torch(tx, "call_function", torch.clamp, [tensor], {"min" if op is max else "max": number})
 
 
 handles(max)(_reduce_compare(max))

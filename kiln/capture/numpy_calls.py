@@ -219,6 +219,7 @@ _META = {
     "shape": lambda e: tuple(e.shape), "ndim": lambda e: e.dim(), "size": lambda e: e.numel(),
     "dtype": lambda e: _np_dtype(e.dtype), "itemsize": lambda e: e.element_size(),
     "nbytes": lambda e: e.numel() * e.element_size(),
+    "strides": lambda e: tuple(n * e.element_size() for n in e.stride()),   # in bytes, as NumPy counts
 }
 _VALUE_ATTRS = {"T", "real", "imag", "mT"}
 _DATA_METHODS = {"item", "tolist", "tobytes", "__bool__", "__int__", "__float__", "__index__", "__array__"}
@@ -239,6 +240,8 @@ def getattr_ndarray(tx, v: V.NdarrayVar, name: str) -> V.Variable:
         raise tx.unsupported(f"ndarray.{name}() reads the array's data, which a graph cannot hand back to Python")
     if not hasattr(np.ndarray, name):
         tx.raise_(AttributeError, f"'numpy.ndarray' object has no attribute '{name}'")
+    if not callable(getattr(np.ndarray, name)):   # a data attribute kiln does not model (flags, base, ctypes)
+        raise tx.unsupported(f"ndarray.{name} of an array that stands for a tensor in the graph")
     return V.MethodVar(V.ObjectVar(NdarrayMethod(name)), v)
 
 

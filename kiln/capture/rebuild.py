@@ -60,9 +60,15 @@ def new_object_from(cls, attrs):
     return obj
 
 
-def new_dict_from(cls, items):
+def new_dict_from(cls, items, attrs):
+    """An instance of a user's dict subclass, made without running its `__init__` again: its items
+    stored by its builtin base (an OrderedDict keeps its own order apart from dict's table), then
+    its instance attributes."""
     obj = dict.__new__(cls)
-    dict.update(obj, items)
+    store = collections.OrderedDict.__setitem__ if issubclass(cls, collections.OrderedDict) else dict.__setitem__
+    for k, v in items.items():
+        store(obj, k, v)
+    obj.__dict__.update(attrs)
     return obj
 
 
@@ -201,7 +207,8 @@ def _dict(r, v):
     if v.cls is collections.OrderedDict:
         return f"{r.const(v.cls)}({{{inner}}})"
     # a user's dict subclass: an instance made without running its __new__/__init__ again
-    return f"{r.const(new_dict_from)}({r.const(v.cls)}, {{{inner}}})"
+    attrs = ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items())
+    return f"{r.const(new_dict_from)}({r.const(v.cls)}, {{{inner}}}, {{{attrs}}})"
 
 
 def _set(r, v):
@@ -215,6 +222,8 @@ def _function(r, v):
         return v.source.expr() if v.source is not None else r.const(v.fn)
     if v.closure:
         raise CannotRebuild("a closure defined inside captured code")
+    if v.attrs:
+        raise CannotRebuild("a function defined inside captured code, with attributes set on it")
     defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
     return f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults})"
 

@@ -303,6 +303,12 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     seq = SEQUENCE_OPS.get((a.python_type(), op)) or SEQUENCE_OPS.get((type(a), op))
     if seq is not None:
         return seq(tx, a, b)
+    if op in (operator.mul, operator.imul) and is_python_constant(a):
+        # `3 * [x]`: int's __mul__ declines, the sequence's __rmul__ repeats it (a new sequence,
+        # also for `n *= [x]`)
+        repeat = SEQUENCE_OPS.get((b.python_type(), operator.mul)) or SEQUENCE_OPS.get((type(b), operator.mul))
+        if repeat is not None:
+            return repeat(tx, b, a)
     if op in (operator.eq, operator.ne):
         answer = _user_eq(tx, op, a, b)
         if answer is not None:
@@ -396,9 +402,22 @@ def _concat(tx, a, b):
     return V.TupleVar(a.items + b.items)
 
 
+def _repetitions(tx, n: V.Variable) -> int:
+    count = python_value(n)
+    if not isinstance(count, int):
+        tx.raise_(TypeError, f"can't multiply sequence by non-int of type '{type(count).__name__}'")
+    return count
+
+
 def _repeat(tx, a, b):
-    n = python_value(b)
+    n = _repetitions(tx, b)
     return type(a)(a.items * n) if isinstance(a, V.ListVar) else V.TupleVar(a.items * n)
+
+
+def _list_imul(tx, a, b):
+    n = _repetitions(tx, b)
+    mutate_list(tx, a, lambda lst: lst.__imul__(n))   # in place: every alias sees the repeated items
+    return a
 
 
 def _list_iadd(tx, a, b):
@@ -421,6 +440,7 @@ SEQUENCE_OPS = {
     (V.ListVar, operator.add): _concat, (V.TupleVar, operator.add): _concat,
     (V.TupleVar, operator.iadd): _concat, (V.ListVar, operator.iadd): _list_iadd,
     (V.ListVar, operator.mul): _repeat, (V.TupleVar, operator.mul): _repeat,
+    (V.ListVar, operator.imul): _list_imul, (V.TupleVar, operator.imul): _repeat,
     (V.DictVar, operator.or_): _dict_or, (V.DictVar, operator.ior): _dict_ior,
 }
 
@@ -455,6 +475,8 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
         return call_torch(tx, "call_function", operator.getitem, [obj, key], {})
     if isinstance(obj, (V.ListVar, V.TupleVar)):
         k = python_value(key) if is_python_constant(key) else None
+        if isinstance(key, V.TensorVar):
+            k = _tensor_index(tx, key)
         if isinstance(k, slice):
             if obj.python_type() is collections.deque:
                 tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
@@ -488,6 +510,20 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(obj, (V.ObjectVar, V.NewObjectVar)):
         return object_getitem(tx, obj, key)
     raise tx.unsupported(f"indexing a {obj.python_type().__name__}")
+
+
+def _tensor_index(tx, t: V.TensorVar) -> int:
+    """`items[t]`: Python reads the tensor's value (`Tensor.__index__`). Known while tracing for a
+    tensor this graph made from a constant (`torch.as_tensor(2)`; torch.compile's fake tensors keep
+    such constants too); any other tensor's value is data, and the graph breaks here."""
+    if t.example.dtype.is_floating_point or t.example.dtype.is_complex or t.example.numel() != 1:
+        tx.raise_(TypeError, "only integer tensors of a single element can be converted to an index")
+    node = t.node
+    made_from = node.args[0] if node.op == "call_function" and node.target in (torch.tensor, torch.as_tensor) \
+        and node.args else None
+    if not isinstance(made_from, int):
+        raise tx.unsupported("indexing a list or tuple with a tensor reads the tensor's value")
+    return made_from
 
 
 def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):

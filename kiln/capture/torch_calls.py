@@ -310,9 +310,52 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
     if name == "__setitem__":
         call_torch(tx, "call_function", operator.setitem, args, kwargs)
         return V.Constant(None)
+    if name == "new":
+        return _legacy_new(tx, args, kwargs)
+    if name == "type" and len(args) + len(kwargs) == 2:
+        wanted = args[1] if len(args) > 1 else kwargs.get("dtype")
+        if isinstance(wanted, V.ObjectVar) and is_legacy_tensor_type(wanted.value):
+            # `t.type(torch.HalfTensor)` is `t.type("torch.HalfTensor")`: the graph holds the name
+            return call_torch(tx, "call_method", "type", [self_var, V.Constant(legacy_type_name(wanted.value))], {})
     if name == "type" and len(args) == 1 and not kwargs:
         # the type's name ('torch.FloatTensor', 'torch.cuda.HalfTensor'): metadata, guarded already
         from kiln.capture.examples import device_of
         device, cpu_name = device_of(self_var.example), torch.empty(0, dtype=self_var.example.dtype).type()
         return V.Constant(cpu_name if device.type == "cpu" else cpu_name.replace("torch.", f"torch.{device.type}.", 1))
     return call_torch(tx, "call_method", name, args, kwargs)
+
+
+def _legacy_new(tx, args: list, kwargs: dict) -> V.Variable:
+    """`t.new(...)`, the legacy constructor, by what its arguments are: sizes (ints, or a
+    torch.Size) give `t.new_empty(sizes)`, a list or tuple of numbers `t.new_tensor(data)`. An FX
+    graph keeps no torch.Size (it stores a tuple, which `new` would read as data), so the call is
+    not left as it is."""
+    self_var, rest = args[0], args[1:]
+    if all(isinstance(a, V.SymNumber) or isinstance(a, V.Constant) and isinstance(a.value, int) for a in rest):
+        sizes = list(rest) if rest else ([] if "size" in kwargs else [V.Constant(0)])
+        return call_torch(tx, "call_method", "new_empty", [self_var, *sizes], kwargs)
+    if len(rest) == 1 and isinstance(rest[0], V.TupleVar) and rest[0].cls is torch.Size:
+        return call_torch(tx, "call_method", "new_empty", [self_var, V.TupleVar(list(rest[0].items))], kwargs)
+    if len(rest) == 1 and isinstance(rest[0], (V.ListVar, V.TupleVar)):
+        return call_torch(tx, "call_method", "new_tensor", [self_var, rest[0]], kwargs)
+    return call_torch(tx, "call_method", "new", args, kwargs)
+
+
+# [Note: legacy tensor types] `torch.FloatTensor`, `torch.cuda.LongTensor`, ...: each names one dtype
+# on one device (strided, or sparse under torch.sparse). A tensor is an instance of one when its
+# dtype, device and layout match (their metaclass's __instancecheck__); `t.type(T)` converts to it.
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)
+
+
+def is_legacy_tensor_type(value) -> bool:
+    return type(value) is _LEGACY_TENSOR_TYPE
+
+
+def legacy_type_name(cls) -> str:
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+def is_instance_of_legacy_type(example: torch.Tensor, cls) -> bool:
+    from kiln.capture.examples import device_of
+    return example.dtype == cls.dtype and (device_of(example).type == "cuda") == cls.is_cuda and \
+        example.is_sparse == cls.is_sparse

@@ -116,10 +116,13 @@ class TupleVar(Variable):
 @dataclasses.dataclass(eq=False)
 class DictVar(Variable):
     """Keys are Python values (constants or objects hashed by identity); values are trackers.
-    `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's)."""
+    `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's);
+    `attrs` are the instance attributes of a user's subclass made in traced code (`self.x = x` in
+    its `__init__`)."""
     items: dict
     cls: type = dict
     default_factory: Variable | None = None
+    attrs: dict = dataclasses.field(default_factory=dict)
 
     def python_type(self):
         return self.cls
@@ -185,6 +188,9 @@ class FunctionVar(Variable):
     kwdefaults: dict = dataclasses.field(default_factory=dict)
     closure: tuple = ()  # of Cell trackers, or real cells for existing functions
     fn: Any = None  # the real function when it exists
+    # attributes set on a function made in traced code (functools.wraps sets `__qualname__`,
+    # `__wrapped__`, ...); also what its `__dict__` shows
+    attrs: dict = dataclasses.field(default_factory=dict)
 
     def python_type(self):
         return types.FunctionType

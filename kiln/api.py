@@ -129,9 +129,45 @@ def _with_compiled_forward(wrapper: OptimizedModule, method: types.MethodType) -
     def call(*args, **kwargs):
         if wrapper._cudagraphs and method.__name__ == "generate":
             kwargs = _static_cache_for_graphs(method.__self__, kwargs)
+            with _stop_checks_deferred(), wrapper._forward_redirected():
+                return method(*args, **kwargs)
         with wrapper._forward_redirected():
             return method(*args, **kwargs)
     return call
+
+
+DEFERRED_STOP_DEVICES = frozenset({"cuda"})
+
+
+@contextlib.contextmanager
+def _stop_checks_deferred():
+    """[Note: decoding without a stop sync] transformers' `generate()` asks after every token
+    whether all sequences are done (`unfinished_sequences.max() == 0` read on the host): on CUDA a
+    wait for the step just queued, so a step costs the host's Python plus the GPU's kernels, end to
+    end, and the host never queues the next replay while the GPU works. transformers carries the
+    remedy, `DeferredStopCheck`: the flag copied asynchronously and read one step late (the extra
+    step's token dropped, a cache the caller gets back cropped), the same sequences; it enables it
+    on "mps" only ("we should enable it for cuda if we observe perf gains"). Under
+    mode="reduce-overhead", where a step is one CUDA-graph replay and the host's work is the rest,
+    kiln's `generate()` takes that path on CUDA too, with every other condition transformers
+    checks kept (not for an assistant model; a cache returned to the caller must be croppable)."""
+    try:
+        from transformers.generation.utils import DeferredStopCheck
+    except ImportError:
+        yield
+        return
+    original = DeferredStopCheck.__dict__["is_supported"]
+
+    def is_supported(device, cache, cache_is_returned, is_assistant):
+        if device.type in DEFERRED_STOP_DEVICES:   # transformers' conditions, as for the device it defers on
+            device = torch.device("mps")
+        return original.__func__(device, cache, cache_is_returned, is_assistant)
+
+    DeferredStopCheck.is_supported = staticmethod(is_supported)
+    try:
+        yield
+    finally:
+        DeferredStopCheck.is_supported = original
 
 
 def _static_cache_for_graphs(model: torch.nn.Module, kwargs: dict) -> dict:

@@ -89,3 +89,58 @@ def test_static_cache_decoding_replays_with_eager_tokens():
         torch.testing.assert_close(mine, theirs, rtol=1e-3, atol=1e-3, msg=lambda m: f"step {step}: {m}")
     assert len({l.data_ptr() for l in got.logits}) == len(got.logits), "kept logits share memory"
     assert sum(g.replays for g in _programs()) >= 2 * 20, "the decoding steps did not replay"
+
+
+def test_generate_under_reduce_overhead_defers_the_stop_check():
+    """[Note: decoding without a stop sync] in kiln/api.py: during a reduce-overhead generate(),
+    transformers' DeferredStopCheck applies on CUDA under transformers' own conditions, and after
+    it, transformers decides as it ships. (CPU: the check is only asked; CPU has no events to run it.)"""
+    transformers = pytest.importorskip("transformers")
+    from transformers.generation.utils import DeferredStopCheck
+    cuda_device = torch.device("cuda")
+
+    def deferred(cache=None, returned=False, assistant=False):
+        return DeferredStopCheck.is_supported(cuda_device, cache, returned, assistant)
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=48, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    asked = []
+
+    def ask(input_ids, scores):
+        asked.append((deferred(), deferred(assistant=True)))
+        return scores
+
+    ids = torch.randint(1, 97, (1, 5))
+    kiln.reset()
+    fast = kiln.compile(model, mode="reduce-overhead")
+    kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        expected = model.generate(ids, **kwargs)
+        got = fast.generate(ids, logits_processor=[ask], **kwargs)
+    assert torch.equal(got, expected)
+    assert asked and all(a == (True, False) for a in asked), asked
+    assert not deferred(), "the deferral outlived the call"
+
+
+@cuda
+def test_deferred_stop_check_gives_eager_sequences_when_generation_stops_early():
+    """A deferred stop (read one step late) runs one extra step after every sequence is done;
+    transformers drops its token. Sequences stopping at an end token, batch 2, against eager."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=96, max_position_embeddings=128)
+    model = transformers.LlamaForCausalLM(config).cuda().eval()
+    ids = torch.randint(1, 97, (2, 6), device="cuda")
+    with torch.no_grad():
+        free = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False,
+                              pad_token_id=0)
+        eos = int(free[0, 6 + 5])          # a token the first sequence makes at its sixth step
+        kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False, pad_token_id=0,
+                      eos_token_id=eos)
+        expected = model.generate(ids, **kwargs)
+        kiln.reset()
+        got = kiln.compile(model, mode="reduce-overhead").generate(ids, **kwargs)
+    assert torch.equal(got, expected)

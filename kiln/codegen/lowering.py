@@ -663,15 +663,18 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 cpu_outputs.append(position)
             # a strided view of a computed buffer (an extern's result reshaped) returns as a view,
             # not a copy; views of inputs and constants are copied (aot owns input aliasing)
+            strides = _dense_strides(meta)
+            saved = user_outputs is not None and position >= user_outputs
             view = strided_view(ctx, value) if ctx.buffer_of(value) is None else None
-            if view is not None and view.name not in inputs and view.name not in constants:
+            # ... in the output's own layout: a KV cache filled by `index_copy_` came back as a
+            # dim-permuted view of the index_put's result where eager's is contiguous
+            if (view is not None and view.name not in inputs and view.name not in constants
+                    and (saved or strides is None or _same_layout(view.sizes, view.strides, strides))):
                 outputs.append(view)
                 continue
-            strides = _dense_strides(meta)
             # an output equal to an input (a roll by the whole length, a clone) is a tensor of its own:
             # the input may be mutated after (aot's epilogue) and the caller may write either
             holder = ctx.buffer_of(value)
-            saved = user_outputs is not None and position >= user_outputs
             fresh = holder is not None and (holder.name in inputs or holder.name in constants) and not saved
             if saved and holder is None and value in ctx.realized_any:   # any layout does for the backward
                 outputs.append(ctx.realized_any[value].name)
@@ -724,6 +727,11 @@ def _outputs_where_computed(ctx: LoweringContext, computed: int) -> list:
     for at, n in sorted(moved, key=lambda m: m[0], reverse=True):   # later positions first: indices hold
         nodes.insert(at, n)
     return nodes + late
+
+
+def _same_layout(sizes, strides, wanted) -> bool:
+    """Whether `strides` over `sizes` are `wanted` (dims of size 1 take any stride)."""
+    return all(n == 1 or sympy.expand(to_sympy(a) - to_sympy(b)) == 0 for n, a, b in zip(sizes, strides, wanted))
 
 
 def _dense_strides(meta) -> tuple | None:

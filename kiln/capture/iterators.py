@@ -360,9 +360,10 @@ handles(min)(_reduce_compare(min))
 
 @handles(any)
 def _any(tx, args, kwargs):
-    return V.Constant(any(truth(tx, x) for x in iterate(tx, args[0])))
+    # short-circuits as Python's does: a generator or iterator is stepped only up to the first true item
+    return V.Constant(any(truth(tx, x) for x in _items(tx, args[0], isinstance(args[0], V.ITERATORS))))
 
 
 @handles(all)
 def _all(tx, args, kwargs):
-    return V.Constant(all(truth(tx, x) for x in iterate(tx, args[0])))
+    return V.Constant(all(truth(tx, x) for x in _items(tx, args[0], isinstance(args[0], V.ITERATORS))))

@@ -441,7 +441,7 @@ def test_contextmanager_decorator_with_effects_around_its_yield():
 # Each program records the order of effects in `log` and returns it, so a generator run ahead of its
 # consumer (kiln's old eager model) gives a different answer. torch.compile (fullgraph, eager
 # backend) makes one graph of each, except `yield_from_returns` (its Dynamo loses the value `yield
-# from` returns).
+# from` returns) and `throw_into_yield_from` (it raises).
 @contextlib.contextmanager
 def counting(log):
     log.append("enter")
@@ -598,6 +598,39 @@ def exception_in_with_body_propagates_through_finally(x, y):
     return x * len(log), log
 
 
+def any_stops_at_the_first_true_item(x, y):
+    log = []
+
+    def checked():
+        for i in range(4):
+            log.append(i)
+            yield i >= 1
+    found = any(checked())
+    it = iter([0, 1, 0, 2])
+    return x * len(log), found, any(it), next(it)
+
+
+def throw_into_yield_from(x, y):
+    """torch.compile raises here (an exception its Dynamo finds no handler for); kiln hands the
+    exception to the inner generator, as CPython does."""
+    log = []
+
+    def inner():
+        try:
+            yield x
+        except KeyError:
+            log.append("inner caught")
+            yield y * 2
+
+    def outer():
+        yield from inner()
+        log.append("outer done")
+    g = outer()
+    a = next(g) + 1
+    b = g.throw(KeyError("k")) + 1
+    return a, b, next(g, "end"), log
+
+
 @grad_off()
 def logged_without_grad(x, log):
     log.append(torch.is_grad_enabled())
@@ -635,6 +668,8 @@ def break_out_of_a_generator(x, y):
     exception_in_with_body_reaches_the_contextmanager,
     exception_in_with_body_propagates_through_finally,
     contextmanager_decorator_sees_its_own_effects,
+    any_stops_at_the_first_true_item,
+    throw_into_yield_from,
 ], ids=lambda f: f.__name__)
 def test_generators_run_lazily_one_graph(fn):
     _one_graph(fn, _needs_grad)

@@ -200,6 +200,12 @@ def _guarded(out, real):
 
 
 # -- functions that call user code --------------------------------------------------------------------
+def _runs_python(fn: V.Variable) -> bool:
+    """Whether calling `fn` runs Python code kiln inlines, whose effects must interleave with the
+    consumer's as in Python (`map(f, xs)` calls `f` only when the loop asks for the next item)."""
+    return isinstance(fn, (V.FunctionVar, V.MethodVar, V.PartialVar, V.NewObjectVar))
+
+
 def _caller(tx, fn):
     """`fn` called on trackers by the frame that runs when it is called."""
     out = tx.out
@@ -208,13 +214,13 @@ def _caller(tx, fn):
 
 @handles(map)
 def _map(tx, args, kwargs):
-    lazy = any(_reads_generator(a) for a in args[1:])
+    lazy = _runs_python(args[0]) or any(_reads_generator(a) for a in args[1:])
     return _result(tx, map(_caller(tx, args[0]), *[_items(tx, a, lazy) for a in args[1:]]), map, lazy)
 
 
 @handles(itertools.starmap)
 def _starmap(tx, args, kwargs):
-    lazy, call = _reads_generator(args[1]), _caller(tx, args[0])
+    lazy, call = _runs_python(args[0]) or _reads_generator(args[1]), _caller(tx, args[0])
     out = tx.out
     return _result(tx, (call(*iterate(out.current, row)) for row in _items(tx, args[1], lazy)),
                    itertools.starmap, lazy)
@@ -229,7 +235,7 @@ def _predicate(tx, fn):
 
 def _filtering(real_fn):
     def handle(tx, args, kwargs):
-        lazy = _reads_generator(args[1])
+        lazy = _runs_python(args[0]) or _reads_generator(args[1])
         return _result(tx, real_fn(_predicate(tx, args[0]), _items(tx, args[1], lazy)), real_fn, lazy)
     return handle
 

@@ -598,6 +598,15 @@ def exception_in_with_body_propagates_through_finally(x, y):
     return x * len(log), log
 
 
+def map_over_a_list_calls_its_function_as_the_loop_asks(x, y):
+    log = []
+
+    def seen(v):
+        log.append("f")
+        return v
+    return [v * len(log) for v in map(seen, [x, y])], [v for v in filter(lambda v: log.append("p") or True, [x])], log
+
+
 def any_stops_at_the_first_true_item(x, y):
     log = []
 
@@ -668,6 +677,7 @@ def break_out_of_a_generator(x, y):
     exception_in_with_body_reaches_the_contextmanager,
     exception_in_with_body_propagates_through_finally,
     contextmanager_decorator_sees_its_own_effects,
+    map_over_a_list_calls_its_function_as_the_loop_asks,
     any_stops_at_the_first_true_item,
     throw_into_yield_from,
 ], ids=lambda f: f.__name__)

@@ -250,6 +250,8 @@ def _getattr_method(tx, v: V.MethodVar, name: str) -> V.Variable:
 def _getattr_exception(tx, v: V.ExceptionVar, name: str) -> V.Variable:
     if name == "args":
         return V.TupleVar(list(v.args))
+    if name == "value" and issubclass(v.cls, StopIteration):
+        return v.args[0] if v.args else V.Constant(None)
     tx.raise_(AttributeError, f"exception has no attribute {name!r}")
 
 
@@ -272,6 +274,7 @@ _GETATTR = {
     V.FunctionVar: _getattr_function,
     V.MethodVar: _getattr_method,
     V.ExceptionVar: _getattr_exception,
+    V.GeneratorVar: _getattr_container,
 }
 
 
@@ -303,6 +306,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
         tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
         tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
+    if isinstance(obj, V.ExceptionVar) and name == "__traceback__":
+        return   # kiln keeps no tracebacks (contextlib's `__exit__` puts the original one back)
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
 
 

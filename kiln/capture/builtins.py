@@ -55,8 +55,9 @@ def _len(tx, args, kwargs):
         return fold_call(tx, len, args, kwargs)
     if isinstance(v, V.ObjectVar) and isinstance(v.value, torch.nn.Module):
         return V.Constant(len(v.value))
-    if isinstance(v, V.IteratorVar):
-        tx.raise_(TypeError, "object of type 'iterator' has no len()")
+    if isinstance(v, V.ITERATORS):
+        name = "iterator" if isinstance(v, V.IteratorVar) else v.python_type().__name__
+        tx.raise_(TypeError, f"object of type {name!r} has no len()")
     from kiln.capture.attributes import getattr_var
     return tx.call(getattr_var(tx, v, "__len__"), [])
 

@@ -5,6 +5,7 @@ Each family of values registers the callables it owns here, next to their handle
 - `containers.py`: list, tuple, dict, set and frozenset, their methods and set algebra;
 - `collections_types.py`: `collections.deque`, `defaultdict`, `OrderedDict`, namedtuple methods;
 - `iterators.py`: iteration builtins (`zip`, `enumerate`, `sorted`, ...) and `itertools`;
+- `generators.py`: the methods of generators made in traced code (`send`, `throw`, `close`);
 - `stdlib_functions.py`: `copy`, `heapq`, `bisect`, `operator.itemgetter`/`attrgetter`/`methodcaller`;
 - `numpy_calls.py`: NumPy functions on arrays that stand for tensors (traced as torch ops);
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
@@ -36,8 +37,8 @@ CALLABLE_TYPES: dict = {}  # type -> handler(tx, value, args, kwargs), for calla
 PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), for its functions and classes
 ATTRIBUTES: dict = {}
 
-_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "stdlib_functions", "numpy_calls",
-             "pytree_calls", "vmap", "calls", "distributed", "torch_python")
+_FAMILIES = ("builtins", "containers", "collections_types", "iterators", "generators", "stdlib_functions",
+             "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python")
 _loaded = False
 
 

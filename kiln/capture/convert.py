@@ -26,6 +26,7 @@ import torch
 from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
+from kiln.capture.generators import left_paused_in_cleanup
 from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
@@ -111,6 +112,10 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     autocast_state = (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu"))
     try:
         result = tracer.run()
+        paused = left_paused_in_cleanup(out)
+        if paused is not None:
+            raise GraphBreak("a generator left paused inside a try/with block, whose cleanup Python runs "
+                             "when it collects the generator", paused.frame.where())
     finally:
         out.current = None   # guards raised from here on (the backend's) are not at a traced line
         torch._C._set_grad_enabled(grad_mode)

@@ -27,6 +27,7 @@ from kiln.errors import Unsupported
 PY312 = sys.version_info >= (3, 12)
 PY313 = sys.version_info >= (3, 13)
 MAX_INLINE_DEPTH = 64
+CO_GENERATOR = 0x20
 MAX_INSTRUCTIONS = 2_000_000  # per capture: every loop is unrolled, so bound the work
 
 HANDLERS: dict[str, Callable] = {}  # opcode name -> handler(tx, inst); filled by opcodes.py
@@ -64,6 +65,10 @@ class ObservedException(Exception):
 
 class FrameReturn(Exception):
     pass
+
+
+class FrameYield(Exception):
+    """YIELD_VALUE paused a generator's frame; the value is its `yielding`."""
 
 
 class NotConstant(Exception):
@@ -109,7 +114,7 @@ class Tracer:
         self.kw_names: tuple = ()
         self.exc_info: list[V.Variable] = []  # the exceptions being handled (PUSH_EXC_INFO)
         self.return_value: V.Variable | None = None
-        self.yielded: list[V.Variable] | None = [] if code.co_flags & 0x20 else None  # generators
+        self.yielding: V.Variable | None = None  # the value a generator's frame paused on
         self.fn_name = fn_name or code.co_name
         # the root frame stops at `stop_at` (an instruction offset) to break the graph there
         self.stop_at: int | None = None
@@ -190,6 +195,8 @@ class Tracer:
                 handler(self, inst)
             except FrameReturn:
                 return self.return_value
+            except FrameYield:
+                return None
             except ObservedException as e:
                 if e.where is None:
                     e.where = self.where()
@@ -237,13 +244,14 @@ class Tracer:
         child = Tracer(code, fn.globals, self.out, parent=self, locals_=locals_, closure=fn.closure,
                        fn_name=fn.name)
         child.fn_source = fn.source
+        if code.co_flags & CO_GENERATOR:   # runs only when stepped ([Note: lazy generators])
+            generator = V.GeneratorVar(child)
+            self.out.generators.append(generator)
+            return generator
         try:
-            result = child.run()
+            return child.run()
         finally:
             self.out.current = self
-        if child.yielded is not None:
-            return V.IteratorVar(child.yielded)
-        return result
 
     def root(self) -> "Tracer":
         tx = self

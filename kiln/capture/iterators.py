@@ -1,7 +1,10 @@
 """Iteration over trackers: the iteration builtins (`iter`, `next`, `zip`, `enumerate`, `map`,
 `sorted`, `sum`, ...) and `itertools`.
 
-kiln unrolls loops, so an iterator is an `IteratorVar` over a known list of trackers.
+kiln unrolls loops, so an iterator is an `IteratorVar` over a known list of trackers; one built
+over a generator made in traced code is a `LazyIteratorVar` instead, whose items are made only as
+the consumer asks, so the generator's effects interleave with the consumer's ([Note: lazy
+generators] in `generators.py`). Both come out of `_result`, from a real iterator over trackers.
 
 [Note: itertools run for real on tokens] What `zip`, `enumerate`, `itertools.product`,
 `combinations`, `permutations`, `zip_longest`, `islice`, `chain` (and `from_iterable`) and `pairwise`
@@ -24,7 +27,7 @@ from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.semantics import binary_op, get_iter, iterate, truth
 from kiln.capture.constants import constant_of, is_python_constant, python_value
-from kiln.capture.views import advance
+from kiln.capture.generators import advance
 
 _LONGEST = 100_000  # an unrolled loop longer than this is taken to be infinite (`itertools.count`)
 
@@ -39,7 +42,7 @@ def _iter(tx, args, kwargs):
 @handles(next)
 def _next(tx, args, kwargs):
     it = args[0]
-    if not isinstance(it, V.IteratorVar):
+    if not isinstance(it, V.ITERATORS):
         raise tx.unsupported(f"next() on a {it.python_type().__name__}")
     item = advance(tx, it)             # a dict view's iterator reads the dict as it is now
     if item is None:
@@ -81,13 +84,17 @@ class _Consumed:
         return self.tokens[self.taken - 1]
 
 
-def _real_argument(tx, kind, v, consumed: dict):
+def _real_argument(tx, kind, v, consumed: dict | None):
+    """The real argument standing for tracker `v`; `consumed` is None when the result is lazy
+    (an iterator argument is then stepped only as the real function asks)."""
     if kind == "c":
         return python_value(v)
     if kind == "i":
         return Token(v)
     if kind == "J":
         return [_real_argument(tx, "I", inner, consumed) for inner in iterate(tx, v)]
+    if consumed is None and isinstance(v, V.ITERATORS):
+        return (Token(x) for x in _stream(tx.out, v))
     if isinstance(v, V.IteratorVar):
         if v.view is not None:     # its items are the dict's keys, read live ([Note] in views.py)
             raise tx.unsupported("an itertools function over an iterator of a dict view")
@@ -111,10 +118,17 @@ def _structural(fn, spec: str, kwspec: dict):
     """`spec`: one kind per positional argument; a last kind followed by `*` repeats."""
     def handle(tx, args, kwargs):
         kinds = spec.rstrip("*")
-        consumed = {}
+        lazy = any(_reads_generator(a) for a in [*args, *kwargs.values()])
+        consumed = None if lazy else {}
         real_args = [_real_argument(tx, kinds[min(i, len(kinds) - 1)] if spec.endswith("*") or i < len(kinds)
                                     else "c", a, consumed) for i, a in enumerate(args)]
         real_kwargs = {k: _real_argument(tx, kwspec.get(k, "c"), v, consumed) for k, v in kwargs.items()}
+        if lazy:
+            try:
+                real = fn(*real_args, **real_kwargs)
+            except (TypeError, ValueError) as e:
+                tx.raise_(type(e), *e.args)
+            return _result(tx, map(_tracker_of, real), fn, lazy=True)
         try:
             out = list(itertools.islice(fn(*real_args, **real_kwargs), _LONGEST + 1))
         except (TypeError, ValueError) as e:
@@ -153,67 +167,116 @@ def _endless(tx, args, kwargs):
     raise tx.unsupported("an endless iterator (itertools.count/cycle) inside captured code")
 
 
+# -- lazy iteration over generators ----------------------------------------------------------------------
+def _reads_generator(v: V.Variable) -> bool:
+    """Whether iterating `v` steps a generator made in traced code (so must wait for the consumer)."""
+    return isinstance(v, (V.GeneratorVar, V.LazyIteratorVar))
+
+
+def _stream(out, it: V.Variable):
+    """The items of iterator tracker `it`, each taken only when asked, by the frame running then."""
+    while (item := advance(out.current, it)) is not None:
+        yield item
+
+
+def _items(tx, v: V.Variable, lazy: bool):
+    """The items of iterable `v`: a stream when the result is lazy, else a list (all taken now)."""
+    return _stream(tx.out, get_iter(tx, v)) if lazy else iterate(tx, v)
+
+
+def _result(tx, real, cls: type, lazy: bool) -> V.Variable:
+    """An iterator tracker over the trackers `real` produces: produced now, or as the consumer asks."""
+    if lazy:
+        return V.LazyIteratorVar(_guarded(tx.out, real), cls)
+    return V.IteratorVar(list(real))
+
+
+def _guarded(out, real):
+    """`real`'s items; an error the real itertools function raises (zip's `strict=`) is the program's."""
+    try:
+        yield from real
+    except (TypeError, ValueError) as e:
+        out.current.raise_(type(e), *e.args)
+
+
 # -- functions that call user code --------------------------------------------------------------------
+def _runs_python(fn: V.Variable) -> bool:
+    """Whether calling `fn` runs Python code kiln inlines, whose effects must interleave with the
+    consumer's as in Python (`map(f, xs)` calls `f` only when the loop asks for the next item)."""
+    return isinstance(fn, (V.FunctionVar, V.MethodVar, V.PartialVar, V.NewObjectVar))
+
+
+def _caller(tx, fn):
+    """`fn` called on trackers by the frame that runs when it is called."""
+    out = tx.out
+    return lambda *row: out.current.call(fn, list(row))
+
+
 @handles(map)
 def _map(tx, args, kwargs):
-    fn, columns = args[0], [iterate(tx, a) for a in args[1:]]
-    return V.IteratorVar([tx.call(fn, list(row)) for row in zip(*columns)])
+    lazy = _runs_python(args[0]) or any(_reads_generator(a) for a in args[1:])
+    return _result(tx, map(_caller(tx, args[0]), *[_items(tx, a, lazy) for a in args[1:]]), map, lazy)
 
 
 @handles(itertools.starmap)
 def _starmap(tx, args, kwargs):
-    return V.IteratorVar([tx.call(args[0], iterate(tx, row)) for row in iterate(tx, args[1])])
+    lazy, call = _runs_python(args[0]) or _reads_generator(args[1]), _caller(tx, args[0])
+    out = tx.out
+    return _result(tx, (call(*iterate(out.current, row)) for row in _items(tx, args[1], lazy)),
+                   itertools.starmap, lazy)
 
 
 def _predicate(tx, fn):
+    out = tx.out
     if isinstance(fn, V.Constant) and fn.value is None:
-        return lambda x: truth(tx, x)
-    return lambda x: truth(tx, tx.call(fn, [x]))
+        return lambda x: truth(out.current, x)
+    return lambda x: truth(out.current, out.current.call(fn, [x]))
 
 
-@handles(filter)
-def _filter(tx, args, kwargs):
-    keep = _predicate(tx, args[0])
-    return V.IteratorVar([x for x in iterate(tx, args[1]) if keep(x)])
+def _filtering(real_fn):
+    def handle(tx, args, kwargs):
+        lazy = _runs_python(args[0]) or _reads_generator(args[1])
+        return _result(tx, real_fn(_predicate(tx, args[0]), _items(tx, args[1], lazy)), real_fn, lazy)
+    return handle
 
 
-@handles(itertools.filterfalse)
-def _filterfalse(tx, args, kwargs):
-    keep = _predicate(tx, args[0])
-    return V.IteratorVar([x for x in iterate(tx, args[1]) if not keep(x)])
-
-
-@handles(itertools.takewhile)
-def _takewhile(tx, args, kwargs):
-    keep = _predicate(tx, args[0])
-    return V.IteratorVar(list(itertools.takewhile(keep, iterate(tx, args[1]))))
-
-
-@handles(itertools.dropwhile)
-def _dropwhile(tx, args, kwargs):
-    keep = _predicate(tx, args[0])
-    return V.IteratorVar(list(itertools.dropwhile(keep, iterate(tx, args[1]))))
+for _fn in (filter, itertools.filterfalse, itertools.takewhile, itertools.dropwhile):
+    handles(_fn)(_filtering(_fn))
 
 
 @handles(itertools.compress)
 def _compress(tx, args, kwargs):
-    return V.IteratorVar([x for x, s in zip(iterate(tx, args[0]), iterate(tx, args[1])) if truth(tx, s)])
+    lazy = _reads_generator(args[0]) or _reads_generator(args[1])
+    out = tx.out
+    pairs = zip(_items(tx, args[0], lazy), _items(tx, args[1], lazy))
+    return _result(tx, (x for x, s in pairs if truth(out.current, s)), itertools.compress, lazy)
+
+
+def _accumulated(out, items, fn, initial):
+    total = initial
+    if total is not None:
+        yield total
+    for item in items:
+        tx = out.current
+        total = item if total is None else (tx.call(fn, [total, item]) if fn else
+                                            binary_op(tx, operator.add, total, item))
+        yield total
 
 
 @handles(itertools.accumulate)
 def _accumulate(tx, args, kwargs):
-    items, out = iterate(tx, args[0]), []
+    lazy = _reads_generator(args[0])
     fn = args[1] if len(args) > 1 else kwargs.get("func")
-    if "initial" in kwargs and not (isinstance(kwargs["initial"], V.Constant) and kwargs["initial"].value is None):
-        out.append(kwargs["initial"])
-    for item in items:
-        out.append(item if not out else (tx.call(fn, [out[-1], item]) if fn else
-                                         binary_op(tx, operator.add, out[-1], item)))
-    return V.IteratorVar(out)
+    initial = kwargs.get("initial")
+    if initial is not None and _is_none(initial):
+        initial = None
+    return _result(tx, _accumulated(tx.out, _items(tx, args[0], lazy), fn, initial), itertools.accumulate, lazy)
 
 
 @handles(itertools.groupby)
 def _groupby(tx, args, kwargs):
+    if _reads_generator(args[0]):
+        raise tx.unsupported("itertools.groupby over a generator inside captured code")
     key = args[1] if len(args) > 1 else kwargs.get("key")
     groups = []
     for x in iterate(tx, args[0]):
@@ -227,8 +290,8 @@ def _groupby(tx, args, kwargs):
 
 @handles(reversed)
 def _reversed(tx, args, kwargs):
-    if isinstance(args[0], V.IteratorVar):
-        tx.raise_(TypeError, "'iterator' object is not reversible")
+    if isinstance(args[0], V.ITERATORS):
+        tx.raise_(TypeError, f"{args[0].python_type().__name__!r} object is not reversible")
     return V.IteratorVar(list(reversed(iterate(tx, args[0]))))
 
 
@@ -303,9 +366,10 @@ handles(min)(_reduce_compare(min))
 
 @handles(any)
 def _any(tx, args, kwargs):
-    return V.Constant(any(truth(tx, x) for x in iterate(tx, args[0])))
+    # short-circuits as Python's does: a generator or iterator is stepped only up to the first true item
+    return V.Constant(any(truth(tx, x) for x in _items(tx, args[0], isinstance(args[0], V.ITERATORS))))
 
 
 @handles(all)
 def _all(tx, args, kwargs):
-    return V.Constant(all(truth(tx, x) for x in iterate(tx, args[0])))
+    return V.Constant(all(truth(tx, x) for x in _items(tx, args[0], isinstance(args[0], V.ITERATORS))))

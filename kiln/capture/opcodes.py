@@ -19,8 +19,9 @@ from kiln.capture import semantics as S
 from kiln.capture import variables as V
 from kiln.capture.attributes import delattr_var, getattr_var, setattr_var
 from kiln.capture.calls import as_exception, enter_context
-from kiln.capture.views import advance
-from kiln.capture.interpreter import HANDLERS, PY312, PY313, FrameReturn, GraphBreak, ObservedException, Tracer
+from kiln.capture.generators import advance, step
+from kiln.capture.interpreter import (CO_GENERATOR, HANDLERS, PY312, PY313, FrameReturn, FrameYield, GraphBreak,
+                                       ObservedException, Tracer)
 from kiln.capture.sources import ClosureSource, GlobalSource
 
 
@@ -563,7 +564,7 @@ def get_iter(tx, inst):
 @handler("FOR_ITER")
 def for_iter(tx, inst):
     it = tx.stack[-1]
-    if not isinstance(it, V.IteratorVar):
+    if not isinstance(it, V.ITERATORS):
         raise tx.unsupported(f"iterating over {it.python_type().__name__} is not supported")
     item = advance(tx, it)
     if item is not None:
@@ -623,26 +624,32 @@ def return_generator(tx, inst):
 
 @handler("YIELD_VALUE")
 def yield_value(tx, inst):
-    if tx.yielded is None:
+    """Pause the generator's frame here ([Note: lazy generators]); `generators.step` resumes it
+    with the value sent in pushed."""
+    if not tx.code.co_flags & CO_GENERATOR or tx.parent is None:
         raise tx.unsupported("yield outside a generator kiln inlines")
-    tx.yielded.append(tx.pop())
-    tx.push(V.Constant(None))  # the value sent in: generators kiln inlines are only iterated
+    tx.yielding = tx.pop()
+    raise FrameYield()
 
 
 @handler("SEND")
 def send(tx, inst):
-    """`yield from it`: generators kiln inlines are only iterated, so the value sent is ignored."""
-    it = tx.stack[-2]
-    if not isinstance(it, V.IteratorVar):
+    """`yield from it`: step `it` with the value sent in; its next value is yielded in turn (the
+    YIELD_VALUE that follows), its end jumps past the loop with its return value."""
+    sent, receiver = tx.pop(), tx.stack[-1]
+    if isinstance(receiver, V.GeneratorVar):
+        value = step(tx, receiver, sent)
+        result = receiver.result
+    elif isinstance(receiver, (V.IteratorVar, V.LazyIteratorVar)):
+        value, result = advance(tx, receiver), V.Constant(None)
+    else:
         raise tx.unsupported("`yield from` / `await` on something other than an iterable")
-    tx.pop()
-    if it.index < len(it.items):
-        tx.push(it.items[it.index])
-        it.index += 1
+    if value is not None:
+        tx.push(value)
         return
     if not PY312:
         tx.pop()  # 3.11 pops the iterator too; 3.12 leaves it for END_SEND
-    tx.push(V.Constant(None))
+    tx.push(result if result is not None else V.Constant(None))
     tx.jump(inst.argval)
 
 
@@ -711,9 +718,15 @@ def before_with(tx, inst):
 
 @handler("WITH_EXCEPT_START")
 def with_except_start(tx, inst):
-    exit_fn = tx.stack[-4]
-    tx.call(exit_fn, [V.Constant(None)] * 3)
-    tx.push(V.Constant(False))  # modelled context managers never swallow exceptions
+    """An exception left the `with` body: `__exit__(type, exc, traceback)`, whose truth says whether
+    it is swallowed. A context manager kiln models itself (grad mode, autocast) never swallows one."""
+    exit_fn, exc = tx.stack[-4], tx.stack[-1]
+    if isinstance(exit_fn, V.ContextVar):
+        tx.call(exit_fn, [V.Constant(None)] * 3)
+        tx.push(V.Constant(False))
+        return
+    swallowed = tx.call(exit_fn, [V.ObjectVar(exc.cls), exc, V.Constant(None)])
+    tx.push(V.Constant(S.truth(tx, swallowed)))
 
 
 # -- 3.13 ----------------------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ class OutputGraph:
         self.examples = Examples()
         self.instructions = 0  # interpreted so far, all frames together
         self.current = None    # the Tracer at work: guards and shape guards name its line
+        self.generators: list[V.GeneratorVar] = []  # made in traced code: [Note: lazy generators]
         self.examples.shape_env.locate = self.where
 
     def where(self) -> str | None:

@@ -252,6 +252,18 @@ def _iterator(r, v):
     return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in items)}))"
 
 
+def _generator(r, v):
+    if v.state != "done":
+        raise CannotRebuild("a generator made in captured code, paused at a `yield` where the graph breaks "
+                            "(its frame exists only inside kiln)")
+    return f"{r.const(ResumeIterator)}(())"
+
+
+def _lazy_iterator(r, v):
+    raise CannotRebuild(f"a {v.cls.__name__} iterator over a generator made in captured code, open where "
+                        "the graph breaks")
+
+
 def _view(r, v):
     return v.source.expr() if v.source is not None else f"{r.expr(v.dict)}.{v.kind}()"
 
@@ -286,9 +298,11 @@ _PRINTERS = {
     V.SliceVar: _slice,
     V.NewObjectVar: _new_object,
     V.IteratorVar: _iterator,
+    V.GeneratorVar: _generator,
+    V.LazyIteratorVar: _lazy_iterator,
     V.ExceptionVar: _exception,
     V.ContextVar: _context,
     V.SymNumber: _sym,
     V.DictViewVar: _view,
 }
-_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar)
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar)

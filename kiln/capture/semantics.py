@@ -23,7 +23,8 @@ from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
-from kiln.capture.views import advance, items_of, view_iter
+from kiln.capture.generators import advance
+from kiln.capture.views import items_of, view_iter
 
 BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
               operator.mod, operator.or_, operator.pow, operator.rshift, operator.sub, operator.truediv,
@@ -157,7 +158,7 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
         return VALUE_MODELS[type(v)].iterate(tx, v)
     if isinstance(v, (V.ListVar, V.TupleVar)):
         return list(v.items)
-    if isinstance(v, V.IteratorVar):
+    if isinstance(v, V.ITERATORS):
         items = []
         while (item := advance(tx, v)) is not None:
             items.append(item)
@@ -185,7 +186,7 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
 
 
 def get_iter(tx, v: V.Variable) -> V.Variable:
-    if isinstance(v, V.IteratorVar):
+    if isinstance(v, V.ITERATORS):
         return v
     if isinstance(v, V.DictViewVar):
         return view_iter(v)
@@ -258,7 +259,8 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
         return va is vb
     if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
         return False
-    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar)  # trackers are objects
+    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar,  # trackers are objects
+                V.ExceptionVar, V.GeneratorVar, V.LazyIteratorVar)
     if isinstance(a, distinct) or isinstance(b, distinct):
         return False
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")

@@ -162,7 +162,7 @@ VIEW_TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": typ
 class IteratorVar(Variable):
     """Iterators over a known sequence of trackers (list/tuple/range/zip/enumerate/map/generators).
     Over a dict view, `items` are the keys and `view` gives each value when reached (`views.py`);
-    step it with `views.advance`."""
+    step it with `generators.advance`."""
     items: list
     index: int = 0
     view: DictViewVar | None = None
@@ -170,6 +170,33 @@ class IteratorVar(Variable):
 
     def python_type(self):
         return types.GeneratorType
+
+
+@dataclasses.dataclass(eq=False)
+class GeneratorVar(Variable):
+    """A generator made by calling a generator function in traced code: its own frame (a `Tracer`),
+    run to its next `yield` each time it is stepped ([Note: lazy generators] in `generators.py`)."""
+    frame: Any
+    state: str = "created"   # "created" | "suspended" | "running" | "done" | "broken"
+    result: Variable | None = None   # what the frame returned, once "done"
+
+    def python_type(self):
+        return types.GeneratorType
+
+
+@dataclasses.dataclass(eq=False)
+class LazyIteratorVar(Variable):
+    """An iterator kiln builds over a generator (`zip`, `map`, `enumerate`, `filter`, itertools):
+    `items` is a real iterator that makes each item (a tracker) only when asked, stepping the
+    generator then (`iterators.py`). `cls` is the type Python's own iterator would have."""
+    items: Any
+    cls: type
+
+    def python_type(self):
+        return self.cls
+
+
+ITERATORS = (IteratorVar, GeneratorVar, LazyIteratorVar)   # what `generators.advance` steps
 
 
 @dataclasses.dataclass(eq=False)

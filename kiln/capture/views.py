@@ -8,7 +8,8 @@ at that moment. An iterator over a view (`IteratorVar.view`) holds the keys only
 walks the dict's entries by position: each value is read when the loop reaches it, and the
 iterator raises RuntimeError once the dict has changed size, as Python's does.
 
-Hands on: `items_of`, `view_iter`, `advance` (the one way to step any iterator);
+Hands on: `items_of`, `view_iter`, `advance` (steps an `IteratorVar`; `generators.advance` steps any
+iterator);
 the view types themselves are `variables.VIEW_TYPES`.
 """
 from __future__ import annotations

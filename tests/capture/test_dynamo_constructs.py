@@ -431,10 +431,282 @@ def doubled_without_grad(x):
     return x * 2
 
 
-@pytest.mark.xfail(strict=True, reason="kiln runs a generator to its end where it is made, so a "
-                   "contextmanager's code after `yield` (here: grad mode switched back on) runs before the body")
 def test_contextmanager_decorator_with_effects_around_its_yield():
+    """The code after the manager's `yield` (grad mode switched back on) runs after the decorated
+    function, not when the manager is made: the result does not require grad, as in eager."""
     _one_graph(lambda x, y: _with_grad_flags(doubled_without_grad(x)), _needs_grad)
+
+
+# -- generators run lazily: their effects interleave with their consumer's ---------------------------------
+# Each program records the order of effects in `log` and returns it, so a generator run ahead of its
+# consumer (kiln's old eager model) gives a different answer. torch.compile (fullgraph, eager
+# backend) makes one graph of each, except `yield_from_returns` (its Dynamo loses the value `yield
+# from` returns) and `throw_into_yield_from` (it raises).
+@contextlib.contextmanager
+def counting(log):
+    log.append("enter")
+    yield len(log)
+    log.append("exit")
+
+
+def contextmanager_with_block(x, y):
+    log = []
+    with counting(log) as entered:
+        y = x * len(log) + entered
+    return y, log
+
+
+def for_over_a_generator(x, y):
+    log = []
+
+    def scaled():
+        for i in range(3):
+            log.append(i)
+            yield x * i
+    out = []
+    for v in scaled():
+        out.append(v + len(log))
+        log.append("body")
+    return out, log
+
+
+def next_by_hand(x, y):
+    log = []
+
+    def two():
+        log.append("a")
+        yield x
+        log.append("b")
+        yield y
+        log.append("c")
+    g = two()
+    a = next(g) * len(log)
+    b = next(g) * len(log)
+    c = next(g, x) * len(log)
+    return a, b, c, log, next(g, "done")
+
+
+def generator_expression_consumed_in_parts(x, y):
+    log = []
+    g = (log.append(i) or x * i for i in range(4))
+    first = next(g) + len(log)
+    rest = sum(g) * len(log)
+    return first, rest, log
+
+
+def yield_from_returns(x, y):
+    log = []
+
+    def inner():
+        log.append("i1")
+        yield x
+        log.append("i2")
+        yield y
+        return 7
+
+    def outer():
+        r = yield from inner()
+        log.append(r)
+        yield x * r
+    return [v * len(log) for v in outer()], log
+
+
+def zip_of_generators(x, y):
+    log = []
+
+    def tagged(tag, v):
+        for i in range(2):
+            log.append(tag)
+            yield v * i
+    out = []
+    for i, (a, b) in enumerate(zip(tagged("a", x), tagged("b", y))):
+        out.append(a + b + len(log))
+        log.append(i)
+    return out, log
+
+
+def map_and_filter_over_a_generator(x, y):
+    log = []
+
+    def counted():
+        for i in range(4):
+            log.append(i)
+            yield x + i
+    evens = filter(lambda t: len(log) % 2, map(lambda t: t * 2, counted()))
+    return [v * len(log) for v in evens], log
+
+
+def send_into_a_generator(x, y):
+    def running_total():
+        total = x
+        while True:
+            v = yield total
+            if v is None:
+                return
+            total = total + v
+    g = running_total()
+    return next(g), g.send(y), g.send(y * 2), next(g, "stopped")
+
+
+def close_runs_finally(x, y):
+    log = []
+
+    def guarded():
+        try:
+            yield x
+            yield y
+        finally:
+            log.append("closed")
+    g = guarded()
+    a = next(g) * 2
+    g.close()
+    return a, log, next(g, "exhausted")
+
+
+def exception_in_with_body_reaches_the_contextmanager(x, y):
+    log = []
+
+    @contextlib.contextmanager
+    def swallowing():
+        try:
+            yield
+        except ValueError:
+            log.append("caught")
+        finally:
+            log.append("finally")
+    with swallowing():
+        z = x + 1
+        raise ValueError("boom")
+    return z * len(log), log
+
+
+def exception_in_with_body_propagates_through_finally(x, y):
+    log = []
+
+    @contextlib.contextmanager
+    def cleanup():
+        try:
+            yield
+        finally:
+            log.append("finally")
+    try:
+        with cleanup():
+            log.append("body")
+            raise KeyError("k")
+    except KeyError:
+        log.append("outer")
+    return x * len(log), log
+
+
+def map_over_a_list_calls_its_function_as_the_loop_asks(x, y):
+    log = []
+
+    def seen(v):
+        log.append("f")
+        return v
+    return [v * len(log) for v in map(seen, [x, y])], [v for v in filter(lambda v: log.append("p") or True, [x])], log
+
+
+def any_stops_at_the_first_true_item(x, y):
+    log = []
+
+    def checked():
+        for i in range(4):
+            log.append(i)
+            yield i >= 1
+    found = any(checked())
+    it = iter([0, 1, 0, 2])
+    return x * len(log), found, any(it), next(it)
+
+
+def throw_into_yield_from(x, y):
+    """torch.compile raises here (an exception its Dynamo finds no handler for); kiln hands the
+    exception to the inner generator, as CPython does."""
+    log = []
+
+    def inner():
+        try:
+            yield x
+        except KeyError:
+            log.append("inner caught")
+            yield y * 2
+
+    def outer():
+        yield from inner()
+        log.append("outer done")
+    g = outer()
+    a = next(g) + 1
+    b = g.throw(KeyError("k")) + 1
+    return a, b, next(g, "end"), log
+
+
+@grad_off()
+def logged_without_grad(x, log):
+    log.append(torch.is_grad_enabled())
+    return x * 2
+
+
+def contextmanager_decorator_sees_its_own_effects(x, y):
+    log = []
+    r = logged_without_grad(x, log)
+    log.append(torch.is_grad_enabled())
+    return r, r.requires_grad, log
+
+
+def break_out_of_a_generator(x, y):
+    """Left paused at a `yield` outside any try/with: collecting it later runs nothing."""
+    out = x
+    for i, v in enumerate(_steps(x, [])):
+        if i == 1:
+            break
+        out = out + v
+    return out
+
+
+@pytest.mark.parametrize("fn", [
+    break_out_of_a_generator,
+    contextmanager_with_block,
+    for_over_a_generator,
+    next_by_hand,
+    generator_expression_consumed_in_parts,
+    yield_from_returns,
+    zip_of_generators,
+    map_and_filter_over_a_generator,
+    send_into_a_generator,
+    close_runs_finally,
+    exception_in_with_body_reaches_the_contextmanager,
+    exception_in_with_body_propagates_through_finally,
+    contextmanager_decorator_sees_its_own_effects,
+    map_over_a_list_calls_its_function_as_the_loop_asks,
+    any_stops_at_the_first_true_item,
+    throw_into_yield_from,
+], ids=lambda f: f.__name__)
+def test_generators_run_lazily_one_graph(fn):
+    _one_graph(fn, _needs_grad)
+
+
+def _steps(x, log):
+    for i in range(3):
+        log.append(i)
+        yield x * i
+
+
+def generator_paused_at_a_graph_break(x, y):
+    log = []
+    out = []
+    for v in _steps(x, log):
+        print("kiln test: a graph break while a generator is paused")
+        out.append(v + len(log))
+    return out, log
+
+
+def test_generator_paused_at_a_graph_break_runs_eagerly():
+    """A generator paused where the graph breaks lives only in kiln, so it cannot be handed to the
+    resumed code: the function runs eagerly, and its answers are eager's."""
+    recorder = run_compiled(generator_paused_at_a_graph_break, _two_vectors)
+    assert [e.detail for e in breaks_of(recorder)] == [
+        "running the whole function eagerly: a generator made in captured code, paused at a `yield` where "
+        "the graph breaks (its frame exists only inside kiln)"]
 
 
 @torch.inference_mode()
@@ -447,3 +719,26 @@ def test_inference_mode_decorator_breaks_the_graph():
     graph where torch's decorator enters it (the results are eager's)."""
     recorder = run_compiled(lambda x, y: inferred(x) + 1, _needs_grad)
     assert len(breaks_of(recorder)) >= 1
+
+
+def break_out_of_a_generator_with_finally(x, y):
+    log = []
+
+    def guarded():
+        try:
+            yield x
+            yield y
+        finally:
+            log.append("collected")
+    for v in guarded():
+        break
+    return x * len(log), log
+
+
+def test_generator_left_paused_in_a_try_block_runs_eagerly():
+    """Python runs the generator's `finally` when it collects the generator, right after the loop
+    here; torch.compile drops it (a wrong answer), kiln runs the function eagerly."""
+    recorder = run_compiled(break_out_of_a_generator_with_finally, _two_vectors)
+    assert [e.detail for e in breaks_of(recorder)] == [
+        "running the whole function eagerly: a generator left paused inside a try/with block, whose cleanup "
+        "Python runs when it collects the generator"]

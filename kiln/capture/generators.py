@@ -1,0 +1,233 @@
+"""Generators made inside captured code: suspended frames that run only when their consumer asks.
+
+[Note: lazy generators] Calling a generator function in traced code makes a `GeneratorVar` around
+the generator's own `Tracer` (its frame: instructions, stack, locals), which has not run yet. Each
+step (`next`, a `for` loop's FOR_ITER, `send`, `yield from`'s SEND) runs that frame until its next
+YIELD_VALUE, which stops the frame's loop with the value yielded (`interpreter.FrameYield`) and
+leaves its instruction pointer, stack and locals as they were; the next step pushes the value sent
+in and runs on from there. So the generator's effects (a list it appends to, grad mode a
+`@contextmanager` switches, a tensor it mutates) interleave with its consumer's in eager order: a
+`@contextmanager`'s code after `yield` runs when the `with` block exits, not when the manager is
+made. `throw` raises an exception at the paused `yield` and routes it through the frame's
+exception table (contextlib's `__exit__` throws the `with` body's exception in, so the manager's
+`except`/`finally` runs); `close` throws GeneratorExit.
+
+A generator still paused where the graph breaks cannot be carried into generated code (its frame
+exists only in kiln), so rebuilding it refuses (`rebuild.py`) and the function runs eagerly, as a
+paused generator does under torch.compile. One that has finished rebuilds as an empty iterator.
+A generator left paused inside a `try`/`with` block (a loop over it that `break`s) runs that
+block's cleanup when Python collects it, at a moment kiln does not model; torch.compile drops the
+cleanup, kiln runs the function eagerly instead (`left_paused_in_cleanup`, checked at the end of
+each trace).
+
+Iterators that kiln builds over a generator (`zip`, `map`, `enumerate`, `filter`, itertools) are
+lazy too (`LazyIteratorVar`, `iterators.py`), so `for a, b in zip(g1, g2)` steps each generator
+only when the loop asks for the next pair.
+
+Hands on: `advance` (the one way to step any iterator, `variables.ITERATORS`), `step` (the one way
+to run a generator frame), `left_paused_in_cleanup`, and the
+generator methods registered in `callables.CALLABLES` (`send`, `throw`, `close`, `__next__`,
+`__iter__`).
+"""
+from __future__ import annotations
+
+import types
+
+from kiln.capture import variables as V
+from kiln.capture.callables import handles
+from kiln.capture.interpreter import MAX_INLINE_DEPTH, PY312, GraphBreak, ObservedException
+from kiln.capture.views import advance as advance_list_iterator
+
+
+def advance(tx, it: V.IteratorVar | V.GeneratorVar | V.LazyIteratorVar) -> V.Variable | None:
+    """The iterator's next item, or None when it is exhausted."""
+    if isinstance(it, V.GeneratorVar):
+        return step(tx, it)
+    if isinstance(it, V.LazyIteratorVar):
+        return next(it.items, None)
+    return advance_list_iterator(tx, it)
+
+
+def _exception_of(tx, typ: V.Variable, value: V.Variable | None) -> V.ExceptionVar:
+    """What `gen.throw(typ[, value])` raises: an exception instance, or a class called with no arguments."""
+    if isinstance(value, V.ExceptionVar):
+        return value
+    if isinstance(typ, V.ExceptionVar):
+        return typ
+    if isinstance(typ, V.ObjectVar) and isinstance(typ.value, type) and issubclass(typ.value, BaseException):
+        args = [] if value is None or isinstance(value, V.Constant) and value.value is None else [value]
+        return V.ExceptionVar(typ.value, args)
+    tx.raise_(TypeError, "exceptions must be classes or instances deriving from BaseException")
+
+
+def _finish(gen: V.GeneratorVar):
+    gen.state = "done"
+    gen.frame = None
+
+
+def step(tx, gen: V.GeneratorVar, sent: V.Variable | None = None,
+         thrown: V.ExceptionVar | None = None) -> V.Variable | None:
+    """Run the generator's frame to its next `yield` and return the value yielded, or None once the
+    frame returned (its return value is then `gen.result`). `sent` is the value `yield` evaluates
+    to (None for `next`); `thrown` is raised at the paused `yield` instead. An exception the
+    frame does not handle finishes the generator and propagates to the consumer."""
+    if gen.state == "running":
+        tx.raise_(ValueError, "generator already executing")
+    if gen.state == "broken":
+        raise tx.unsupported("a generator whose frame broke the graph is stepped again")
+    if gen.state == "done":
+        if thrown is not None:
+            raise ObservedException(thrown)
+        return None
+    frame, first = gen.frame, gen.state == "created"
+    if first:
+        if thrown is not None:        # the frame never runs: the exception comes straight back
+            _finish(gen)
+            raise ObservedException(thrown)
+        if sent is not None and not (isinstance(sent, V.Constant) and sent.value is None):
+            tx.raise_(TypeError, "can't send non-None value to a just-started generator")
+    frame.parent, frame.depth = tx, tx.depth + 1   # the consumer is the frame's caller now, as in CPython
+    if frame.depth > MAX_INLINE_DEPTH:
+        raise GraphBreak("inlining went deeper than 64 calls (recursion?)")
+    gen.state = "running"
+    frame.yielding = None
+    try:
+        if thrown is not None:   # the delegate of a `yield from` may yield again instead
+            frame.yielding = _throw_at_yield(frame, thrown)
+        elif not first:
+            frame.push(sent if sent is not None else V.Constant(None))
+        result = frame.run() if frame.yielding is None else None
+    except ObservedException as e:
+        _finish(gen)
+        if issubclass(e.exc.cls, StopIteration):   # PEP 479 (3.12 does this in the frame's bytecode)
+            raise ObservedException(V.ExceptionVar(RuntimeError, [V.Constant("generator raised StopIteration")]))
+        raise
+    except BaseException:
+        gen.state = "broken"        # a graph break inside: capture of this function stops here
+        raise
+    finally:
+        tx.out.current = tx
+    if frame.yielding is not None:
+        gen.state = "suspended"
+        return frame.yielding
+    gen.result = result
+    _finish(gen)
+    return None
+
+
+def _throw_at_yield(frame, exc: V.ExceptionVar) -> V.Variable | None:
+    """Raise `exc` where the frame is paused: its exception table decides where it lands. A frame
+    paused in `yield from` hands the exception to the generator it delegates to first, as CPython's
+    `gen.throw` does; if that one yields again, so does this frame (the value is returned)."""
+    receiver = _delegate(frame)
+    if isinstance(receiver, V.GeneratorVar):
+        if issubclass(exc.cls, GeneratorExit):
+            close(frame, receiver)
+        else:
+            try:
+                value = step(frame, receiver, thrown=exc)
+            except ObservedException as e:   # not handled inside: it surfaces at the outer `yield from`
+                exc = e.exc
+            else:
+                if value is None:
+                    raise frame.unsupported("throw() into `yield from` a generator that returns on it")
+                return value
+        if PY312:   # 3.12 routes it through CLEANUP_THROW, which kiln does not model
+            raise frame.unsupported("throw() into a generator paused in `yield from`")
+    frame.handle_exception(ObservedException(exc))
+    return None
+
+
+def _delegate(frame):
+    """The iterator a frame paused in `yield from` delegates to, or None: after YIELD_VALUE such a
+    frame resumes with `RESUME 2`, the receiver below the value sent in."""
+    nxt = frame.insts[frame.ip] if frame.ip < len(frame.insts) else None
+    if nxt is not None and nxt.opname == "RESUME" and (nxt.arg or 0) & 3 == 2 and frame.stack:
+        return frame.stack[-1]
+    return None
+
+
+def stop_iteration(gen: V.GeneratorVar) -> ObservedException:
+    """The StopIteration a finished generator raises, carrying its return value."""
+    result = gen.result
+    none = result is None or isinstance(result, V.Constant) and result.value is None
+    return ObservedException(V.ExceptionVar(StopIteration, [] if none else [result]))
+
+
+def throw(tx, gen: V.GeneratorVar, exc: V.ExceptionVar) -> V.Variable:
+    """`gen.throw(exc)`: the next value the generator yields after handling `exc`."""
+    value = step(tx, gen, thrown=exc)
+    if value is None:
+        raise stop_iteration(gen)
+    return value
+
+
+def close(tx, gen: V.GeneratorVar):
+    """`gen.close()`: GeneratorExit raised at the paused `yield`; its `finally` blocks run."""
+    if gen.state != "suspended":
+        _finish(gen)
+        return
+    try:
+        value = throw(tx, gen, V.ExceptionVar(GeneratorExit, []))
+    except ObservedException as e:
+        if issubclass(e.exc.cls, (GeneratorExit, StopIteration)):
+            return
+        raise
+    if value is not None:
+        tx.raise_(RuntimeError, "generator ignored GeneratorExit")
+
+
+def left_paused_in_cleanup(out) -> V.GeneratorVar | None:
+    """A generator of this trace paused where closing it would run code of its own (a `finally`,
+    an `except`, a `with` block's exit), or None."""
+    for gen in out.generators:
+        if gen.state == "suspended" and _cleanup_at(gen.frame) is not None:
+            return gen
+    return None
+
+
+def _cleanup_at(frame):
+    """The handler an exception raised at the frame's paused `yield` lands on, unless it is 3.12's
+    own StopIteration-to-RuntimeError handler around every generator body (PEP 479)."""
+    offset = frame.inst.offset
+    for entry in frame.exc_table:   # flat: the first entry that covers an offset is its innermost
+        if entry.start <= offset < entry.end:
+            target = frame.insts[frame.index[entry.target]]
+            pep479 = target.opname == "CALL_INTRINSIC_1" and target.arg == 3
+            return None if pep479 else target
+    return None
+
+
+# -- the generator's methods, as traced code calls them ---------------------------------------------
+def _next_or_stop(tx, gen: V.GeneratorVar, sent: V.Variable | None) -> V.Variable:
+    value = step(tx, gen, sent)
+    if value is None:
+        raise stop_iteration(gen)
+    return value
+
+
+@handles(types.GeneratorType.__next__)
+def _generator_next(tx, args, kwargs):
+    return _next_or_stop(tx, args[0], None)
+
+
+@handles(types.GeneratorType.send)
+def _generator_send(tx, args, kwargs):
+    return _next_or_stop(tx, args[0], args[1])
+
+
+@handles(types.GeneratorType.throw)
+def _generator_throw(tx, args, kwargs):
+    gen, typ, value = args[0], args[1], args[2] if len(args) > 2 else None
+    return throw(tx, gen, _exception_of(tx, typ, value))
+
+
+@handles(types.GeneratorType.close)
+def _generator_close(tx, args, kwargs):
+    close(tx, args[0])
+    return V.Constant(None)
+
+
+@handles(types.GeneratorType.__iter__)
+def _generator_iter(tx, args, kwargs):
+    return args[0]

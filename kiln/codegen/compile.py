@@ -1,6 +1,7 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
-    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py) -> schedule (scheduler.py)
+    lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
+    -> matmul templates (matmul_templates.py; max-autotune, printers that tile products) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -22,6 +23,7 @@ from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph, program_device
+from kiln.codegen.matmul_templates import use_matmul_templates
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
 from kiln.runtime import cache
@@ -38,14 +40,16 @@ def printer_for(device: str):
 
 
 def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], printer=None,
-                       use_cache: bool | None = None, boxed: bool = False, wait: bool = True):
+                       use_cache: bool | None = None, boxed: bool = False, wait: bool = True,
+                       max_autotune: bool = False):
     """Compile one prim- (or ATen-) level graph into a callable `call(*inputs) -> tuple`, or
     `call(inputs: list) -> tuple` when `boxed` (see host.py's [Note: boxed programs]).
 
     `printer` (a printer module) overrides the device's own: tests run the Triton printer on CPU
     tensors (Triton's interpreter). `use_cache`: look the program up in, and store it into, the
     warm-start cache (default: unless a printer is chosen). `wait=False`: start building the
-    kernels and return a `PendingProgram` at once ([Note: parallel builds])."""
+    kernels and return a `PendingProgram` at once ([Note: parallel builds]). `max_autotune`: matrix
+    products become template kernels where the printer tiles them ([Note: matmul templates])."""
     from kiln.codegen import check
 
     reinplace_input_writes(gm)
@@ -58,7 +62,7 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
     if use_cache:
         with log.stage("cache key"):
             key = (cache.graph_key(gm, example_inputs) + _size_facts_key(example_inputs) + "-" + policy.__name__
-                   + ("-boxed" if boxed else ""))
+                   + ("-boxed" if boxed else "") + ("-max-autotune" if max_autotune else ""))
         with log.stage("cache load"):
             hit = program_cache.load(key, gm)
         trace.emit("cache", cache="graph program", hit=hit is not None, key=key)
@@ -67,10 +71,11 @@ def compile_prim_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], 
             return hit
     log.count("programs compiled")
     with oblivious_sizes([example_inputs, [n.meta.get("val") for n in gm.graph.nodes]]):
-        return _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key if use_cache else None, wait)
+        return _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key if use_cache else None,
+                                wait, max_autotune)
 
 
-def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key, wait):
+def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache, key, wait, max_autotune=False):
     """compile_prim_graph past the cache: lower, schedule, print and build."""
     from kiln.codegen import check
     with log.stage("lower"):
@@ -80,6 +85,10 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
         graph = dedupe_buffers(graph)
     with log.stage("layouts"):
         graph = optimize_layouts(graph, _saved_outputs(graph, gm.meta.get("kiln_user_outputs")))
+    configs_for = getattr(policy, "matmul_configs", None)
+    if max_autotune and configs_for is not None:
+        with log.stage("matmul templates"):
+            graph = use_matmul_templates(graph, configs_for)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))

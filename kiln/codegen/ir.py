@@ -32,6 +32,12 @@ Graph-level nodes (lowering's output, the scheduler's input)
 - `ExternKernel(buffer, op, args, kwargs)`: an ATen (or any eager) call on whole tensors (mm, conv,
   sdpa, sort, or a node no printer handles). Args are `BufferArg`, `ViewArg` (a strided view of a
   buffer, so a transposed weight reaches mm without a copy), `SizeArg` or plain constants.
+- `MatmulTemplate(buffer, body, product)`: a matrix product computed by a kernel of kiln's own
+  (a tiled template, max-autotune's alternative to the extern): `product` names the operands
+  (`ViewArg`s of `[.., M, K]` and `[.., K, N]`) and how to tile them; `body` is a `Pointwise` over
+  the result's sizes whose expression reads the float32 sum over K as `Var(ACCUMULATOR)` (rounded
+  to the result's dtype, or a bias added first, as addmm rounds once). The scheduler treats it as a
+  pointwise producer whose consumers may join its kernel as an epilogue.
 - `Graph`: the lowered program: buffers, nodes in execution order, inputs, outputs.
 
 Kernel-level IR (the scheduler's output, a printer's input)
@@ -46,7 +52,10 @@ once per outer index; otherwise it loops `r...` over them. Statements:
 - `ScanAccumulate(name, op, expr)`: running inclusive scan; `Var(name)` is the value so far, inside
   the same stage iteration. A stage holding one must run its inner loop in order.
 `Kernel.buffer_args` lists the buffers it touches (in argument order), `Kernel.size_args` the size
-symbols; callers pass tensors then ints in that order.
+symbols; callers pass tensors then ints in that order. A kernel with a `template` (a
+`MatmulProduct`) is a template kernel: its one stage runs once per element of the product's result
+(`ranges`), after the product's sum over K, which the stage reads as `Var(ACCUMULATOR)`; a printer
+tiles it as the template says, or refuses it.
 
 The printer interface (C++ here, Triton in `kiln.codegen.triton`)
 -----------------------------------------------------------------
@@ -66,6 +75,7 @@ Change log (keep this stable; note every change here)
 - v4: `Graph.origins` (which graph node's value a buffer holds, for `kiln.codegen.check`);
   `canonical_kernel`: a kernel with positional buffer names, so equal loop nests print equal text.
 - v5: `saved` / `restore` listed, and `saved`'s `hints`.
+- v6: `MatmulTemplate` (graph node), `MatmulProduct` / `MatmulConfig` and `Kernel.template`.
 """
 from __future__ import annotations
 
@@ -77,7 +87,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 4
+IR_VERSION = 6
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -423,7 +433,64 @@ class ExternKernel:
         return f"{', '.join(map(str, self.outputs))} = extern {self.op}({args}{kw})"
 
 
-Node = Union[ComputedBuffer, ExternKernel]
+# The name under which a matmul template's body reads the product's float32 sum over K.
+ACCUMULATOR = "acc"
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """How a template tiles a product: a `BLOCK_M x BLOCK_N` tile of the result a program, K walked
+    `BLOCK_K` at a time, programs ordered `GROUP_M` row tiles at a time (neighbouring programs then
+    share tiles of both operands in cache), and the launch's warps and software-pipeline stages."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int = 8
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __str__(self):
+        return (f"BLOCK_M={self.BLOCK_M} BLOCK_N={self.BLOCK_N} BLOCK_K={self.BLOCK_K} GROUP_M={self.GROUP_M} "
+                f"warps={self.num_warps} stages={self.num_stages}")
+
+
+@dataclass(frozen=True)
+class MatmulProduct:
+    """`sum_k a[.., m, k] * b[.., k, n]` in float32: `a` is `[.., M, K]`, `b` is `[.., K, N]` (the same
+    leading batch dim, or none), each any strided view of a buffer. `precision`: "ieee" (every
+    float32 product exact, as eager's float32 matmul) or "tf32" (eager's under `allow_tf32`)."""
+
+    a: ViewArg
+    b: ViewArg
+    precision: str
+    config: MatmulConfig
+
+    def __post_init__(self):
+        if self.precision not in ("ieee", "tf32"):
+            raise ValueError(f"matmul precision {self.precision!r}; kiln's templates compute 'ieee' or 'tf32'")
+
+    @property
+    def k(self) -> sympy.Expr:
+        return as_expr(self.a.sizes[-1])
+
+    def __str__(self):
+        return f"matmul({self.a}, {self.b}, {self.precision}, {self.config})"
+
+
+@dataclass(frozen=True)
+class MatmulTemplate:
+    """`buffer = body` where `body.expr` reads `product`'s sum over K as `Var(ACCUMULATOR)`."""
+
+    buffer: str
+    body: Pointwise
+    product: MatmulProduct
+
+    def __str__(self):
+        return f"{self.buffer} = {self.body} with {ACCUMULATOR} = {self.product}"
+
+
+Node = Union[ComputedBuffer, ExternKernel, MatmulTemplate]
 
 
 @dataclass(frozen=True)
@@ -519,11 +586,13 @@ class Kernel:
     buffer_args: tuple[str, ...]
     size_args: tuple[sympy.Symbol, ...] = ()
     origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
+    template: MatmulProduct | None = None   # a template kernel: its stage follows the product
 
     def __str__(self):
         sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""
         head = f"kernel {self.name}({', '.join(self.buffer_args)}{sizes}) for x in {_fmt_ranges(self.ranges)}:"
-        return "\n".join([head] + [str(s) for s in self.stages])
+        template = [f"  after {ACCUMULATOR} = {self.template}"] if self.template is not None else []
+        return "\n".join([head] + template + [str(s) for s in self.stages])
 
 
 def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
@@ -544,7 +613,12 @@ def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
         return dataclasses.replace(s, name=names.get(s.name, s.name), expr=expr(s.expr))
 
     stages = tuple(Stage(st.reduction_ranges, tuple(stmt(s) for s in st.body)) for st in kernel.stages)
-    return Kernel(name, kernel.ranges, stages, tuple(names[b] for b in kernel.buffer_args), kernel.size_args)
+    template = kernel.template
+    if template is not None:
+        template = dataclasses.replace(template, a=dataclasses.replace(template.a, name=names[template.a.name]),
+                                       b=dataclasses.replace(template.b, name=names[template.b.name]))
+    return Kernel(name, kernel.ranges, stages, tuple(names[b] for b in kernel.buffer_args), kernel.size_args,
+                  template=template)
 
 
 def canonical_kernel(kernel: Kernel, name: str = "kernel") -> tuple[Kernel, dict[str, str]]:

@@ -13,6 +13,15 @@ Every refusal is recorded as a `WhyNoFuse(group, node, reason)`. Inside a group,
 reads outside it stay kernel-local values (`Assign` / accumulators), never touching memory.
 Externs and scans end the current group (scans run as kernels of their own).
 
+[Note: matmul template epilogues] An `ir.MatmulTemplate` (max-autotune's product, [Note: matmul
+templates] in matmul_templates.py) opens a group of its own and is placed as the pointwise node its
+body is; its kernel is a template kernel (`ir.Kernel.template`). A later node joins it as an
+epilogue only if it is pointwise, reads something the group computes, gathers nothing (every load
+is at an index of the tile's own (m, n), a bias broadcast along m for one), and passes the rules
+above: its space is the product's element for element and it reads the product where the product
+is written (a consumer reading it transposed is refused, and runs as a kernel of its own). Nodes
+are never moved into a template's group from across an extern.
+
 [Note: the stage model] A kernel runs, per outer index, its stages in order. A node in the last
 stage of the same kind joins it unless it reads a reduction finished in that stage; else a new
 stage begins. Reduction results live at the outer scope, so any later stage reads them.
@@ -232,6 +241,8 @@ class _Planner:
 
 
 def _reads(node: ir.Node) -> set[str]:
+    if isinstance(node, ir.MatmulTemplate):
+        return {ld.buffer for ld in ir.loads_of(node.body.expr)} | {node.product.a.name, node.product.b.name}
     if isinstance(node, ir.ComputedBuffer):
         return {ld.buffer for ld in ir.loads_of(node.body.expr)}
     names = set()
@@ -244,7 +255,7 @@ def _reads(node: ir.Node) -> set[str]:
 def _sizes_read(node: ir.Node) -> set[str]:
     """The names of the size symbols a node reads: its ranges and indices, or an extern's size and
     view arguments."""
-    if isinstance(node, ir.ComputedBuffer):
+    if isinstance(node, (ir.ComputedBuffer, ir.MatmulTemplate)):    # a template's operands are static
         body = node.body
         exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
         exprs += [e.index for e in ir.walk(body.expr) if isinstance(e, (ir.Load, ir.IndexValue))]
@@ -289,10 +300,23 @@ class _Group:
     nodes: list
     space: tuple
     plan: list
+    template: ir.MatmulProduct | None = None    # the group's first node is a matmul template
 
     @property
     def names(self) -> set[str]:
         return {n.buffer for n in self.nodes}
+
+
+def _epilogue_refusal(group: _Group, node: ir.Node) -> str | None:
+    """Why `node` cannot join a matmul template's group ([Note: matmul template epilogues]), before
+    the placement rules every group applies; None if nothing here forbids it."""
+    if not isinstance(node, ir.ComputedBuffer) or not isinstance(node.body, ir.Pointwise):
+        return "a matmul template's epilogue is pointwise; a reduction runs as a kernel of its own"
+    if not _reads(node) & group.names:
+        return "reads nothing the matmul template's kernel computes"
+    if any(ld.indirect for ld in ir.loads_of(node.body.expr)):
+        return "gathers (indirect loads) do not join a matmul template's epilogue"
+    return None
 
 
 def schedule(graph: ir.Graph) -> Schedule:
@@ -309,7 +333,7 @@ def schedule(graph: ir.Graph) -> Schedule:
     def flush_through(index: int):
         """Emit open groups 0..index (a later group may read an earlier one, never the reverse)."""
         for g in open_groups[:index + 1]:
-            kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner)
+            kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner, g.template)
             steps.append(kernel)
             local.update(locals_)
             emitted.update(g.names)
@@ -353,7 +377,7 @@ def schedule(graph: ir.Graph) -> Schedule:
         functional graph: each reads only what exists, and whatever reads it comes later."""
         ready: dict[str, ir.ExternKernel] = {}     # buffer -> a later extern that could run now
         for cand in ahead:
-            if id(cand) in hoisted:
+            if id(cand) in hoisted or isinstance(cand, ir.MatmulTemplate):
                 continue
             if isinstance(cand, ir.ExternKernel):
                 if reads_of(cand) <= emitted:
@@ -370,6 +394,8 @@ def schedule(graph: ir.Graph) -> Schedule:
             newest = newest_read(cand)
             for gi in range(len(groups) - 1, max(newest, 0) - 1, -1):
                 g = groups[gi]
+                if g.template is not None:
+                    continue        # [Note: matmul template epilogues]
                 if g.space[1] is not None or sympy.sympify(ir.product(g.space[0])) != numel:
                     continue        # pointwise groups of as many points: a reduction's stages stay as built
                 if not small and not reads & set().union(*(reads_of(n) for n in g.nodes)):
@@ -404,11 +430,19 @@ def schedule(graph: ir.Graph) -> Schedule:
             continue
         outer, inner = _space(node)
         joined = False
+        if isinstance(node, ir.MatmulTemplate):      # opens a group of its own
+            if len(open_groups) >= MAX_OPEN_GROUPS:
+                flush_through(0)
+            open_groups.append(_Group([node], (outer, None), planner.place([node], outer, None), node.product))
+            continue
         # newest group first; a node may join a group only if it reads no newer open group
         for gi in range(len(open_groups) - 1, max(last, 0) - 1, -1):
             g = open_groups[gi]
             if gi < last:
                 break
+            if g.template is not None and (why := _epilogue_refusal(g, node)) is not None:
+                refused.append(WhyNoFuse(tuple(sorted(g.names)), node.buffer, why))
+                continue
             cands = [(outer, inner)] if (g.space[1] is None and inner is not None) else [g.space]
             result = None
             for cand in cands:
@@ -470,7 +504,7 @@ def _scratch_for(p: _Placed, plan: list[_Placed], planner: _Planner) -> str | No
     return q.node.buffer
 
 
-def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
+def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner, template: ir.MatmulProduct | None = None):
     """[Note: inner values a later stage reads] An inner pointwise value that a later inner stage
     reads (softmax's exp(x - max), read again to normalize) is, when cheap, recomputed there from
     its expression (`recompute`: over memory loads and outer-scope values); when costly (an exp),
@@ -542,9 +576,9 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner):
     if pending:
         emitted.append(("once", pending))
     stages = tuple(Stage(tuple(inner) if kind == "inner" else (), tuple(body)) for kind, body in emitted)
-    if inner is None:
+    if inner is None and template is None:     # a template's tiles fix its loop order
         outer, stages = choose_loop_order(tuple(outer), stages)
-    return _finish(name, tuple(outer), stages, tuple(p.node.buffer for p in plan)), locals_
+    return _finish(name, tuple(outer), stages, tuple(p.node.buffer for p in plan), template), locals_
 
 
 def _accesses(stages) -> list[sympy.Expr]:
@@ -603,7 +637,7 @@ def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Ke
     return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
 
 
-def _finish(name: str, ranges, stages, origins) -> ir.Kernel:
+def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | None = None) -> ir.Kernel:
     args: list[str] = []
     sizes: set[sympy.Symbol] = set()
 
@@ -612,6 +646,9 @@ def _finish(name: str, ranges, stages, origins) -> ir.Kernel:
             args.append(buffer)
         sizes.update(s for s in sympy.sympify(index).free_symbols if not ir.is_loop_var(s))
 
+    if template is not None:       # the operands first (their views are static)
+        note(0, template.a.name)
+        note(0, template.b.name)
     for r in ranges:
         note(r)
     for st in stages:
@@ -631,4 +668,4 @@ def _finish(name: str, ranges, stages, origins) -> ir.Kernel:
     stored = {s.buffer for st in stages for s in st.body if isinstance(s, Store)}
     ordered = [a for a in args if a not in stored] + [a for a in args if a in stored]
     return ir.Kernel(name, tuple(ranges), tuple(stages), tuple(ordered),
-                     tuple(sorted(sizes, key=lambda s: s.name)), tuple(origins))
+                     tuple(sorted(sizes, key=lambda s: s.name)), tuple(origins), template)

@@ -10,6 +10,7 @@ How a kernel is launched is the printer's business, so it is one function per pr
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Mapping
 
 import sympy
@@ -33,6 +34,9 @@ def _triton_launch(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], source: 
     from kiln.codegen.triton import heuristics
     from kiln.codegen.triton.printer import layout_of
     layout = layout_of(kernel)
+    if kernel.template is not None:
+        config = heuristics.template_launch(dataclasses.asdict(kernel.template.config))
+        return f"{layout.kind}, grid=({layout.xnumel},), {config.describe()}"
     sizes = [layout.xnumel, *layout.rnumels]
     if not all(sympy.sympify(s).is_number for s in sizes):
         return f"{layout.kind}, xnumel={layout.xnumel}: block sizes chosen at the first launch (symbolic sizes)"

@@ -45,6 +45,8 @@ def _compiler(options: Options):
         if options.triton_interpret and not on_cuda:   # [Note: the Triton interpreter switch]
             from kiln.codegen.triton.interpret import printer_for
             chosen["printer"] = printer_for(options, on_cuda)
+        if options.max_autotune:           # [Note: matmul templates]
+            chosen["max_autotune"] = True
         program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
                                      wait=False, **chosen)
         if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
@@ -150,7 +152,10 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     """aot and the code generator on one graph, or their result from the disk cache
     ([Note: warm start of a captured graph])."""
     with log.stage("cache key"):
-        key = warm_start.key(gm, example_inputs, repr((options.cudagraphs, options.numerics, options.triton_interpret, sorted(map(str, BACKEND_OPS)))))
+        compiled_for = (options.cudagraphs, options.numerics, options.triton_interpret, sorted(map(str, BACKEND_OPS)))
+        if options.max_autotune:           # a program with matmul templates is another program
+            compiled_for += ("max-autotune",)
+        key = warm_start.key(gm, example_inputs, repr(compiled_for))
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)] + list(gm.parameters()) + list(gm.buffers())
     on_cuda = any(t.device.type == "cuda" for t in tensors)
     if key is not None:

@@ -6,6 +6,9 @@
 - `launcher.build(kernels, buffers) -> {name: TritonKernel}`: the printer interface the host
   program calls (`kiln.codegen.ir`'s docstring);
 - `heuristics`: block sizes per launch, `autotune`: max-autotune's timed choice, cached on disk;
+- `matmul`: the matmul template's kernels, and `matmul_configs(m, n, k, dtype)`, the tilings it
+  offers: a printer with `matmul_configs` gets max-autotune's products as templates
+  ([Note: matmul templates] in kiln/codegen/matmul_templates.py);
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
 - `binaries`: a static kernel's compiled binary found again on a warm start, without Triton's JIT;
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
@@ -16,6 +19,7 @@
 import torch
 
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
+from kiln.codegen.triton.heuristics import matmul_configs
 from kiln.codegen.triton.launcher import TritonKernel, build, restore, saved
 from kiln.codegen.triton.printer import print_kernel, print_module
 
@@ -31,5 +35,5 @@ KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 # ([Note: split reductions] in kiln.codegen.lowering); C++ kernels need no such thing on 2 cores.
 SPLIT_REDUCTIONS = True
 
-__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "print_kernel",
-           "print_module", "restore", "saved"]
+__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "matmul_configs",
+           "print_kernel", "print_module", "restore", "saved"]

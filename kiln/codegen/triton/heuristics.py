@@ -36,10 +36,14 @@ class LaunchConfig:
     num_stages: int = 1
     persistent: bool = True
 
+    template: str = ""        # a template kernel's tiling (`ir.MatmulConfig`), fixed in its source
+
     def constexprs(self) -> dict[str, int]:
         return {"XBLOCK": self.XBLOCK, "RBLOCK": self.RBLOCK}
 
     def describe(self) -> str:
+        if self.template:
+            return f"{self.template} (a template: one tile a program)"
         body = "persistent" if self.persistent else "looped"
         return f"XBLOCK={self.XBLOCK} RBLOCK={self.RBLOCK} warps={self.num_warps} {body}"
 
@@ -144,3 +148,40 @@ def autotune_candidates(kind: str, xnumel: int, rnumel: int = 1,
             if rblock < rnumel:
                 add(dataclasses.replace(base, RBLOCK=rblock, persistent=False))
     return found
+
+
+# ---------------------------------------------------------------------------- matmul templates
+
+# Tilings of a product (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first the one used
+# until max-autotune times them (issue #40, item 2): square 64 x 64 tiles, K in steps of 32, a
+# 3-stage pipeline, then larger tiles for large products and narrower ones for skinny products.
+MATMUL_TILINGS = ((64, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
+                  (32, 64, 64, 4, 4), (64, 32, 64, 4, 4), (16, 64, 128, 4, 4))
+# tl.dot takes no block dim under 16
+MIN_DOT_BLOCK = 16
+
+
+def matmul_configs(m: int, n: int, k: int, dtype) -> list:
+    """The tilings the Triton matmul template offers for an `[M, K] @ [K, N]` product, the one to
+    use first: `MATMUL_TILINGS` with each block no larger than its dim needs (a product of 20 rows
+    gets 32-row tiles), distinct."""
+    from kiln.codegen.ir import MatmulConfig
+    found = []
+    for block_m, block_n, block_k, warps, stages in MATMUL_TILINGS:
+        config = MatmulConfig(BLOCK_M=_fit(block_m, m), BLOCK_N=_fit(block_n, n), BLOCK_K=_fit(block_k, k),
+                              num_warps=warps, num_stages=stages)
+        if config not in found:
+            found.append(config)
+    return found
+
+
+def _fit(block: int, size: int) -> int:
+    return max(MIN_DOT_BLOCK, min(block, next_power_of_2(size)))
+
+
+def template_launch(config: dict) -> LaunchConfig:
+    """The launch of a template kernel whose source fixed its tiling (`MATMUL_CONFIG`, the fields of
+    an `ir.MatmulConfig`): one tile a program ([Note: a template launches as a kernel of its programs])."""
+    from kiln.codegen.ir import MatmulConfig
+    tiling = MatmulConfig(**config)
+    return LaunchConfig(XBLOCK=1, num_warps=tiling.num_warps, num_stages=tiling.num_stages, template=str(tiling))

@@ -152,6 +152,7 @@ class TritonKernel:
         self.persistent_fn = getattr(module, self.function)
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.row_threads = getattr(module, "ROW_THREADS", None)
+        self.template = getattr(module, "MATMUL_CONFIG", None)   # a template kernel's tiling
         self.sizes_to_numels = _numels_function(spec.size_args, spec.numels)
         self.link = {} if spec.interpret else link_options()   # [Note: libdevice]
         self.n_buffers = len(spec.arg_dtypes)
@@ -178,7 +179,9 @@ class TritonKernel:
         config = self.configs.get(numels)
         if config is None:
             xnumel, rnumel = numels[0], max(numels[1:], default=1)
-            if self.autotune and not self.interpret:
+            if self.template is not None:     # [Note: a template launches as a kernel of its programs]
+                config = heuristics.template_launch(self.template)
+            elif self.autotune and not self.interpret:
                 from kiln.codegen.triton.autotune import tune
                 config = tune(self, numels, args)
             else:

@@ -17,7 +17,7 @@ Stage statements print through `_STMT` (keyed by statement type), reductions thr
 reduction-range group, then the constexprs `XBLOCK`, `RBLOCK`, `INDEX_DTYPE` (tl.int32 or tl.int64).
 
 Hands on: `print_kernel(kernel, buffers, interpret=None) -> str`, `KernelLayout` (what the launcher
-needs to call it).
+needs to call it); to the template printers (`matmul`), `KernelPrinter` and `assemble`.
 """
 from __future__ import annotations
 
@@ -51,6 +51,10 @@ class KernelLayout:
 
 
 def layout_of(kernel: ir.Kernel) -> KernelLayout:
+    if kernel.template is not None:
+        from kiln.codegen.triton.matmul import programs
+        return KernelLayout(name=_ident(kernel.name), kind="matmul", xnumel=sympy.Integer(programs(kernel)),
+                            rnumels=(), size_args=tuple(kernel.size_args))
     groups = _range_groups(kernel)
     kind = "pointwise"
     if groups:
@@ -125,10 +129,12 @@ def _ident(name: str) -> str:
 
 
 class _Emitter:
-    """Lines of one function body, with common subexpressions named once (`let`)."""
+    """Lines of one function body, with common subexpressions named once (`let`). `blocks` name the
+    block's extents along x and r (a template's tile names its own)."""
 
-    def __init__(self, two_d: bool):
+    def __init__(self, two_d: bool, blocks: tuple[str, str] = ("XBLOCK", "RBLOCK")):
         self.two_d = two_d
+        self.blocks = blocks
         self.lines: list[str] = []
         self.indent = 1
         self.cse: dict[str, str] = {}
@@ -150,24 +156,26 @@ class _Emitter:
         return name
 
     def shape(self, deps) -> str:
+        x, r = self.blocks
         if not self.two_d:
-            return "[XBLOCK]"
-        return {frozenset(): "[1, 1]", frozenset("x"): "[XBLOCK, 1]", frozenset("r"): "[1, RBLOCK]",
-                frozenset("xr"): "[XBLOCK, RBLOCK]"}[frozenset(deps)]
+            return f"[{x}]"
+        return {frozenset(): "[1, 1]", frozenset("x"): f"[{x}, 1]", frozenset("r"): f"[1, {r}]",
+                frozenset("xr"): f"[{x}, {r}]"}[frozenset(deps)]
 
 
-class _KernelPrinter:
-    """Prints one function (persistent, looped or pointwise) of one kernel."""
+class KernelPrinter:
+    """Prints one function (persistent, looped or pointwise) of one kernel. A template's printer
+    (`kiln.codegen.triton.matmul`) prints its stage with it on a 2-D tile whose extents `tile` names."""
 
     def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool,
-                 persistent: bool):
+                 persistent: bool, tile: tuple[str, str] | None = None):
         self.kernel = kernel
         self.buffers = buffers
         self.interpret = interpret
         self.persistent = persistent
         self.groups = _range_groups(kernel)
-        self.two_d = bool(self.groups)
-        self.out = _Emitter(self.two_d)
+        self.two_d = bool(self.groups) or tile is not None
+        self.out = _Emitter(self.two_d, tile or ("XBLOCK", "RBLOCK"))
         names = {s.name: self.size_name(s) for s in kernel.size_args}
         self.x_space = LoopSpace("x", tuple(kernel.ranges), "xindex")
         self.index = IndexPrinter([self.x_space], names)
@@ -355,8 +363,7 @@ class _KernelPrinter:
 
     def print_stage(self, stage: ir.Stage) -> None:
         if not stage.reduction_ranges:
-            for stmt in stage.body:
-                _STMT[type(stmt)](self, stmt)
+            self.print_statements(stage.body)
             return
         self.group = self.groups.index(tuple(stage.reduction_ranges))
         g = self.group
@@ -400,6 +407,11 @@ class _KernelPrinter:
         return ["    " * self.out.indent + f"{space.per_dim_name(d)} = {space.per_dim_text(d, self.index)}"
                 for (p, d) in sorted(self.index.used_dims) if p == "r"]
 
+    def print_statements(self, statements) -> None:
+        """Statements of a stage that runs once per outer index."""
+        for stmt in statements:
+            _STMT[type(stmt)](self, stmt)
+
     def print_stage_body(self, stage: ir.Stage, plan: list["_Reducer"]) -> None:
         by_stmt = {id(a.stmt): a for a in plan}
         for stmt in stage.body:
@@ -412,15 +424,15 @@ class _KernelPrinter:
                 _STMT[type(stmt)](self, stmt)
 
 
-_EXPR = {ir.Load: _KernelPrinter.load, ir.Constant: _KernelPrinter.constant,
-         ir.IndexValue: _KernelPrinter.index_value, ir.Op: _KernelPrinter.op, ir.Var: _KernelPrinter.var}
+_EXPR = {ir.Load: KernelPrinter.load, ir.Constant: KernelPrinter.constant,
+         ir.IndexValue: KernelPrinter.index_value, ir.Op: KernelPrinter.op, ir.Var: KernelPrinter.var}
 
 
-def _scan_stmt(p: _KernelPrinter, s) -> None:  # ScanAccumulates are printed by their reducer
+def _scan_stmt(p: KernelPrinter, s) -> None:  # ScanAccumulates are printed by their reducer
     raise AssertionError("ScanAccumulate outside a scan stage")
 
 
-_STMT = {ir.Assign: _KernelPrinter.assign, ir.Store: _KernelPrinter.store, ir.ScanAccumulate: _scan_stmt}
+_STMT = {ir.Assign: KernelPrinter.assign, ir.Store: KernelPrinter.store, ir.ScanAccumulate: _scan_stmt}
 
 
 def canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> tuple[ir.Kernel, dict[str, ir.Buffer]]:
@@ -453,11 +465,23 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
 
 def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     """`print_kernel` of a kernel `canonical` made already."""
-    persistent = _KernelPrinter(kernel, buffers, interpret, persistent=True)
+    if kernel.template is not None:
+        from kiln.codegen.triton.matmul import print_template
+        return print_template(kernel, buffers, interpret)
+    persistent = KernelPrinter(kernel, buffers, interpret, persistent=True)
     functions = [persistent.print_function(kernel.name)]
     if layout_of(kernel).kind != "pointwise":
-        functions.append(_KernelPrinter(kernel, buffers, interpret, persistent=False)
+        functions.append(KernelPrinter(kernel, buffers, interpret, persistent=False)
                          .print_function(f"{kernel.name}_looped"))
+    constants = []
+    if persistent.row_threads:
+        constants.append(f"ROW_THREADS = {persistent.row_threads}  # the persistent form's launch: one row, this many threads")
+    return assemble(kernel, functions, constants, interpret)
+
+
+def assemble(kernel: ir.Kernel, functions: list[str], constants: list[str], interpret: bool) -> str:
+    """A kernel's module source: its loop IR as a comment, imports, module `constants` (lines), the
+    helpers its functions call, then the functions."""
     body = "\n\n".join(functions)
     helpers = ops.helper_source(ops.helpers_in(body), interpret)
     header = [f"# kiln Triton kernel, printed for {'the Triton interpreter' if interpret else 'CUDA'}; loop IR:"]
@@ -465,8 +489,7 @@ def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     header += ["import triton", "import triton.language as tl"]
     if not interpret:
         header.append("from triton.language.extra import libdevice")
-    if persistent.row_threads:
-        header.append(f"ROW_THREADS = {persistent.row_threads}  # the persistent form's launch: one row, this many threads")
+    header += constants
     parts = ["\n".join(header)]
     if helpers:
         parts.append(helpers)

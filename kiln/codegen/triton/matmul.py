@@ -1,0 +1,148 @@
+"""The Triton matmul template: a template kernel (`ir.Kernel.template`) to Triton source.
+
+A program computes one `BLOCK_M x BLOCK_N` tile of the product (of one batch element): it walks K
+`BLOCK_K` at a time, loading a `[BLOCK_M, BLOCK_K]` tile of A and a `[BLOCK_K, BLOCK_N]` tile of
+B under masks (M, N and K need not be multiples of the blocks: masked elements load as 0, which
+adds nothing), and accumulates `tl.dot` of them in float32. Then the kernel's stage (the product's
+body and its fused epilogue, [Note: matmul template epilogues] in the scheduler) runs on the tile,
+printed by the same statement printer as every kernel, with the tile's rows as its `x` dim and its
+columns as its `r` dim: a load indexed by n only (a bias) is a `[1, BLOCK_N]` row, a store is
+masked by `xmask & rmask0`. The batch index is one number a program.
+
+[Note: a template launches as a kernel of its programs] The launcher runs every kernel as
+`fn[ceil(xnumel / XBLOCK)](*buffers, xnumel, XBLOCK=, RBLOCK=, INDEX_DTYPE=)`, and a template's
+function takes the same arguments: its `xnumel` is its number of programs (batch x row tiles x
+column tiles, grouped `GROUP_M` row tiles at a time, as `ir.MatmulConfig` says) and it is launched
+with `XBLOCK = 1`. Its tiling is fixed in its source (`BLOCK_M`, ... as module constants, and
+`MATMUL_CONFIG`, which the launcher reads for the warps and stages and records in the launch's
+`LaunchConfig.template`), so compiled binaries, warm starts and direct launches work for it as for
+any kernel. Sizes and strides are static (`kiln.codegen.matmul_templates` makes templates of
+static products only) and printed as numbers.
+
+Under Triton's interpreter `tl.dot` of bfloat16 tiles computes garbage (Triton 3.6 multiplies
+their bits), so there the half tiles are widened to float32 first: exact, since a product of two
+half values fits a float32, and summed in float32 as on a GPU.
+
+Hands on: `print_template(kernel, buffers, interpret) -> str`, `programs(kernel) -> int`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import sympy
+import torch
+
+from kiln.codegen import ir
+from kiln.codegen.triton import ops
+from kiln.codegen.triton.index import IndexPrinter, LoopSpace
+from kiln.codegen.triton.ops import Value
+from kiln.codegen.triton.printer import KernelPrinter, assemble
+
+BATCH = sympy.Symbol("batch", integer=True, nonnegative=True)   # the epilogue's batch index
+
+
+def _grid(kernel: ir.Kernel) -> tuple[int, int, int]:
+    """(batch, row tiles, column tiles)."""
+    config = kernel.template.config
+    *batch, m, n = (int(r) for r in kernel.ranges)
+    return (batch[0] if batch else 1), -(-m // config.BLOCK_M), -(-n // config.BLOCK_N)
+
+
+def programs(kernel: ir.Kernel) -> int:
+    batch, rows, columns = _grid(kernel)
+    return batch * rows * columns
+
+
+class _TilePrinter(KernelPrinter):
+    """The statement printer on one tile: `x` is the tile's rows (`xindex`, a `[BLOCK_M, 1]`
+    column), `r` its columns (`rindex`, a `[1, BLOCK_N]` row), and `Var(ACCUMULATOR)` the tile's
+    float32 sum over K."""
+
+    def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool):
+        super().__init__(kernel, buffers, interpret, persistent=True, tile=("BLOCK_M", "BLOCK_N"))
+        m, n = kernel.ranges[-2:]
+        self.x_space = LoopSpace("x", (m,), "xindex")
+        self.index = IndexPrinter([self.x_space, LoopSpace("r", (n,), "rindex")], {})
+        self.vars[ir.ACCUMULATOR] = Value(ir.ACCUMULATOR, frozenset("xr"), torch.float32)
+
+    def epilogue(self, stage: ir.Stage) -> list[str]:
+        self.print_statements(stage.body)
+        defs = [f"{space.per_dim_name(0)} = {space.flat}" for prefix, space in self.index.spaces.items()
+                if (prefix, 0) in self.index.used_dims]
+        return ["    " + line for line in defs] + self.out.lines
+
+
+def _on_tile(kernel: ir.Kernel) -> ir.Stage:
+    """The kernel's stage with its loop variables renamed to the tile's: m -> x0, n -> r0, and the
+    batch dim (a 3-D product's x0) -> `batch`."""
+    nd = len(kernel.ranges)
+    rename = {ir.loop_var(nd - 2): ir.loop_var(0), ir.loop_var(nd - 1): ir.reduction_var(0)}
+    if nd == 3:
+        rename[ir.loop_var(0)] = BATCH
+
+    def stmt(s):
+        if isinstance(s, ir.Store):
+            return ir.Store(s.buffer, sympy.sympify(s.index).xreplace(rename), ir.subs_index(s.expr, rename))
+        return dataclasses.replace(s, expr=ir.subs_index(s.expr, rename))
+    (stage,) = kernel.stages
+    return ir.Stage((), tuple(stmt(s) for s in stage.body))
+
+
+def _pointer_terms(view: ir.ViewArg) -> tuple[str, str, str]:
+    """The start of a matrix operand's batch element, and its row and column strides (as text)."""
+    *batch, row_stride, column_stride = (int(s) for s in view.strides)
+    start = str(int(view.offset)) + (f" + batch * {batch[0]}" if batch else "")
+    return start, str(row_stride), str(column_stride)
+
+
+def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    product = kernel.template
+    batch, grid_m, grid_n = _grid(kernel)
+    m, n = (int(r) for r in kernel.ranges[-2:])
+    k = int(product.k)
+    tile = _TilePrinter(kernel, buffers, interpret)
+    epilogue = tile.epilogue(_on_tile(kernel))
+    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
+    a_start, a_m, a_k = _pointer_terms(product.a)
+    b_start, b_k, b_n = _pointer_terms(product.b)
+    widen = ".to(tl.float32)" if interpret and buffers[product.a.name].dtype in ops.HALF_DTYPES else ""
+    precision = f', input_precision="{product.precision}"' if buffers[product.a.name].dtype == torch.float32 else ""
+    tiles = grid_m * grid_n
+    lines = ["pid = tl.program_id(0)"]
+    if batch > 1:
+        lines += [f"batch = (pid // {tiles}).to(INDEX_DTYPE)", f"tile = pid % {tiles}"]
+    else:
+        lines += ["batch = 0", "tile = pid"]
+    lines += [
+        f"# programs in groups of GROUP_M row tiles, column tile by column tile: a group's programs share",
+        f"# tiles of A and B in cache",
+        f"group_first = (tile // (GROUP_M * {grid_n})) * GROUP_M",
+        f"group_rows = tl.minimum({grid_m} - group_first, GROUP_M)",
+        "pid_m = group_first + tile % group_rows",
+        f"pid_n = (tile % (GROUP_M * {grid_n})) // group_rows",
+        "xindex = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_DTYPE)[:, None]",
+        "rindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_DTYPE)[None, :]",
+        f"xmask = xindex < {m}",
+        f"rmask0 = rindex < {n}",
+        f"a_rows = {a} + ({a_start} + xindex * {a_m})",
+        f"b_columns = {b} + ({b_start} + rindex * {b_n})",
+        f"{ir.ACCUMULATOR} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
+        f"for k0 in range(0, {k}, BLOCK_K):",
+        "    kindex = k0 + tl.arange(0, BLOCK_K).to(INDEX_DTYPE)",
+        f"    a_tile = tl.load(a_rows + kindex[None, :] * {a_k}, xmask & (kindex[None, :] < {k}), other=0){widen}",
+        f"    b_tile = tl.load(b_columns + kindex[:, None] * {b_k}, (kindex[:, None] < {k}) & rmask0, other=0){widen}",
+        f"    {ir.ACCUMULATOR} = tl.dot(a_tile, b_tile, {ir.ACCUMULATOR}{precision})",
+    ]
+    params = [tile.ptr(name) for name in kernel.buffer_args]
+    params += ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
+    body = "\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue)
+    return f"@triton.jit\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+
+
+def print_template(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    """The module source of a template kernel (`printer.print_canonical` of one)."""
+    config = kernel.template.config
+    constants = [f"{name} = tl.constexpr({getattr(config, name)})" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    constants.append(f"MATMUL_CONFIG = {dataclasses.asdict(config)!r}  # the launch: one tile a program")
+    return assemble(kernel, [_print_function(kernel, buffers, interpret)], constants, interpret)

@@ -17,6 +17,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from kiln import log, trace
+from kiln.aot.cse import eliminate_common_subexpressions
 from kiln.aot.functionalize import functionalize
 from kiln.aot.partition import SavedInfo, min_cut_partition
 from kiln.aot.rng import new_seed
@@ -271,7 +272,12 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         joint = functionalize(joint)
     _refuse_mutated_aliased_inputs(joint, list(example_inputs))
     with log.stage("partition"):
+        if eliminate_common_subexpressions(joint.gm.graph):    # [Note: common subexpressions]
+            joint.gm.recompile()
         fw_gm, bw_gm, info = partition(joint)
+        for half in (fw_gm, bw_gm):
+            if eliminate_common_subexpressions(half.graph):
+                half.recompile()
     if log.enabled("graphs"):
         print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
               f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")

@@ -43,6 +43,11 @@ _SYMPY_OPS = {
     sympy.Pow: lambda graph, args: graph.call_function(operator.pow, tuple(args)),
     sympy.Max: _fold(max),
     sympy.Min: _fold(min),
+    # conditions (a SymBool of `torch._check` over a value read from a tensor: [Note: run-time checks])
+    sympy.Ge: _fold(operator.ge), sympy.Gt: _fold(operator.gt), sympy.Le: _fold(operator.le),
+    sympy.Lt: _fold(operator.lt), sympy.Eq: _fold(operator.eq), sympy.Ne: _fold(operator.ne),
+    sympy.And: _fold(operator.and_), sympy.Or: _fold(operator.or_),
+    sympy.Not: lambda graph, args: graph.call_function(operator.not_, tuple(args)),
 }
 if _floordiv_type() is not None:
     _SYMPY_OPS[_floordiv_type()] = lambda graph, args: graph.call_function(operator.floordiv, tuple(args))

@@ -99,6 +99,11 @@ class SymbolTable:
             if value.node.expr.is_Symbol:
                 self._nodes.setdefault(value.node.expr, node)
             return
+        if isinstance(value, torch.SymBool):      # a bool read from a tensor: Eq(u, 1), u its 0 or 1
+            self._nodes.setdefault(value.node.expr, node)
+            for symbol in value.node.expr.free_symbols:
+                self._nodes.setdefault(symbol, node)
+            return
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
@@ -144,5 +149,5 @@ def _annotate(node: fx.Node) -> None:
     args = [a.meta["val"] if isinstance(a, fx.Node) else a for a in node.args]
     if node.target is aten.sym_size.int:
         node.meta["val"] = args[0].shape[args[1]]
-    else:
-        node.meta["val"] = node.target(*args)
+    else:   # max/min of SymInts: torch's, which builds Max/Min where Python's would compare (a guard)
+        node.meta["val"] = {max: torch.sym_max, min: torch.sym_min}.get(node.target, node.target)(*args)

@@ -133,20 +133,22 @@ def repeat_interleave(mode, func, args, kwargs) -> torch.Tensor:
 
 
 def local_scalar_dense(mode, func, args, kwargs) -> Any:
-    """`t.item()`: an unbacked int for an integer tensor. A float or bool read from a tensor stays
-    a data-dependent op (DataDependentOp): no kernel could take it as a size, and a branch on it is
-    a graph break anyway."""
+    """`t.item()`: an unbacked int for an integer tensor; for a bool tensor an unbacked SymBool
+    `Eq(u, 1)` over an unbacked u in [0, 1] (as torch.compile does), which `torch._check` can assume
+    and a branch on stays a graph break. A float read from a tensor stays a data-dependent op
+    (DataDependentOp): no kernel could take it as a size."""
     from kiln.symbolic.fake import DataDependentOp, FakeTensor
     (x,) = args
     if isinstance(x, FakeTensor) and x.constant is not None:
         return x.constant.item()       # torch.tensor(3) made in traced code: its value is known
-    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+    if x.dtype.is_floating_point or x.dtype.is_complex:
         raise DataDependentOp(func)
     # the same tensor read twice, unchanged in between (its version), is the same number
     memo = getattr(x, "_item_memo", None)
     if memo is not None and memo[0] == x._version:
         return memo[1]
-    value = mode.shape_env.unbacked_symint(size=False)
+    value = mode.shape_env.unbacked_symbool() if x.dtype == torch.bool else \
+        mode.shape_env.unbacked_symint(size=False)
     x._item_memo = (x._version, value)
     return value
 

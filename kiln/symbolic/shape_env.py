@@ -212,6 +212,12 @@ class ShapeEnv(TorchHelperProtocol):
     def unbacked_symint(self, size: bool = True, upper: int | float = math.inf) -> torch.SymInt:
         return torch.SymInt(SymNode(self.create_unbacked(size, upper), self, int, None))
 
+    def unbacked_symbool(self) -> torch.SymBool:
+        """A bool read from a tensor: `Eq(u, 1)` over a fresh unbacked u in [0, 1]."""
+        symbol = self.create_unbacked(size=False, upper=1)
+        self.lower[symbol] = 0
+        return torch.SymBool(SymNode(sympy.Eq(symbol, 1), self, bool, None))
+
     def has_unbacked(self, expr: sympy.Basic) -> bool:
         return bool(self.unbacked) and any(s in self.unbacked for s in sympy.sympify(expr).free_symbols)
 

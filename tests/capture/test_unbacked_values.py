@@ -163,8 +163,28 @@ def test_torch_compile_keeps_these_in_one_graph(fn):
     assert _torch_compile_keeps_one_graph(fn)
 
 
-@pytest.mark.parametrize("backend", ["eager", "kiln"])
-@pytest.mark.parametrize("fn", ONE_GRAPH, ids=lambda f: f.__name__)
+# Captured in one graph (backend="eager" passes), but kiln's own backend cannot compile the graph yet:
+# aot's functionalization turns the write into select_scatter / slice_scatter / index_put, whose
+# decompositions branch on the sign of the unbacked index (or on the mask's count being 0 or 1).
+_WRITE_THROUGH_DATA_INDEX = "aot: the scatter of a write at an index read from data branches on its sign"
+KILN_BACKEND_FAILS = {
+    setitem_unbacked_int: _WRITE_THROUGH_DATA_INDEX,
+    setitem_negative_unbacked_int: _WRITE_THROUGH_DATA_INDEX,
+    slice_bounds_from_tensor: _WRITE_THROUGH_DATA_INDEX,
+    block_mask_from_tensor: _WRITE_THROUGH_DATA_INDEX,
+    setitem_mask: "aot: index_put with a boolean mask branches on Eq(u0, 0) | Eq(u0, 1) (before this branch too)",
+}
+
+
+def _cases():
+    for fn in ONE_GRAPH:
+        for backend in ("eager", "kiln"):
+            reason = KILN_BACKEND_FAILS.get(fn) if backend == "kiln" else None
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            yield pytest.param(fn, backend, marks=marks, id=f"{fn.__name__}-{backend}")
+
+
+@pytest.mark.parametrize("fn, backend", list(_cases()))
 def test_one_graph_and_eagers_answers(fn, backend):
     kiln.reset()
     compiled = kiln.compile(fn, fullgraph=True, backend=backend)

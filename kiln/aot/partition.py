@@ -138,6 +138,9 @@ class SavedInfo:
                 f"backward reads: {self.bytes_save_all} bytes); {len(self.recomputed)} ops recomputed")
 
 
+_CHECKS = frozenset({torch.ops.aten._assert_scalar.default})
+
+
 def _ancestors(roots, stop=frozenset()) -> set[fx.Node]:
     seen, todo = set(), [r for r in roots if isinstance(r, fx.Node)]
     while todo:
@@ -221,7 +224,10 @@ def save_all_partition(joint: JointGraph):
 
 
 def _split(joint: JointGraph, parts: _JointParts, saved: list):
-    fw_nodes = _ancestors(parts.fw_outputs + saved)
+    # a run-time check has no user but must run ([Note: run-time checks] in kiln/capture/run_time_checks.py)
+    checks = [n for n in joint.gm.graph.nodes if n.op == "call_function" and n.target in _CHECKS
+              and n not in parts.backward]
+    fw_nodes = _ancestors(parts.fw_outputs + saved + checks)
     bw_nodes = _ancestors(parts.bw_outputs, stop=frozenset(saved) | frozenset(parts.tangents))
     info = SavedInfo(saved=tuple(n.name for n in saved), num_fw_outputs=len(parts.fw_outputs),
                      bytes_saved=sum(nbytes(n) for n in saved),

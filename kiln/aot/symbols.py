@@ -43,6 +43,11 @@ _SYMPY_OPS = {
     sympy.Pow: lambda graph, args: graph.call_function(operator.pow, tuple(args)),
     sympy.Max: _fold(max),
     sympy.Min: _fold(min),
+    # conditions (a SymBool of `torch._check` over a value read from a tensor: [Note: run-time checks])
+    sympy.Ge: _fold(operator.ge), sympy.Gt: _fold(operator.gt), sympy.Le: _fold(operator.le),
+    sympy.Lt: _fold(operator.lt), sympy.Eq: _fold(operator.eq), sympy.Ne: _fold(operator.ne),
+    sympy.And: _fold(operator.and_), sympy.Or: _fold(operator.or_),
+    sympy.Not: lambda graph, args: graph.call_function(operator.not_, tuple(args)),
 }
 if _floordiv_type() is not None:
     _SYMPY_OPS[_floordiv_type()] = lambda graph, args: graph.call_function(operator.floordiv, tuple(args))
@@ -94,6 +99,11 @@ class SymbolTable:
             if value.node.expr.is_Symbol:
                 self._nodes.setdefault(value.node.expr, node)
             return
+        if isinstance(value, torch.SymBool):      # a bool read from a tensor: Eq(u, 1), u its 0 or 1
+            self._nodes.setdefault(value.node.expr, node)
+            for symbol in value.node.expr.free_symbols:
+                self._nodes.setdefault(symbol, node)
+            return
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
@@ -139,5 +149,5 @@ def _annotate(node: fx.Node) -> None:
     args = [a.meta["val"] if isinstance(a, fx.Node) else a for a in node.args]
     if node.target is aten.sym_size.int:
         node.meta["val"] = args[0].shape[args[1]]
-    else:
-        node.meta["val"] = node.target(*args)
+    else:   # max/min of SymInts: torch's, which builds Max/Min where Python's would compare (a guard)
+        node.meta["val"] = {max: torch.sym_max, min: torch.sym_min}.get(node.target, node.target)(*args)

@@ -140,6 +140,17 @@ class _Recorder(TorchDispatchMode):
         self.bind(t, node)
         return node
 
+    def assert_scalar(self, cond, message: str) -> None:
+        """`aten._assert_scalar(cond, message)` of the torch-level graph ([Note: run-time checks] in
+        kiln/capture/run_time_checks.py): recorded here, as an op with no tensor argument never
+        reaches a dispatch mode."""
+        if isinstance(cond, torch.SymBool) and cond.node.shape_env.has_unbacked(cond.node.expr):
+            cond.node.shape_env.expect_true(cond.node)     # assumed here too: later ops read it
+            node = self.graph.call_function(aten._assert_scalar.default, (self.symbols.node_of(cond), message))
+            node.meta["val"] = None
+        elif not cond:
+            raise RuntimeError(message)
+
     def _arg(self, a):
         if isinstance(a, torch.Tensor):
             return self.node_of(a)
@@ -366,9 +377,15 @@ def _traced_rules(numerics: str) -> dict:
     from kiln.symbolic.rules import SYMBOLIC_RULES
     rules = dict(SYMBOLIC_RULES)    # attention, matmul: the same branches as ATen's, sizes kept symbolic
     rules[torch.linalg.lstsq] = lstsq   # torch's arithmetic; residuals of a symbolic size need it
+    rules[aten._assert_scalar.default] = _assert_scalar
     if numerics != "eager":
         rules[torch.nn.functional.linear] = linear      # one rounding where ATen's bmm + add rounds twice
     return rules
+
+
+def _assert_scalar(cond, message: str) -> None:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+    _get_current_dispatch_mode().assert_scalar(cond, message)
 
 
 @contextlib.contextmanager

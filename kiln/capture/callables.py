@@ -38,7 +38,7 @@ PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), fo
 ATTRIBUTES: dict = {}
 
 _FAMILIES = ("builtins", "containers", "collections_types", "iterators", "generators", "stdlib_functions",
-             "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python")
+             "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python", "run_time_checks")
 _loaded = False
 
 

@@ -333,9 +333,27 @@ def _reduce_compare(op):
             for item in items[1:]:
                 result = _tensor_extreme(tx, op, result, item)
             return result
+        if "key" not in kwargs and all(_is_int(i) for i in items):
+            return _int_extreme(tx, op, items)
         raise tx.unsupported(f"{op.__name__}() over values known only at run time "
                              "(for tensors use torch.maximum/torch.minimum)")
     return handle
+
+
+def _is_int(v: V.Variable) -> bool:
+    return isinstance(v, V.SymNumber) and isinstance(v.example, torch.SymInt) or \
+        is_python_constant(v) and type(python_value(v)) is int
+
+
+def _int_extreme(tx, op, items: list) -> V.Variable:
+    """`max(n, 2)` / `min(n, x.shape[0])` over ints, some known only at run time (a count read with
+    `.item()`, a dynamic size): `torch.sym_max`/`sym_min`, a symbolic int later ops take as a size,
+    as torch.compile traces it; no branch, so a value known only at run time needs no guard."""
+    from kiln.capture.torch_calls import call_torch
+    result = items[0]
+    for item in items[1:]:
+        result = call_torch(tx, "call_function", torch.sym_max if op is max else torch.sym_min, [result, item], {})
+    return result
 
 
 def _tensor_extreme(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:

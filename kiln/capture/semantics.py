@@ -471,6 +471,7 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
+        key = read_index_values(tx, key, plain=False)
         indices = key.items if isinstance(key, V.TupleVar) else [key]
         if tx.out.getitem_to_index and all(isinstance(i, V.TensorVar) for i in indices):
             return call_torch(tx, "call_function", torch.ops.aten.index.Tensor, [obj, V.ListVar(list(indices))], {})
@@ -514,6 +515,30 @@ def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
     raise tx.unsupported(f"indexing a {obj.python_type().__name__}")
 
 
+def _is_index_tensor(v: V.Variable) -> bool:
+    dtype = v.example.dtype if isinstance(v, V.TensorVar) else None
+    return dtype is not None and v.example.dim() == 0 and not (dtype.is_floating_point or dtype.is_complex
+                                                               or dtype == torch.bool)
+
+
+def read_index_values(tx, key: V.Variable, plain: bool) -> V.Variable:
+    """A 0-d integer tensor where tensor indexing wants an int (a slice bound, `out[start:end]` over
+    a cumsum's entries; with `plain`, a whole index, `y[t] = v`) is read as Python reads it,
+    `t.item()`: an unbacked SymInt ([Note: indices read from data] in kiln/symbolic/data_dependent.py),
+    as torch.compile reads it, so the graph goes on where a fake tensor's `__index__` could only
+    guard on its value. A whole index of a read (`x[t]`) stays a tensor: advanced indexing gives
+    the same values."""
+    from kiln.capture.torch_calls import tensor_item
+
+    def read(v, whole):
+        if isinstance(v, V.SliceVar):
+            return V.SliceVar([read(i, True) for i in v.items])
+        return tensor_item(tx, v) if whole and _is_index_tensor(v) else v
+    if isinstance(key, V.TupleVar) and key.python_type() is tuple:
+        return V.TupleVar([read(i, plain) for i in key.items])
+    return read(key, plain)
+
+
 def _tensor_index(tx, t: V.TensorVar) -> int:
     """`items[t]`: Python reads the tensor's value (`Tensor.__index__`). Known while tracing for a
     tensor this graph made from a constant (`torch.as_tensor(2)`; torch.compile's fake tensors keep
@@ -532,7 +557,7 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].setitem(tx, obj, key, value)
     if isinstance(obj, V.TensorVar):
-        tensor_method(tx, "__setitem__", [obj, key, value], {})
+        tensor_method(tx, "__setitem__", [obj, read_index_values(tx, key, plain=True), value], {})
     elif isinstance(obj, V.ListVar):
         k = python_value(key)
 

@@ -181,10 +181,11 @@ _DATA_DEPENDENT = {
 
 def tensor_item(tx, t: V.TensorVar) -> V.Variable:
     """`t.item()` (also `int(t)`) of an integer tensor: a graph node whose value is an unbacked
-    SymInt. A float or bool read from a tensor still breaks the graph (it can be no size, and a
-    branch on it needs its value)."""
+    SymInt; of a bool tensor an unbacked SymBool (for `torch._check`; a branch on it breaks the
+    graph). A float read from a tensor still breaks the graph (it can be no size, and a branch on it
+    needs its value)."""
     dtype = t.example.dtype
-    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+    if dtype.is_floating_point or dtype.is_complex:
         raise tx.unsupported(f"Tensor.item() of a {dtype} tensor reads tensor data, which a graph cannot hand "
                              "back to Python (only an integer read from a tensor becomes a symbolic size)")
     return call_torch(tx, "call_method", "item", [t], {})

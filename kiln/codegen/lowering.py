@@ -72,7 +72,7 @@ def to_sympy(v: Any) -> sympy.Expr:
         return v
     if isinstance(v, (bool, int)):
         return sympy.Integer(int(v))
-    if isinstance(v, torch.SymInt):
+    if isinstance(v, (torch.SymInt, torch.SymBool)):   # a SymBool: a run-time check's condition
         node = v.node
         expr = getattr(node, "expr", None)
         if isinstance(expr, sympy.Basic):
@@ -453,7 +453,8 @@ def _node_values(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> dic
     nodes = [n for n in gm.graph.nodes if n.op not in ("output",)]
     # a call recorded with val None (an ATen op an earlier stage left unannotated) does not mean the
     # op returns None: its extern would get no output buffer, so such a record is not trusted
-    recorded = all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function") for n in nodes)
+    recorded = all("val" in n.meta and (n.meta["val"] is not None or n.op != "call_function"
+                                        or n.target is torch.ops.aten._assert_scalar.default) for n in nodes)
     if recorded and any(_has_symbols(n.meta["val"]) for n in nodes):
         return {n: n.meta["val"] for n in nodes}
     if not recorded and any(_has_symbols(x) for x in example_inputs):
@@ -747,7 +748,7 @@ def _reads_data(node: torch.fx.Node) -> bool:
 
 
 def _size_expr(node: torch.fx.Node, value) -> sympy.Expr:
-    if not isinstance(value, torch.SymInt):
+    if not isinstance(value, (torch.SymInt, torch.SymBool)):   # a SymBool: a run-time check's condition
         raise NotYetImplemented(f"kiln codegen: {node.format_node()} computes a symbolic "
                                 f"{type(value).__name__}; only integer sizes lower to index expressions")
     return to_sympy(value)

@@ -133,20 +133,22 @@ def repeat_interleave(mode, func, args, kwargs) -> torch.Tensor:
 
 
 def local_scalar_dense(mode, func, args, kwargs) -> Any:
-    """`t.item()`: an unbacked int for an integer tensor. A float or bool read from a tensor stays
-    a data-dependent op (DataDependentOp): no kernel could take it as a size, and a branch on it is
-    a graph break anyway."""
+    """`t.item()`: an unbacked int for an integer tensor; for a bool tensor an unbacked SymBool
+    `Eq(u, 1)` over an unbacked u in [0, 1] (as torch.compile does), which `torch._check` can assume
+    and a branch on stays a graph break. A float read from a tensor stays a data-dependent op
+    (DataDependentOp): no kernel could take it as a size."""
     from kiln.symbolic.fake import DataDependentOp, FakeTensor
     (x,) = args
     if isinstance(x, FakeTensor) and x.constant is not None:
         return x.constant.item()       # torch.tensor(3) made in traced code: its value is known
-    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+    if x.dtype.is_floating_point or x.dtype.is_complex:
         raise DataDependentOp(func)
     # the same tensor read twice, unchanged in between (its version), is the same number
     memo = getattr(x, "_item_memo", None)
     if memo is not None and memo[0] == x._version:
         return memo[1]
-    value = mode.shape_env.unbacked_symint(size=False)
+    value = mode.shape_env.unbacked_symbool() if x.dtype == torch.bool else \
+        mode.shape_env.unbacked_symint(size=False)
     x._item_memo = (x._version, value)
     return value
 
@@ -256,6 +258,54 @@ def _bind(arguments, args, kwargs) -> dict:
     return bound
 
 
+# [Note: indices read from data] `out[start:end] = v` with bounds read from a tensor (aria's experts,
+# pixtral's block mask) and `y[i] = v` with `i = t.argmax().item()`: eager wraps a negative index
+# (`i + size`) and clamps slice bounds to the dim, so where the sign of an unbacked index is unknown
+# neither the view's size nor its storage offset has one expression. As torch.compile's fake
+# kernels do, the view gets fresh unbacked symbols for them (a size of at most the dim's); the
+# graph runs the real op, which wraps and clamps as eager does. A select out of range still raises
+# at run time: Tensor indexing checks it (`expect_true`: assumed here, `aten.select` raises there).
+def _sign_unknown(v) -> bool:
+    if not isinstance(v, torch.SymInt):
+        return False
+    env = v.node.shape_env
+    expr = env.simplify(v.node.expr)
+    return env.has_unbacked(expr) and env.static_value(expr >= 0) is None
+
+
+def _view(mode, x: torch.Tensor, sizes, strides, offset) -> torch.Tensor:
+    from kiln.symbolic.fake import FakeTensor
+    with torch._C._DisableTorchDispatch():
+        meta = x._meta.as_strided(list(sizes), list(strides), offset)
+    return FakeTensor(meta, x.device, mode)
+
+
+def _has_sign_unknown_index(func, args, kwargs) -> bool:
+    return any(_sign_unknown(a) for a in (*args[2:], *kwargs.values()))
+
+
+def select(mode, func, args, kwargs) -> torch.Tensor:
+    x, dim, _ = args
+    dim = dim % x.dim()
+    offset = mode.shape_env.unbacked_symint(size=True)     # index or index + size: not one expression
+    keep = [d for d in range(x.dim()) if d != dim]
+    return _view(mode, x, [x.shape[d] for d in keep], [x.stride()[d] for d in keep], offset)
+
+
+def slice_tensor(mode, func, args, kwargs) -> torch.Tensor:
+    a = _bind(func._schema.arguments, args, kwargs)
+    x, dim, step = a["self"], a["dim"] % a["self"].dim(), a["step"]
+    size = x.shape[dim]
+    length = _count(mode, size if isinstance(size, int) else None)
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[dim] = length if step == 1 else (length + step - 1) // step
+    strides[dim] = strides[dim] * step
+    start = a["start"]
+    offset = x.storage_offset() + (start if start is not None else 0) * x.stride()[dim] \
+        if not _sign_unknown(start) else mode.shape_env.unbacked_symint(size=True)
+    return _view(mode, x, sizes, strides, offset)
+
+
 def _is_bool_index(func, args, kwargs) -> bool:
     return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1])
 
@@ -277,4 +327,6 @@ RULES: dict[Any, Callable] = {
 # Ops that are data-dependent for some arguments only: (test, rule); otherwise their meta kernel.
 CONDITIONAL: dict[Any, tuple[Callable, Callable]] = {
     aten.index.Tensor: (_is_bool_index, index),
+    aten.select.int: (_has_sign_unknown_index, select),
+    aten.slice.Tensor: (_has_sign_unknown_index, slice_tensor),
 }

@@ -16,18 +16,20 @@ that says whether a trace made under these guards may be reused for them.
 
 [Note: unbacked sizes] Some sizes are known only when the program runs: the number of nonzero
 elements (`nonzero`, `masked_select`, `x[mask]`), of distinct values (`unique`), a sum of repeats
-(`repeat_interleave`), a number read from a tensor (`t.item()` used as a size), the residuals of a
-least-squares solve that exist only for a full-rank matrix (`linalg.lstsq`). For each such value
-`create_unbacked` makes a symbol named u0, u1, ... (backed symbols are s0, s1, ...) with no hint and
-no source: no input holds it, so the guard function can neither read nor check it, and a guard on
-it would pin the compiled program to one count, a recompile per value. So the ShapeEnv never
-guards on an unbacked symbol:
+(`repeat_interleave`), a number read from a tensor (`t.item()` used as a size; a bool read so is
+`Eq(u, 1)` over a u in [0, 1]), the residuals of a least-squares solve that exist only for a
+full-rank matrix (`linalg.lstsq`). For each such value `create_unbacked` makes a symbol named
+u0, u1, ... (backed symbols are s0, s1, ...) with no hint and no source: no input holds it, so the
+guard function can neither read nor check it, and a guard on it would pin the compiled program to
+one count, a recompile per value. So the ShapeEnv never guards on an unbacked symbol:
   * a question the facts decide (u0 >= 0, u0 * 2 != -1) is answered as for any symbol, no guard;
   * torch's `guard_or_false` / `guard_or_true` (its meta kernels ask those where either answer is
     correct, e.g. "is this dim 1, so broadcast?") get their fallback: the general case;
   * `guard_size_oblivious` decides as if the size were >= 2 (a size 0 or 1 takes the general path);
   * `expect_true` (torch._check: a condition the op requires, u0 == s0 for `x[m] + y[m']`) is
     assumed: learnt as a fact (u1 -> s0 replacement) and kept in `runtime_asserts`, not a guard;
+    a user's `torch._check(n >= 2)` / `torch._check_is_size(n)` is assumed so too, and capture puts
+    the check in the graph to raise at run time ([Note: run-time checks] in kiln/capture);
   * anything else (`if n > 0:` on an unbacked n) raises `DataDependentGuard`, which capture turns
     into a graph break at the user's line.
 The symbol is bound when the program runs: the op that made it is an extern of the generated host
@@ -211,6 +213,12 @@ class ShapeEnv(TorchHelperProtocol):
 
     def unbacked_symint(self, size: bool = True, upper: int | float = math.inf) -> torch.SymInt:
         return torch.SymInt(SymNode(self.create_unbacked(size, upper), self, int, None))
+
+    def unbacked_symbool(self) -> torch.SymBool:
+        """A bool read from a tensor: `Eq(u, 1)` over a fresh unbacked u in [0, 1]."""
+        symbol = self.create_unbacked(size=False, upper=1)
+        self.lower[symbol] = 0
+        return torch.SymBool(SymNode(sympy.Eq(symbol, 1), self, bool, None))
 
     def has_unbacked(self, expr: sympy.Basic) -> bool:
         return bool(self.unbacked) and any(s in self.unbacked for s in sympy.sympify(expr).free_symbols)

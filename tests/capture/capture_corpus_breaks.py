@@ -184,10 +184,10 @@ def numpy_roundtrip(x):
     return torch.from_numpy(a.copy()) + 1
 
 
-# slices with tensor bounds (Pixtral's block mask from a cumsum): the subscript that reads them
-# breaks the graph, at an instruction that runs natively (BUILD_SLICE did not: the whole function
-# ran eagerly)
-@brk(graphs=2, breaks=3, inputs=t(6, 6))
+# slices with tensor bounds (Pixtral's block mask from a cumsum): each bound is read with `.item()`,
+# an unbacked SymInt, and the slices stay in one graph, as torch.compile keeps them ([Note: indices
+# read from data] in kiln/symbolic/data_dependent.py; they once broke the graph at the subscript)
+@brk(graphs=1, breaks=0, inputs=t(6, 6))
 def slice_with_tensor_bounds(x):
     mask = torch.full((6, 6), -1.0)
     ends = torch.tensor([2, 4]).cumsum(-1)
@@ -197,8 +197,8 @@ def slice_with_tensor_bounds(x):
     return x + mask, x[ends[0]:]
 
 
-# 3.12 reads and writes `x[a:b]` by BINARY_SLICE / STORE_SLICE, which a break runs natively too
-@brk(graphs=2, breaks=2, inputs=t(6, 6))
+# 3.12 reads and writes `x[a:b]` by BINARY_SLICE / STORE_SLICE: one graph there too
+@brk(graphs=1, breaks=0, inputs=t(6, 6))
 def two_part_slice_with_tensor_bounds(x):
     ends = torch.tensor([2, 4]).cumsum(-1)
     y = x.clone()

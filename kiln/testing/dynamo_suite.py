@@ -31,7 +31,8 @@ a process with Dynamo's). For `--compiler kiln` a shim is installed before the f
 - fail-counts: only an assertion on frame/op/graph counts failed (kiln splits graphs differently);
 - error-unsupported: the compiler refused (kiln's or Dynamo's `Unsupported`, a graph break under
   fullgraph);
-- error-other: anything else (an exception inside the compiler, a timeout, a missing attribute).
+- error-other: anything else (an exception inside the compiler, an assertion of the compiler's own,
+  a timeout, a name the installed torch lacks).
 """
 from __future__ import annotations
 
@@ -63,13 +64,18 @@ TEST_TIMEOUT_S = 60
 # A test whose source matches one of these checks Dynamo itself, not the compiled program's
 # results: kiln cannot be expected to reproduce it, so neither compiler runs it.
 INTERNALS = [
-    (r"assertExpectedInline|normalize_gm|print_readable|assertExpectedRaisesInline", "Dynamo's graph or message text"),
+    (r"assertExpectedInline|normalize_gm|print_readable|assertExpectedRaisesInline|"
+     r"assertRaisesRegex\(\s*(torch\._dynamo\.exc\.)?Unsupported", "Dynamo's graph or message text"),
     (r"\bcounters\[|get_compilation_metrics|compilation_metrics", "Dynamo's counters or metrics"),
     (r"make_logging_test|LoggingTestCase|torch\._logging|\brecords\b", "Dynamo's logging"),
     (r"side_effects|symbolic_convert|bytecode_transformation|SpeculationLog|guard_manager|"
      r"CheckFunctionManager|_dynamo\.eval_frame|_dynamo\.variables", "Dynamo's internal classes"),
+    (r"canonicaliz|_aot_autograd|_dynamo_source|graph\.nodes|_get_graph_node_names|fx\.Graph\(",
+     "Dynamo's or AOT's graph structure"),
     (r"\.cuda\(|device=\"cuda\"|requires_cuda|TEST_CUDA", "CUDA"),
 ]
+# An AssertionError raised inside a compiler is the compiler's failure, not a test's assertion.
+COMPILER_FRAMES = re.compile(r"/torch/(_dynamo|_functorch|_inductor|fx)/|/kiln/(?!testing/dynamo_suite)")
 # An assertion line matching this is about how many frames, graphs or ops were compiled.
 COUNTS = re.compile(r"frame_count|op_count|\.graphs\b|graph_count|\bcnts?\b|\bcounter\b|CompileCounter")
 
@@ -200,7 +206,8 @@ def classify_error(err, test_file: str) -> tuple[str, str]:
     if issubclass(kind, (Unsupported, NotYetImplemented, DynamoUnsupported)) or \
             kind.__module__.startswith("torch._dynamo.exc") and "Unsupported" in kind.__name__:
         return "error-unsupported", reason
-    if issubclass(kind, AssertionError):
+    innermost = traceback.extract_tb(tb)[-1].filename if tb else ""
+    if issubclass(kind, AssertionError) and not COMPILER_FRAMES.search(innermost):
         frames = [f for f in traceback.extract_tb(tb) if f.filename == test_file]
         statement = _statement(test_file, frames[-1].lineno) if frames else ""
         if COUNTS.search(statement):
@@ -354,9 +361,10 @@ def report(results: dict[str, list[TestOutcome]], files: list[tuple[str, str, st
              "rate = pass / (tests - skipped - n/a); n/a tests (Dynamo internals, CUDA) run under neither.", "",
              "| file | compiler | tests | " + " | ".join(OUTCOMES) + " | rate |",
              "|---|---|---|" + "---|" * len(OUTCOMES) + "---|"]
-    for name, commit, _ in files:
+    names = [name for name, _, _ in files]
+    for name in names + (["all"] if len(names) > 1 else []):
         for compiler, outcomes in results.items():
-            mine = [o for o in outcomes if o.file == name]
+            mine = [o for o in outcomes if o.file == name or name == "all"]
             count = collections.Counter(o.outcome for o in mine)
             ran = len(mine) - count["skipped"] - count["n/a"]
             rate = f"{count['pass'] / ran:.0%}" if ran else "-"

@@ -6,7 +6,9 @@
 The test files are reference data read from PyTorch's public repository into a git-ignored cache,
 `.cache/dynamo-tests/<commit>/<file>`, never committed. `--fetch` downloads them at the commit the
 installed torch was built from; a cache filled by other means (one commit folder per file) works
-the same, and the report names each file's commit.
+the same, and the report names each file's commit. A file that upstream splits into helper modules
+(test_misc.py into `_test_misc_part*.py`, test_ctx_manager.py importing test_functions.py) needs
+those helpers in the same folder; `--fetch` fetches only the names it is given.
 
 Each file runs in its own subprocess (a crash or a hang costs one file, and kiln's run never shares
 a process with Dynamo's). For `--compiler kiln` a shim is installed before the file is imported:
@@ -93,7 +95,6 @@ class TestOutcome:
 def fetch(commit: str, names: list[str] = FILES) -> list[str]:
     """Download `names` at `commit` into the cache; returns the paths written."""
     folder = os.path.join(CACHE, commit)
-    os.makedirs(folder, exist_ok=True)
     written = []
     for name in names:
         url = RAW.format(commit=commit, name=name)
@@ -106,6 +107,7 @@ def fetch(commit: str, names: list[str] = FILES) -> list[str]:
         except (urllib.error.URLError, OSError) as e:
             raise SystemExit(f"cannot reach raw.githubusercontent.com ({e}); fetch needs internet access, "
                              f"or fill {os.path.normpath(folder)}/ with the test files by other means")
+        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, name)
         with open(path, "w") as f:
             f.write(text)

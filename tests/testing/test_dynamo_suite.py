@@ -1,0 +1,102 @@
+"""The Dynamo-suite runner (kiln.testing.dynamo_suite) classifies each outcome class
+([Note: outcome classes]) on a synthetic test file written in Dynamo's test style: no network, no
+cache."""
+import textwrap
+
+import pytest
+
+from kiln.testing import dynamo_suite
+
+SYNTHETIC = textwrap.dedent('''
+    import functools
+    import unittest
+
+    import torch
+    import torch._dynamo.test_case
+    from torch._dynamo.testing import CompileCounter
+
+
+    def off_by_one(gm, example_inputs):      # a backend whose results are wrong
+        return lambda *args: [out + 1 for out in gm(*args)]
+
+
+    class Cases(torch._dynamo.test_case.TestCase):
+        def test_pass(self):
+            fn = torch.compile(lambda x: x.sin() + 1, backend="eager", fullgraph=True)
+            x = torch.randn(3)
+            self.assertEqual(fn(x), x.sin() + 1)
+
+        def test_wrong_value(self):
+            fn = torch.compile(lambda x: x * 2, backend=off_by_one)
+            x = torch.randn(3)
+            self.assertEqual(fn(x), x * 2)
+
+        def test_counts_only(self):
+            cnts = CompileCounter()
+            fn = torch.compile(lambda x: x.cos(), backend=cnts)
+            x = torch.randn(3)
+            self.assertEqual(fn(x), x.cos())
+            self.assertEqual(cnts.frame_count, 7)
+
+        def test_wrong_value_behind_counts(self):
+            cnts = CompileCounter()
+            fn = torch._dynamo.optimize(cnts)(lambda x: x.cos())
+            x = torch.randn(3)
+            fn(x)
+            self.assertEqual(cnts.frame_count, 7)
+            self.assertEqual(fn(x), x.sin())
+
+        def test_refused_under_fullgraph(self):
+            def fn(x):
+                functools.cmp_to_key(lambda a, b: 0)    # C code neither compiler traces
+                return x * 2
+            torch._dynamo.optimize_assert("eager")(fn)(torch.randn(3))
+
+        def test_other_error(self):
+            raise RuntimeError("boom")
+
+        @unittest.skip("needs CUDA")
+        def test_skipped(self):
+            pass
+
+        def test_dynamo_internals(self):
+            torch._dynamo.utils.counters["stats"]["calls_captured"]
+
+        @unittest.expectedFailure
+        def test_expected_failure(self):
+            self.assertTrue(False)
+''')
+
+EXPECTED = {
+    "Cases.test_pass": "pass",
+    "Cases.test_wrong_value": "fail-result",
+    "Cases.test_counts_only": "fail-counts",
+    "Cases.test_wrong_value_behind_counts": "fail-result",
+    "Cases.test_refused_under_fullgraph": "error-unsupported",
+    "Cases.test_other_error": "error-other",
+    "Cases.test_skipped": "skipped",
+    "Cases.test_dynamo_internals": "n/a",
+    "Cases.test_expected_failure": "xfail",
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dynamo_tests") / "test_synthetic.py"
+    path.write_text(SYNTHETIC)
+    return str(path)
+
+
+@pytest.mark.parametrize("compiler", ["kiln", "torch"])
+def test_each_outcome_class(synthetic, compiler):
+    outcomes = {o.test: o for o in dynamo_suite.run_in_subprocess("test_synthetic.py", synthetic, compiler)}
+    assert {test: o.outcome for test, o in outcomes.items()} == EXPECTED, outcomes
+    assert outcomes["Cases.test_wrong_value_behind_counts"].reason.startswith("after a count assertion failed")
+
+
+def test_report_counts_each_class():
+    outcomes = [dynamo_suite.TestOutcome("test_x.py", test, outcome, "why 12")
+                for test, outcome in EXPECTED.items()]
+    text = dynamo_suite.report({"kiln": outcomes}, [("test_x.py", "abc123", "/nowhere")], "cmd")
+    assert "| test_x.py | kiln | 9 | 1 | 1 | 2 | 1 | 1 | 1 | 1 | 1 | 14% |" in text
+    assert "| fail-result | 2 | why N |" in text

@@ -139,7 +139,14 @@ def broadcast_to(a: torch.Tensor, shape) -> torch.Tensor:
     if a.ndim == len(shape) and all(same_size(x, y) for x, y in zip(a.shape, shape)):
         return a
     offset = len(shape) - a.ndim
-    return p.broadcast_in_dim(a, shape, list(range(offset, len(shape))))
+    # a dim whose size is 1 only under a guard (a strided slice's `(s2 - 3) // 3` at s2 = 8) is
+    # squeezed away and broadcast as a new dim: lowering tells a broadcast dim by a literal size 1,
+    # and read the slice at every position of the dim instead (fuzz seed 1006522, dynamic=True)
+    ones = [k for k, n in enumerate(a.shape)
+            if not isinstance(n, int) and not same_size(n, shape[offset + k]) and not guard_or_true(n != 1)]
+    if ones:
+        a = p.squeeze(a, ones)
+    return p.broadcast_in_dim(a, shape, [offset + k for k in range(len(shape) - offset) if k not in ones])
 
 
 def common_device(args):

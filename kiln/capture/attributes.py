@@ -432,7 +432,11 @@ def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:
     if isinstance(obj, torch.nn.ModuleDict):
         return item in obj._modules
     if isinstance(obj, (dict, list, tuple, set, frozenset, str)):
-        return item in obj
+        found = item in obj
+        if v.source is not None:  # the answer is the container's contents, read: guard it
+            from kiln.capture.guards import Guard, GuardKind
+            tx.out.guard(Guard(GuardKind.PRESENT if found else GuardKind.ABSENT, v.source, item))
+        return found
     raise tx.unsupported(f"`in` on a {type(obj).__name__}")
 
 

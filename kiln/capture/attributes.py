@@ -353,8 +353,23 @@ def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable] | V.Variable:
     if isinstance(it, types.FunctionType):
         return tx.call(V.MethodVar(_function(it), v), [])  # the iterator: `semantics.iterate` walks it
     if isinstance(obj, (dict, list, tuple, set, frozenset, range)):
+        if v.source is not None and not isinstance(obj, range):
+            _guard_members(tx, v)
         return [_wrap(tx, x, None) for x in obj]
     raise tx.unsupported(f"iterating over a {type(obj).__name__}")
+
+
+def _guard_members(tx, v: V.ObjectVar) -> None:
+    """Iterating a real container held whole (a set of classes, a dict keyed by functions) reads
+    its members: guard them, in order, where `==` can tell them apart (constants, classes,
+    functions); members compared otherwise (tensors, user objects) are refused, not assumed."""
+    from kiln.capture.builder import _constant_key
+    from kiln.capture.guards import Guard, GuardKind
+    members = tuple(v.value)
+    if not all(_constant_key(m) or isinstance(m, types.FunctionType) for m in members):
+        raise tx.unsupported(f"iterating over a {type(v.value).__name__} whose members kiln cannot guard "
+                             f"({v.source.describe()}); pass a list or tuple instead")
+    tx.out.guard(Guard(GuardKind.DICT_KEYS, v.source, members))
 
 
 _TYPING_MODULES = ("typing", "typing_extensions", "types")

@@ -138,3 +138,36 @@ def test_user_truth(first, second):
     def fn(x, obj):
         return x.sin() * (1 if bool(obj) else 2) * (3 if not obj else 4) if obj else x.cos()
     _check_both(fn, first, second)
+
+
+def test_iterating_a_set_of_classes():
+    def fn(x, s):
+        out = x
+        for t in s:
+            out = out * (2 if t is int else 3)
+        return out
+    _check_both(fn, lambda: {int}, lambda: {float})
+    _check_both(fn, lambda: {int, float}, lambda: {float})
+
+
+def test_iterating_a_dict_keyed_by_functions():
+    def fn(x, d):
+        out = x
+        for k in d:
+            out = out * (2 if k is namedtuple else 3)
+        return out
+    _check_both(fn, lambda: {namedtuple: 2, 3: 4}, lambda: {3: 4, namedtuple: 2, 5: 7})
+
+
+def test_iterating_a_set_of_tensors_is_refused_not_assumed():
+    """Members `==` cannot tell apart are not guarded by value: a refusal (the function runs
+    eagerly without fullgraph), never the first call's tensors."""
+    def fn(x, s):
+        out = x
+        for t in s:
+            out = out * t
+        return out
+    compiled = kiln.compile(fn)
+    x = torch.randn(3)
+    for s in ({torch.ones(3)}, {torch.full((3,), 2.0)}):
+        torch.testing.assert_close(compiled(x, s), fn(x, s))

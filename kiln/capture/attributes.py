@@ -361,15 +361,16 @@ def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable] | V.Variable:
 
 def _guard_members(tx, v: V.ObjectVar) -> None:
     """Iterating a real container held whole (a set of classes, a dict keyed by functions) reads
-    its members: guard them, in order, where `==` can tell them apart (constants, classes,
-    functions); members compared otherwise (tensors, user objects) are refused, not assumed."""
+    its members: guard them, in order, by `==` where it tells them apart (constants, classes,
+    functions), else by identity (tensors, user objects: the members are then kept alive)."""
     from kiln.capture.builder import _constant_key
     from kiln.capture.guards import Guard, GuardKind
     members = tuple(v.value)
-    if not all(_constant_key(m) or isinstance(m, types.FunctionType) for m in members):
-        raise tx.unsupported(f"iterating over a {type(v.value).__name__} whose members kiln cannot guard "
-                             f"({v.source.describe()}); pass a list or tuple instead")
-    tx.out.guard(Guard(GuardKind.DICT_KEYS, v.source, members))
+    if all(_constant_key(m) or isinstance(m, types.FunctionType) for m in members):
+        tx.out.guard(Guard(GuardKind.DICT_KEYS, v.source, members))
+        return
+    tx.out.keepalive.append(members)
+    tx.out.guard(Guard(GuardKind.MEMBER_IDS, v.source, tuple(map(id, members))))
 
 
 _TYPING_MODULES = ("typing", "typing_extensions", "types")

@@ -25,6 +25,7 @@ class GuardKind(enum.Enum):
     TENSOR = "tensor"        # dtype, device, sizes, strides, requires_grad
     LEN = "len"              # len(value) == n
     DICT_KEYS = "dict_keys"  # list(value) == keys: a dict's keys or a set's members (order matters: iteration order is specialized)
+    MEMBER_IDS = "member_ids"  # the members, in order, are these objects (a set of tensors iterated)
     EMPTY = "empty"          # not value (hook dicts)
     TRUTH = "truth"          # bool(value) is expected (a real container or C object branched on)
     ABSENT = "absent"        # key not in value (a lookup that raised KeyError: `os.environ.get(k, default)`)
@@ -39,7 +40,7 @@ class GuardKind(enum.Enum):
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
-          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.CONST: 3,
+          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.MEMBER_IDS: 2, GuardKind.CONST: 3,
           GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
@@ -102,6 +103,8 @@ class Guard:
             return f"{where} contains {self.expected!r}"
         if self.kind is GuardKind.TRUTH:
             return f"bool({where}) is {self.expected}"
+        if self.kind is GuardKind.MEMBER_IDS:
+            return f"{where} holds the same {len(self.expected)} objects, in order"
         if self.kind is GuardKind.PROCESS_GROUP:
             q = self.expected
             return f"{q.call_text()} == {q.value!r}" + (" (rank-dependent: each rank compiles its own graph)"
@@ -181,6 +184,8 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"{const(x)} in {e}"]
     if kind is GuardKind.TRUTH:
         return [f"bool({e}) is {bool(x)}"]
+    if kind is GuardKind.MEMBER_IDS:  # the objects are kept alive by the entry (`out.keepalive`)
+        return [f"list(map(id, {e})) == {list(x)!r}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.AUTOCAST:

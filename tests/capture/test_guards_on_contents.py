@@ -159,15 +159,16 @@ def test_iterating_a_dict_keyed_by_functions():
     _check_both(fn, lambda: {namedtuple: 2, 3: 4}, lambda: {3: 4, namedtuple: 2, 5: 7})
 
 
-def test_iterating_a_set_of_tensors_is_refused_not_assumed():
-    """Members `==` cannot tell apart are not guarded by value: a refusal (the function runs
-    eagerly without fullgraph), never the first call's tensors."""
+def test_iterating_a_set_of_tensors_guards_their_identity():
+    """Members `==` cannot tell apart are guarded by identity: another set of tensors (equal
+    values included) recompiles, never reuses the first call's tensors."""
     def fn(x, s):
         out = x
         for t in s:
             out = out * t
         return out
-    compiled = kiln.compile(fn)
-    x = torch.randn(3)
-    for s in ({torch.ones(3)}, {torch.full((3,), 2.0)}):
-        torch.testing.assert_close(compiled(x, s), fn(x, s))
+    for backend in BACKENDS:
+        compiled = kiln.compile(fn, fullgraph=True, **backend)
+        x = torch.randn(3)
+        for s in ({torch.ones(3)}, {torch.full((3,), 2.0)}, {torch.full((3,), 2.0), torch.ones(3)}):
+            torch.testing.assert_close(compiled(x, s), fn(x, s))

@@ -353,8 +353,24 @@ def iterate_object(tx, v: V.ObjectVar) -> list[V.Variable] | V.Variable:
     if isinstance(it, types.FunctionType):
         return tx.call(V.MethodVar(_function(it), v), [])  # the iterator: `semantics.iterate` walks it
     if isinstance(obj, (dict, list, tuple, set, frozenset, range)):
+        if v.source is not None and not isinstance(obj, range):
+            _guard_members(tx, v)
         return [_wrap(tx, x, None) for x in obj]
     raise tx.unsupported(f"iterating over a {type(obj).__name__}")
+
+
+def _guard_members(tx, v: V.ObjectVar) -> None:
+    """Iterating a real container held whole (a set of classes, a dict keyed by functions) reads
+    its members: guard them, in order, by `==` where it tells them apart (constants, classes,
+    functions), else by identity (tensors, user objects: the members are then kept alive)."""
+    from kiln.capture.builder import _constant_key
+    from kiln.capture.guards import Guard, GuardKind
+    members = tuple(v.value)
+    if all(_constant_key(m) or isinstance(m, types.FunctionType) for m in members):
+        tx.out.guard(Guard(GuardKind.DICT_KEYS, v.source, members))
+        return
+    tx.out.keepalive.append(members)
+    tx.out.guard(Guard(GuardKind.MEMBER_IDS, v.source, tuple(map(id, members))))
 
 
 _TYPING_MODULES = ("typing", "typing_extensions", "types")
@@ -432,7 +448,11 @@ def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:
     if isinstance(obj, torch.nn.ModuleDict):
         return item in obj._modules
     if isinstance(obj, (dict, list, tuple, set, frozenset, str)):
-        return item in obj
+        found = item in obj
+        if v.source is not None:  # the answer is the container's contents, read: guard it
+            from kiln.capture.guards import Guard, GuardKind
+            tx.out.guard(Guard(GuardKind.PRESENT if found else GuardKind.ABSENT, v.source, item))
+        return found
     raise tx.unsupported(f"`in` on a {type(obj).__name__}")
 
 

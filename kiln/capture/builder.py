@@ -3,8 +3,8 @@
 `wrap(out, value, source)` dispatches on the value's type through `_WRAPPERS` (exact type first,
 then the MRO), so a new kind of value is one entry. Tensors become graph inputs (or `get_attr`
 nodes for module parameters and buffers); constants are specialized with a guard on their value;
-containers are wrapped item by item with a length/keys guard; functions, classes and modules are
-guarded by identity.
+containers are wrapped item by item with a length/keys guard (sets: their members, in order);
+functions, classes and modules are guarded by identity.
 """
 from __future__ import annotations
 
@@ -166,6 +166,19 @@ def _wrap_dict(out, value, source):
     return V.DictVar(items, type(value), factory, source=source)
 
 
+def _wrap_set(out, value, source):
+    """A set or frozenset of plain members: a tracker of its members, guarded on them in iteration
+    order (`in`, `len()`, iteration and set algebra all read the contents). A subclass, members a
+    guard cannot print, or a copy that would iterate in another order than the set itself stay
+    real objects (whose reads guard what they read, `attributes.object_contains`)."""
+    copy = type(value)(value) if type(value) in (set, frozenset) else None
+    if copy is None or not all(_plain_key(k) for k in value) or list(copy) != list(value):
+        return _wrap_object(out, value, source)
+    _guard(out, GuardKind.TYPE, source, type(value))
+    _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
+    return V.SetVar(copy, {k: wrap(out, k, None) for k in copy}, type(value), source=source)
+
+
 _TABLE_VALUES = (types.FunctionType, types.BuiltinFunctionType, type, str, int, float, bool, type(None))
 
 
@@ -256,6 +269,8 @@ _WRAPPERS: dict[type, Callable] = {
     dict: _wrap_dict,
     collections.OrderedDict: _wrap_dict,
     collections.deque: _wrap_deque,
+    set: _wrap_set,
+    frozenset: _wrap_set,
     types.FunctionType: _wrap_function,
     types.MethodType: _wrap_method,
     functools.partial: _wrap_partial,
@@ -267,4 +282,4 @@ _WRAPPERS: dict[type, Callable] = {
     ResumeIterator: _wrap_resume_iterator,
     **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
-_MUTABLE_CONTAINERS = (list, dict, ResumeIterator)
+_MUTABLE_CONTAINERS = (list, dict, set, ResumeIterator)

@@ -24,9 +24,12 @@ class GuardKind(enum.Enum):
     CONST = "const"          # value == constant (ints, strings, ...), type included
     TENSOR = "tensor"        # dtype, device, sizes, strides, requires_grad
     LEN = "len"              # len(value) == n
-    DICT_KEYS = "dict_keys"  # list(value) == keys (order matters: iteration order is specialized)
+    DICT_KEYS = "dict_keys"  # list(value) == keys: a dict's keys or a set's members (order matters: iteration order is specialized)
+    MEMBER_IDS = "member_ids"  # the members, in order, are these objects (a set of tensors iterated)
     EMPTY = "empty"          # not value (hook dicts)
+    TRUTH = "truth"          # bool(value) is expected (a real container or C object branched on)
     ABSENT = "absent"        # key not in value (a lookup that raised KeyError: `os.environ.get(k, default)`)
+    PRESENT = "present"      # key in value (`k in d` on a real container that answered True)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
     SAME = "same"            # value is the object another source reads (aliased inputs)
@@ -37,8 +40,8 @@ class GuardKind(enum.Enum):
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
-          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.CONST: 3, GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5,
-          GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
+          GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.MEMBER_IDS: 2, GuardKind.CONST: 3,
+          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
 
@@ -68,6 +71,8 @@ class Guard:
             e = (slice, e.start, e.stop, e.step)
         elif type(e) is dict:  # a table guarded whole (`builder._is_table`): its items, in order
             e = (dict, tuple(e.items()))
+        elif self.kind in (GuardKind.ABSENT, GuardKind.PRESENT) and not _hashable(e):
+            e = (id, id(e))   # `[1] in a_list`: the guard's code names the object itself
         return (self.kind, self.source, e)
 
     def __hash__(self):
@@ -94,6 +99,12 @@ class Guard:
             return self.expected[2]
         if self.kind is GuardKind.ABSENT:
             return f"{where} has no key {self.expected!r}"
+        if self.kind is GuardKind.PRESENT:
+            return f"{where} contains {self.expected!r}"
+        if self.kind is GuardKind.TRUTH:
+            return f"bool({where}) is {self.expected}"
+        if self.kind is GuardKind.MEMBER_IDS:
+            return f"{where} holds the same {len(self.expected)} objects, in order"
         if self.kind is GuardKind.PROCESS_GROUP:
             q = self.expected
             return f"{q.call_text()} == {q.value!r}" + (" (rank-dependent: each rank compiles its own graph)"
@@ -105,6 +116,14 @@ class Guard:
         if self.kind is GuardKind.ID:
             value = type(self.expected).__name__
         return f"{where} {text.format('' if self.kind is GuardKind.EMPTY else value)}"
+
+
+def _hashable(value) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _device_check(e: str, device: torch.device, const) -> str:
@@ -161,6 +180,12 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"not {e}"]
     if kind is GuardKind.ABSENT:
         return [f"{const(x)} not in {e}"]
+    if kind is GuardKind.PRESENT:
+        return [f"{const(x)} in {e}"]
+    if kind is GuardKind.TRUTH:
+        return [f"bool({e}) is {bool(x)}"]
+    if kind is GuardKind.MEMBER_IDS:  # the objects are kept alive by the entry (`out.keepalive`)
+        return [f"list(map(id, {e})) == {list(x)!r}"]
     if kind is GuardKind.GRAD_MODE:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.AUTOCAST:

@@ -69,6 +69,10 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
         return f"{guard.describe()} (now {_len(value)})"
     if kind is GuardKind.ABSENT:
         return f"{guard.describe()} (now it has)"
+    if kind is GuardKind.PRESENT:
+        return f"{guard.describe()} (now it does not)"
+    if kind is GuardKind.TRUTH:
+        return f"{guard.describe()} (now {not guard.expected})"
     if kind is GuardKind.DICT_KEYS:
         return f"{guard.describe()} (now {list(value) if isinstance(value, dict) else _short(value)})"
     return f"{guard.describe()} (now {_short(value)})"

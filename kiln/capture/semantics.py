@@ -18,6 +18,7 @@ from kiln.capture import variables as V
 from kiln.capture.attributes import (_function, class_lookup, dunder_binary, getattr_var, iterate_object,
                                      object_contains, object_getitem)
 from kiln.capture.constants import constant_of, is_python_constant, python_value
+from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import NotConstant, call_variable
 from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
@@ -199,9 +200,9 @@ def truth(tx, v: V.Variable) -> bool:
         return VALUE_MODELS[type(v)].truth(tx, v)
     if isinstance(v, V.Constant):
         return bool(v.value)
-    if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar)):
-        return bool(v.items)
-    if isinstance(v, V.DictVar):
+    if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
+        if isinstance(class_lookup(v.python_type(), "__bool__"), types.FunctionType):
+            return truth(tx, tx.call(getattr_var(tx, v, "__bool__"), []))  # a subclass's own rule
         return bool(v.items)
     if isinstance(v, V.DictViewVar):
         return bool(v.dict.items)
@@ -216,14 +217,30 @@ def truth(tx, v: V.Variable) -> bool:
     if isinstance(v, (V.FunctionVar, V.MethodVar, V.PartialVar, V.ContextVar, V.ExceptionVar, V.SuperVar)):
         return True
     if isinstance(v, V.ObjectVar):
-        # the object is guarded (type or identity) where it was read; Python's own rule answers
-        return bool(v.value)
+        return _object_truth(tx, v)
     if isinstance(v, V.NewObjectVar):
         for name in ("__bool__", "__len__"):
             if hasattr(v.cls, name):
                 return truth(tx, tx.call(getattr_var(tx, v, name), []))
         return True
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
+
+
+def _object_truth(tx, v: V.ObjectVar) -> bool:
+    """A real object's truth, by Python's rule. Modules and classes are guarded by identity and
+    answer themselves. Otherwise the class's Python `__bool__` or `__len__` is followed (its reads
+    guard themselves); a C one (a set, a dict held whole) reads the contents, so the answer is
+    guarded; with neither, the object is true, which its type guard fixes."""
+    obj = v.value
+    if isinstance(obj, (type, types.ModuleType, torch.nn.Module)):
+        return bool(obj)
+    for name in ("__bool__", "__len__"):
+        if isinstance(class_lookup(type(obj), name), types.FunctionType):
+            return truth(tx, tx.call(getattr_var(tx, v, name), []))
+    value = bool(obj)
+    if v.source is not None and any(hasattr(type(obj), n) for n in ("__bool__", "__len__")):
+        tx.out.guard(Guard(GuardKind.TRUTH, v.source, value))
+    return value
 
 
 def check_after_graph(tx, holds: V.TensorVar, error: BaseException) -> None:
@@ -266,6 +283,9 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
 
 
+_REAL_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
 def contains(tx, container: V.Variable, item: V.Variable) -> bool:
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
@@ -277,6 +297,9 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
         if container.kind == "keys":
             return contains(tx, container.dict, item)
         return any(items_equal(tx, i, item) for i in items_of(container))
+    if isinstance(container, V.ObjectVar) and isinstance(container.value, _REAL_CONTAINERS) and \
+            is_python_constant(item):
+        return object_contains(tx, container, python_value(item))  # the read is guarded
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):

@@ -1,7 +1,7 @@
 """PyTorch's own Dynamo tests (`test/dynamo/test_*.py`) run with kiln in torch.compile's place.
 
-    python -m kiln.testing.dynamo_suite --fetch
-    python -m kiln.testing.dynamo_suite --compiler kiln --compiler torch --out RESULTS.md
+    python -m kiln.bench.dynamo_suite --fetch
+    python -m kiln.bench.dynamo_suite --compiler kiln --compiler torch --out RESULTS.md
 
 The test files are reference data read from PyTorch's public repository into a git-ignored cache,
 `.cache/dynamo-tests/<commit>/<file>`, never committed. `--fetch` downloads them at the commit the
@@ -337,7 +337,7 @@ def _flatten(suite):
 # ---------------------------------------------------------------------------------------- report
 
 def run_in_subprocess(name: str, path: str, compiler: str, timeout_s: int = 1800) -> list[TestOutcome]:
-    command = [sys.executable, "-m", "kiln.testing.dynamo_suite", "--worker", name, path, compiler]
+    command = [sys.executable, "-m", "kiln.bench.dynamo_suite", "--worker", name, path, compiler]
     root = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     try:
@@ -359,7 +359,7 @@ def group_reason(reason: str) -> str:
 
 def report(results: dict[str, list[TestOutcome]], files: list[tuple[str, str, str]], command: str) -> str:
     lines = [f"# PyTorch's Dynamo tests through kiln and torch.compile (CPU)", "", f"Command: `{command}`", "",
-             "Outcome classes: see [Note: outcome classes] in `kiln/testing/dynamo_suite.py`. "
+             "Outcome classes: see [Note: outcome classes] in `kiln/bench/dynamo_suite.py`. "
              "rate = pass / (tests - skipped - n/a); n/a tests (Dynamo internals, CUDA) run under neither.", "",
              "| file | compiler | tests | " + " | ".join(OUTCOMES) + " | rate |",
              "|---|---|---|" + "---|" * len(OUTCOMES) + "---|"]
@@ -386,7 +386,7 @@ def report(results: dict[str, list[TestOutcome]], files: list[tuple[str, str, st
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kiln.testing.dynamo_suite", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m kiln.bench.dynamo_suite", description=__doc__.splitlines()[0])
     parser.add_argument("--fetch", action="store_true", help="download the test files into the cache")
     parser.add_argument("--commit", help="pytorch commit to fetch (default: the installed torch's)")
     parser.add_argument("--compiler", action="append", choices=["kiln", "torch"], help="repeatable")
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
             outcomes = run_in_subprocess(name, path, compiler)
             print(f"{compiler} {name}: {collections.Counter(o.outcome for o in outcomes)}", file=sys.stderr)
             results[compiler] += outcomes
-    text = report(results, files, "python -m kiln.testing.dynamo_suite " + " ".join(argv or sys.argv[1:]))
+    text = report(results, files, "python -m kiln.bench.dynamo_suite " + " ".join(argv or sys.argv[1:]))
     print(text)
     if args.out:
         with open(args.out, "w") as f:

@@ -1,11 +1,11 @@
-"""The Dynamo-suite runner (kiln.testing.dynamo_suite) classifies each outcome class
+"""The Dynamo-suite runner (kiln.bench.dynamo_suite) classifies each outcome class
 ([Note: outcome classes]) on a synthetic test file written in Dynamo's test style: no network, no
 cache."""
 import textwrap
 
 import pytest
 
-from kiln.testing import dynamo_suite
+from kiln.bench import dynamo_suite
 
 SYNTHETIC = textwrap.dedent('''
     import functools

@@ -3,8 +3,8 @@ what those controls leave for a compiler (DESIGN.md, "What we take from torch": 
 
 Code written for torch.compile marks functions and tensors for the compiler: `torch.compiler.disable`
 (the same as `disable` of torch's `_dynamo` package), `torch.compiler.allow_in_graph`, that
-package's `mark_dynamic` / `maybe_mark_dynamic` / `mark_static`, `torch.compiler.set_stance`,
-`torch.compiler.substitute_in_graph`. kiln never imports torch's compiler; it reads those marks here
+package's `mark_dynamic` / `maybe_mark_dynamic` / `mark_static` / `graph_break`,
+`torch.compiler.set_stance`, `torch.compiler.substitute_in_graph`. kiln never imports torch's compiler; it reads those marks here
 and nowhere else:
 
 - marks on a function or a tensor are plain attributes (`_torchdynamo_disable`,
@@ -58,6 +58,13 @@ def disabled(fn: Any) -> Disabled | None:
         return None
     reason = inspect.getattr_static(fn, "_torchdynamo_disable_msg", None)
     return Disabled(original, reason if isinstance(reason, str) else None)
+
+
+def is_graph_break(fn: Any) -> bool:
+    """Whether `fn` is `graph_break` of torch's `_dynamo` package: code written for torch.compile
+    calls it to end the graph at that line (a no-op when run eagerly, which inlining it gave)."""
+    package = sys.modules.get("torch._dynamo")
+    return package is not None and fn is getattr(package, "graph_break", None)
 
 
 def disabled_message(fn: Any, mark: Disabled) -> str:

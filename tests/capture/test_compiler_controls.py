@@ -96,6 +96,24 @@ def test_disable_of_torch_dynamo():
     assert ops(ours) == ops(theirs) == [["sin"], ["sub"]]
 
 
+def breaks_between(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y * 2
+
+
+def test_graph_break_ends_the_graph_at_its_line():
+    # a no-op when inlined: kiln made one graph where torch.compile makes two
+    theirs, ours = both(breaks_between, (torch.randn(4),))
+    assert ops(theirs) == [["sin"], ["mul"]]
+    assert ops(ours) == ops(theirs)
+
+
+def test_graph_break_under_fullgraph_names_the_line():
+    with pytest.raises(Exception, match="graph_break"):
+        kiln.compile(breaks_between, fullgraph=True)(torch.randn(4))
+
+
 def test_disable_inside_an_inlined_function():
     theirs, ours = both(calls_through_inlined, (torch.randn(4),))
     flat = lambda r: sorted(op for g in ops(r) for op in g)  # noqa: E731

@@ -59,13 +59,14 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
 
 def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     """A call of a callable torch.compiler's controls marked (controls.py), before any other rule:
-    `disable` breaks the graph around the call (so does a call of `graph_break`), `allow_in_graph` makes it one node,
-    `substitute_in_graph` inlines the registered substitute. None for an unmarked callable."""
+    `disable` breaks the graph around the call (so does a call of `graph_break`), `allow_in_graph`
+    makes it one node, `substitute_in_graph` inlines the registered substitute. None for an
+    unmarked callable."""
     mark = controls.disabled(real)
     if mark is not None:
         raise tx.unsupported(controls.disabled_message(real, mark))
     if controls.is_graph_break(real):
-        raise tx.unsupported("torch._dynamo.graph_break() asks for a graph break here")
+        raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
     if controls.allowed_in_graph(real):
         return call_torch(tx, "call_function", real, args, kwargs)
     polyfill = controls.substitute(real)

@@ -498,7 +498,10 @@ class Graph:
     """A lowered program. `inputs` are buffer names bound to the graph's tensor inputs in order
     (None for a non-tensor input); `outputs` are buffer names, `ViewArg`s (a view of a computed
     buffer), or constants for non-tensor outputs. `size_inputs` maps the position of each input
-    that is a symbolic int (a size the trace saved for the backward) to its size symbol."""
+    that is a symbolic int (a size the trace saved for the backward) to its size symbol.
+    `moved_inputs` (CPU inputs the program moves to its device at entry) and `cpu_outputs` (the
+    positions of outputs it moves back): [Note: a CUDA program holds everything on its device] in
+    lowering.py."""
 
     buffers: tuple[Buffer, ...]
     nodes: tuple[Node, ...]

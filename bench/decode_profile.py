@@ -4,11 +4,15 @@
     python bench/decode_profile.py dolly [--forms inductor-static,kiln-static] [--new 20] [--out DIR]
 
 Prints one table a form (the top kernels by time, launches and microseconds a token) and the host's
-seconds a token; DIR/decode_profile.json holds every kernel."""
+seconds a token; then, under cProfile, where the host's Python time goes a token (the functions of
+most own time: generate's loop, guards, kiln's runtime; cProfile slows Python, so read shares, not
+absolute times). DIR/decode_profile.json holds every kernel and function."""
 import argparse
+import cProfile
 import collections
 import json
 import os
+import pstats
 import time
 import warnings
 
@@ -22,21 +26,23 @@ p.add_argument("--forms", default="inductor-static,kiln-static")
 p.add_argument("--new", type=int, default=20)
 p.add_argument("--top", type=int, default=14)
 p.add_argument("--out", default=None)
+p.add_argument("--device", default="cuda", help="cuda (cpu: a smoke test of the script, kernels not listed)")
 a = p.parse_args()
 warnings.simplefilter("ignore")
-model = build(a.model, "cuda", torch.bfloat16)
-ids = torch.randint(1, 1000, (1, 8), device="cuda")
+model = build(a.model, a.device, torch.bfloat16 if a.device == "cuda" else torch.float32)
+ids = torch.randint(1, 1000, (1, 8), device=a.device)
+sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
 kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0)
 report = {}
 with torch.no_grad():
     for name, generate in forms(model, a.forms.split(",")).items():
         generate(ids, **kw)
         generate(ids, **kw)
-        torch.cuda.synchronize()
+        sync()
         started = time.perf_counter()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA if a.device == "cuda" else torch.profiler.ProfilerActivity.CPU]) as prof:
             generate(ids, **kw)
-            torch.cuda.synchronize()
+            sync()
         wall = time.perf_counter() - started
         kernels = collections.defaultdict(lambda: [0, 0.0])
         for e in prof.events():
@@ -53,6 +59,17 @@ with torch.no_grad():
         print("| kernel | launches/token | us/token |\n|---|---|---|")
         for k, (n, t) in rows[:a.top]:
             print(f"| {k[:90]} | {n / a.new:.1f} | {t / a.new:.0f} |")
+        profiler = cProfile.Profile()
+        profiler.runcall(generate, ids, **kw)
+        sync()
+        stats = pstats.Stats(profiler).stats   # (file, line, fn) -> (calls, prim calls, own s, cum s, callers)
+        funcs = sorted(((f"{os.path.basename(f)}:{line}({fn})", v[1], v[2], v[3]) for (f, line, fn), v in stats.items()),
+                       key=lambda r: -r[2])
+        report[name]["host"] = [(f, n, own, cum) for f, n, own, cum in funcs[:60]]
+        print(f"\nhost (cProfile), {sum(r[2] for r in funcs) * 1e6 / a.new:.0f} us of own time a token:")
+        print("| function | calls/token | own us/token | cumulative us/token |\n|---|---|---|---|")
+        for f, n, own, cum in funcs[:a.top]:
+            print(f"| {f[:90]} | {n / a.new:.1f} | {own * 1e6 / a.new:.0f} | {cum * 1e6 / a.new:.0f} |")
 from kiln.runtime.cudagraphs import CudaGraphed
 import gc
 for g in (o for o in gc.get_objects() if isinstance(o, CudaGraphed)):

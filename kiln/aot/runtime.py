@@ -206,6 +206,26 @@ class AotRuntime:
         return pytree.tree_unflatten(user, self.joint.out_spec)
 
 
+def forward_meta(joint, info) -> dict:
+    """What the forward program's compiler is told of its inputs and outputs (a traced forward
+    carries it in `gm.meta`; a warm start rebuilds it from the kept joint graph's specs)."""
+    # inputs the forward writes back into (a KV cache's update): codegen may write them in place
+    # ([Note: writes into inputs in place] in kiln/codegen/reinplace.py)
+    mutations = [joint.outputs[i] for i in joint.output_indices("mutation")]
+    first_mutation = info.num_fw_outputs - len(mutations)
+    written = tuple((first_mutation + k, spec.index) for k, spec in enumerate(mutations)
+                    if not joint.inputs[spec.index].requires_grad)
+    return {
+        "kiln_inputs_written": written,
+        # the outputs the epilogue copies into inputs at once, before any later call: a CUDA graph
+        # need not copy them out of its memory ([Note: CUDA graphs])
+        "kiln_written_back": tuple(range(first_mutation, info.num_fw_outputs)),
+        # inputs that live as long as the module, and the ones written in place: a CUDA graph
+        # uses them in place
+        "kiln_static_inputs": tuple(sorted({*joint.input_indices("param", "buffer"), *(i for _, i in written)})),
+    }
+
+
 def _attribute_ref(root: torch.nn.Module, qualified: str):
     """(owning module, the dict holding it, attribute name) of a parameter or buffer, resolved once."""
     *path, name = qualified.split(".")
@@ -282,16 +302,7 @@ def aot_compile(gm: torch.fx.GraphModule, example_inputs: list, *, fw_compiler: 
         print(f"[kiln.aot] forward graph (traced on {joint.traced_on} tensors):\n{fw_gm.code}\n"
               f"[kiln.aot] backward graph:\n{bw_gm.code}\n[kiln.aot] {info}")
     examples = [_example(n) for n in fw_gm.graph.nodes if n.op == "placeholder"]
-    # the forward's inputs that live as long as the module (a CUDA graph uses them in place)
-    # inputs the forward writes back into (a KV cache's update): codegen may write them in place
-    # ([Note: writes into inputs in place] in kiln/codegen/reinplace.py), and a CUDA graph then uses
-    # them in place too
-    mutations = [joint.outputs[i] for i in joint.output_indices("mutation")]
-    first_mutation = info.num_fw_outputs - len(mutations)
-    fw_gm.meta["kiln_inputs_written"] = tuple((first_mutation + k, spec.index) for k, spec in enumerate(mutations)
-                                              if not joint.inputs[spec.index].requires_grad)
-    fw_gm.meta["kiln_static_inputs"] = tuple(sorted({*joint.input_indices("param", "buffer"),
-                                                     *(i for _, i in fw_gm.meta["kiln_inputs_written"])}))
+    fw_gm.meta.update(forward_meta(joint, info))
     fw_gm.meta["kiln_user_outputs"] = info.num_fw_outputs   # the rest are saved for the backward
     # the backward's caller keeps none of its inputs: a compiler may take them as a list it empties
     # and free each after its last use (returning a callable with `boxed = True`)

@@ -50,8 +50,8 @@ def _compiler(options: Options):
         program = compile_prim_graph(gm, example_inputs, boxed=gm.meta.get("kiln_boxed", False) and not graphed,
                                      wait=False, **chosen)
         if isinstance(program, PendingProgram):     # finished by `_compile` ([Note: parallel builds])
-            return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta.get("kiln_static_inputs", ()), on_cuda))
-        return _wrap(options, program, gm.meta.get("kiln_static_inputs", ()), on_cuda)
+            return _Unwrapped(program, lambda call: _wrap(options, call, gm.meta, on_cuda))
+        return _wrap(options, program, gm.meta, on_cuda)
     return compile_one
 
 
@@ -73,11 +73,11 @@ def _finished(program):
     return program.finish() if isinstance(program, _Unwrapped) else program
 
 
-def _wrap(options: Options, program, static_inputs: tuple, on_cuda: bool):
+def _wrap(options: Options, program, meta: dict, on_cuda: bool):
     """A compiled program as the runtime calls it: in CUDA graphs under mode="reduce-overhead"."""
     if options.cudagraphs and on_cuda:                 # [Note: CUDA graphs]
         from kiln.runtime.cudagraphs import CudaGraphed
-        return CudaGraphed(program, static_inputs)
+        return CudaGraphed(program, meta.get("kiln_static_inputs", ()), written_back=meta.get("kiln_written_back", ()))
     return program
 
 
@@ -160,7 +160,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     on_cuda = any(t.device.type == "cuda" for t in tensors)
     if key is not None:
         with log.stage("cache load"):
-            runtime = warm_start.load_runtime(key, gm, lambda program, static: _wrap(options, program, static, on_cuda))
+            runtime = warm_start.load_runtime(key, gm, lambda program, meta: _wrap(options, program, meta, on_cuda))
         if runtime is not None:
             return runtime
     if on_cuda:                        # Triton's compile workers start while aot and lowering run

@@ -82,10 +82,10 @@ def _program_key(program) -> str | None:
 
 
 def load_runtime(entry_key: str, gm: torch.fx.GraphModule, wrap: Callable[[Callable, tuple], Callable]):
-    """The `AotRuntime` kept under `entry_key`, or None. `wrap(program, static_inputs)` gives a
-    loaded program the wrapper the backend's compiler would (CUDA graphs)."""
+    """The `AotRuntime` kept under `entry_key`, or None. `wrap(program, meta)` gives a loaded
+    program the wrapper the backend's compiler would (CUDA graphs), `meta` as a traced graph's."""
     from kiln.aot.partition import SavedInfo
-    from kiln.aot.runtime import AotRuntime
+    from kiln.aot.runtime import AotRuntime, forward_meta
     from kiln.aot.trace import InputSpec, JointGraph, OutputSpec
     entry = store.read_json("aot", f"{entry_key}.json")
     if entry is None:
@@ -101,8 +101,7 @@ def load_runtime(entry_key: str, gm: torch.fx.GraphModule, wrap: Callable[[Calla
     bw = program_cache.load(entry["bw"], None) if entry["bw"] else None
     if fw is None or (entry["bw"] and bw is None):
         return None      # the programs' own entries are gone or damaged: trace and compile afresh
-    static = tuple(joint.input_indices("param", "buffer"))
-    runtime = AotRuntime(gm, joint, wrap(fw, static), wrap(bw, ()) if bw is not None else None, info)
+    runtime = AotRuntime(gm, joint, wrap(fw, forward_meta(joint, info)), wrap(bw, {}) if bw is not None else None, info)
     runtime.graphs = None      # never traced in this process
     runtime.grad_tangents = [frozenset(t) for t in entry.get("grad_tangents", ())] or runtime.grad_tangents
     log.count("graphs from the cache")              # aot skipped

@@ -17,7 +17,9 @@ them all at once. What makes a replay right:
 - The outputs live in the graph's memory pool and the next replay overwrites them, so a replay
   returns copies: a caller that keeps a step's logits while it decodes the next reads its own.
   An output that is a static input's storage (the cache the program wrote) is the caller's own
-  tensor, returned as it is.
+  tensor, returned as it is; so is an output the caller copies into an input at once, before it
+  can call again (`written_back`: aot's epilogue writing a mutated input's new value, such as each
+  layer's `cumulative_length` of a static cache, 32 copies a token in a 32-layer model).
 - A program that cannot be recorded (it reads a tensor on the host, holds a CPU tensor, or calls
   something that synchronizes) runs without graphs from then on, with a warning saying why.
 """
@@ -35,10 +37,12 @@ class CudaGraphed:
     `capture(program, args) -> (replay, outputs)` records one call; tests pass one that emulates a
     recording on the CPU (outputs in fixed memory that each replay overwrites)."""
 
-    def __init__(self, program: Callable, static_inputs: Sequence[int] = (), capture: Callable | None = None):
+    def __init__(self, program: Callable, static_inputs: Sequence[int] = (), capture: Callable | None = None,
+                 written_back: Sequence[int] = ()):
         self.program = program
         self.capture = capture or _capture
         self.static_inputs = frozenset(static_inputs)
+        self.written_back = frozenset(written_back)
         self.recorded: dict[tuple, _Recording] = {}
         self.seen: set[tuple] = set()
         self.disabled: str | None = None          # why graphs are off, once they are
@@ -64,7 +68,8 @@ class CudaGraphed:
         reason = _unrecordable(args) if self.capture is _capture else None
         if reason is None:
             try:
-                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs, self.capture)
+                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs, self.capture,
+                                                            self.written_back)
                 return recording.replay(args)
             except Exception as e:       # a sync, a host read, an op CUDA graphs refuse: run without
                 reason = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
@@ -91,7 +96,8 @@ def _unrecordable(args: Sequence[Any]) -> str | None:
 class _Recording:
     """One CUDA graph of the program, for one input layout."""
 
-    def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset, capture: Callable):
+    def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset, capture: Callable,
+                 written_back: frozenset = frozenset()):
         self.static_inputs = static_inputs
         # a static input is replayed at its address and size (a new cache may take a freed one's address)
         self.pointers = {i: (args[i].data_ptr(), args[i].shape) for i in static_inputs
@@ -106,6 +112,7 @@ class _Recording:
         # outputs that are a static input's own storage: the caller's tensor, never a copy
         self.static_outputs = {k: i for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
                                for i in self.pointers if o.is_set_to(graph_args[i])}
+        self.uncopied = written_back - self.static_outputs.keys()
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
         return all(args[i].data_ptr() == p and args[i].shape == shape for i, (p, shape) in self.pointers.items())
@@ -115,7 +122,7 @@ class _Recording:
             t.copy_(args[i])
         self.replay_graph()
         return type(self.outputs)(args[self.static_outputs[k]] if k in self.static_outputs
-                                  else o.clone() if isinstance(o, torch.Tensor) else o
+                                  else o.clone() if isinstance(o, torch.Tensor) and k not in self.uncopied else o
                                   for k, o in enumerate(self.outputs))
 
 

@@ -138,6 +138,17 @@ ONE_GRAPH = [check_ge, check_is_size, check_bool_item, bool_item_unused, branch_
              branch_ge0_after_is_size, mask_then_view, min_max_sizes, min_max_ints, setitem_unbacked_int,
              setitem_negative_unbacked_int, slice_bounds_from_tensor, block_mask_from_tensor, setitem_mask]
 
+# One graph only from this torch on: torch 2.11's fake slicing gives `tokens[start:end]` and
+# `out[start:end]` different unbacked sizes, so the write's size check branches on Eq(u4, u2)
+# (torch.compile breaks the graph there too; kiln raises under fullgraph, naming the line)
+NEEDS_TORCH = {slice_bounds_from_tensor: (2, 13)}
+
+
+def _skip_on_older_torch(fn):
+    need = NEEDS_TORCH.get(fn)
+    if need is not None and tuple(int(p) for p in torch.__version__.split(".")[:2]) < need:
+        pytest.skip(f"one graph needs torch >= {need[0]}.{need[1]} (this is {torch.__version__})")
+
 
 def _eager_or_error(fn, x):
     try:
@@ -160,6 +171,7 @@ def _torch_compile_keeps_one_graph(fn) -> bool:
 
 @pytest.mark.parametrize("fn", ONE_GRAPH, ids=lambda f: f.__name__)
 def test_torch_compile_keeps_these_in_one_graph(fn):
+    _skip_on_older_torch(fn)
     assert _torch_compile_keeps_one_graph(fn)
 
 
@@ -186,6 +198,7 @@ def _cases():
 
 @pytest.mark.parametrize("fn, backend", list(_cases()))
 def test_one_graph_and_eagers_answers(fn, backend):
+    _skip_on_older_torch(fn)
     kiln.reset()
     compiled = kiln.compile(fn, fullgraph=True, backend=backend)
     for x in INPUTS:

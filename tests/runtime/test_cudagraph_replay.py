@@ -4,6 +4,7 @@ overwrites, as a CUDA graph's pool does. The real graphs run in tests/codegen/te
 the GPU machine."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kiln.runtime.cudagraphs import CudaGraphed
@@ -71,3 +72,57 @@ def test_a_static_input_of_another_size_at_the_same_address_records_again():
         graphed(storage[:8].view(2, 4), torch.ones(3))
     smaller = storage[:6].view(2, 3)                       # the same address, another size
     torch.testing.assert_close(graphed(smaller, torch.ones(3))[0], smaller * 2 + 3)
+
+
+def test_outputs_written_back_at_once_are_not_copied_out_of_the_graph():
+    """aot's epilogue copies a mutated input's new value (a static cache's `cumulative_length`) into
+    the input before the caller can call again: the replay hands it over without a copy, while the
+    outputs the caller may keep are still copies."""
+    def step(counter, x):       # what aot makes of `counter.add_(1); return x * counter`
+        new = counter + 1
+        return x * new, new
+    graphed = CudaGraphed(step, capture=_emulated_capture, written_back=(1,))
+    counter, x, kept = torch.zeros(()), torch.ones(2), []
+    for _ in range(5):
+        out, new = graphed(counter, x)
+        counter.copy_(new)       # the epilogue
+        kept.append(out)
+    recording = next(iter(graphed.recorded.values()))
+    assert new is recording.outputs[1], "the written-back value is the graph's own, not a copy"
+    assert kept[-1] is not recording.outputs[0]
+    assert [k.tolist() for k in kept] == [[float(i), float(i)] for i in range(1, 6)]
+
+
+def test_static_cache_decoding_copies_only_the_logits_out_of_the_graph():
+    """A static-cache generate() of a tiny GPT-NeoX under emulated graphs: eager's tokens, and of
+    the decode graph's outputs only the logits are copied (the caches are written in place, each
+    layer's `cumulative_length` is written back at once)."""
+    transformers = pytest.importorskip("transformers")
+    import kiln
+    import kiln.pipeline as pipeline
+    made = []
+
+    def wrap(options, program, meta, on_cuda):
+        if not options.cudagraphs:
+            return program
+        made.append(CudaGraphed(program, meta.get("kiln_static_inputs", ()), capture=_emulated_capture,
+                                written_back=meta.get("kiln_written_back", ())))
+        return made[-1]
+    config = transformers.GPTNeoXConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=64, rotary_pct=0.25)
+    torch.manual_seed(0)
+    model = transformers.GPTNeoXForCausalLM(config).eval()
+    ids = torch.randint(0, 100, (1, 5))
+    kw = dict(cache_implementation="static", max_new_tokens=6, do_sample=False, pad_token_id=0)
+    expected = model.generate(ids, **kw)
+    kiln.reset()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pipeline, "_wrap", wrap)
+        got = kiln.compile(model, mode="reduce-overhead").generate(ids, **kw)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    decode = [g for g in made if g.recorded]
+    assert len(decode) == 1 and decode[0].replays >= 3
+    recording = next(iter(decode[0].recorded.values()))
+    copied = [k for k, o in enumerate(recording.outputs) if isinstance(o, torch.Tensor)
+              and k not in recording.static_outputs and k not in recording.uncopied]
+    assert copied == [0], f"outputs copied out of the graph: {copied} of {len(recording.outputs)}"

@@ -8,7 +8,9 @@ and the new value returned for the epilogue to copy back into the input
 to write one position: the copy, the out-of-place index_put's clone, and the copy back. This pass
 recognizes that chain in a forward prim graph and writes the positions into the input's own
 storage instead; the output returned for the input is then a view of that storage with the
-input's strides, which the epilogue recognizes (`Tensor.is_set_to`) and does not copy.
+input's strides, which the epilogue recognizes (`Tensor.is_set_to`) and does not copy. Lowering
+makes the `index_put_` a scatter kernel writing the input's storage at the loaded positions
+(`kiln/codegen/lowering_scatter.py`); where it cannot, ATen's `index_put_` runs as an extern.
 
 It applies only where that is the same computation:
 - the input is one aot writes back (`gm.meta["kiln_inputs_written"]`: an output position and the

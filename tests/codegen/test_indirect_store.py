@@ -162,6 +162,21 @@ def test_static_kv_cache_over_positions(printer):
         torch.testing.assert_close(model.v_cache, eager.v_cache)
 
 
+def _setitem_write(k_cache, pos, new, q):     # StaticCache's fallback where index_copy_ is refused
+    k_cache[:, :, pos] = new
+    return (q @ k_cache.transpose(-1, -2)).softmax(-1)
+
+
+@pytest.mark.parametrize("printer", PRINTERS)
+def test_a_cache_written_by_setitem_at_a_position_tensor(printer):
+    compiled = kiln.compile(_setitem_write, options=PRINTERS[printer])
+    k, k_eager = torch.zeros(2, 3, 12, 8), torch.zeros(2, 3, 12, 8)
+    for position in (3, 0, 11):
+        pos, new, q = torch.tensor([position]), torch.randn(2, 3, 1, 8), torch.randn(2, 3, 1, 8)
+        torch.testing.assert_close(compiled(k, pos, new, q), _setitem_write(k_eager, pos, new, q))
+        torch.testing.assert_close(k, k_eager)
+
+
 # ---------------------------------------------------------------------------- what is generated
 
 def _kv_inputs():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import sympy
 import torch
 
 from kiln.codegen import ir
@@ -38,8 +39,8 @@ def index_put_into_input(ctx: LoweringContext, meta, a=None, indices=None, value
     if not isinstance(a, TensorValue) or not isinstance(a.expr, Load) or a.expr.indirect:
         raise LoweringError("index_put_ into a computed value")
     into = ctx.buffers.get(a.expr.buffer)
-    if into is None or not into.name.startswith("arg"):
-        raise LoweringError("index_put_ into a buffer that is no graph input")
+    if into is None or not into.name.startswith("arg") or sympy.sympify(into.numel - ir.product(a.sizes)) != 0:
+        raise LoweringError("index_put_ into a buffer that is no whole graph input")
     return _scatter(ctx, a, into, indices, values, accumulate)
 
 

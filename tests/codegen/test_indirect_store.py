@@ -232,3 +232,28 @@ def test_out_of_range_indices_write_nothing_out_of_bounds():
     call = compile_prim_graph(gm, examples, use_cache=False)
     call(x, torch.tensor([2, 40]), torch.ones(2, 3))
     assert x[2].eq(1).all() and x.sum() == 3 and guard.eq(0).all()
+
+
+def test_dynamic_sizes_write_into_the_input(monkeypatch, tmp_path):
+    """Under dynamic=True the graph reads the cache's sizes (`sym_size`): still written in place,
+    one scatter and no copy of the cache, for any length, batch and number of positions."""
+    from kiln.codegen import compile as compile_module
+    schedules, scheduler = [], compile_module.schedule
+
+    def keep(graph):
+        schedules.append((graph, scheduler(graph)))
+        return schedules[-1][1]
+    monkeypatch.setattr(compile_module, "schedule", keep)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))      # compiled here, not found in the cache
+    compiled = kiln.compile(_kv_update, dynamic=True)
+    for b, s, n in ((2, 12, 1), (2, 20, 1), (4, 16, 5)):
+        k, k_eager = torch.zeros(b, 3, s, 8), torch.zeros(b, 3, s, 8)
+        pos, new, q = torch.arange(n) + 2, torch.randn(b, 3, n, 8), torch.randn(b, 3, n, 8)
+        torch.testing.assert_close(compiled(k, pos, new, q), _kv_update(k_eager, pos, new, q))
+        torch.testing.assert_close(k, k_eager)
+    assert schedules
+    for graph, sched in schedules:
+        [store] = _scatter_stores(sched)
+        scatter = next(n for n in graph.nodes if isinstance(n, ir.ComputedBuffer) and n.buffer == store.buffer)
+        assert scatter.body.into == graph.inputs[0]
+        assert not _index_externs(sched)

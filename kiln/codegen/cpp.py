@@ -261,6 +261,19 @@ def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = Fa
     raise CppUnsupported(f"expression {type(e).__name__}")
 
 
+def _scatter_lines(s: Store, ctx: _Context | None, exact: frozenset) -> list[str]:
+    """A store at loaded indices ([Note: scatters write in place] in ir.py): the indices bound, the
+    write skipped where one falls outside its dim, an accumulating one added atomically (the outer
+    loop runs in parallel, and two points may name one element)."""
+    binds = " ".join(f"int64_t {t} = {expr_str(x, ctx)};" for t, x in s.indirect)
+    inside = " && ".join(f"{t} >= 0 && {t} < {index_str(n)}" for t, n in s.bounds) or "true"
+    target = f"{s.buffer}[{index_str(s.index)}]"
+    if not s.accumulate:
+        return [f"{{ {binds} if ({inside}) {target} = {_stored_value(s, ctx, exact)}; }}"]
+    return [f"{{ {binds} {CTYPES[s.expr.dtype]} v_ = {expr_str(s.expr, ctx)};", f"  if ({inside}) {{",
+            "    #pragma omp atomic", f"    {target} += v_;", "  }", "}"]
+
+
 def _flat_r(ranges) -> str:
     flat = sympy.Integer(0)
     for k, r in enumerate(ranges):
@@ -317,6 +330,8 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None, simd: b
     for s in stage.body:
         if isinstance(s, Assign):
             body.append(f"{CTYPES[s.expr.dtype]} v_{s.name} = {expr_str(s.expr, ctx)};")
+        elif isinstance(s, Store) and s.indirect:
+            body += _scatter_lines(s, ctx, exact)
         elif isinstance(s, Store):
             body.append(f"{s.buffer}[{index_str(s.index)}] = {_stored_value(s, ctx, exact)};")
         elif isinstance(s, Accumulate):
@@ -414,7 +429,8 @@ def _indexes_with_a_compare(kernel: ir.Kernel) -> bool:
     whose index is a compare made an integer: the vector compare's mask (-1 for true) reaches the
     address unconverted, so `t.gather(0, (x > 0).long())` read `t[-1]` (fuzz seed 21513, a wrong
     gradient through scatter_add's backward; `omp simd` and plain -O3 alike, `& 1` no help). Such
-    a kernel is printed without `simd` and with the vectorizer off (its gather is scalar anyway)."""
+    a kernel is printed without `simd` and with the vectorizer off (its gather is scalar anyway).
+    So is a kernel that stores at loaded indices: two lanes of one vector may name one element."""
     assigned = {s.name: s.expr for st in kernel.stages for s in st.body if isinstance(s, Assign)}
 
     def converts_bool(e: ir.ScalarExpr, seen: set) -> bool:
@@ -428,8 +444,9 @@ def _indexes_with_a_compare(kernel: ir.Kernel) -> bool:
                     return True
         return False
 
-    return any(isinstance(e, Load) and any(converts_bool(x, set()) for _, x in e.indirect)
-               for st in kernel.stages for s in st.body for e in ir.walk(s.expr))
+    scatters = any(isinstance(s, Store) and s.indirect for st in kernel.stages for s in st.body)
+    return scatters or any(isinstance(e, Load) and any(converts_bool(x, set()) for _, x in e.indirect)
+                           for st in kernel.stages for s in st.body for x in ir.stmt_exprs(s) for e in ir.walk(x))
 
 
 def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:

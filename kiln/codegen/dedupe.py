@@ -39,10 +39,16 @@ def dedupe_buffers(graph: ir.Graph) -> ir.Graph:
     rename: dict[str, str] = {}
     seen: dict[tuple, str] = {}
     nodes = []
+    # a buffer a scatter writes into is the scatter's alone, and a scatter's result is no value
+    # computed afresh ([Note: scatters write in place] in ir.py): neither is merged with another
+    scattered = {n.body.into for n in graph.nodes if isinstance(n, ir.ComputedBuffer) and isinstance(n.body, ir.Scatter)}
     for node in graph.nodes:
         if isinstance(node, ir.ComputedBuffer):
             if rename:
-                node = dataclasses.replace(node, body=dataclasses.replace(node.body, expr=_rename_expr(node.body.expr, rename)))
+                node = dataclasses.replace(node, body=ir.map_body(node.body, lambda e: _rename_expr(e, rename)))
+            if node.buffer in scattered or isinstance(node.body, ir.Scatter):
+                nodes.append(node)
+                continue
             buf = buffers[node.buffer]
             key = (node.body, buf.sizes, buf.strides, buf.offset, buf.dtype, buf.device)
             try:

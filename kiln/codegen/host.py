@@ -117,10 +117,16 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     never_reuse = set(inputs) | set(constants) | outputs
     held_to_end = never_reuse - (set(inputs) - outputs if boxed else set())
 
+    # [Note: scatters write in place] (ir.py): a scatter's result is the buffer it writes into,
+    # under another name; that buffer's storage lives as long as the result's, and
+    # the kernel that writes it reads it (its other elements are the result's)
+    written_into = {n.buffer: n.body.into for n in graph.nodes
+                    if isinstance(n, ir.ComputedBuffer) and isinstance(n.body, ir.Scatter)}
+
     def reads(step) -> list[str]:
         if isinstance(step, ir.Kernel):
             stored = {s.buffer for st in step.stages for s in st.body if isinstance(s, ir.Store)}
-            return [a for a in step.buffer_args if a not in stored]
+            return [a for a in step.buffer_args if a not in stored] + [written_into[b] for b in stored if b in written_into]
         return [a.name for a in torch.utils._pytree.tree_leaves((step.args, [v for _, v in step.kwargs]))
                 if isinstance(a, (ir.BufferArg, ir.ViewArg))]
 
@@ -144,6 +150,10 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             end = max((storage_end.get(o, i) for o in writes(steps[i])), default=i)
             for b in reads(steps[i]):
                 storage_end[b] = max(storage_end.get(b, i), end)
+        elif isinstance(steps[i], ir.Kernel):
+            for b in writes(steps[i]):
+                if b in written_into:
+                    storage_end[written_into[b]] = max(storage_end.get(written_into[b], i), storage_end.get(b, i))
     seen_by_views = {b for step in steps if isinstance(step, ir.ExternKernel) and _may_alias(step.op)
                      for b in reads(step)}
     escaping = never_reuse | seen_by_views
@@ -155,7 +165,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             if op is not None and out in buffers and out not in escaping:
                 into_out[i] = op
     extern_outputs = {o for i, step in enumerate(steps) if isinstance(step, ir.ExternKernel) and i not in into_out
-                      for o in writes(step)}
+                      for o in writes(step)} | written_into.keys()
     chain: dict[str, str] = {}         # buffer -> the fresh allocation whose storage it holds
     fresh_at: dict[str, int] = {}      # fresh allocation -> its line, rewritten to `_keep` if internal
     chain_escapes: set[str] = set()
@@ -180,6 +190,13 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
     pool: dict[tuple, list[str]] = {}
     pooled_at: dict[str, int] = {}     # a pooled buffer -> the line after which it entered the pool
     def allocate(b: str) -> None:
+        if b in written_into:          # the storage it writes into, by another name
+            into = written_into[b]
+            chain[b] = chain.get(into, into)
+            if b in escaping:
+                chain_escapes.add(chain[b])
+            lines.append(f"    {b} = {into}")
+            return
         line, old = _alloc(buffers[b], pool, buffers)
         chain[b] = b if old is None else chain[old]
         if old is None:

@@ -27,8 +27,17 @@ Graph-level nodes (lowering's output, the scheduler's input)
   reduce the same `expr`).
 - `Scan(ranges, scan_range, op, expr)`: the output has dims `ranges + (scan_range,)` in that order
   (`r0` walks the scan axis); `op` in `SCAN_OPS` (inclusive).
+- `Scatter(ranges, into, index, indirect, bounds, expr, accumulate)`: element `x` of `expr` is
+  written (or, `accumulate`, atomically added) at the flat offset `index` of the buffer named
+  `into`, whose indirect symbols `t0, t1, ...` `indirect` binds as a `Load`'s does (the values
+  of an index tensor, wrapped, cast to int64); `bounds` pairs each with the size of the dim it
+  indexes, and an index outside `[0, size)` writes nothing. Only the indexed elements change:
+  `into` holds every other element already (an input written in place, or a copy of the
+  operand made for the write). [Note: scatters write in place]
 - `ComputedBuffer(buffer, body)`: fills `buffer` from a `Pointwise`/`Reduction`/`Scan`; element at
-  loop index `x` (and `r0` for scans) is stored at `buffer.index(x...)`.
+  loop index `x` (and `r0` for scans) is stored at `buffer.index(x...)`. With a `Scatter` body,
+  `buffer` names `into` after the write: the same storage and layout (the host binds it to
+  `into`), so readers of the written value depend on the write by name, as on any producer.
 - `ExternKernel(buffer, op, args, kwargs)`: an ATen (or any eager) call on whole tensors (mm, conv,
   sdpa, sort, or a node no printer handles). Args are `BufferArg`, `ViewArg` (a strided view of a
   buffer, so a transposed weight reaches mm without a copy), `SizeArg` or plain constants.
@@ -46,7 +55,9 @@ A `Kernel` is one fused loop nest: an outer loop over `ranges` (`x...`), and in 
 of `Stage`s run in order for each outer index. A stage with `reduction_ranges == ()` runs its body
 once per outer index; otherwise it loops `r...` over them. Statements:
 - `Assign(name, expr)`: a local value, readable as `Var(name)` later in the same stage iteration.
-- `Store(buffer, index, expr)`: write memory.
+- `Store(buffer, index, expr, indirect, bounds, accumulate)`: write memory; a scatter's store
+  binds indirect symbols in `index` as a `Load` does, skips (masks) the points whose symbols fall
+  outside `bounds`, and adds atomically where `accumulate`.
 - `Accumulate(name, op, expr)`: fold `expr` into accumulator `name` (a reduction op); after the
   stage, `Var(name)` holds the result for this outer index. argmax/argmin track the flat `r` index.
 - `ScanAccumulate(name, op, expr)`: running inclusive scan; `Var(name)` is the value so far, inside
@@ -76,6 +87,8 @@ Change log (keep this stable; note every change here)
   `canonical_kernel`: a kernel with positional buffer names, so equal loop nests print equal text.
 - v5: `saved` / `restore` listed, and `saved`'s `hints`.
 - v6: `MatmulTemplate` (graph node), `MatmulProduct` / `MatmulConfig` and `Kernel.template`.
+- v7: `Scatter` (a body writing into an existing buffer at loaded indices); `Store.indirect`,
+  `Store.bounds`, `Store.accumulate`; `body_exprs` / `map_body` / `stmt_exprs` / `map_stmt`.
 """
 from __future__ import annotations
 
@@ -87,7 +100,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 6
+IR_VERSION = 7
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -375,7 +388,48 @@ class Scan:
         return f"scan{_fmt_ranges(self.ranges)} along [{self.scan_range}] {self.op}: {self.expr}"
 
 
-Body = Union[Pointwise, Reduction, Scan]
+# [Note: scatters write in place] The loop IR is otherwise functional: each buffer is written by one
+# node, once. A scatter (index_put / index_copy with tensor indices: a static KV cache's write at
+# `cache_position`) changes a few elements of a buffer that exists already, so it writes that
+# buffer's storage (`into`) and names the result as a buffer of its own that shares it: a copy of
+# the whole buffer per write (2 GB of a KV cache to write one token) is what this avoids.
+# Lowering makes `into` either a graph input aot writes back (`index_put_`, [Note: writes into
+# inputs in place]) or a fresh copy of the operand that nothing else reads; the scheduler never
+# puts a scatter in the kernel that computes `into`, nor a reader of its result in its own kernel.
+@dataclass(frozen=True)
+class Scatter:
+    ranges: tuple[sympy.Expr, ...]
+    into: str
+    index: sympy.Expr
+    indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...]
+    bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...]
+    expr: ScalarExpr
+    accumulate: bool = False
+
+    def __str__(self):
+        ind = "".join(f", {s}={e}" for s, e in self.indirect)
+        how = "add" if self.accumulate else "store"
+        return f"scatter{_fmt_ranges(self.ranges)} into {self.into}[{self.index}{ind}] {how}: {self.expr}"
+
+
+Body = Union[Pointwise, Reduction, Scan, Scatter]
+
+
+def body_exprs(body) -> tuple:
+    """Every scalar expression a body evaluates: its value, and a scatter's index values."""
+    return (body.expr, *(x for _, x in getattr(body, "indirect", ())))
+
+
+def body_loads(body) -> list[Load]:
+    return [ld for e in body_exprs(body) for ld in loads_of(e)]
+
+
+def map_body(body, fn):
+    """`body` with `map_expr(e, fn)` applied to each expression `body_exprs` lists."""
+    if isinstance(body, Scatter):
+        return dataclasses.replace(body, expr=map_expr(body.expr, fn),
+                                   indirect=tuple((s, map_expr(x, fn)) for s, x in body.indirect))
+    return dataclasses.replace(body, expr=map_expr(body.expr, fn))
 
 
 @dataclass(frozen=True)
@@ -539,9 +593,14 @@ class Store:
     buffer: str
     index: sympy.Expr
     expr: ScalarExpr
+    indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...] = ()
+    bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...] = ()
+    accumulate: bool = False
 
     def __str__(self):
-        return f"store({self.buffer}, {self.index}, {self.expr})"
+        ind = "".join(f", {s}={e}" for s, e in self.indirect)
+        ind += "".join(f", 0<={s}<{n}" for s, n in self.bounds)
+        return f"{'atomic_add' if self.accumulate else 'store'}({self.buffer}, {self.index}{ind}, {self.expr})"
 
 
 @dataclass(frozen=True)
@@ -565,6 +624,18 @@ class ScanAccumulate:
 
 
 Stmt = Union[Assign, Store, Accumulate, ScanAccumulate]
+
+
+def stmt_exprs(s: Stmt) -> tuple:
+    """Every scalar expression a statement evaluates: its value, and a store's index values."""
+    return (s.expr, *(x for _, x in getattr(s, "indirect", ())))
+
+
+def map_stmt(s: Stmt, fn_expr) -> Stmt:
+    """`s` with `fn_expr` (ScalarExpr -> ScalarExpr) applied to each expression `stmt_exprs` lists."""
+    if isinstance(s, Store) and s.indirect:
+        return dataclasses.replace(s, expr=fn_expr(s.expr), indirect=tuple((t, fn_expr(x)) for t, x in s.indirect))
+    return dataclasses.replace(s, expr=fn_expr(s.expr))
 
 
 @dataclass(frozen=True)
@@ -612,7 +683,7 @@ def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
 
     def stmt(s: Stmt) -> Stmt:
         if isinstance(s, Store):
-            return Store(names[s.buffer], s.index, expr(s.expr))
+            return dataclasses.replace(map_stmt(s, expr), buffer=names[s.buffer])
         return dataclasses.replace(s, name=names.get(s.name, s.name), expr=expr(s.expr))
 
     stages = tuple(Stage(st.reduction_ranges, tuple(stmt(s) for s in st.body)) for st in kernel.stages)

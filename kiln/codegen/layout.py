@@ -69,6 +69,11 @@ def _contract_buffers(graph: ir.Graph, free_outputs: frozenset) -> set[str]:
     pinned = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
     pinned |= {o if isinstance(o, str) else o.name for o in graph.outputs
                if isinstance(o, ir.ViewArg) or (isinstance(o, str) and o not in free_outputs)}
+    # a scatter's result shares the storage (and layout) of the buffer it writes into, and its
+    # address is computed from index values the loop bounds do not know
+    for node in graph.nodes:
+        if isinstance(node, ir.ComputedBuffer) and isinstance(node.body, ir.Scatter):
+            pinned |= {node.buffer, node.body.into} | {ld.buffer for ld in ir.body_loads(node.body)}
     return pinned
 
 
@@ -285,7 +290,7 @@ def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
                 if isinstance(e, ir.Load) and e.buffer in plan:
                     return dataclasses.replace(e, index=_relaid_index(e.index, old[e.buffer], plan[e.buffer], upper))
                 return e
-            node = dataclasses.replace(node, body=dataclasses.replace(node.body, expr=ir.map_expr(node.body.expr, fix)))
+            node = dataclasses.replace(node, body=ir.map_body(node.body, fix))
         nodes.append(node)
     return dataclasses.replace(graph, buffers=buffers, nodes=tuple(nodes))
 

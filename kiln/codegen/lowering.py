@@ -12,7 +12,7 @@ consumers would each recompute an expensive expression.
 Ops without a rule, and dtypes the target printer does not compute in (its `KERNEL_DTYPES`; both
 printers compute in the half types), become `ExternKernel`s that call the op eagerly on whole
 tensors: always correct, never fused. A copy of a value of such a dtype is an extern clone.
-The rules live in `lowering_rules.py`; this module holds the machinery they use.
+The rules live in `lowering_rules.py`, `lowering_reduce.py` and `lowering_scatter.py`; this module holds the machinery they use.
 """
 from __future__ import annotations
 
@@ -560,7 +560,7 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     """Lower `gm` to the loop IR; also return the constants (get_attr tensors) by buffer name.
     Ops on dtypes outside `kernel_dtypes` (the target printer's) run as externs; `split_reductions`
     (the target's too) splits reductions with few outputs ([Note: split reductions])."""
-    from kiln.codegen import lowering_rules  # noqa: F401  (registers the rules)
+    from kiln.codegen import lowering_rules, lowering_scatter  # noqa: F401  (register the rules)
     from kiln.codegen.lowering_reduce import extern_fallback, strided_view
 
     values = _node_values(gm, example_inputs)

@@ -213,7 +213,7 @@ def _read_corners(graph: ir.Graph, corners: dict[str, ir.Buffer]) -> ir.Graph:
         if isinstance(e, ir.Load) and e.buffer in corners:
             return dataclasses.replace(e, buffer=corners[e.buffer].name)
         return e
-    nodes = tuple(dataclasses.replace(n, body=dataclasses.replace(n.body, expr=ir.map_expr(n.body.expr, rename)))
+    nodes = tuple(dataclasses.replace(n, body=ir.map_body(n.body, rename))
                   if isinstance(n, ir.ComputedBuffer) else n for n in graph.nodes)
     buffers = tuple(b for b in graph.buffers if b.name not in corners)
     return dataclasses.replace(graph, buffers=buffers, nodes=nodes)

@@ -8,13 +8,16 @@ and the new value returned for the epilogue to copy back into the input
 to write one position: the copy, the out-of-place index_put's clone, and the copy back. This pass
 recognizes that chain in a forward prim graph and writes the positions into the input's own
 storage instead; the output returned for the input is then a view of that storage with the
-input's strides, which the epilogue recognizes (`Tensor.is_set_to`) and does not copy.
+input's strides, which the epilogue recognizes (`Tensor.is_set_to`) and does not copy. Lowering
+makes the `index_put_` a scatter kernel writing the input's storage at the loaded positions
+(`kiln/codegen/lowering_scatter.py`); where it cannot, ATen's `index_put_` runs as an extern.
 
 It applies only where that is the same computation:
 - the input is one aot writes back (`gm.meta["kiln_inputs_written"]`: an output position and the
   input it holds the new value of) and does not require grad (autograd must see such a write);
 - nothing else reads the input: every reader of its old value is in the chain itself, so no
-  kernel can run after the write and see the new value where eager saw the old;
+  kernel can run after the write and see the new value where eager saw the old (reads of its
+  sizes, `sym_size` under dynamic shapes, read no element);
 - the index_put does not accumulate: with nothing else reading the input, writing it again gives
   the same values, so a CUDA graph's recording (which runs the program once more) is harmless;
 - between the input and the index_put, and between the index_put and the output, there are only
@@ -31,6 +34,8 @@ from kiln.codegen.lowering import program_device
 # ops by name, as lowering keys them (codegen reaches prims through the graphs it is handed)
 _PERMUTE, _VIEW, _INDEX_PUT = "kiln_prims.permute.default", "kiln_prims.view.default", "kiln_prims.index_put.default"
 _COPIES = ("kiln_prims.copy_strided.default", "aten._to_copy.default", "aten.clone.default")
+# reads of an input's metadata, not its elements (a symbolic size's `sym_size` under dynamic shapes)
+_SIZE_READS = ("aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default", "aten.sym_storage_offset.default")
 
 
 def reinplace_input_writes(gm: fx.GraphModule) -> int:
@@ -80,7 +85,7 @@ def _reinplace(graph: fx.Graph, placeholder: fx.Node, value: fx.Node) -> fx.Node
             return None
         forward.append(node)
         node = node.args[0]
-    if len(placeholder.users) != 1 or _rank(placeholder) < 0:
+    if len([u for u in placeholder.users if _op(u) not in _SIZE_READS]) != 1 or _rank(placeholder) < 0:
         return None
     into = _composed_permutation(reversed(forward), _rank(placeholder))
     out = _composed_permutation(reversed(back), len(into))

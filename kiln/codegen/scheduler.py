@@ -197,6 +197,17 @@ class _Planner:
                 if mapping is None:
                     return f"iteration space {list(body.ranges)} differs from {list(outer) + list(inner or [])}"
                 store = buf.index([mapping[loop_var(k)] for k in range(len(body.ranges))])
+            elif isinstance(body, ir.Scatter):
+                # [Note: scatters write in place]: the buffer it writes into exists before the kernel
+                if body.into in placed:
+                    return f"scatters into {body.into}, which the group computes"
+                mapping = _space_map(body.ranges, outer, outer_vars)
+                kind = "once"
+                if mapping is None and inner is not None:
+                    mapping, kind = _space_map(body.ranges, list(outer) + list(inner), kvars), "inner"
+                if mapping is None:
+                    return f"iteration space {list(body.ranges)} differs from {list(outer) + list(inner or [])}"
+                store = sympy.sympify(body.index).xreplace(mapping)
             else:
                 return "scans run as kernels of their own"
             mapping = {k: simplify_index(v, upper) for k, v in mapping.items()}
@@ -204,10 +215,12 @@ class _Planner:
             if any(sympy.sympify(e).has(sympy.floor, sympy.Mod) for e in mapping.values()):
                 return f"space {list(body.ranges)} maps onto the kernel's loops only through div/mod (strided access)"
             need_new_stage = not stages or stages[-1][0] != kind
-            for ld in ir.loads_of(body.expr):
+            for ld in ir.body_loads(body):
                 producer = placed.get(ld.buffer)
                 if producer is None:
                     continue
+                if isinstance(producer.node.body, ir.Scatter):
+                    return f"reads {ld.buffer}, which the group writes at loaded indices"
                 index = simplify_index(sympy.sympify(ld.index).xreplace(mapping), upper)
                 if ld.indirect or sympy.expand(index - producer.store_index) != 0:
                     return f"reads {ld.buffer} at {index}, which the group writes at {producer.store_index}"
@@ -244,7 +257,8 @@ def _reads(node: ir.Node) -> set[str]:
     if isinstance(node, ir.MatmulTemplate):
         return {ld.buffer for ld in ir.loads_of(node.body.expr)} | {node.product.a.name, node.product.b.name}
     if isinstance(node, ir.ComputedBuffer):
-        return {ld.buffer for ld in ir.loads_of(node.body.expr)}
+        into = {node.body.into} if isinstance(node.body, ir.Scatter) else set()
+        return {ld.buffer for ld in ir.body_loads(node.body)} | into
     names = set()
     for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs])):
         if isinstance(a, (ir.BufferArg, ir.ViewArg)):
@@ -258,7 +272,9 @@ def _sizes_read(node: ir.Node) -> set[str]:
     if isinstance(node, (ir.ComputedBuffer, ir.MatmulTemplate)):    # a template's operands are static
         body = node.body
         exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
-        exprs += [e.index for e in ir.walk(body.expr) if isinstance(e, (ir.Load, ir.IndexValue))]
+        exprs += [e.index for x in ir.body_exprs(body) for e in ir.walk(x) if isinstance(e, (ir.Load, ir.IndexValue))]
+        if isinstance(body, ir.Scatter):
+            exprs += [body.index, *(n for _, n in body.bounds)]
     else:
         exprs = []
         for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs]),
@@ -553,6 +569,12 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner, templ
                 if keep_in in holders:
                     keep_in = None
         expr = _localize(expr, {**in_scope, **stage_scope})
+        if isinstance(body, ir.Scatter):      # never local: it writes a buffer that exists already
+            binds = tuple((t, _localize(_inline_earlier(_simplify_expr(ir.subs_index(x, p.mapping), upper), recompute,
+                                                        stage_scope), {**in_scope, **stage_scope}))
+                          for t, x in body.indirect)
+            body_list.append(Store(buf.name, p.store_index, expr, binds, body.bounds, body.accumulate))
+            continue
         is_local = buf.name not in holders and \
             planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)
         if is_local:
@@ -621,8 +643,8 @@ def choose_loop_order(ranges: tuple, stages: tuple) -> tuple[tuple, tuple]:
     def fix(e):
         return ir.subs_index(e, rename)
     new_stages = tuple(Stage(st.reduction_ranges, tuple(
-        dataclasses.replace(s, index=sympy.sympify(s.index).xreplace(rename), expr=fix(s.expr)) if isinstance(s, Store)
-        else dataclasses.replace(s, expr=fix(s.expr)) for s in st.body)) for st in stages)
+        dataclasses.replace(ir.map_stmt(s, fix), index=sympy.sympify(s.index).xreplace(rename)) if isinstance(s, Store)
+        else ir.map_stmt(s, fix) for s in st.body)) for st in stages)
     return tuple(ranges[k] for k in order), new_stages
 
 
@@ -655,9 +677,11 @@ def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | Non
         for r in st.reduction_ranges:
             note(r)
         for s in st.body:
-            exprs = [s.expr]
+            exprs = ir.stmt_exprs(s)
             if isinstance(s, Store):
                 note(s.index, s.buffer)
+                for _, size in s.bounds:
+                    note(size)
             for e in exprs:
                 for sub in ir.walk(e):
                     if isinstance(sub, Load):

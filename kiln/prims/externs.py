@@ -114,6 +114,6 @@ for _overload, _doc in EXTERNS.items():
 
 # prim -> the ATen overload a host program calls for it, skipping the custom op's Python dispatch
 # (tens of microseconds a call): every extern, and index_put_, which is ATen's in-place index_put
-# on the indices kiln's prims take
+# on the indices kiln's prims take (where codegen's scatter kernel does not take it: lowering_scatter.py)
 ATEN_OF_PRIM: dict = {prim: overload for overload, prim in EXTERN_OF_ATEN.items()}
 ATEN_OF_PRIM[torch.ops.kiln_prims.index_put_.default] = aten.index_put_.default

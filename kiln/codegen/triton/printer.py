@@ -296,8 +296,19 @@ class KernelPrinter:
     def store(self, s: ir.Store) -> None:
         v = self.value(s.expr)
         buf = self.buffers[s.buffer]
-        offset = self.index.offset(s.index)
-        index_deps = self.index.dims(s.index)
+        saved, inside, index_deps = dict(self.index.names), [], frozenset()
+        for sym, sub in s.indirect:     # a scatter: the address's indices are loaded values
+            iv = self.value(sub)
+            index_deps |= iv.deps
+            self.index.names[sym.name] = iv.text
+        try:
+            offset = self.index.offset(s.index)
+            for sym, size in s.bounds:     # an index outside its dim writes nothing
+                t = self.index.names[sym.name]
+                inside.append(f"(0 <= {t}) & ({t} < {self.index.offset(size)})")
+        finally:
+            self.index.names = saved
+        index_deps |= self.index.dims(s.index)
         deps = index_deps | v.deps | {"x"}
         shape = self.out.shape(deps)
         pointer = f"{self.ptr(s.buffer)} + ({offset})"
@@ -313,10 +324,12 @@ class KernelPrinter:
         elif buf.dtype != compute:
             value = f"({value}).to({ops.tl_dtype(buf.dtype)})"
         value = self.out.let(value)
-        self.out.line(f"tl.store({pointer}, {value}, {self.mask(deps)})")
+        mask = " & ".join(m for m in [self.mask(deps), *inside] if m) or None
+        self.out.line(f"tl.{'atomic_add' if s.accumulate else 'store'}({pointer}, {value}, {mask})")
         self.stores_to[s.buffer] = self.stores_to.get(s.buffer, 0) + 1
         self.stored = {k: v for k, v in self.stored.items() if k[0] != s.buffer}
-        self.stored[(s.buffer, offset)] = (value, frozenset(deps))
+        if not s.indirect:
+            self.stored[(s.buffer, offset)] = (value, frozenset(deps))
 
     # -- structure
     def print_function(self, name: str) -> str:

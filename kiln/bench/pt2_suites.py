@@ -261,9 +261,12 @@ def _vision_build(name: str) -> Callable[[torch.device, int, str], Made]:
         ensure_torchvision_importable()
         import torchvision
         torch.manual_seed(0)
+        # random weights throughout: a detection model's backbone would otherwise be downloaded
+        # (weights=None leaves weights_backbone at ImageNet's)
+        weights = {"weights": None, "weights_backbone": None} if name in _VISION_CONSTRUCTOR else {"weights": None}
         with torch.device(device):
             model = getattr(torchvision.models.detection if name in _VISION_CONSTRUCTOR else torchvision.models,
-                            _VISION_CONSTRUCTOR.get(name, name))(weights=None)
+                            _VISION_CONSTRUCTOR.get(name, name))(**weights)
         if name in _VISION_CONSTRUCTOR:
             return model.eval(), _maskrcnn_inputs(batch, device), {}
         images = torch.randn(batch, 3, 224, 224, generator=_generator()).to(device)

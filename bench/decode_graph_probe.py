@@ -18,4 +18,4 @@ print("same tokens", torch.equal(got, expected))
 from kiln.runtime.cudagraphs import CudaGraphed
 import gc
 for g in (o for o in gc.get_objects() if isinstance(o, CudaGraphed)):
-    print(f"CUDA-graphed program: {len(g.recorded)} recordings, {g.replays} replays, disabled: {g.disabled}")
+    print(f"CUDA-graphed program: {g.recordings} recordings made, {g.replays} replays, disabled: {g.disabled}")

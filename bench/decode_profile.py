@@ -73,7 +73,7 @@ with torch.no_grad():
 from kiln.runtime.cudagraphs import CudaGraphed
 import gc
 for g in (o for o in gc.get_objects() if isinstance(o, CudaGraphed)):
-    print(f"CUDA-graphed program: {len(g.recorded)} recordings, {g.replays} replays, disabled: {g.disabled}")
+    print(f"CUDA-graphed program: {g.recordings} recordings made, {g.replays} replays, disabled: {g.disabled}")
 if a.out:
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "decode_profile.json"), "w") as f:

@@ -6,7 +6,9 @@ them all at once. What makes a replay right:
 
 - Addresses are baked in. Inputs the caller owns and passes anew each call (activations, token
   ids) are copied into static tensors recorded in the graph; inputs marked static are used in
-  place, and a call whose static input moved (a parameter replaced) records again. Static are
+  place, and a call whose static input moved (a parameter replaced) records again. The last
+  `KEPT_PER_LAYOUT` recordings of a layout are kept: transformers' generate() makes a new static
+  cache each call, and the allocator hands one of two address sets back in turn. Static are
   parameters and buffers, whose storage lives as long as the module, and inputs the program writes
   into (a static KV cache: [Note: writes into inputs in place] in kiln/codegen/reinplace.py), which
   a copy would keep the write from reaching.
@@ -30,6 +32,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+KEPT_PER_LAYOUT = 2
+
 
 class CudaGraphed:
     """`program` (a compiled prim graph's callable) run through recorded CUDA graphs.
@@ -43,11 +47,12 @@ class CudaGraphed:
         self.capture = capture or _capture
         self.static_inputs = frozenset(static_inputs)
         self.written_back = frozenset(written_back)
-        self.recorded: dict[tuple, _Recording] = {}
+        self.recorded: dict[tuple, list[_Recording]] = {}   # a layout's recordings, the latest first
         self.seen: set[tuple] = set()
         self.disabled: str | None = None          # why graphs are off, once they are
         self.dynamic_inputs: list[int] | None = None  # the inputs a layout is keyed by (not static ones)
         self.replays = 0
+        self.recordings = 0       # made in all (a static input that keeps moving re-records each time)
         self.kiln_compiled = True
         self.programs = getattr(program, "programs", None)
         self.output_strides = getattr(program, "output_strides", ())
@@ -58,18 +63,20 @@ class CudaGraphed:
         if self.dynamic_inputs is None:       # the static inputs' addresses are checked instead
             self.dynamic_inputs = [i for i in range(len(args)) if i not in self.static_inputs]
         key = _layout([args[i] for i in self.dynamic_inputs])
-        recording = self.recorded.get(key)
-        if recording is not None and recording.static_inputs_unmoved(args):
-            self.replays += 1
-            return recording.replay(args)
+        kept = self.recorded.setdefault(key, [])
+        for recording in kept:
+            if recording.static_inputs_unmoved(args):
+                self.replays += 1
+                return recording.replay(args)
         if key not in self.seen:                   # warm-up: compile kernels, fill the allocator
             self.seen.add(key)
             return self.program(*args)
         reason = _unrecordable(args) if self.capture is _capture else None
         if reason is None:
             try:
-                self.recorded[key] = recording = _Recording(self.program, args, self.static_inputs, self.capture,
-                                                            self.written_back)
+                recording = _Recording(self.program, args, self.static_inputs, self.capture, self.written_back)
+                kept[:] = [recording, *kept[:KEPT_PER_LAYOUT - 1]]
+                self.recordings += 1
                 return recording.replay(args)
             except Exception as e:       # a sync, a host read, an op CUDA graphs refuse: run without
                 reason = f"recording failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
@@ -110,8 +117,11 @@ class _Recording:
             t.copy_(args[i])
         self.replay_graph, self.outputs = capture(program, graph_args)
         # outputs that are a static input's own storage: the caller's tensor, never a copy
+        by_address = {}
+        for i, (pointer, _) in self.pointers.items():
+            by_address.setdefault(pointer, []).append(i)
         self.static_outputs = {k: i for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
-                               for i in self.pointers if o.is_set_to(graph_args[i])}
+                               for i in by_address.get(o.data_ptr(), ()) if o.is_set_to(graph_args[i])}
         self.uncopied = written_back - self.static_outputs.keys()
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:

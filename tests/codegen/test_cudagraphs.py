@@ -43,7 +43,7 @@ def test_replays_equal_eager_and_follow_parameter_updates():
                 model[3].weight = torch.nn.Parameter(model[3].weight.clone() * 2)  # moved: records again
         assert outs[0].data_ptr() != outs[1].data_ptr(), "a replay must return its own copy"
     graphed = _programs()
-    assert graphed and any(g.recorded for g in graphed), "no CUDA graph was recorded"
+    assert graphed and any(g.recordings for g in graphed), "no CUDA graph was recorded"
 
 
 @cuda

@@ -87,7 +87,7 @@ def test_outputs_written_back_at_once_are_not_copied_out_of_the_graph():
         out, new = graphed(counter, x)
         counter.copy_(new)       # the epilogue
         kept.append(out)
-    recording = next(iter(graphed.recorded.values()))
+    recording = next(iter(graphed.recorded.values()))[0]
     assert new is recording.outputs[1], "the written-back value is the graph's own, not a copy"
     assert kept[-1] is not recording.outputs[0]
     assert [k.tolist() for k in kept] == [[float(i), float(i)] for i in range(1, 6)]
@@ -120,9 +120,27 @@ def test_static_cache_decoding_copies_only_the_logits_out_of_the_graph():
         mp.setattr(pipeline, "_wrap", wrap)
         got = kiln.compile(model, mode="reduce-overhead").generate(ids, **kw)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    decode = [g for g in made if g.recorded]
+    decode = [g for g in made if g.recordings]
     assert len(decode) == 1 and decode[0].replays >= 3
-    recording = next(iter(decode[0].recorded.values()))
+    recording = next(iter(decode[0].recorded.values()))[0]
     copied = [k for k, o in enumerate(recording.outputs) if isinstance(o, torch.Tensor)
               and k not in recording.static_outputs and k not in recording.uncopied]
     assert copied == [0], f"outputs copied out of the graph: {copied} of {len(recording.outputs)}"
+
+
+def test_a_cache_that_alternates_between_two_addresses_is_recorded_twice_only():
+    """generate() makes a new static cache each call; the allocator hands back the blocks of the
+    one before last: the recordings of both address sets are kept and replayed in turn."""
+    torch.manual_seed(0)
+    weight, tokens = torch.randn(4, 4), [torch.randn(1, 4) for _ in range(4)]
+    expected, expected_cache = _eager_steps(weight, tokens)
+    graphed = CudaGraphed(_decode_step, static_inputs=(0, 1), capture=_emulated_capture)
+    caches = [torch.zeros(8, 4), torch.zeros(8, 4)]
+    for call in range(6):                   # six generate() calls, the cache at A, B, A, B, ...
+        cache = caches[call % 2].zero_()
+        for k, token in enumerate(tokens):
+            logits, out = graphed(weight, cache, torch.tensor([k]), token)
+            assert out is cache
+            torch.testing.assert_close(logits, expected[k])
+        torch.testing.assert_close(cache, expected_cache)
+    assert graphed.recordings == 2, graphed.recordings

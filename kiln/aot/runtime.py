@@ -223,6 +223,7 @@ def forward_meta(joint, info) -> dict:
         # inputs that live as long as the module, and the ones written in place: a CUDA graph
         # uses them in place
         "kiln_static_inputs": tuple(sorted({*joint.input_indices("param", "buffer"), *(i for _, i in written)})),
+        "kiln_module_state": tuple(joint.input_indices("param", "buffer")),
     }
 
 

@@ -27,6 +27,7 @@ them all at once. What makes a replay right:
 """
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -42,11 +43,15 @@ class CudaGraphed:
     recording on the CPU (outputs in fixed memory that each replay overwrites)."""
 
     def __init__(self, program: Callable, static_inputs: Sequence[int] = (), capture: Callable | None = None,
-                 written_back: Sequence[int] = ()):
+                 written_back: Sequence[int] = (), fixed_size: Sequence[int] = ()):
         self.program = program
         self.capture = capture or _capture
         self.static_inputs = frozenset(static_inputs)
         self.written_back = frozenset(written_back)
+        # static inputs whose size cannot change while their address stays: a module's parameters
+        # and buffers, whose guards hold them by identity (a size change needs a new tensor); only
+        # their addresses are compared before a replay (450 tensors a dolly step)
+        self.fixed_size = frozenset(fixed_size)
         self.recorded: dict[tuple, list[_Recording]] = {}   # a layout's recordings, the latest first
         self.seen: set[tuple] = set()
         self.disabled: str | None = None          # why graphs are off, once they are
@@ -74,7 +79,8 @@ class CudaGraphed:
         reason = _unrecordable(args) if self.capture is _capture else None
         if reason is None:
             try:
-                recording = _Recording(self.program, args, self.static_inputs, self.capture, self.written_back)
+                recording = _Recording(self.program, args, self.static_inputs, self.capture, self.written_back,
+                                       self.fixed_size)
                 kept[:] = [recording, *kept[:KEPT_PER_LAYOUT - 1]]
                 self.recordings += 1
                 return recording.replay(args)
@@ -104,11 +110,15 @@ class _Recording:
     """One CUDA graph of the program, for one input layout."""
 
     def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset, capture: Callable,
-                 written_back: frozenset = frozenset()):
+                 written_back: frozenset = frozenset(), fixed_size: frozenset = frozenset()):
         self.static_inputs = static_inputs
         # a static input is replayed at its address and size (a new cache may take a freed one's address)
-        self.pointers = {i: (args[i].data_ptr(), args[i].shape) for i in static_inputs
+        self.pointers = {i: (args[i].data_ptr(), args[i].shape) for i in sorted(static_inputs)
                          if isinstance(args[i], torch.Tensor)}
+        self.pick_static = _picker(list(self.pointers))
+        self.addresses = [p for p, _ in self.pointers.values()]
+        sized = [i for i in self.pointers if i not in fixed_size]
+        self.pick_sized, self.sizes = _picker(sized), [self.pointers[i][1] for i in sized]
         # the caller's tensors: copied into these before each replay
         self.copied = {i: torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
                        for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static_inputs}
@@ -125,7 +135,8 @@ class _Recording:
         self.uncopied = written_back - self.static_outputs.keys()
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
-        return all(args[i].data_ptr() == p and args[i].shape == shape for i, (p, shape) in self.pointers.items())
+        return (list(map(torch.Tensor.data_ptr, self.pick_static(args))) == self.addresses
+                and list(map(torch.Tensor.size, self.pick_sized(args))) == self.sizes)
 
     def replay(self, args: Sequence[Any]):
         for i, t in self.copied.items():
@@ -134,6 +145,13 @@ class _Recording:
         return type(self.outputs)(args[self.static_outputs[k]] if k in self.static_outputs
                                   else o.clone() if isinstance(o, torch.Tensor) and k not in self.uncopied else o
                                   for k, o in enumerate(self.outputs))
+
+
+def _picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple]:
+    """`args -> tuple of args[i] for i in indices`, as one C call."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    return (lambda args: (args[indices[0]],)) if indices else (lambda args: ())
 
 
 def _capture(program: Callable, graph_args: list) -> tuple[Callable, Any]:

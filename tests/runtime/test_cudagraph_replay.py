@@ -106,7 +106,7 @@ def test_static_cache_decoding_copies_only_the_logits_out_of_the_graph():
         if not options.cudagraphs:
             return program
         made.append(CudaGraphed(program, meta.get("kiln_static_inputs", ()), capture=_emulated_capture,
-                                written_back=meta.get("kiln_written_back", ())))
+                                written_back=meta.get("kiln_written_back", ()), fixed_size=meta.get("kiln_module_state", ())))
         return made[-1]
     config = transformers.GPTNeoXConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                         intermediate_size=64, max_position_embeddings=64, rotary_pct=0.25)

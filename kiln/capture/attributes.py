@@ -107,16 +107,49 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     inst_dict = getattr(obj, "__dict__", None)
     entry = class_lookup(type(obj), name)
     is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and not isinstance(entry, V.Variable)
-    if isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
+    if name == "__dict__" and isinstance(inst_dict, dict) and not isinstance(obj, torch.nn.Module):
+        return instance_dict(tx, v)
+    viewed = _viewed_dict(tx, obj)
+    if viewed is not None and not is_data_descriptor:
+        if name in viewed.items:
+            return viewed.items[name]
+    elif isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
         return _wrap(tx, inst_dict[name], AttrSource(source, name) if source else None)
     if entry is not _MISSING:
         return bind_class_entry(tx, entry, v, type(obj), name)
     getattr_hook = class_lookup(type(obj), "__getattr__")
     if isinstance(getattr_hook, types.FunctionType) and not isinstance(obj, torch.nn.Module):
         return tx.call(V.MethodVar(_function(getattr_hook), v), [V.Constant(name)])
-    if not hasattr(obj, name):
+    if viewed is not None or not hasattr(obj, name):
         tx.raise_(AttributeError, f"{type(obj).__name__!r} object has no attribute {name!r}")
     return _wrap(tx, getattr(obj, name), AttrSource(source, name) if source else None)
+
+
+# [Note: an object's __dict__ in captured code] Attribute writes to a program's object are kept in
+# the frame's overlay and replayed as setattr. Once the frame reads `obj.__dict__`, the tracker of
+# that real dict (one per dict, builder's `_wrap_container`) becomes the store instead: the overlay's
+# writes so far are moved into it, later reads and writes of `obj.attr` go through it, so the view
+# shows `obj.c = 3` and `obj.attr` shows `d.pop("c")`. Both replays stay right: setattr in order, the
+# dict's final contents once (`convert._effect_order`).
+def instance_dict(tx, v: V.ObjectVar) -> V.Variable:
+    """`obj.__dict__` of a program's object (a live view)."""
+    obj = v.value
+    d = _wrap(tx, obj.__dict__, AttrSource(v.source, "__dict__") if v.source else None)
+    if not isinstance(d, V.DictVar):
+        raise tx.unsupported(f"reading __dict__ of a {type(obj).__name__} whose attribute names are not all strings")
+    overlay = tx.out.__dict__.setdefault("attr_overlay", {})
+    for key in [key for key in overlay if key[0] == id(obj)]:
+        d.items[key[1]] = overlay.pop(key)
+    return d
+
+
+def _viewed_dict(tx, obj) -> V.DictVar | None:
+    """The tracker of `obj.__dict__` once the frame has read it, else None."""
+    inst_dict = getattr(obj, "__dict__", None)
+    if not isinstance(inst_dict, dict):
+        return None
+    d = tx.out.tensor_by_id.get(id(inst_dict))
+    return d if isinstance(d, V.DictVar) else None
 
 
 def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
@@ -303,7 +336,11 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
             obj.attrs[name] = value
         return
     if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
-        tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
+        viewed = _viewed_dict(tx, obj.value)
+        if viewed is not None:
+            viewed.items[name] = value
+        else:
+            tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
         tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     if isinstance(obj, V.ExceptionVar) and name == "__traceback__":

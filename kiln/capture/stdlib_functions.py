@@ -131,7 +131,11 @@ def _copy_of_object(tx, v: V.ObjectVar) -> V.NewObjectVar:
     from kiln.capture.builder import wrap
     from kiln.capture.guards import Guard, GuardKind
     from kiln.capture.sources import AttrSource, DictEntrySource
+    from kiln.capture.attributes import _viewed_dict
     obj, source = v.value, v.source
+    viewed = _viewed_dict(tx, obj)
+    if viewed is not None:  # the frame read obj.__dict__: that tracker holds the attributes now
+        return V.NewObjectVar(type(obj), dict(viewed.items))
     if source is not None:
         tx.out.guard(Guard(GuardKind.DICT_KEYS, AttrSource(source, "__dict__"), tuple(vars(obj))))
     attrs = {k: wrap(tx.out, value, DictEntrySource(source, "__dict__", k) if source is not None else None)

@@ -1,0 +1,64 @@
+"""Python semantics the Dynamo suite (`python -m kiln.bench.dynamo_suite`, issue #39) found kiln
+getting wrong or refusing, each case compared with eager: the result and what the call left in its
+arguments, under `fullgraph=True` with kiln's own backend and "eager"."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kiln
+from capture_support import assert_same
+
+BACKENDS = [{}, {"backend": "eager"}]
+
+
+def same_as_eager(fn, make_inputs, *, fullgraph=True):
+    """`make_inputs()` builds fresh arguments for each run; the result and the arguments afterwards
+    must be eager's."""
+    inputs = make_inputs()
+    expected = fn(*inputs)
+    for backend in BACKENDS:
+        kiln.reset()
+        got_inputs = make_inputs()
+        got = kiln.compile(fn, fullgraph=fullgraph, **backend)(*got_inputs)
+        assert_same(got, expected)
+        assert_same(list(got_inputs), list(inputs), "arguments after the call")
+
+
+def _vector():
+    return torch.arange(3.0)
+
+
+# -- obj.__dict__ sees the frame's attribute writes -------------------------------------------------
+class Plain:
+    def __init__(self):
+        self.a = 1
+        self.b = 2
+
+
+def dunder_dict_items_after_setattr(x, obj):
+    obj.c = 3
+    return x + sum(v for _, v in obj.__dict__.items()), sorted(obj.__dict__)
+
+
+def dunder_dict_write_read_back_as_attribute(x, obj):
+    obj.c = 3
+    d = obj.__dict__
+    d["e"] = 5
+    del d["a"]
+    obj.f = x
+    return x * obj.e + obj.c, hasattr(obj, "a"), list(d.values())
+
+
+def dunder_dict_pop_then_setattr(x, obj):
+    obj.c = x
+    d = obj.__dict__
+    popped = d.pop("c")
+    obj.c = 4
+    return popped + obj.c, dict(obj.__dict__)
+
+
+@pytest.mark.parametrize("fn", [dunder_dict_items_after_setattr, dunder_dict_write_read_back_as_attribute,
+                                dunder_dict_pop_then_setattr])
+def test_dunder_dict_is_a_live_view(fn):
+    same_as_eager(fn, lambda: (_vector(), Plain()))

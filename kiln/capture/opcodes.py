@@ -22,6 +22,7 @@ from kiln.capture.calls import as_exception, enter_context
 from kiln.capture.generators import advance, step
 from kiln.capture.interpreter import (CO_GENERATOR, HANDLERS, PY312, PY313, FrameReturn, FrameYield, GraphBreak,
                                        ObservedException, Tracer)
+from kiln.capture.output import CellWrite
 from kiln.capture.sources import ClosureSource, GlobalSource
 
 
@@ -174,9 +175,16 @@ def copy_free_vars(tx, inst):
     for i, name in enumerate(tx.code.co_freevars):
         cell = tx.closure[i]
         if not isinstance(cell, V.Cell):  # a real cell of an existing function
-            fn_source = getattr(tx, "fn_source", None)
-            contents = wrap(tx.out, cell.cell_contents, ClosureSource(fn_source, i) if fn_source else None)
-            cell = V.Cell(contents)
+            known = tx.out.tensor_by_id.get(id(cell))
+            if known is None:
+                fn_source = getattr(tx, "fn_source", None)
+                try:
+                    contents = wrap(tx.out, cell.cell_contents, ClosureSource(fn_source, i) if fn_source else None)
+                except ValueError:   # an empty cell: the variable is not assigned yet
+                    contents = None
+                known = tx.out.tensor_by_id[id(cell)] = V.Cell(contents, real=cell)
+                tx.out.keepalive.append(cell)
+            cell = known
         tx.cells[name] = cell
 
 
@@ -195,7 +203,10 @@ def load_deref(tx, inst):
 
 @handler("STORE_DEREF")
 def store_deref(tx, inst):
-    tx.cells.setdefault(inst.argval, V.Cell()).contents = tx.pop()
+    cell = tx.cells.setdefault(inst.argval, V.Cell())
+    cell.contents = tx.pop()
+    if cell.real is not None:   # a `nonlocal` write into an existing function's cell
+        tx.out.side_effects.append(CellWrite(cell, cell.contents))
 
 
 @handler("IMPORT_NAME")

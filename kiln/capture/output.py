@@ -34,6 +34,13 @@ class AttrWrite:
 
 
 @dataclasses.dataclass(frozen=True)
+class CellWrite:
+    """A write into a cell of an existing function (`nonlocal x; x = ...`)."""
+    cell: V.Cell
+    value: V.Variable
+
+
+@dataclasses.dataclass(frozen=True)
 class GlobalWrite:
     globals_name: str
     name: str

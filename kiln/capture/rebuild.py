@@ -18,7 +18,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import in_field_order, is_model_output
 from kiln.capture.views import items_of
-from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
+from kiln.capture.output import AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
 class CannotRebuild(Exception):
@@ -123,6 +123,8 @@ class Rebuilder:
     def side_effect(self, effect) -> list[str]:
         if isinstance(effect, AttrWrite):
             return [f"setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+        if isinstance(effect, CellWrite):
+            return [f"{self.const(effect.cell.real)}.cell_contents = {self.expr(effect.value)}"]
         if isinstance(effect, GlobalWrite):
             return [f"{effect.globals_name}[{effect.name!r}] = {self.expr(effect.value)}"]
         if isinstance(effect, ContainerMutation):

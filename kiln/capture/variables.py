@@ -201,8 +201,11 @@ ITERATORS = (IteratorVar, GeneratorVar, LazyIteratorVar)   # what `generators.ad
 
 @dataclasses.dataclass(eq=False)
 class Cell(Variable):
-    """A closure cell created inside traced code."""
+    """A closure cell: created inside traced code, or standing for `real`, a cell of an existing
+    function (one tracker per real cell, so a `nonlocal` write in one inlined call is seen by the
+    next, and is written back after the graph)."""
     contents: Variable | None = None
+    real: Any = None
 
 
 @dataclasses.dataclass(eq=False)

@@ -17,8 +17,9 @@ import operator
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
 from kiln.capture.constants import constant_of, python_value
-from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, items_equal,
-                                    iterate, key_of, mutate_list, set_add)
+from kiln.capture.generators import advance
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
+                                    items_equal, iterate, key_of, mutate_list, set_add)
 
 
 def _none(tx, args, kwargs):
@@ -119,8 +120,7 @@ def _append(tx, args, kwargs):
 
 @handles(list.extend)
 def _extend(tx, args, kwargs):
-    new = iterate(tx, args[1])
-    mutate_list(tx, args[0], lambda items: items.extend(new))
+    extend_list(tx, args[0], args[1])
     return V.Constant(None)
 
 
@@ -341,6 +341,28 @@ _ALGEBRA = ("union", "intersection", "difference", "symmetric_difference", "issu
 for _name in _ALGEBRA:
     for _cls in (set, frozenset):
         handles(getattr(_cls, _name))(_algebra(getattr(_cls, _name)))
+
+
+def _stops_early(fn, answer_on_hit: bool):
+    """`s.isdisjoint(it)` / `s.issuperset(it)` over an iterator that is not a set: CPython steps it
+    and returns at the first member that decides (a common one, a missing one), leaving the rest of
+    a generator unrun."""
+    algebra = _algebra(fn)
+
+    def handle(tx, args, kwargs):
+        if len(args) != 2 or not isinstance(args[0], V.SetVar) or \
+                not isinstance(args[1], (V.GeneratorVar, V.LazyIteratorVar)):
+            return algebra(tx, args, kwargs)
+        while (item := advance(tx, args[1])) is not None:
+            if (key_of(tx, item) in args[0].keys) is answer_on_hit:
+                return V.Constant(False)
+        return V.Constant(True)
+    return handle
+
+
+for _cls in (set, frozenset):
+    handles(_cls.isdisjoint)(_stops_early(_cls.isdisjoint, True))
+    handles(_cls.issuperset)(_stops_early(_cls.issuperset, False))
 for _name in ("update", "intersection_update", "difference_update", "symmetric_difference_update", "pop", "clear"):
     handles(getattr(set, _name))(_update(getattr(set, _name)))
 for _name in ("discard", "remove"):  # these take one member, not an iterable

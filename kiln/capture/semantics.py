@@ -446,9 +446,20 @@ def _list_imul(tx, a, b):
 
 
 def _list_iadd(tx, a, b):
-    items = iterate(tx, b)
-    mutate_list(tx, a, lambda lst: lst.extend(items))
+    extend_list(tx, a, b)
     return a
+
+
+def extend_list(tx, lst: V.Variable, iterable: V.Variable):
+    """`lst.extend(iterable)`, `lst += iterable`: CPython copies a list or tuple whole, but steps any
+    other iterator one item at a time, appending each before it asks for the next, so a generator
+    that reads the list sees it grow (`y.extend(y[-1] + z for z in range(3))`)."""
+    if isinstance(iterable, (V.GeneratorVar, V.LazyIteratorVar)):
+        while (item := advance(tx, iterable)) is not None:
+            mutate_list(tx, lst, lambda items: items.append(item))
+        return
+    items = iterate(tx, iterable)
+    mutate_list(tx, lst, lambda lst_items: lst_items.extend(items))
 
 
 def _dict_or(tx, a, b):

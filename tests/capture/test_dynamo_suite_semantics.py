@@ -3,6 +3,8 @@ getting wrong or refusing, each case compared with eager: the result and what th
 arguments, under `fullgraph=True` with kiln's own backend and "eager"."""
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 
@@ -132,3 +134,41 @@ def generator_thrown_into(x, fns):
                                 generator_thrown_into])
 def test_nonlocal_writes_to_an_existing_cell(fn):
     same_as_eager(fn, lambda: (_vector(), _closures()), state=lambda inputs: inputs[1][3]())
+
+
+# -- consumers that step an iterator one item at a time ----------------------------------------------
+def list_extend_from_generator_reading_it(x, log):
+    y = [1]
+    y.extend(y[-1] + z for z in range(3))
+    y += (y[-1] * 2 for _ in range(2))
+    return x + y[-1], y
+
+
+def deque_extend_from_generator_reading_it(x, log):
+    y = collections.deque([1])
+    y.extendleft(y[0] + z for z in range(3))
+    first = list(y)
+    y = collections.deque([1, 2], maxlen=3)
+    y.extend(y[-1] + z for z in range(1, 3))
+    y += (y[0] * 10 for _ in range(2))
+    return x + y[0], first, y
+
+
+def _counted(log, items):
+    for item in items:
+        log.append(item)
+        yield item
+
+
+def set_tests_stop_at_the_deciding_member(x, log):
+    s = {2, 4, 5}
+    a = s.isdisjoint(_counted(log, [1, 2, 3]))
+    b = s.issuperset(_counted(log, [4, 7, 5]))
+    c = frozenset(s).isdisjoint(_counted(log, [7, 8]))
+    return x * len(log), a, b, c
+
+
+@pytest.mark.parametrize("fn", [list_extend_from_generator_reading_it, deque_extend_from_generator_reading_it,
+                                set_tests_stop_at_the_deciding_member])
+def test_consumers_step_generators_lazily(fn):
+    same_as_eager(fn, lambda: (_vector(), []))

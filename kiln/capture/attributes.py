@@ -280,12 +280,31 @@ def _getattr_method(tx, v: V.MethodVar, name: str) -> V.Variable:
     return getattr_var(tx, v.fn, name)
 
 
+# what BaseException's own attributes are before the program sets them
+_EXCEPTION_DEFAULTS = {"__context__": None, "__cause__": None, "__traceback__": None, "__suppress_context__": False}
+
+
 def _getattr_exception(tx, v: V.ExceptionVar, name: str) -> V.Variable:
+    if name in v.attrs:
+        return v.attrs[name]
     if name == "args":
         return V.TupleVar(list(v.args))
     if name == "value" and issubclass(v.cls, StopIteration):
         return v.args[0] if v.args else V.Constant(None)
-    tx.raise_(AttributeError, f"exception has no attribute {name!r}")
+    if name == "__traceback__" and v.raised:
+        raise tx.unsupported("reading __traceback__ of a raised exception (kiln keeps no tracebacks)")
+    if name in _EXCEPTION_DEFAULTS:
+        return V.Constant(_EXCEPTION_DEFAULTS[name])
+    if name == "__class__":
+        return V.ObjectVar(v.cls)
+    entry = class_lookup(v.cls, name)
+    if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
+        return bind_class_entry(tx, entry, v, v.cls, name)
+    if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return V.MethodVar(V.ObjectVar(entry), v)   # with_traceback, add_note, ...: `calls.py` models them
+    if entry is not _MISSING and not hasattr(entry, "__get__"):
+        return _wrap(tx, entry, None)   # a plain class attribute
+    tx.raise_(AttributeError, f"{v.cls.__name__!r} object has no attribute {name!r}")
 
 
 def _getattr_tensor(tx, v, name):
@@ -343,9 +362,28 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
             tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
         tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
-    if isinstance(obj, V.ExceptionVar) and name == "__traceback__":
-        return   # kiln keeps no tracebacks (contextlib's `__exit__` puts the original one back)
+    if isinstance(obj, V.ExceptionVar):
+        set_exception_attribute(tx, obj, name, value)
+        return
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
+
+
+def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variable):
+    """`exc.name = value`, with BaseException's checks on its chaining attributes."""
+    from kiln.capture.constants import python_value
+    if name in ("__context__", "__cause__"):
+        if not (isinstance(value, V.ExceptionVar) or isinstance(value, V.Constant) and value.value is None):
+            tx.raise_(TypeError, f"exception {'context' if name == '__context__' else 'cause'} must be None "
+                                 "or derive from BaseException")
+        if name == "__cause__":
+            exc.attrs["__suppress_context__"] = V.Constant(True)
+    elif name == "__suppress_context__":
+        value = V.Constant(bool(python_value(value)))
+    elif name == "args":
+        from kiln.capture.semantics import iterate
+        exc.args = iterate(tx, value)
+        return
+    exc.attrs[name] = value
 
 
 def keeps_attributes(v: V.Variable) -> bool:

@@ -200,6 +200,7 @@ class Tracer:
             except ObservedException as e:
                 if e.where is None:
                     e.where = self.where()
+                    self._chain(e.exc)
                 self.handle_exception(e)
             except NotConstant as e:
                 kind = e.args[0].python_type().__name__ if e.args else "value"
@@ -216,6 +217,19 @@ class Tracer:
                 if self.parent is None:
                     brk.root_offset = inst.offset
                 raise brk from e
+
+    def _chain(self, exc: V.ExceptionVar):
+        """An exception raised while another is handled gets that one as its `__context__`, as
+        CPython sets it at the raise (a re-raised one keeps the context it has)."""
+        exc.raised = True
+        if "__context__" in exc.attrs:
+            return
+        tx = self
+        while tx is not None and not tx.exc_info:
+            tx = tx.parent
+        handled = tx.exc_info[-1] if tx is not None else None
+        if isinstance(handled, V.ExceptionVar) and handled is not exc:
+            exc.attrs["__context__"] = handled
 
     def handle_exception(self, e: ObservedException):
         """Route an exception raised by traced code to its handler in this frame, or re-raise."""

@@ -678,10 +678,13 @@ def raise_varargs(tx, inst):
         if not tx.exc_info:
             raise tx.unsupported("bare `raise` outside an except block")
         raise ObservedException(tx.exc_info[-1])
-    if inst.arg == 2:
-        tx.pop()  # `from cause`: the cause is not modelled
-    exc = tx.pop()
-    raise ObservedException(as_exception(tx, exc))
+    cause = tx.pop() if inst.arg == 2 else None
+    exc = as_exception(tx, tx.pop())
+    if cause is not None:   # `raise exc from cause`: a class is called, None clears the cause
+        if not S.is_none(tx, cause):
+            cause = as_exception(tx, cause)
+        setattr_var(tx, exc, "__cause__", cause)
+    raise ObservedException(exc)
 
 
 @handler("LOAD_ASSERTION_ERROR")

@@ -271,7 +271,18 @@ def _view(r, v):
 
 
 def _exception(r, v):
-    return f"{r.const(v.cls)}({', '.join(r.expr(a) for a in v.args)})"
+    made = f"{r.const(v.cls)}({', '.join(r.expr(a) for a in v.args)})"
+    if not v.attrs:
+        return made
+    attrs = ", ".join(f"{name!r}: {r.expr(a)}" for name, a in v.attrs.items())
+    return f"{r.const(exception_with)}({made}, {{{attrs}}})"
+
+
+def exception_with(exc: BaseException, attrs: dict) -> BaseException:
+    """An exception rebuilt after the graph with the attributes traced code set on it."""
+    for name, value in attrs.items():
+        setattr(exc, name, value)
+    return exc
 
 
 def _context(r, v):

@@ -291,8 +291,14 @@ class ContextVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class ExceptionVar(Variable):
+    """An exception made or raised in traced code. `attrs` holds what was set on it: the chaining
+    attributes (`__context__`, set when it is raised while another is handled, `__cause__` and
+    `__suppress_context__` by `raise ... from ...`), `__traceback__` (kiln keeps no tracebacks: None
+    unless the program set one), `__notes__`, and any attribute the program set."""
     cls: type
     args: list
+    attrs: dict = dataclasses.field(default_factory=dict)
+    raised: bool = False   # raised once: CPython gave it a traceback, which kiln does not keep
 
     def python_type(self):
         return self.cls

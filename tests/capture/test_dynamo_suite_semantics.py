@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kiln
+import kiln.errors
 from capture_support import assert_same
 
 BACKENDS = [{}, {"backend": "eager"}]
@@ -172,3 +173,70 @@ def set_tests_stop_at_the_deciding_member(x, log):
                                 set_tests_stop_at_the_deciding_member])
 def test_consumers_step_generators_lazily(fn):
     same_as_eager(fn, lambda: (_vector(), []))
+
+
+# -- exceptions' own attributes ---------------------------------------------------------------------
+def exception_chaining(x, log):
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError as e:
+            raise KeyError("outer") from e
+    except KeyError as k:
+        log.append((type(k.__cause__), k.__cause__.args, k.__suppress_context__, type(k.__context__)))
+    try:
+        try:
+            {}["missing"]
+        except KeyError:
+            [][1]
+    except IndexError as e:
+        log.append((type(e.__context__), e.__context__.args, e.__cause__, e.__suppress_context__))
+    e = RuntimeError("made")
+    log.append((e.with_traceback(None) is e, e.__traceback__, e.__context__))
+    e.__cause__ = None
+    e.add_note("a note")
+    log.append((e.__suppress_context__, e.__notes__))
+    return x + len(log)
+
+
+def assert_raises_in_captured_code(x, log):
+    import unittest
+    case = unittest.TestCase()
+    with case.assertRaises(KeyError) as caught:
+        {}["q"]
+    with case.assertRaises(TypeError) as wrong_count:
+        [].copy(1)
+    log.append((caught.exception.args, str(wrong_count.exception)))
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [exception_chaining, assert_raises_in_captured_code])
+def test_exception_attributes(fn):
+    same_as_eager(fn, lambda: (_vector(), []))
+
+
+def test_reading_the_traceback_of_a_raised_exception_is_refused_at_its_line():
+    def fn(x):
+        try:
+            raise ValueError("a")
+        except ValueError as e:
+            return x + 1, e.__traceback__
+    with pytest.raises(kiln.errors.Unsupported, match=r"test_dynamo_suite_semantics.py:\d+ in fn: reading __traceback__"):
+        kiln.compile(fn, fullgraph=True, backend="eager")(_vector())
+
+
+# -- calls with the wrong number of arguments raise TypeError, with CPython's message ------------------
+def wrong_argument_counts(x, log):
+    calls = [lambda: {}.update({}, {}), lambda: [].copy(1), lambda: {1}.add(), lambda: {}.pop(),
+             lambda: [1].index(1, 0, 1, 2), lambda: {}.keys(1), lambda: [].append(1, k=2),
+             lambda: collections.deque().rotate(1, 2), lambda: {1}.union({2}, {3}, [4])]
+    for call in calls:
+        try:
+            log.append(call())
+        except TypeError as e:
+            log.append(str(e))
+    return x + len(log)
+
+
+def test_wrong_argument_counts():
+    same_as_eager(wrong_argument_counts, lambda: (_vector(), []))

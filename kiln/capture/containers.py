@@ -16,7 +16,7 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.constants import constant_of, python_value
+from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
                                     items_equal, iterate, key_of, mutate_list, set_add)
@@ -160,11 +160,24 @@ def _list_copy(tx, args, kwargs):
 
 
 @handles(list.index, tuple.index, collections.deque.index)
-def index_of(tx, args, kwargs):
-    for i, item in enumerate(args[0].items):
-        if items_equal(tx, item, args[1]):
+def index_of(tx, args, kwargs, method="index"):
+    """`seq.index(x[, start[, stop]])` (bounds clamped as slice bounds are), with CPython 3.11's
+    message per type when `x` is missing."""
+    seq, x = args[0], args[1]
+    bounds = [python_value(a) for a in args[2:4]] + [None, None]
+    indices = range(len(seq.items))[slice(bounds[0], bounds[1])]
+    for i in indices:
+        if items_equal(tx, seq.items[i], x):
             return V.Constant(i)
-    tx.raise_(ValueError, f"{args[0].python_type().__name__}.index(x): x not in {args[0].python_type().__name__}")
+    kind = _sequence_base(seq.python_type())
+    if kind is tuple or kind is list and method == "remove":
+        tx.raise_(ValueError, f"{kind.__name__}.{method}(x): x not in {kind.__name__}")
+    shown = repr(python_value(x)) if is_python_constant(x) else "x"
+    tx.raise_(ValueError, f"{shown} is not in {kind.__name__}")
+
+
+def _sequence_base(cls: type) -> type:
+    return next(base for base in (collections.deque, list, tuple) if issubclass(cls, base))
 
 
 @handles(list.count, tuple.count, collections.deque.count)
@@ -174,7 +187,7 @@ def _count(tx, args, kwargs):
 
 @handles(list.remove, collections.deque.remove)
 def _remove(tx, args, kwargs):
-    i = index_of(tx, args, kwargs).value
+    i = index_of(tx, args[:2], kwargs, method="remove").value
     mutate_list(tx, args[0], lambda items: items.pop(i))
     return V.Constant(None)
 

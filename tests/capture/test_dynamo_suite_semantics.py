@@ -240,3 +240,19 @@ def wrong_argument_counts(x, log):
 
 def test_wrong_argument_counts():
     same_as_eager(wrong_argument_counts, lambda: (_vector(), []))
+
+
+def index_and_remove(x, log):
+    seq = [1, 2, 1, 3, 1]
+    log.append((seq.index(1, 1), seq.index(1, -2), seq.index(3, 0, 10), (1, 2, 1).index(1, 1)))
+    for call in (lambda: seq.index(1, 1, 2), lambda: [1].index("z"), lambda: collections.deque([1]).index("z"),
+                 lambda: (1,).index("z"), lambda: [1].remove("z"), lambda: collections.deque([1]).remove("z")):
+        try:
+            call()
+        except ValueError as e:
+            log.append(str(e))
+    return x + len(log)
+
+
+def test_index_bounds_and_messages():
+    same_as_eager(index_and_remove, lambda: (_vector(), []))

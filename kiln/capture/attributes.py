@@ -231,7 +231,7 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
     user_subclass = cls.__module__ not in ("builtins", "collections")
     if user_subclass:  # its properties, its instance's attributes, its own methods, its __getattr__
         entry = class_lookup(cls, name)
-        if isinstance(v, V.DictVar) and not isinstance(entry, property):
+        if hasattr(v, "attrs") and not isinstance(entry, property):
             if name in v.attrs:
                 return v.attrs[name]
             if name == "__dict__":  # a live view: the same dict as the instance's attributes
@@ -388,9 +388,36 @@ def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variabl
 
 def keeps_attributes(v: V.Variable) -> bool:
     """A tracker that holds its instance attributes (`attrs`): an instance of a user's class, or of a
-    user's dict subclass, made in traced code."""
-    return isinstance(v, V.NewObjectVar) or isinstance(v, V.DictVar) and v.source is None and \
-        v.cls.__module__ not in ("builtins", "collections")
+    user's dict, list or set subclass, made in traced code."""
+    return isinstance(v, V.NewObjectVar) or isinstance(v, (V.DictVar, V.ListVar, V.SetVar)) and \
+        v.source is None and v.cls.__module__ not in ("builtins", "collections")
+
+
+# [Note: subclasses of builtin containers] An instance of a user's subclass of dict, list, set or
+# frozenset made in traced code is the builtin's tracker with `cls` set to the subclass. Python's
+# protocols (`x[k]`, `x[k] = v`, `del`, `in`, `len`, iteration, operators, truth) first look for the
+# subclass's own Python method (`overridden`) and inline it; what it does not override runs on the
+# builtin's model, as the C slot would. Explicit calls of the builtin's slot (`super().__setitem__`,
+# `set.__or__(p, q)`) reach that model directly (`containers.py`'s dunder table).
+_BUILTIN_HOMES = ("builtins", "collections")
+
+
+def overridden(v: V.Variable, name: str):
+    """The subclass's own Python method `name`, for a container tracker of a user's subclass of a
+    builtin container; None otherwise."""
+    if not isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
+        return None
+    cls = v.python_type()
+    if cls.__module__ in _BUILTIN_HOMES or cls.__module__.startswith("torch") or is_model_output(cls):
+        return None
+    entry = class_lookup(cls, name)
+    return entry if isinstance(entry, types.FunctionType) else None
+
+
+def call_overridden(tx, v: V.Variable, name: str, args: list):
+    """`v.name(*args)` through the subclass's own method, or None where it has none."""
+    method = overridden(v, name)
+    return None if method is None else tx.call(V.MethodVar(_function(method), v), args)
 
 
 def delattr_var(tx, obj: V.Variable, name: str):

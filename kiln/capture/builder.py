@@ -111,7 +111,7 @@ def _wrap_sequence(out, value, source):
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
     if isinstance(value, list):
-        return V.ListVar(items, source=source)
+        return V.ListVar(items, type(value), source=source)
     return V.TupleVar(items, type(value), source=source)
 
 

@@ -41,7 +41,15 @@ def _foldable(fn, otherwise=None):
 # -- sizes, types, attributes -----------------------------------------------------------------------
 @builtin(len)
 def _len(tx, args, kwargs):
+    from kiln.capture.attributes import call_overridden
     v = args[0]
+    if (n := call_overridden(tx, v, "__len__", [])) is not None:   # a container subclass's own
+        if not (is_python_constant(n) and isinstance(python_value(n), int)):
+            raise tx.unsupported(f"len() of a {v.python_type().__name__} whose __len__ returns a "
+                                 f"{n.python_type().__name__}")
+        if python_value(n) < 0:
+            tx.raise_(ValueError, "__len__() should return >= 0")
+        return V.Constant(int(python_value(n)))
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
         return V.Constant(len(v.items))
     if isinstance(v, V.DictViewVar):

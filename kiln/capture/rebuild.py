@@ -132,8 +132,10 @@ class Rebuilder:
             target = t.source.expr()
             if isinstance(t, V.ListVar):
                 items = f"[{', '.join(self.expr(i) for i in t.items)}]"
-                if t.cls is not list:  # a deque: no slice assignment
+                if t.cls is collections.deque:  # no slice assignment
                     return [f"__kiln_new = {items}", f"{target}.clear()", f"{target}.extend(__kiln_new)"]
+                if t.cls is not list:   # a subclass: its base's own slot, past any method of its own
+                    return [f"{self.const(list.__setitem__)}({target}, slice(None), {items})"]
                 return [f"{target}[:] = {items}"]
             if isinstance(t, V.DictVar):
                 items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
@@ -143,8 +145,8 @@ class Rebuilder:
                     return [f"__kiln_new = {{{items}}}", f"for __k, __v in __kiln_new.items(): {target}[__k] = __v"]
                 return [f"__kiln_new = {{{items}}}", f"{target}.clear()", f"{target}.update(__kiln_new)"]
             if isinstance(t, V.SetVar):
-                return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{target}.clear()",
-                        f"{target}.update(__kiln_new)"]
+                return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{self.const(set.clear)}({target})",
+                        f"{self.const(set.update)}({target}, __kiln_new)"]
         if isinstance(effect, DeferredCall):
             args = [self.expr(a) for a in effect.args] + [f"{k}={self.expr(a)}" for k, a in effect.kwargs]
             return [f"{self.const(effect.fn)}({', '.join(args)})"]
@@ -190,7 +192,29 @@ def _list(r, v):
     if v.source is not None:
         return v.source.expr()  # identity matters; its contents were written back as a side effect
     items = f"[{', '.join(r.expr(i) for i in v.items)}]"
-    return items if v.cls is list else f"{r.const(v.cls)}({items}, {v.maxlen!r})"
+    if v.cls is list:
+        return items
+    if v.cls is collections.deque:
+        return f"{r.const(v.cls)}({items}, {v.maxlen!r})"
+    return _subclass_instance(r, v, items)
+
+
+def _subclass_instance(r, v, items: str) -> str:
+    attrs = ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items())
+    return f"{r.const(new_container_from)}({r.const(v.cls)}, {items}, {{{attrs}}})"
+
+
+def new_container_from(cls, items, attrs):
+    """An instance of a user's list, set or frozenset subclass, made without running its
+    `__new__`/`__init__` again: its items stored by its builtin base, then its instance attributes."""
+    if issubclass(cls, frozenset):
+        obj = frozenset.__new__(cls, items)
+    else:
+        obj = (list if issubclass(cls, list) else set).__new__(cls)
+        (list.extend if issubclass(cls, list) else set.update)(obj, items)
+    if attrs:
+        obj.__dict__.update(attrs)
+    return obj
 
 
 def _dict(r, v):
@@ -216,7 +240,10 @@ def _dict(r, v):
 def _set(r, v):
     if v.source is not None:
         return v.source.expr()
-    return f"{r.const(v.cls)}([{', '.join(r.expr(i) for i in v.items)}])"
+    items = f"[{', '.join(r.expr(i) for i in v.items)}]"
+    if v.cls in (set, frozenset):
+        return f"{r.const(v.cls)}({items})"
+    return _subclass_instance(r, v, items)
 
 
 def _function(r, v):

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import (_function, class_lookup, dunder_binary, getattr_var, iterate_object,
-                                     object_contains, object_getitem)
+from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
+                                     iterate_object, object_contains, object_getitem, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import NotConstant, call_variable
@@ -153,8 +153,11 @@ def make_slice(tx, parts: list) -> V.Variable:
 
 
 # -- iteration ----------------------------------------------------------------------------------
-def iterate(tx, v: V.Variable) -> list[V.Variable]:
-    """All items of an iterable tracker, as trackers (kiln unrolls every loop)."""
+def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
+    """All items of an iterable tracker, as trackers (kiln unrolls every loop). `base`: past a
+    subclass's own `__iter__` ([Note: subclasses of builtin containers])."""
+    if not base and (it := call_overridden(tx, v, "__iter__", [])) is not None:
+        return iterate(tx, it)
     if type(v) in VALUE_MODELS:
         return VALUE_MODELS[type(v)].iterate(tx, v)
     if isinstance(v, (V.ListVar, V.TupleVar)):
@@ -186,12 +189,14 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
     raise tx.unsupported(f"iterating over a {v.python_type().__name__} is not supported")
 
 
-def get_iter(tx, v: V.Variable) -> V.Variable:
+def get_iter(tx, v: V.Variable, *, base: bool = False) -> V.Variable:
+    if not base and (it := call_overridden(tx, v, "__iter__", [])) is not None:
+        return it
     if isinstance(v, V.ITERATORS):
         return v
     if isinstance(v, V.DictViewVar):
         return view_iter(v)
-    return V.IteratorVar(iterate(tx, v))
+    return V.IteratorVar(iterate(tx, v, base=True))
 
 
 # -- truth, identity, membership ----------------------------------------------------------------
@@ -286,7 +291,9 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
 _REAL_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
-def contains(tx, container: V.Variable, item: V.Variable) -> bool:
+def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False) -> bool:
+    if not base and (found := call_overridden(tx, container, "__contains__", [item])) is not None:
+        return truth(tx, found)
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
     if isinstance(container, V.SetVar):
@@ -310,7 +317,10 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
 
 
 # -- operators ----------------------------------------------------------------------------------
-def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.Variable:
+    """`a op b`. `base`: past the operands' subclass methods ([Note: subclasses of builtin containers])."""
+    if not base and (result := _subclass_operator(tx, op, a, b)) is not None:
+        return result
     model = VALUE_MODELS.get(type(a)) or VALUE_MODELS.get(type(b))
     if model is not None:
         return model.binary(tx, op, a, b)
@@ -346,6 +356,48 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
 
 
 _MUTABLE = (V.ListVar, V.DictVar, V.SetVar)  # operators on these keep aliasing: not folded
+
+_REFLECTED_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def operator_dunders(op) -> tuple[str, str | None, str | None]:
+    """(`__op__`, its reflected name, the plain one an in-place op falls back to) for an operator
+    function: operator.or_ -> ("__or__", "__ror__", None), operator.ior -> ("__ior__", "__ror__",
+    "__or__"), operator.lt -> ("__lt__", "__gt__", None)."""
+    name = op.__name__.strip("_")
+    plain = _INPLACE_TO_PLAIN.get(op)
+    if plain is not None:
+        plain_name = plain.__name__.strip("_")
+        return f"__{name}__", f"__r{plain_name}__", f"__{plain_name}__"
+    if name in _REFLECTED_COMPARISONS:
+        return f"__{name}__", f"__{_REFLECTED_COMPARISONS[name]}__", None
+    return f"__{name}__", f"__r{name}__", None
+
+
+def _subclass_operator(tx, op, a, b) -> V.Variable | None:
+    """`a op b` through the Python methods of a user's container subclass, in Python's order (the
+    right operand first when its class is a subclass of the left's that overrides the reflected
+    method); None when neither operand has one or every one answered NotImplemented."""
+    if not _has_subclass_type(a) and not _has_subclass_type(b):
+        return None
+    name, reflected, plain = operator_dunders(op)
+    attempts = []
+    if plain is not None:
+        attempts.append((a, name, b))
+        name = plain
+    right_first = type(b) is type(a) and b.python_type() is not a.python_type() and \
+        issubclass(b.python_type(), a.python_type()) and overridden(b, reflected) is not None
+    pair = [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
+    for receiver, method, other in attempts + pair:
+        result = call_overridden(tx, receiver, method, [other])
+        if result is not None and not (isinstance(result, V.Constant) and result.value is NotImplemented):
+            return result
+    return None
+
+
+def _has_subclass_type(v) -> bool:
+    return isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and \
+        v.python_type().__module__ not in ("builtins", "collections")
 
 
 def _is_sequence(v):
@@ -467,7 +519,8 @@ def _dict_or(tx, a, b):
 
 
 def _dict_ior(tx, a, b):
-    for k, v in dict_items(tx, b):
+    from kiln.capture.containers import mapping_pairs   # `d |= pairs` takes what update() takes
+    for k, v in mapping_pairs(tx, b):
         dict_set(tx, a, V.Constant(k), v)
     return a
 
@@ -501,7 +554,9 @@ def format_value(tx, v: V.Variable, conv, spec: str) -> str:
 
 
 # -- items --------------------------------------------------------------------------------------
-def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
+def getitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False) -> V.Variable:
+    if not base and (item := call_overridden(tx, obj, "__getitem__", [key])) is not None:
+        return item
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
@@ -587,7 +642,9 @@ def _tensor_index(tx, t: V.TensorVar) -> int:
     return made_from
 
 
-def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
+def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable, *, base: bool = False):
+    if not base and call_overridden(tx, obj, "__setitem__", [key, value]) is not None:
+        return
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].setitem(tx, obj, key, value)
     if isinstance(obj, V.TensorVar):
@@ -607,7 +664,9 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
         raise tx.unsupported(f"item assignment on a {obj.python_type().__name__}")
 
 
-def delitem(tx, obj: V.Variable, key: V.Variable):
+def delitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False):
+    if not base and call_overridden(tx, obj, "__delitem__", [key]) is not None:
+        return
     k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
         mutate_list(tx, obj, lambda items: items.__delitem__(k))

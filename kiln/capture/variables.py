@@ -96,6 +96,7 @@ class ListVar(Variable):
     items: list
     cls: type = list
     maxlen: int | None = None
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     def python_type(self):
         return self.cls
@@ -136,6 +137,7 @@ class SetVar(Variable):
     keys: set = dataclasses.field(default_factory=set)
     members: dict = dataclasses.field(default_factory=dict)
     cls: type = set
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     @property
     def items(self) -> list:

@@ -256,3 +256,105 @@ def index_and_remove(x, log):
 
 def test_index_bounds_and_messages():
     same_as_eager(index_and_remove, lambda: (_vector(), []))
+
+
+# -- user subclasses of builtin containers, and the builtins' slots called by name --------------------
+class AddsOne(set):
+    def add(self, item):
+        return super().add(item + 1)
+
+
+class PlainSet(set):
+    pass
+
+
+class PlainFrozen(frozenset):
+    pass
+
+
+class TenfoldList(list):
+    def __getitem__(self, i):
+        return super().__getitem__(i) * 10
+
+    def __len__(self):
+        return super().__len__() + 100
+
+    def total(self):
+        return sum(self)
+
+
+class BumpingDict(dict):
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value + 1)
+
+
+class OrSet(set):
+    def __or__(self, other):
+        return "own or"
+
+    def __contains__(self, item):
+        return item == "anything"
+
+
+class Tagged(list):
+    def __init__(self, items, tag):
+        super().__init__(items)
+        self.tag = tag
+
+
+def set_subclasses(x, log):
+    s = AddsOne([1, 2])
+    s.add(3)
+    p, q = PlainSet([1, 2, 3]), PlainSet([2, 5])
+    f = PlainFrozen([1, 2])
+    p2 = p
+    p2 |= q
+    log.append((s == {1, 2, 4}, sorted(p | q), type(p | q), sorted(p - q), type(f & PlainFrozen([2])),
+                type(f.copy()), type(p), type(f), p is p2, OrSet() | {1}, "anything" in OrSet(), 5 in OrSet([5])))
+    return x + len(s), s, p, f
+
+
+def list_and_dict_subclasses(x, log):
+    t = TenfoldList([1, 2, 3])
+    t.note = "n"
+    d = BumpingDict(a=5)
+    d["b"] = 10
+    tagged = Tagged([x, x + 1], "t")
+    log.append((t[1], len(t), t.total(), list(t), type(t), t.note, dict(d), tagged.tag, len(tagged)))
+    return x + t[0], t, d, tagged
+
+
+def slots_called_by_name(x, log):
+    p, q = {1, 2, 3}, {2, 5}
+    lst = [1, 2, 3]
+    d = {"a": 1}
+    log.append((set.__or__(p, q), set.__sub__(p, q), set.__or__(p, 1), set.__eq__(p, p), set.__ne__(p, [1]),
+                frozenset.__and__(frozenset(p), q), p.__contains__(2), list.__getitem__(lst, 1), lst.__len__(),
+                list.__add__(lst, [4]), list.__eq__(lst, (1, 2, 3)), dict.__or__(d, {"b": 2}), dict.__eq__(d, d),
+                dict.__or__(d, 1), list(list.__iter__(lst)), TenfoldList.__getitem__(TenfoldList([7]), 0)))
+    list.__setitem__(lst, 0, 9)
+    list.__delitem__(lst, 1)
+    list.__iadd__(lst, (5,))
+    dict.__ior__(d, [("c", 3)])
+    dict.__setitem__(d, "e", x)
+    return x + 1, lst, d
+
+
+@pytest.mark.parametrize("fn", [set_subclasses, list_and_dict_subclasses, slots_called_by_name])
+def test_container_subclasses_and_slots(fn):
+    same_as_eager(fn, lambda: (_vector(), []))
+
+
+class LoudList(list):
+    def __setitem__(self, i, value):
+        super().__setitem__(i, value * 2)
+
+
+def list_subclass_argument(x, lst):
+    lst.append(x)
+    lst[0] = 5    # through the subclass's own __setitem__, once
+    return type(lst).__name__, len(lst)
+
+
+def test_list_subclass_argument_keeps_its_class_and_is_written_back_once():
+    same_as_eager(list_subclass_argument, lambda: (_vector(), LoudList([1, 2])))

@@ -19,7 +19,7 @@ from kiln.capture.callables import handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
-                                    items_equal, iterate, key_of, mutate_list, set_add)
+                                    items_equal, iterate, key_of, mutate_list, set_add, set_member_key)
 
 
 def _none(tx, args, kwargs):
@@ -335,7 +335,7 @@ def _update(fn, members=False):
     """`fn` (an in-place set method) run on the receiver's own keys, so every alias sees it."""
     def handle(tx, args, kwargs):
         s, pool = args[0], {}
-        others = [key_of(tx, a) if members else _keys(tx, a, pool) for a in args[1:]]
+        others = [set_member_key(tx, a) if members else _keys(tx, a, pool) for a in args[1:]]
         pool.update({id(k): t for k, t in s.members.items()})
         try:
             result = fn(s.keys, *others)

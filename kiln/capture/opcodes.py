@@ -677,7 +677,7 @@ def raise_varargs(tx, inst):
     if inst.arg == 0:
         if not tx.exc_info:
             raise tx.unsupported("bare `raise` outside an except block")
-        raise ObservedException(tx.exc_info[-1])
+        raise _reraised(tx.exc_info[-1])
     cause = tx.pop() if inst.arg == 2 else None
     exc = as_exception(tx, tx.pop())
     if cause is not None:   # `raise exc from cause`: a class is called, None clears the cause
@@ -719,7 +719,13 @@ def reraise(tx, inst):
     exc = tx.pop()
     if inst.arg:
         tx.pop()  # lasti
-    raise ObservedException(exc)
+    raise _reraised(exc)
+
+
+def _reraised(exc: V.ExceptionVar) -> ObservedException:
+    e = ObservedException(exc)
+    e.reraise = True
+    return e
 
 
 @handler("BEFORE_WITH")

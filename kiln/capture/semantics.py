@@ -61,6 +61,14 @@ def key_of(tx, v: V.Variable) -> Any:
     return key
 
 
+def set_member_key(tx, v: V.Variable) -> Any:
+    """The key `x in s`, `s.remove(x)` and `s.discard(x)` look up: a set (unhashable) is looked up
+    as the frozenset of its members, as CPython's set does."""
+    if isinstance(v, V.SetVar) and issubclass(v.cls, set) and class_lookup(v.cls, "__hash__") is None:
+        return frozenset(v.keys)
+    return key_of(tx, v)
+
+
 # -- globals ------------------------------------------------------------------------------------
 def load_global(tx, name: str) -> V.Variable:
     from kiln.capture.builder import wrap
@@ -175,6 +183,9 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         return list(v.items)
     if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
         return [V.Constant(x) for x in v.value]
+    if isinstance(v, V.Constant) and not hasattr(type(v.value), "__iter__") and \
+            not hasattr(type(v.value), "__getitem__"):
+        tx.raise_(TypeError, f"'{type(v.value).__name__}' object is not iterable")
     if isinstance(v, V.TensorVar):
         n = v.example.size(0) if v.example.dim() else None
         if n is None:
@@ -297,7 +308,7 @@ def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False)
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
     if isinstance(container, V.SetVar):
-        return key_of(tx, item) in container.keys
+        return set_member_key(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(items_equal(tx, i, item) for i in container.items)
     if isinstance(container, V.DictViewVar):
@@ -515,7 +526,25 @@ def extend_list(tx, lst: V.Variable, iterable: V.Variable):
 
 
 def _dict_or(tx, a, b):
-    return V.DictVar({**a.items, **dict(dict_items(tx, b))}, a.cls, a.default_factory)
+    """`a | b` of dicts: the result's class is that of the operand whose `__or__`/`__ror__` runs
+    (the right one's first where its class is a subclass of the left's with its own `__ror__`):
+    dict's makes a plain dict, OrderedDict's and defaultdict's their own class (with the factory)."""
+    if not issubclass(b.python_type(), dict):
+        tx.raise_(TypeError, f"unsupported operand type(s) for |: '{a.python_type().__name__}' and "
+                             f"'{b.python_type().__name__}'")
+    items = {**a.items, **dict(dict_items(tx, b))}
+    owner = a
+    if isinstance(b, V.DictVar) and b.cls is not a.cls and issubclass(b.cls, a.cls) and \
+            _or_home(b.cls) is not _or_home(a.cls):
+        owner = b
+    home = _or_home(owner.cls)
+    return V.DictVar(items, owner.cls if home is not dict else dict,
+                     owner.default_factory if home is collections.defaultdict else None)
+
+
+def _or_home(cls: type) -> type:
+    """The class whose `__or__` a dict subclass inherits."""
+    return next(home for home in (collections.defaultdict, collections.OrderedDict, dict) if issubclass(cls, home))
 
 
 def _dict_ior(tx, a, b):

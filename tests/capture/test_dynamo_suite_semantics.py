@@ -358,3 +358,45 @@ def list_subclass_argument(x, lst):
 
 def test_list_subclass_argument_keeps_its_class_and_is_written_back_once():
     same_as_eager(list_subclass_argument, lambda: (_vector(), LoudList([1, 2])))
+
+
+def raise_again_in_own_context(x, log):
+    try:
+        try:
+            raise KeyError("a")
+        except KeyError as a_:
+            a = a_
+            try:
+                raise ValueError("b")
+            except ValueError as b_:
+                b = b_
+                log.append((a.__context__, b.__context__ is a))
+                raise a     # a's context becomes b, and b's link back to a is cut
+    except KeyError as e:
+        log.append((e is a, e.__context__ is b, b.__context__))
+    return x + 1
+
+
+def errors_cpython_raises(x, log):
+    calls = [lambda: {1}.union(1), lambda: list(3), lambda: {} | 1, lambda: [].extend(None),
+             lambda: {frozenset({1})}.remove({1}), lambda: {1} in {frozenset({1})}, lambda: {2}.discard({5})]
+    for call in calls:
+        try:
+            log.append(call())
+        except (TypeError, KeyError) as e:
+            log.append((type(e).__name__, str(e)))
+    return x + len(log)
+
+
+def dict_union_classes(x, log):
+    od = collections.OrderedDict(a=1)
+    dd = collections.defaultdict(list, b=2)
+    log.append([type(r).__name__ for r in ({"z": 0} | od, od | {"z": 0}, {"z": 0} | dd, dd | od, od | dd,
+                                          BumpingDict(c=1) | {"z": 0})])
+    log.append((({"z": 0} | dd).default_factory, list(od | {"z": 0})))
+    return x + 1
+
+
+@pytest.mark.parametrize("fn", [raise_again_in_own_context, errors_cpython_raises, dict_union_classes])
+def test_more_of_cpythons_rules(fn):
+    same_as_eager(fn, lambda: (_vector(), []))

@@ -558,11 +558,61 @@ def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:
     raise tx.unsupported(f"`in` on a {type(obj).__name__}")
 
 
+_REFLECTED_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+_IN_PLACE = {"iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod", "ipow", "ilshift", "irshift",
+             "iand", "ixor", "ior", "iconcat"}
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "matmul": "@", "truediv": "/", "floordiv": "//", "mod": "%",
+            "pow": "** or pow()", "lshift": "<<", "rshift": ">>", "and": "&", "xor": "^", "or": "|",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def operator_dunders(op) -> tuple[str, str, str | None]:
+    """(`__op__`, its reflected name, the plain one an in-place op falls back to) for an operator
+    function: operator.or_ -> ("__or__", "__ror__", None), operator.ior -> ("__ior__", "__ror__",
+    "__or__"), operator.lt -> ("__lt__", "__gt__", None)."""
+    name = op.__name__.strip("_")
+    if name in _IN_PLACE:
+        plain = name[1:]
+        return f"__{name}__", f"__r{plain}__", f"__{plain}__"
+    if name in _REFLECTED_COMPARISONS:
+        return f"__{name}__", f"__{_REFLECTED_COMPARISONS[name]}__", None
+    return f"__{name}__", f"__r{name}__", None
+
+
 def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
-    """Operators on user objects created in traced code: call their dunder methods."""
-    name = f"__{op.__name__.strip('_')}__"
-    if isinstance(a, V.NewObjectVar):
-        entry = class_lookup(a.cls, name)
-        if isinstance(entry, types.FunctionType):
-            return tx.call(V.MethodVar(_function(entry), a), [b])
-    raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
+    """An operator where an operand is an object of a user's class made in traced code, by Python's
+    protocol: the left operand's method (its in-place one first), then the right one's reflected
+    method (first, when the right's class is a subclass of the left's that overrides it); a method
+    answering NotImplemented passes to the next. With none left: identity for == and !=, else the
+    TypeError Python raises. An operand that is not a user object answers NotImplemented, as the C
+    slots of builtins do for a foreign object."""
+    name, reflected, plain = operator_dunders(op)
+    tries = [(a, name, b)] if plain is not None else []
+    name = plain or name
+    right_first = isinstance(b, V.NewObjectVar) and b.python_type() is not a.python_type() and \
+        issubclass(b.python_type(), a.python_type()) and \
+        class_lookup(b.python_type(), reflected) is not class_lookup(a.python_type(), reflected)
+    tries += [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
+    for receiver, method, other in tries:
+        if not isinstance(receiver, V.NewObjectVar):
+            continue
+        entry = class_lookup(receiver.cls, method)
+        if entry is _MISSING or entry is None:
+            continue
+        if not isinstance(entry, types.FunctionType):
+            if getattr(entry, "__objclass__", None) is object:
+                continue   # object's own slots answer NotImplemented (== and != are below)
+            raise tx.unsupported(f"operator {op.__name__} through {receiver.cls.__name__}.{method}, "
+                                 "which is not Python code")
+        result = tx.call(V.MethodVar(_function(entry), receiver), [other])
+        if not V.is_not_implemented(result):
+            return result
+    short = op.__name__.strip("_").removeprefix("i") if plain is not None else op.__name__.strip("_")
+    if short in ("eq", "ne"):
+        from kiln.capture.semantics import is_same
+        return V.Constant(is_same(tx, a, b) == (short == "eq"))
+    left, right = a.python_type().__name__, b.python_type().__name__
+    if short in ("lt", "le", "gt", "ge"):
+        tx.raise_(TypeError, f"'{_SYMBOLS[short]}' not supported between instances of '{left}' and '{right}'")
+    symbol = _SYMBOLS.get(short, short) + ("=" if plain is not None else "")
+    tx.raise_(TypeError, f"unsupported operand type(s) for {symbol}: '{left}' and '{right}'")

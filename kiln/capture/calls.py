@@ -453,6 +453,24 @@ def _register_special_calls():
 _register_special_calls()
 
 
+@handles(object.__eq__)
+def _object_eq(tx, args, kwargs):
+    """`object.__eq__(a, b)` (`super().__eq__(other)` in a class's own): True for the same object,
+    else NotImplemented."""
+    from kiln.capture.semantics import is_same
+    return V.Constant(True if is_same(tx, args[0], args[1]) else NotImplemented)
+
+
+@handles(object.__ne__)
+def _object_ne(tx, args, kwargs):
+    """`object.__ne__(a, b)`: the inverse of the class's own `__eq__`, NotImplemented if that is."""
+    from kiln.capture.semantics import truth
+    equal = tx.call(getattr_var(tx, args[0], "__eq__"), [args[1]])
+    if V.is_not_implemented(equal):
+        return equal
+    return V.Constant(not truth(tx, equal))
+
+
 @handles(BaseException.with_traceback)
 def _with_traceback(tx, args, kwargs):
     """`exc.with_traceback(tb)`: sets `__traceback__` and returns the exception itself (unittest's

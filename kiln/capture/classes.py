@@ -185,8 +185,10 @@ _CLASS_KINDS = [
     (lambda c: issubclass(c, torch.Tensor), None),
     (lambda c: issubclass(c, dict) and c is collections.Counter or issubclass(c, _CONTAINER_BASES) and
      c.__module__ not in ("builtins", "collections"), _container_subclass),
-    # torch.distributions are Python classes over tensor ops: built like a user's class
-    (lambda c: c.__module__.startswith("torch.distributions."), _user_class),
+    # torch.distributions are Python classes over tensor ops: built like a user's class; so are
+    # torch's pure-Python helpers that programs and tests build (OrderedSet, torch.testing's pairs)
+    (lambda c: c.__module__.startswith("torch.distributions.") or
+     c.__module__ in ("torch.utils._ordered_set", "torch.testing._comparison"), _user_class),
     # torch's own dataclasses (linear_cross_entropy's options, built by `dataclasses.replace`):
     # plain Python records, built like a user's dataclass
     (lambda c: c.__module__.startswith("torch.") and dataclasses.is_dataclass(c), _user_class),

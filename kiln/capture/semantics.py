@@ -16,7 +16,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
-                                     iterate_object, object_contains, object_getitem, overridden)
+                                     iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import NotConstant, call_variable
@@ -368,23 +368,6 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.
 
 _MUTABLE = (V.ListVar, V.DictVar, V.SetVar)  # operators on these keep aliasing: not folded
 
-_REFLECTED_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
-
-
-def operator_dunders(op) -> tuple[str, str | None, str | None]:
-    """(`__op__`, its reflected name, the plain one an in-place op falls back to) for an operator
-    function: operator.or_ -> ("__or__", "__ror__", None), operator.ior -> ("__ior__", "__ror__",
-    "__or__"), operator.lt -> ("__lt__", "__gt__", None)."""
-    name = op.__name__.strip("_")
-    plain = _INPLACE_TO_PLAIN.get(op)
-    if plain is not None:
-        plain_name = plain.__name__.strip("_")
-        return f"__{name}__", f"__r{plain_name}__", f"__{plain_name}__"
-    if name in _REFLECTED_COMPARISONS:
-        return f"__{name}__", f"__{_REFLECTED_COMPARISONS[name]}__", None
-    return f"__{name}__", f"__r{name}__", None
-
-
 def _subclass_operator(tx, op, a, b) -> V.Variable | None:
     """`a op b` through the Python methods of a user's container subclass, in Python's order (the
     right operand first when its class is a subclass of the left's that overrides the reflected
@@ -401,7 +384,7 @@ def _subclass_operator(tx, op, a, b) -> V.Variable | None:
     pair = [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
     for receiver, method, other in attempts + pair:
         result = call_overridden(tx, receiver, method, [other])
-        if result is not None and not (isinstance(result, V.Constant) and result.value is NotImplemented):
+        if result is not None and not V.is_not_implemented(result):
             return result
     return None
 
@@ -436,7 +419,7 @@ def _user_eq(tx, op, a, b) -> V.Variable | None:
         if not isinstance(entry, types.FunctionType):
             continue
         result = tx.call(V.MethodVar(_function(entry), x), [y])
-        if is_python_constant(result) and python_value(result) is NotImplemented:
+        if V.is_not_implemented(result):
             continue
         return result if name == "__ne__" or op is operator.eq else V.Constant(not truth(tx, result))
     return None
@@ -574,12 +557,30 @@ def unary_op(tx, op, v: V.Variable) -> V.Variable:
 
 
 def format_value(tx, v: V.Variable, conv, spec: str) -> str:
+    if isinstance(v, V.NewObjectVar) and not spec and conv in (None, str, repr):
+        text = _own_text(tx, v, "__repr__" if conv is repr else "__str__")
+        if text is not None:
+            return text
     if not is_python_constant(v) or isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType)):
         raise tx.unsupported(f"formatting a {v.python_type().__name__} into a string needs its runtime value")
     value = python_value(v)
     if conv is not None:
         value = conv(value)
     return format(value, spec)
+
+
+def _own_text(tx, v: V.NewObjectVar, name: str) -> str | None:
+    """`str(v)` / `repr(v)` through the class's Python `__str__` or `__repr__` (object's `__str__`
+    is its `__repr__`); None where neither is Python code."""
+    if name == "__str__" and class_lookup(v.cls, "__str__") is object.__str__:
+        name = "__repr__"
+    method = class_lookup(v.cls, name)
+    if not isinstance(method, types.FunctionType):
+        return None
+    text = tx.call(V.MethodVar(_function(method), v), [])
+    if not (isinstance(text, V.Constant) and isinstance(text.value, str)):
+        raise tx.unsupported(f"{v.cls.__name__}.{name} returned a {text.python_type().__name__}, not a known str")
+    return text.value
 
 
 # -- items --------------------------------------------------------------------------------------

@@ -306,5 +306,10 @@ class ExceptionVar(Variable):
         return self.cls
 
 
+def is_not_implemented(v: Variable) -> bool:
+    """Whether `v` is NotImplemented (a constant, or the builtin read as an object)."""
+    return isinstance(v, (Constant, ObjectVar)) and v.value is NotImplemented
+
+
 def is_tensor(v: Variable) -> bool:
     return isinstance(v, TensorVar)

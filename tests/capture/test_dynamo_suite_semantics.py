@@ -400,3 +400,61 @@ def dict_union_classes(x, log):
 @pytest.mark.parametrize("fn", [raise_again_in_own_context, errors_cpython_raises, dict_union_classes])
 def test_more_of_cpythons_rules(fn):
     same_as_eager(fn, lambda: (_vector(), []))
+
+
+# -- user objects' operators by Python's protocol, messages of bad calls, OrderedSet -------------------
+class Interval:
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def __le__(self, other):
+        if not isinstance(other, Interval):
+            return NotImplemented
+        return other.lo <= self.lo and self.hi <= other.hi
+
+    def __ge__(self, other):
+        return NotImplemented
+
+    def __eq__(self, other):
+        if not isinstance(other, Interval):
+            return NotImplemented
+        return (self.lo, self.hi) == (other.lo, other.hi)
+
+    def __ne__(self, other):
+        return super().__ne__(other)
+
+    def __repr__(self):
+        return f"Interval({self.lo}, {self.hi})"
+
+    def shift(self, by, *, scale=1):
+        return Interval(self.lo * scale + by, self.hi * scale + by)
+
+
+def user_operators_and_messages(x, log):
+    a, b = Interval(1, 2), Interval(0, 5)
+    log.append((a <= b, b <= a, a == Interval(1, 2), a != Interval(1, 2), a != b, a == 3, f"{a}", f"{b!r}"))
+    for call in (lambda: a <= 1, lambda: 1 >= a, lambda: a.shift(), lambda: a.shift(1, 2), lambda: a.shift(1, k=2),
+                 lambda: a.shift(1, by=2), lambda: a | b):
+        try:
+            log.append(call())
+        except TypeError as e:
+            log.append(str(e))
+    return x + len(log)
+
+
+def ordered_set(x, log):
+    from torch.utils._ordered_set import OrderedSet
+    p, q = OrderedSet("abc"), OrderedSet("bcd")
+    r = p | q
+    p &= ["c", "a", "z"]
+    log.append((list(r), list(p), list(q - p), "b" in q, len(r), q.issubset("abcde"), f"{p}"))
+    try:
+        p.issuperset(1)
+    except TypeError as e:
+        log.append(str(e))
+    return x + len(r)
+
+
+@pytest.mark.parametrize("fn", [user_operators_and_messages, ordered_set])
+def test_user_objects_by_pythons_protocol(fn):
+    same_as_eager(fn, lambda: (_vector(), []))

@@ -12,6 +12,7 @@ import builtins
 import dataclasses
 import functools
 import operator
+import re
 import types
 import typing
 
@@ -373,7 +374,7 @@ def _object_getattribute(tx, args, kwargs):
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dtype, torch.device, frozenset,
-              type(None))
+              type(None), re.Pattern, re.Match)
 
 
 def PURE_CALLABLES(fn) -> bool:

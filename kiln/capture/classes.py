@@ -188,7 +188,8 @@ _CLASS_KINDS = [
     # torch.distributions are Python classes over tensor ops: built like a user's class; so are
     # torch's pure-Python helpers that programs and tests build (OrderedSet, torch.testing's pairs)
     (lambda c: c.__module__.startswith("torch.distributions.") or
-     c.__module__ in ("torch.utils._ordered_set", "torch.testing._comparison"), _user_class),
+     c.__module__ in ("torch.utils._ordered_set", "torch.testing._comparison",
+                      "torch.testing._internal.common_utils"), _user_class),
     # torch's own dataclasses (linear_cross_entropy's options, built by `dataclasses.replace`):
     # plain Python records, built like a user's dataclass
     (lambda c: c.__module__.startswith("torch.") and dataclasses.is_dataclass(c), _user_class),

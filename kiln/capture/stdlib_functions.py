@@ -16,6 +16,7 @@ import copy
 import functools
 import heapq
 import operator
+import re
 
 import torch
 
@@ -207,3 +208,18 @@ handles(operator.attrgetter)(_getter(_get_attrs))
 def _methodcaller(tx, args, kwargs):
     from kiln.capture.attributes import _function
     return V.PartialVar(_function(_call_method), [args[0], V.TupleVar(list(args[1:])), V.DictVar(dict(kwargs))], {})
+
+
+# -- re ---------------------------------------------------------------------------------------------------
+@handles(re._compile)
+def _re_compile(tx, args, kwargs):
+    """`re.compile(pattern, flags)` and every `re.search`/`re.match`/... on a constant pattern: the
+    real compile, run at capture time (re's own cache, a dict of the program keyed by type and
+    pattern, is not read through); the pattern is immutable and its methods fold on constants."""
+    if not all(is_python_constant(a) for a in [*args, *kwargs.values()]):
+        raise tx.unsupported("re.compile of a pattern known only at run time")
+    try:
+        return V.Constant(re._compile(*[python_value(a) for a in args],
+                                      **{k: python_value(v) for k, v in kwargs.items()}))
+    except (re.error, TypeError, ValueError) as e:
+        tx.raise_(type(e), *e.args)

@@ -458,3 +458,22 @@ def ordered_set(x, log):
 @pytest.mark.parametrize("fn", [user_operators_and_messages, ordered_set])
 def test_user_objects_by_pythons_protocol(fn):
     same_as_eager(fn, lambda: (_vector(), []))
+
+
+def regular_expressions_and_assert_raises_regex(x, log):
+    import re
+    import unittest
+    case = unittest.TestCase()
+    with case.assertRaisesRegex(ValueError, "bad .* here"):
+        raise ValueError("bad thing here")
+    m = re.match(r"(\w+)-(\d+)", "abc-12")
+    log.append((m.group(2), m.span(), re.sub("a", "b", "aaa"), re.compile("x+").findall("xxyx")))
+    try:
+        re.compile("(")
+    except re.error as e:
+        log.append(str(e))
+    return x + 1
+
+
+def test_regular_expressions_run_at_capture_time():
+    same_as_eager(regular_expressions_and_assert_raises_regex, lambda: (_vector(), []))

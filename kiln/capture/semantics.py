@@ -355,6 +355,12 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.
         repeat = SEQUENCE_OPS.get((b.python_type(), operator.mul)) or SEQUENCE_OPS.get((type(b), operator.mul))
         if repeat is not None:
             return repeat(tx, b, a)
+    if op in _ORDERINGS and _is_sequence(a) and _is_sequence(b):
+        if _sequence_kind(a) != _sequence_kind(b):
+            symbol = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}[op]
+            tx.raise_(TypeError, f"'{symbol}' not supported between instances of '{a.python_type().__name__}' "
+                                 f"and '{b.python_type().__name__}'")
+        return _sequence_order(tx, op, a, b)
     if op in (operator.eq, operator.ne):
         answer = _user_eq(tx, op, a, b)
         if answer is not None:
@@ -451,6 +457,18 @@ def _dict_eq(tx, a: V.DictVar, b: V.DictVar) -> bool:
 
 def _sequence_kind(v) -> type:
     return v.cls if isinstance(v, V.ListVar) else tuple
+
+
+_ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge)
+
+
+def _sequence_order(tx, op, a, b) -> V.Variable:
+    """`a < b` of two lists (or tuples, or deques), as CPython compares them: at the first position
+    whose items differ, those items decide; with none, the lengths."""
+    for x, y in zip(a.items, b.items):
+        if not items_equal(tx, x, y):
+            return binary_op(tx, op, x, y)
+    return V.Constant(op(len(a.items), len(b.items)))
 
 
 def _seq_eq(tx, a, b):

@@ -477,3 +477,18 @@ def regular_expressions_and_assert_raises_regex(x, log):
 
 def test_regular_expressions_run_at_capture_time():
     same_as_eager(regular_expressions_and_assert_raises_regex, lambda: (_vector(), []))
+
+
+def sequence_ordering(x, log):
+    a = [1, x]
+    log.append(([1, 2] < [1, 3], [1, 2] <= [1, 2], [1, 2, 3] > [1, 2], [] < [0], [2] > [1, 5], a >= [1, x],
+                collections.deque([1]) < collections.deque([2])))
+    try:
+        [1] < (1,)
+    except TypeError as e:
+        log.append(str(e))
+    return x + 1
+
+
+def test_sequence_ordering():
+    same_as_eager(sequence_ordering, lambda: (_vector(), []))

@@ -19,7 +19,8 @@ from kiln.capture.callables import handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
-                                    items_equal, iterate, key_of, mutate_list, set_add, set_member_key)
+                                    items_equal, iterate, key_of, mutate_list, refuse_identity_member, set_add,
+                                    set_member_key)
 
 
 def _none(tx, args, kwargs):
@@ -301,6 +302,7 @@ def _keys(tx, v: V.Variable, pool: dict):
     keys = []
     for item in iterate(tx, v):
         k = key_of(tx, item)
+        refuse_identity_member(tx, k)
         pool.setdefault(id(k), item)
         keys.append(k)
     return keys

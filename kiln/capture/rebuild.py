@@ -345,4 +345,5 @@ _PRINTERS = {
     V.SymNumber: _sym,
     V.DictViewVar: _view,
 }
-_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar)
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar,
+            V.PartialVar)   # printed once, so a dict keyed by it finds the same object

@@ -48,7 +48,7 @@ VALUE_MODELS: dict[type, Any] = {}
 def key_of(tx, v: V.Variable) -> Any:
     """A dict key or set element as a Python value; a tensor is its own tracker (one tracker per
     real tensor, so identity is the tensor's identity, as `Tensor.__hash__` is)."""
-    if isinstance(v, V.TensorVar):
+    if isinstance(v, V.TensorVar) or _hashed_by_identity(v):
         return v
     try:
         key = python_value(v)
@@ -59,6 +59,24 @@ def key_of(tx, v: V.Variable) -> Any:
     except TypeError:
         tx.raise_(TypeError, f"unhashable type: '{type(key).__name__}'")
     return key
+
+
+def refuse_identity_member(tx, key):
+    """A set iterates in the order of its members' hashes; an object hashed by identity has the
+    tracker's id in kiln and the object's in Python, so its order would differ: refused."""
+    if isinstance(key, (V.NewObjectVar, V.PartialVar)):
+        raise tx.unsupported(f"a {key.python_type().__name__} (hashed by identity) as a set member: the set's "
+                             "order would follow kiln's ids, not the program's")
+
+
+def _hashed_by_identity(v: V.Variable) -> bool:
+    """An object made in traced code whose hash and == are object's own (a user's instance with no
+    `__hash__`/`__eq__` of its class, a functools.partial): its tracker is its key, as one tracker
+    stands for one object."""
+    if isinstance(v, V.PartialVar):
+        return True
+    return isinstance(v, V.NewObjectVar) and class_lookup(v.cls, "__hash__") is object.__hash__ and \
+        class_lookup(v.cls, "__eq__") is object.__eq__
 
 
 def set_member_key(tx, v: V.Variable) -> Any:
@@ -110,6 +128,7 @@ def mutate_list(tx, lst: V.Variable, fn):
 
 def set_add(tx, s: V.SetVar, item: V.Variable):
     key = key_of(tx, item)
+    refuse_identity_member(tx, key)
     if key not in s.keys:
         s.keys.add(key)
         s.members[key] = item

@@ -492,3 +492,38 @@ def sequence_ordering(x, log):
 
 def test_sequence_ordering():
     same_as_eager(sequence_ordering, lambda: (_vector(), []))
+
+
+class Key:
+    def __init__(self, value):
+        self.value = value
+
+
+def objects_as_dict_keys(x, log):
+    import functools
+    d = {}
+    k1, k2 = Key(1), Key(1)
+    d[k1] = x * 2
+    d[k2] = x * 3     # another object: another key
+    p = functools.partial(max, 0)
+    d[p] = 5
+    log.append((len(d), k1 in d, Key(1) in d, d[p], [k.value for k in d if isinstance(k, Key)]))
+    return x * d[p], d, p
+
+
+def test_objects_hashed_by_identity_as_dict_keys():
+    """The keys are new objects each run: compared by class and by what the frame read of them."""
+    inputs = (_vector(), [])
+    expected = objects_as_dict_keys(*inputs)
+    kiln.reset()
+    got = kiln.compile(objects_as_dict_keys, fullgraph=True, backend="eager")(_vector(), log := [])
+    assert_same(got[0], expected[0])
+    assert log == inputs[1]
+    assert [type(k).__name__ for k in got[1]] == ["Key", "Key", "partial"] and got[2] in got[1]
+
+
+def test_objects_hashed_by_identity_as_set_members_are_refused_at_their_line():
+    def fn(x):
+        return x + len({Key(1), Key(2)})
+    with pytest.raises(kiln.errors.Unsupported, match=r"test_dynamo_suite_semantics.py:\d+ in fn: a Key \(hashed by identity\)"):
+        kiln.compile(fn, fullgraph=True, backend="eager")(_vector())

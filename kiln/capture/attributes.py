@@ -307,6 +307,14 @@ def _getattr_exception(tx, v: V.ExceptionVar, name: str) -> V.Variable:
     tx.raise_(AttributeError, f"{v.cls.__name__!r} object has no attribute {name!r}")
 
 
+def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
+    """An iterator's own protocol read by name (`it.__iter__()`, `it.__next__()`): iter() and next()."""
+    import builtins
+    if name in ("__iter__", "__next__"):
+        return V.MethodVar(V.ObjectVar(builtins.iter if name == "__iter__" else builtins.next), v)
+    raise tx.unsupported(f"reading attribute {name!r} of a {v.python_type().__name__}")
+
+
 def _getattr_tensor(tx, v, name):
     from kiln.capture.torch_calls import tensor_getattr
     return tensor_getattr(tx, v, name)
@@ -327,6 +335,8 @@ _GETATTR = {
     V.MethodVar: _getattr_method,
     V.ExceptionVar: _getattr_exception,
     V.GeneratorVar: _getattr_container,
+    V.IteratorVar: _getattr_iterator,
+    V.LazyIteratorVar: _getattr_iterator,
 }
 
 

@@ -19,7 +19,7 @@ from kiln.capture import semantics as S
 from kiln.capture import variables as V
 from kiln.capture.attributes import delattr_var, getattr_var, setattr_var
 from kiln.capture.calls import as_exception, enter_context
-from kiln.capture.generators import advance, step
+from kiln.capture.generators import advance, is_user_iterator, step, user_next
 from kiln.capture.interpreter import (CO_GENERATOR, HANDLERS, PY312, PY313, FrameReturn, FrameYield, GraphBreak,
                                        ObservedException, Tracer)
 from kiln.capture.output import CellWrite
@@ -575,7 +575,7 @@ def get_iter(tx, inst):
 @handler("FOR_ITER")
 def for_iter(tx, inst):
     it = tx.stack[-1]
-    if not isinstance(it, V.ITERATORS):
+    if not isinstance(it, V.ITERATORS) and not is_user_iterator(it):
         raise tx.unsupported(f"iterating over {it.python_type().__name__} is not supported")
     item = advance(tx, it)
     if item is not None:
@@ -653,6 +653,9 @@ def send(tx, inst):
         result = receiver.result
     elif isinstance(receiver, (V.IteratorVar, V.LazyIteratorVar)):
         value, result = advance(tx, receiver), V.Constant(None)
+    elif is_user_iterator(receiver):   # `__next__` for None sent in, else its `send`
+        none = isinstance(sent, V.Constant) and sent.value is None
+        value, result = user_next(tx, receiver, "__next__" if none else "send", [] if none else [sent])
     else:
         raise tx.unsupported("`yield from` / `await` on something other than an iterable")
     if value is not None:

@@ -24,7 +24,7 @@ from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
-from kiln.capture.generators import advance
+from kiln.capture.generators import advance, is_user_iterator
 from kiln.capture.views import items_of, view_iter
 
 BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -215,6 +215,13 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         return items if isinstance(items, list) else iterate(tx, items)
     if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
         it = tx.call(getattr_var(tx, v, "__iter__"), [])
+        if it is v or is_user_iterator(it):   # a user's iterator: step its __next__ to the end
+            if not is_user_iterator(it):
+                tx.raise_(TypeError, f"iter() returned non-iterator of type '{it.python_type().__name__}'")
+            items = []
+            while (item := advance(tx, it)) is not None:
+                items.append(item)
+            return items
         return iterate(tx, it)
     raise tx.unsupported(f"iterating over a {v.python_type().__name__} is not supported")
 
@@ -226,6 +233,11 @@ def get_iter(tx, v: V.Variable, *, base: bool = False) -> V.Variable:
         return v
     if isinstance(v, V.DictViewVar):
         return view_iter(v)
+    if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
+        it = tx.call(getattr_var(tx, v, "__iter__"), [])
+        if is_user_iterator(it):   # stepped lazily, as the loop asks
+            return it
+        return get_iter(tx, it)
     return V.IteratorVar(iterate(tx, v, base=True))
 
 

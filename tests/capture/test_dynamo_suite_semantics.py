@@ -527,3 +527,72 @@ def test_objects_hashed_by_identity_as_set_members_are_refused_at_their_line():
         return x + len({Key(1), Key(2)})
     with pytest.raises(kiln.errors.Unsupported, match=r"test_dynamo_suite_semantics.py:\d+ in fn: a Key \(hashed by identity\)"):
         kiln.compile(fn, fullgraph=True, backend="eager")(_vector())
+
+
+# -- iterators written as classes ---------------------------------------------------------------------
+class Countdown:
+    def __init__(self, n, log):
+        self.n, self.log = n, log
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        self.log.append(self.n)
+        return self.n
+
+
+class Delegate:
+    def __init__(self, log):
+        self.log = log
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return 1
+
+    def send(self, value):
+        return value * 10
+
+    def throw(self, typ, val=None, tb=None):
+        self.log.append(("throw", typ.__name__))
+        return 2
+
+    def close(self):
+        self.log.append("close")
+
+
+def user_iterators(x, log):
+    total = 0
+    for v in Countdown(3, log):
+        total += v
+        log.append("body")      # the loop's body runs between two __next__ calls
+    log.append(list(Countdown(2, log)))
+
+    def outer():
+        result = yield from Delegate(log)
+        return result
+    g = outer()
+    log.append((next(g), g.send(4), g.throw(KeyError)))
+    g.close()
+    return x + total
+
+
+def test_user_iterators_are_stepped_as_the_consumer_asks():
+    same_as_eager(user_iterators, lambda: (_vector(), []))
+
+
+def test_a_generator_left_in_yield_from_an_iterator_with_close_is_refused_at_its_line():
+    def fn(x, log):
+        def outer():
+            yield from Delegate(log)
+        g = outer()
+        next(g)
+        return x + 1
+    with pytest.raises(kiln.errors.Unsupported, match=r"in outer: .*a generator left paused in `yield from` an "
+                                                      r"iterator with a close\(\)"):
+        kiln.compile(fn, fullgraph=True, backend="eager")(_vector(), [])

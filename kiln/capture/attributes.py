@@ -64,6 +64,13 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
 
 
+def overlay_id(obj) -> int:
+    """What the frame's attribute writes to a program's object are keyed by: its `__dict__`, which
+    several objects may share (torch's module proxies take their module's), else the object."""
+    inst_dict = getattr(obj, "__dict__", None)
+    return id(inst_dict) if isinstance(inst_dict, dict) else id(obj)
+
+
 def _function(fn) -> V.FunctionVar:
     return V.FunctionVar(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__ or (),
                          dict(fn.__kwdefaults__ or {}), fn.__closure__ or (), fn=fn)
@@ -79,8 +86,8 @@ def _plain(tx, fn):
 def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     obj, source = v.value, v.source
     overlay = tx.out.__dict__.setdefault("attr_overlay", {})
-    if (id(obj), name) in overlay:
-        return overlay[(id(obj), name)]
+    if (overlay_id(obj), name) in overlay:
+        return overlay[(overlay_id(obj), name)]
     if isinstance(obj, types.ModuleType):
         if not hasattr(obj, name):
             tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
@@ -138,7 +145,7 @@ def instance_dict(tx, v: V.ObjectVar) -> V.Variable:
     if not isinstance(d, V.DictVar):
         raise tx.unsupported(f"reading __dict__ of a {type(obj).__name__} whose attribute names are not all strings")
     overlay = tx.out.__dict__.setdefault("attr_overlay", {})
-    for key in [key for key in overlay if key[0] == id(obj)]:
+    for key in [key for key in overlay if key[0] == overlay_id(obj)]:
         d.items[key[1]] = overlay.pop(key)
     return d
 
@@ -347,15 +354,29 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
     return fn(tx, v, name)
 
 
-def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
+def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool = False):
+    """`obj.name = value`, as Python stores it: through the class's own `__setattr__` (unless `base`:
+    object's store, which that method ends in), then a property's setter, then the instance."""
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
-    if keeps_attributes(obj):
-        hook = class_lookup(obj.python_type(), "__setattr__")
-        if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
+    plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
+        not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
+    if keeps_attributes(obj) or plain_object:
+        cls = obj.python_type()
+        hook = class_lookup(cls, "__setattr__")
+        if not base and isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
             tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
-        else:
-            obj.attrs[name] = value
+            return
+        entry = class_lookup(cls, name)
+        if isinstance(entry, property):
+            if entry.fset is None:
+                tx.raise_(AttributeError, f"property {name!r} of {cls.__name__!r} object has no setter")
+            tx.call(_plain(tx, entry.fset), [obj, value])
+            return
+        if entry is not _MISSING and isinstance(class_lookup(type(entry), "__set__"), types.FunctionType):
+            raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
+    if keeps_attributes(obj):
+        obj.attrs[name] = value
         return
     if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
         if name == "__name__":
@@ -369,8 +390,9 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
         if viewed is not None:
             viewed.items[name] = value
         else:
-            tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
-        tx.out.side_effects.append(AttrWrite(obj, name, value))
+            tx.out.__dict__.setdefault("attr_overlay", {})[(overlay_id(obj.value), name)] = value
+        hooked = plain_object and isinstance(class_lookup(type(obj.value), "__setattr__"), types.FunctionType)
+        tx.out.side_effects.append(AttrWrite(obj, name, value, past_hook=hooked))
         return
     if isinstance(obj, V.ExceptionVar):
         set_exception_attribute(tx, obj, name, value)

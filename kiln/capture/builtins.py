@@ -355,11 +355,8 @@ def _object_init(tx, args, kwargs):
 @builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
     """object's own attribute store, past a class's `__setattr__` (which calls it)."""
-    from kiln.capture.attributes import keeps_attributes, setattr_var
-    if keeps_attributes(args[0]):
-        args[0].attrs[python_value(args[1])] = args[2]
-    else:
-        setattr_var(tx, args[0], python_value(args[1]), args[2])
+    from kiln.capture.attributes import setattr_var
+    setattr_var(tx, args[0], python_value(args[1]), args[2], base=True)
     return V.Constant(None)
 
 

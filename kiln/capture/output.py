@@ -31,6 +31,7 @@ class AttrWrite:
     target: V.Variable
     name: str
     value: V.Variable
+    past_hook: bool = False   # the class's own __setattr__ ran while tracing: replayed as object's store
 
 
 @dataclasses.dataclass(frozen=True)

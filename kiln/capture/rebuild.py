@@ -122,7 +122,8 @@ class Rebuilder:
 
     def side_effect(self, effect) -> list[str]:
         if isinstance(effect, AttrWrite):
-            return [f"setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+            store = self.const(object.__setattr__) if effect.past_hook else "setattr"
+            return [f"{store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
         if isinstance(effect, CellWrite):
             return [f"{self.const(effect.cell.real)}.cell_contents = {self.expr(effect.value)}"]
         if isinstance(effect, GlobalWrite):

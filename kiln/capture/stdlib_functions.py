@@ -132,7 +132,7 @@ def _copy_of_object(tx, v: V.ObjectVar) -> V.NewObjectVar:
     from kiln.capture.builder import wrap
     from kiln.capture.guards import Guard, GuardKind
     from kiln.capture.sources import AttrSource, DictEntrySource
-    from kiln.capture.attributes import _viewed_dict
+    from kiln.capture.attributes import _viewed_dict, overlay_id
     obj, source = v.value, v.source
     viewed = _viewed_dict(tx, obj)
     if viewed is not None:  # the frame read obj.__dict__: that tracker holds the attributes now
@@ -142,7 +142,7 @@ def _copy_of_object(tx, v: V.ObjectVar) -> V.NewObjectVar:
     attrs = {k: wrap(tx.out, value, DictEntrySource(source, "__dict__", k) if source is not None else None)
              for k, value in vars(obj).items()}
     for (oid, name), value in tx.out.__dict__.get("attr_overlay", {}).items():
-        if oid == id(obj):
+        if oid == overlay_id(obj):
             attrs[name] = value
     return V.NewObjectVar(type(obj), attrs)
 

@@ -596,3 +596,55 @@ def test_a_generator_left_in_yield_from_an_iterator_with_close_is_refused_at_its
     with pytest.raises(kiln.errors.Unsupported, match=r"in outer: .*a generator left paused in `yield from` an "
                                                       r"iterator with a close\(\)"):
         kiln.compile(fn, fullgraph=True, backend="eager")(_vector(), [])
+
+
+# -- attribute stores as Python makes them -----------------------------------------------------------
+class Recorded:
+    def __init__(self):
+        object.__setattr__(self, "log", [])
+
+    def __setattr__(self, name, value):
+        self.log.append(name)
+        object.__setattr__(self, name, value * 2)
+
+
+class WithProperty:
+    def __init__(self):
+        self._v = 1
+
+    @property
+    def v(self):
+        return self._v
+
+    @v.setter
+    def v(self, value):
+        self._v = value + 100
+
+
+class SharesDict:
+    """Two views of one object: the second takes the first's `__dict__` (torch's module proxies do)."""
+    def __init__(self, other=None):
+        if other is not None:
+            self.__dict__ = other.__dict__
+
+
+def attribute_stores(x, objs):
+    recorded, with_property, first, second = objs
+    recorded.a = 3
+    with_property.v = 5
+    made = WithProperty()
+    made.v = 7
+    first.value = x
+    return second.value + 1, recorded.a, with_property.v, made.v, made._v
+
+
+def test_attribute_stores_through_setattr_properties_and_shared_dicts():
+    def make():
+        first = SharesDict()
+        first.value = torch.zeros(3)
+        return _vector(), (Recorded(), WithProperty(), first, SharesDict(first))
+
+    def state(inputs):
+        recorded, with_property, first, second = inputs[1]
+        return recorded.log, recorded.a, with_property._v, first.value, second.value
+    same_as_eager(attribute_stores, make, state=state)

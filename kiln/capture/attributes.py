@@ -213,6 +213,8 @@ def _getattr_constant(tx, v: V.Constant, name: str) -> V.Variable:
 
 
 def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
+    if name in v.attrs:   # an instance attribute of a user's tuple subclass
+        return v.attrs[name]
     fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None)  # namedtuple, structseq
     if fields and name in fields:
         return v.items[fields.index(name)]
@@ -397,6 +399,9 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
     if isinstance(obj, V.ExceptionVar):
         set_exception_attribute(tx, obj, name, value)
         return
+    if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
+            class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple
+        tx.raise_(AttributeError, f"{obj.python_type().__name__!r} object has no attribute {name!r}")
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
 
 
@@ -421,8 +426,9 @@ def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variabl
 def keeps_attributes(v: V.Variable) -> bool:
     """A tracker that holds its instance attributes (`attrs`): an instance of a user's class, or of a
     user's dict, list or set subclass, made in traced code."""
-    return isinstance(v, V.NewObjectVar) or isinstance(v, (V.DictVar, V.ListVar, V.SetVar)) and \
-        v.source is None and v.cls.__module__ not in ("builtins", "collections")
+    return isinstance(v, V.NewObjectVar) or isinstance(v, (V.DictVar, V.ListVar, V.SetVar, V.TupleVar)) and \
+        v.source is None and v.cls.__module__ not in ("builtins", "collections") and \
+        not v.cls.__module__.startswith("torch") and v.cls.__dictoffset__ != 0   # not a namedtuple or __slots__ class
 
 
 # [Note: subclasses of builtin containers] An instance of a user's subclass of dict, list, set or

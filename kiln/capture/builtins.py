@@ -190,9 +190,10 @@ def _exception_text(fn):
     text (`errors.append(str(e))` in a validator's `except TypeError as e`)."""
     def otherwise(tx, args, kwargs):
         e = args[0] if len(args) == 1 and not kwargs else None
-        plain = isinstance(e, V.ExceptionVar) and e.cls.__str__ is BaseException.__str__ and \
-            e.cls.__repr__ is BaseException.__repr__
+        plain = isinstance(e, V.ExceptionVar) and (e.cls.__module__ == "builtins" or (
+            e.cls.__str__ is BaseException.__str__ and e.cls.__repr__ is BaseException.__repr__))
         if plain and all(is_python_constant(a) for a in e.args):
+            # a builtin exception's own text (KeyError's repr of the key, AttributeError's message)
             return V.Constant(fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args])))
         raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
     return otherwise

@@ -127,7 +127,7 @@ def _user_class(tx, cls, args, kwargs):
     return obj
 
 
-_CONTAINER_BASES = (dict, list, set, frozenset)
+_CONTAINER_BASES = (dict, list, set, frozenset, tuple)
 
 
 def _container_subclass(tx, cls, args, kwargs):
@@ -146,7 +146,7 @@ def _container_subclass(tx, cls, args, kwargs):
         obj = handler_for(base.__new__)(tx, [V.ObjectVar(cls), *args], kwargs)
     else:
         raise tx.unsupported(f"{cls.__name__}.__new__ is not Python code kiln can follow")
-    if not (isinstance(obj, (V.DictVar, V.ListVar, V.SetVar)) and issubclass(obj.python_type(), cls)):
+    if not (isinstance(obj, (V.DictVar, V.ListVar, V.SetVar, V.TupleVar)) and issubclass(obj.python_type(), cls)):
         return obj
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
@@ -184,7 +184,7 @@ _CLASS_KINDS = [
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),
     (lambda c: issubclass(c, dict) and c is collections.Counter or issubclass(c, _CONTAINER_BASES) and
-     c.__module__ not in ("builtins", "collections"), _container_subclass),
+     c.__module__ not in ("builtins", "collections") and not c.__module__.startswith("torch"), _container_subclass),
     # torch.distributions are Python classes over tensor ops: built like a user's class; so are
     # torch's pure-Python helpers that programs and tests build (OrderedSet, torch.testing's pairs)
     (lambda c: c.__module__.startswith("torch.distributions.") or

@@ -178,8 +178,10 @@ def _tuple(r, v):
         return f"({inner},)" if v.items else "()"
     if v.cls is torch.Size:
         return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
-    if not hasattr(v.cls, "_fields"):  # a structseq (torch.return_types.max): built from one sequence
+    if hasattr(v.cls, "n_sequence_fields"):  # a structseq (torch.return_types.max): built from one sequence
         return f"{r.const(v.cls)}(({inner},))"
+    if not hasattr(v.cls, "_fields"):  # a user's subclass: made without running its __new__ again
+        return _subclass_instance(r, v, f"[{inner}]")
     return f"{r.const(v.cls)}({inner})"
 
 
@@ -206,10 +208,10 @@ def _subclass_instance(r, v, items: str) -> str:
 
 
 def new_container_from(cls, items, attrs):
-    """An instance of a user's list, set or frozenset subclass, made without running its
+    """An instance of a user's list, set, frozenset or tuple subclass, made without running its
     `__new__`/`__init__` again: its items stored by its builtin base, then its instance attributes."""
-    if issubclass(cls, frozenset):
-        obj = frozenset.__new__(cls, items)
+    if issubclass(cls, (frozenset, tuple)):
+        obj = (frozenset if issubclass(cls, frozenset) else tuple).__new__(cls, items)
     else:
         obj = (list if issubclass(cls, list) else set).__new__(cls)
         (list.extend if issubclass(cls, list) else set.update)(obj, items)

@@ -105,7 +105,8 @@ class ListVar(Variable):
 @dataclasses.dataclass(eq=False)
 class TupleVar(Variable):
     items: list
-    cls: type = tuple  # tuple, torch.Size, or a namedtuple class
+    cls: type = tuple  # tuple, torch.Size, a namedtuple class, or a user's subclass
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     def python_type(self):
         return self.cls

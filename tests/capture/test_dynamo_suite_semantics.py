@@ -648,3 +648,37 @@ def test_attribute_stores_through_setattr_properties_and_shared_dicts():
         recorded, with_property, first, second = inputs[1]
         return recorded.log, recorded.a, with_property._v, first.value, second.value
     same_as_eager(attribute_stores, make, state=state)
+
+
+class TupleWithNew(tuple):
+    def __new__(cls, arg, newarg=None):
+        self = super().__new__(cls, arg)
+        self.newarg = newarg
+        return self
+
+
+class GrandchildTuple(TupleWithNew):
+    pass
+
+
+class PlainTuple(tuple):
+    pass
+
+
+def tuple_subclasses_and_attribute_errors(x, log):
+    t, g, p = TupleWithNew([1, 2], newarg=5), GrandchildTuple([1, 2, 3]), PlainTuple.__new__(PlainTuple, [4])
+    log.append((type(t).__name__, tuple(t), t.newarg, type(g).__name__, len(g), g.newarg, p, t == (1, 2)))
+    for obj in (collections.namedtuple("Pair", "a b")(1, 2), [], (1,)):
+        try:
+            obj.extra = 1
+        except AttributeError as e:
+            log.append(str(e))
+    try:
+        {}["k"]
+    except KeyError as e:
+        log.append(str(e))
+    return x + len(t), t, p
+
+
+def test_tuple_subclasses_and_attribute_errors():
+    same_as_eager(tuple_subclasses_and_attribute_errors, lambda: (_vector(), []))

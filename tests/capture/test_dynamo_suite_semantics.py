@@ -682,3 +682,23 @@ def tuple_subclasses_and_attribute_errors(x, log):
 
 def test_tuple_subclasses_and_attribute_errors():
     same_as_eager(tuple_subclasses_and_attribute_errors, lambda: (_vector(), []))
+
+
+_TOLERANCES = {torch.float32: (2.0, 1e-5), torch.float64: (3.0, 1e-7)}
+
+
+def scaled_by_table(x):
+    return x * _TOLERANCES.get(x.dtype, (0.0, 0.0))[0]
+
+
+def test_a_global_table_with_tuple_values_is_read_and_guarded():
+    """A dict keyed by dtypes whose values are tuples of numbers (torch.testing's tolerances) is
+    guarded equal to a copy: a changed entry recompiles."""
+    compiled = kiln.compile(scaled_by_table, fullgraph=True, backend="eager")
+    x = _vector()
+    assert_same(compiled(x), scaled_by_table(x))
+    _TOLERANCES[torch.float32] = (5.0, 1e-5)
+    try:
+        assert_same(compiled(x), scaled_by_table(x))
+    finally:
+        _TOLERANCES[torch.float32] = (2.0, 1e-5)

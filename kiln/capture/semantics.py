@@ -325,6 +325,8 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
         return False
     distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar,  # trackers are objects
                 V.ExceptionVar, V.GeneratorVar, V.LazyIteratorVar)
+    if any(isinstance(v, (V.DictViewVar, V.IteratorVar)) for v in (a, b)) and a.source is None and b.source is None:
+        return False   # views and iterators made in traced code: each call makes a new object
     if isinstance(a, distinct) or isinstance(b, distinct):
         return False
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")

@@ -702,3 +702,14 @@ def test_a_global_table_with_tuple_values_is_read_and_guarded():
         assert_same(compiled(x), scaled_by_table(x))
     finally:
         _TOLERANCES[torch.float32] = (2.0, 1e-5)
+
+
+def views_and_identity(x, log):
+    d = {"a": 1}
+    items = d.items()
+    log.append((items is items, d.items() is d.items(), d.keys() is d.keys(), iter(d) is iter(d)))
+    return x + 1
+
+
+def test_views_and_iterators_made_in_the_frame_are_new_objects():
+    same_as_eager(views_and_identity, lambda: (_vector(), []))

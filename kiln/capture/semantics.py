@@ -372,6 +372,8 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
+    if op in _VIEW_COMPARISONS and isinstance(a, V.DictViewVar) and isinstance(b, V.DictViewVar):
+        return V.Constant(_views_compare(tx, op, a, b))
     views = isinstance(a, V.DictViewVar) or isinstance(b, V.DictViewVar)   # `d.keys() - {...}`: a fresh set
     if is_python_constant(a) and is_python_constant(b) and (views or not isinstance(a, _MUTABLE)
                                                             and not isinstance(b, _MUTABLE)):
@@ -493,6 +495,38 @@ def _sequence_kind(v) -> type:
 
 
 _ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge)
+_VIEW_COMPARISONS = (operator.eq, operator.ne, *_ORDERINGS)
+
+
+def _views_compare(tx, op, a: V.DictViewVar, b: V.DictViewVar) -> bool:
+    """Two dict views compared as CPython's dictview_richcompare does: keys and items views as sets
+    (lengths first, then each member of the smaller side looked up in the other; an items lookup
+    compares the stored value with `==`, so a value's own __eq__ runs, and may raise); values views
+    have no comparison but identity."""
+    if a.kind == "values" or b.kind == "values" or (a.kind == "keys") != (b.kind == "keys"):
+        if op in (operator.eq, operator.ne):
+            return (a is b) == (op is operator.eq)
+        tx.raise_(TypeError, f"'{op.__name__}' not supported between instances of '{a.python_type().__name__}' "
+                             f"and '{b.python_type().__name__}'")
+    if op in (operator.gt, operator.ge):   # b <= a, b < a
+        op, a, b = (operator.lt if op is operator.gt else operator.le), b, a
+    la, lb = len(a.dict.items), len(b.dict.items)
+    if op is operator.eq or op is operator.ne:
+        equal = la == lb and _view_within(tx, a, b)
+        return equal == (op is operator.eq)
+    if op is operator.lt and not la < lb or op is operator.le and not la <= lb:
+        return False
+    return _view_within(tx, a, b)
+
+
+def _view_within(tx, a: V.DictViewVar, b: V.DictViewVar) -> bool:
+    """Whether every member of view `a` is in view `b`."""
+    for key, value in a.dict.items.items():
+        if key not in b.dict.items:
+            return False
+        if a.kind == "items" and not items_equal(tx, b.dict.items[key], value):
+            return False
+    return True
 
 
 def _sequence_order(tx, op, a, b) -> V.Variable:

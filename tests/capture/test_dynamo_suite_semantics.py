@@ -713,3 +713,30 @@ def views_and_identity(x, log):
 
 def test_views_and_iterators_made_in_the_frame_are_new_objects():
     same_as_eager(views_and_identity, lambda: (_vector(), []))
+
+
+class RaisingEq:
+    def __eq__(self, other):
+        raise KeyError("eq")
+
+    def __hash__(self):
+        return 1
+
+
+def view_comparisons(x, log):
+    import operator
+    d1, d2, d3 = {1: RaisingEq()}, {1: RaisingEq()}, {1: 5, 2: 6}
+    for op in (operator.eq, operator.ne, operator.le, operator.ge, operator.lt, operator.gt):
+        for a, b in ((d1.items(), d2.items()), (d1.keys(), d3.keys()), ({1: 5}.items(), d3.items()),
+                     (d3.items(), {2: 6, 1: 5}.items()), (d1.values(), d1.values())):
+            try:
+                log.append(op(a, b))
+            except (KeyError, TypeError) as e:
+                log.append(type(e).__name__)
+    return x + 1
+
+
+def test_dict_views_compare_as_cpythons():
+    """Items views compare their values with == (a value's own __eq__ runs, and may raise); values
+    views compare by identity only."""
+    same_as_eager(view_comparisons, lambda: (_vector(), []))

@@ -503,7 +503,7 @@ def _views_compare(tx, op, a: V.DictViewVar, b: V.DictViewVar) -> bool:
     (lengths first, then each member of the smaller side looked up in the other; an items lookup
     compares the stored value with `==`, so a value's own __eq__ runs, and may raise); values views
     have no comparison but identity."""
-    if a.kind == "values" or b.kind == "values" or (a.kind == "keys") != (b.kind == "keys"):
+    if a.kind == "values" or b.kind == "values":
         if op in (operator.eq, operator.ne):
             return (a is b) == (op is operator.eq)
         tx.raise_(TypeError, f"'{op.__name__}' not supported between instances of '{a.python_type().__name__}' "
@@ -521,6 +521,8 @@ def _views_compare(tx, op, a: V.DictViewVar, b: V.DictViewVar) -> bool:
 
 def _view_within(tx, a: V.DictViewVar, b: V.DictViewVar) -> bool:
     """Whether every member of view `a` is in view `b`."""
+    if a.kind != b.kind:   # keys against items: each member looked up as `in` does
+        return all(contains(tx, b, member) for member in iterate(tx, a))
     for key, value in a.dict.items.items():
         if key not in b.dict.items:
             return False

@@ -740,3 +740,15 @@ def test_dict_views_compare_as_cpythons():
     """Items views compare their values with == (a value's own __eq__ runs, and may raise); values
     views compare by identity only."""
     same_as_eager(view_comparisons, lambda: (_vector(), []))
+
+
+def keys_against_items(x, log):
+    import operator
+    d, pairs = {1: 2, (3, 4): 5}, {3: 4}
+    for op in (operator.eq, operator.ne, operator.le, operator.ge, operator.lt, operator.gt):
+        log.append((op(d.keys(), pairs.items()), op(pairs.items(), d.keys()), op(d.keys(), d.items())))
+    return x + 1
+
+
+def test_keys_views_against_items_views():
+    same_as_eager(keys_against_items, lambda: (_vector(), []))

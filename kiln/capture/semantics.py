@@ -491,7 +491,10 @@ def _dict_eq(tx, a: V.DictVar, b: V.DictVar) -> bool:
 
 
 def _sequence_kind(v) -> type:
-    return v.cls if isinstance(v, V.ListVar) else tuple
+    """What a sequence compares as: a list (its subclasses too), a deque, a tuple."""
+    if isinstance(v, V.ListVar):
+        return collections.deque if issubclass(v.cls, collections.deque) else list
+    return tuple
 
 
 _ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge)
@@ -554,7 +557,7 @@ def _concat(tx, a, b):
         else:
             tx.raise_(TypeError, f"can only concatenate {a.python_type().__name__} to the same type")
     if isinstance(a, V.ListVar):
-        if b.python_type() is not list:
+        if not issubclass(b.python_type(), list):
             tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
     return V.TupleVar(a.items + b.items)
@@ -769,7 +772,7 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable, *, base: bo
     elif isinstance(obj, V.ListVar):
         k = python_value(key)
 
-        if isinstance(k, slice) and obj.cls is not list:
+        if isinstance(k, slice) and issubclass(obj.cls, collections.deque):
             tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
 
         def assign(items):

@@ -752,3 +752,18 @@ def keys_against_items(x, log):
 
 def test_keys_views_against_items_views():
     same_as_eager(keys_against_items, lambda: (_vector(), []))
+
+
+class SubList(list):
+    pass
+
+
+def list_subclass_against_lists(x, lst):
+    made = SubList.__new__(SubList, [1, 2], extra="ignored")
+    made.extend([3])
+    lst[0:1] = [7, 8]
+    return x + 1, made == [3], lst == [7, 8, 2], lst + [4], [0] + lst, lst * 2, type(lst.copy()).__name__
+
+
+def test_list_subclasses_compare_and_combine_as_lists():
+    same_as_eager(list_subclass_against_lists, lambda: (_vector(), SubList([1, 2])))

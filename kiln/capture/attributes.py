@@ -64,6 +64,13 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
 
 
+def overlay_id(obj) -> int:
+    """What the frame's attribute writes to a program's object are keyed by: its `__dict__`, which
+    several objects may share (torch's module proxies take their module's), else the object."""
+    inst_dict = getattr(obj, "__dict__", None)
+    return id(inst_dict) if isinstance(inst_dict, dict) else id(obj)
+
+
 def _function(fn) -> V.FunctionVar:
     return V.FunctionVar(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__ or (),
                          dict(fn.__kwdefaults__ or {}), fn.__closure__ or (), fn=fn)
@@ -79,8 +86,8 @@ def _plain(tx, fn):
 def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     obj, source = v.value, v.source
     overlay = tx.out.__dict__.setdefault("attr_overlay", {})
-    if (id(obj), name) in overlay:
-        return overlay[(id(obj), name)]
+    if (overlay_id(obj), name) in overlay:
+        return overlay[(overlay_id(obj), name)]
     if isinstance(obj, types.ModuleType):
         if not hasattr(obj, name):
             tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
@@ -107,16 +114,49 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     inst_dict = getattr(obj, "__dict__", None)
     entry = class_lookup(type(obj), name)
     is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and not isinstance(entry, V.Variable)
-    if isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
+    if name == "__dict__" and isinstance(inst_dict, dict) and not isinstance(obj, torch.nn.Module):
+        return instance_dict(tx, v)
+    viewed = _viewed_dict(tx, obj)
+    if viewed is not None and not is_data_descriptor:
+        if name in viewed.items:
+            return viewed.items[name]
+    elif isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
         return _wrap(tx, inst_dict[name], AttrSource(source, name) if source else None)
     if entry is not _MISSING:
         return bind_class_entry(tx, entry, v, type(obj), name)
     getattr_hook = class_lookup(type(obj), "__getattr__")
     if isinstance(getattr_hook, types.FunctionType) and not isinstance(obj, torch.nn.Module):
         return tx.call(V.MethodVar(_function(getattr_hook), v), [V.Constant(name)])
-    if not hasattr(obj, name):
+    if viewed is not None or not hasattr(obj, name):
         tx.raise_(AttributeError, f"{type(obj).__name__!r} object has no attribute {name!r}")
     return _wrap(tx, getattr(obj, name), AttrSource(source, name) if source else None)
+
+
+# [Note: an object's __dict__ in captured code] Attribute writes to a program's object are kept in
+# the frame's overlay and replayed as setattr. Once the frame reads `obj.__dict__`, the tracker of
+# that real dict (one per dict, builder's `_wrap_container`) becomes the store instead: the overlay's
+# writes so far are moved into it, later reads and writes of `obj.attr` go through it, so the view
+# shows `obj.c = 3` and `obj.attr` shows `d.pop("c")`. Both replays stay right: setattr in order, the
+# dict's final contents once (`convert._effect_order`).
+def instance_dict(tx, v: V.ObjectVar) -> V.Variable:
+    """`obj.__dict__` of a program's object (a live view)."""
+    obj = v.value
+    d = _wrap(tx, obj.__dict__, AttrSource(v.source, "__dict__") if v.source else None)
+    if not isinstance(d, V.DictVar):
+        raise tx.unsupported(f"reading __dict__ of a {type(obj).__name__} whose attribute names are not all strings")
+    overlay = tx.out.__dict__.setdefault("attr_overlay", {})
+    for key in [key for key in overlay if key[0] == overlay_id(obj)]:
+        d.items[key[1]] = overlay.pop(key)
+    return d
+
+
+def _viewed_dict(tx, obj) -> V.DictVar | None:
+    """The tracker of `obj.__dict__` once the frame has read it, else None."""
+    inst_dict = getattr(obj, "__dict__", None)
+    if not isinstance(inst_dict, dict):
+        return None
+    d = tx.out.tensor_by_id.get(id(inst_dict))
+    return d if isinstance(d, V.DictVar) else None
 
 
 def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
@@ -173,6 +213,8 @@ def _getattr_constant(tx, v: V.Constant, name: str) -> V.Variable:
 
 
 def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
+    if name in v.attrs:   # an instance attribute of a user's tuple subclass
+        return v.attrs[name]
     fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None)  # namedtuple, structseq
     if fields and name in fields:
         return v.items[fields.index(name)]
@@ -198,7 +240,7 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
     user_subclass = cls.__module__ not in ("builtins", "collections")
     if user_subclass:  # its properties, its instance's attributes, its own methods, its __getattr__
         entry = class_lookup(cls, name)
-        if isinstance(v, V.DictVar) and not isinstance(entry, property):
+        if hasattr(v, "attrs") and not isinstance(entry, property):
             if name in v.attrs:
                 return v.attrs[name]
             if name == "__dict__":  # a live view: the same dict as the instance's attributes
@@ -247,12 +289,39 @@ def _getattr_method(tx, v: V.MethodVar, name: str) -> V.Variable:
     return getattr_var(tx, v.fn, name)
 
 
+# what BaseException's own attributes are before the program sets them
+_EXCEPTION_DEFAULTS = {"__context__": None, "__cause__": None, "__traceback__": None, "__suppress_context__": False}
+
+
 def _getattr_exception(tx, v: V.ExceptionVar, name: str) -> V.Variable:
+    if name in v.attrs:
+        return v.attrs[name]
     if name == "args":
         return V.TupleVar(list(v.args))
     if name == "value" and issubclass(v.cls, StopIteration):
         return v.args[0] if v.args else V.Constant(None)
-    tx.raise_(AttributeError, f"exception has no attribute {name!r}")
+    if name == "__traceback__" and v.raised:
+        raise tx.unsupported("reading __traceback__ of a raised exception (kiln keeps no tracebacks)")
+    if name in _EXCEPTION_DEFAULTS:
+        return V.Constant(_EXCEPTION_DEFAULTS[name])
+    if name == "__class__":
+        return V.ObjectVar(v.cls)
+    entry = class_lookup(v.cls, name)
+    if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
+        return bind_class_entry(tx, entry, v, v.cls, name)
+    if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return V.MethodVar(V.ObjectVar(entry), v)   # with_traceback, add_note, ...: `calls.py` models them
+    if entry is not _MISSING and not hasattr(entry, "__get__"):
+        return _wrap(tx, entry, None)   # a plain class attribute
+    tx.raise_(AttributeError, f"{v.cls.__name__!r} object has no attribute {name!r}")
+
+
+def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
+    """An iterator's own protocol read by name (`it.__iter__()`, `it.__next__()`): iter() and next()."""
+    import builtins
+    if name in ("__iter__", "__next__"):
+        return V.MethodVar(V.ObjectVar(builtins.iter if name == "__iter__" else builtins.next), v)
+    raise tx.unsupported(f"reading attribute {name!r} of a {v.python_type().__name__}")
 
 
 def _getattr_tensor(tx, v, name):
@@ -275,6 +344,8 @@ _GETATTR = {
     V.MethodVar: _getattr_method,
     V.ExceptionVar: _getattr_exception,
     V.GeneratorVar: _getattr_container,
+    V.IteratorVar: _getattr_iterator,
+    V.LazyIteratorVar: _getattr_iterator,
 }
 
 
@@ -285,15 +356,29 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
     return fn(tx, v, name)
 
 
-def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
+def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool = False):
+    """`obj.name = value`, as Python stores it: through the class's own `__setattr__` (unless `base`:
+    object's store, which that method ends in), then a property's setter, then the instance."""
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
-    if keeps_attributes(obj):
-        hook = class_lookup(obj.python_type(), "__setattr__")
-        if isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
+    plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
+        not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
+    if keeps_attributes(obj) or plain_object:
+        cls = obj.python_type()
+        hook = class_lookup(cls, "__setattr__")
+        if not base and isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
             tx.call(V.MethodVar(_function(hook), obj), [V.Constant(name), value])
-        else:
-            obj.attrs[name] = value
+            return
+        entry = class_lookup(cls, name)
+        if isinstance(entry, property):
+            if entry.fset is None:
+                tx.raise_(AttributeError, f"property {name!r} of {cls.__name__!r} object has no setter")
+            tx.call(_plain(tx, entry.fset), [obj, value])
+            return
+        if entry is not _MISSING and isinstance(class_lookup(type(entry), "__set__"), types.FunctionType):
+            raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
+    if keeps_attributes(obj):
+        obj.attrs[name] = value
         return
     if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
         if name == "__name__":
@@ -303,19 +388,74 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable):
             obj.attrs[name] = value
         return
     if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
-        tx.out.__dict__.setdefault("attr_overlay", {})[(id(obj.value), name)] = value
-        tx.out.side_effects.append(AttrWrite(obj, name, value))
+        viewed = _viewed_dict(tx, obj.value)
+        if viewed is not None:
+            viewed.items[name] = value
+        else:
+            tx.out.__dict__.setdefault("attr_overlay", {})[(overlay_id(obj.value), name)] = value
+        hooked = plain_object and isinstance(class_lookup(type(obj.value), "__setattr__"), types.FunctionType)
+        tx.out.side_effects.append(AttrWrite(obj, name, value, past_hook=hooked))
         return
-    if isinstance(obj, V.ExceptionVar) and name == "__traceback__":
-        return   # kiln keeps no tracebacks (contextlib's `__exit__` puts the original one back)
+    if isinstance(obj, V.ExceptionVar):
+        set_exception_attribute(tx, obj, name, value)
+        return
+    if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
+            class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple
+        tx.raise_(AttributeError, f"{obj.python_type().__name__!r} object has no attribute {name!r}")
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
+
+
+def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variable):
+    """`exc.name = value`, with BaseException's checks on its chaining attributes."""
+    from kiln.capture.constants import python_value
+    if name in ("__context__", "__cause__"):
+        if not (isinstance(value, V.ExceptionVar) or isinstance(value, V.Constant) and value.value is None):
+            tx.raise_(TypeError, f"exception {'context' if name == '__context__' else 'cause'} must be None "
+                                 "or derive from BaseException")
+        if name == "__cause__":
+            exc.attrs["__suppress_context__"] = V.Constant(True)
+    elif name == "__suppress_context__":
+        value = V.Constant(bool(python_value(value)))
+    elif name == "args":
+        from kiln.capture.semantics import iterate
+        exc.args = iterate(tx, value)
+        return
+    exc.attrs[name] = value
 
 
 def keeps_attributes(v: V.Variable) -> bool:
     """A tracker that holds its instance attributes (`attrs`): an instance of a user's class, or of a
-    user's dict subclass, made in traced code."""
-    return isinstance(v, V.NewObjectVar) or isinstance(v, V.DictVar) and v.source is None and \
-        v.cls.__module__ not in ("builtins", "collections")
+    user's dict, list or set subclass, made in traced code."""
+    return isinstance(v, V.NewObjectVar) or isinstance(v, (V.DictVar, V.ListVar, V.SetVar, V.TupleVar)) and \
+        v.source is None and v.cls.__module__ not in ("builtins", "collections") and \
+        not v.cls.__module__.startswith("torch") and v.cls.__dictoffset__ != 0   # not a namedtuple or __slots__ class
+
+
+# [Note: subclasses of builtin containers] An instance of a user's subclass of dict, list, set or
+# frozenset made in traced code is the builtin's tracker with `cls` set to the subclass. Python's
+# protocols (`x[k]`, `x[k] = v`, `del`, `in`, `len`, iteration, operators, truth) first look for the
+# subclass's own Python method (`overridden`) and inline it; what it does not override runs on the
+# builtin's model, as the C slot would. Explicit calls of the builtin's slot (`super().__setitem__`,
+# `set.__or__(p, q)`) reach that model directly (`containers.py`'s dunder table).
+_BUILTIN_HOMES = ("builtins", "collections")
+
+
+def overridden(v: V.Variable, name: str):
+    """The subclass's own Python method `name`, for a container tracker of a user's subclass of a
+    builtin container; None otherwise."""
+    if not isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
+        return None
+    cls = v.python_type()
+    if cls.__module__ in _BUILTIN_HOMES or cls.__module__.startswith("torch") or is_model_output(cls):
+        return None
+    entry = class_lookup(cls, name)
+    return entry if isinstance(entry, types.FunctionType) else None
+
+
+def call_overridden(tx, v: V.Variable, name: str, args: list):
+    """`v.name(*args)` through the subclass's own method, or None where it has none."""
+    method = overridden(v, name)
+    return None if method is None else tx.call(V.MethodVar(_function(method), v), args)
 
 
 def delattr_var(tx, obj: V.Variable, name: str):
@@ -456,11 +596,61 @@ def object_contains(tx, v: V.ObjectVar, item: Any) -> bool:
     raise tx.unsupported(f"`in` on a {type(obj).__name__}")
 
 
+_REFLECTED_COMPARISONS = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+_IN_PLACE = {"iadd", "isub", "imul", "imatmul", "itruediv", "ifloordiv", "imod", "ipow", "ilshift", "irshift",
+             "iand", "ixor", "ior", "iconcat"}
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "matmul": "@", "truediv": "/", "floordiv": "//", "mod": "%",
+            "pow": "** or pow()", "lshift": "<<", "rshift": ">>", "and": "&", "xor": "^", "or": "|",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def operator_dunders(op) -> tuple[str, str, str | None]:
+    """(`__op__`, its reflected name, the plain one an in-place op falls back to) for an operator
+    function: operator.or_ -> ("__or__", "__ror__", None), operator.ior -> ("__ior__", "__ror__",
+    "__or__"), operator.lt -> ("__lt__", "__gt__", None)."""
+    name = op.__name__.strip("_")
+    if name in _IN_PLACE:
+        plain = name[1:]
+        return f"__{name}__", f"__r{plain}__", f"__{plain}__"
+    if name in _REFLECTED_COMPARISONS:
+        return f"__{name}__", f"__{_REFLECTED_COMPARISONS[name]}__", None
+    return f"__{name}__", f"__r{name}__", None
+
+
 def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
-    """Operators on user objects created in traced code: call their dunder methods."""
-    name = f"__{op.__name__.strip('_')}__"
-    if isinstance(a, V.NewObjectVar):
-        entry = class_lookup(a.cls, name)
-        if isinstance(entry, types.FunctionType):
-            return tx.call(V.MethodVar(_function(entry), a), [b])
-    raise tx.unsupported(f"operator {op.__name__} on {a.python_type().__name__} and {b.python_type().__name__}")
+    """An operator where an operand is an object of a user's class made in traced code, by Python's
+    protocol: the left operand's method (its in-place one first), then the right one's reflected
+    method (first, when the right's class is a subclass of the left's that overrides it); a method
+    answering NotImplemented passes to the next. With none left: identity for == and !=, else the
+    TypeError Python raises. An operand that is not a user object answers NotImplemented, as the C
+    slots of builtins do for a foreign object."""
+    name, reflected, plain = operator_dunders(op)
+    tries = [(a, name, b)] if plain is not None else []
+    name = plain or name
+    right_first = isinstance(b, V.NewObjectVar) and b.python_type() is not a.python_type() and \
+        issubclass(b.python_type(), a.python_type()) and \
+        class_lookup(b.python_type(), reflected) is not class_lookup(a.python_type(), reflected)
+    tries += [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
+    for receiver, method, other in tries:
+        if not isinstance(receiver, V.NewObjectVar):
+            continue
+        entry = class_lookup(receiver.cls, method)
+        if entry is _MISSING or entry is None:
+            continue
+        if not isinstance(entry, types.FunctionType):
+            if getattr(entry, "__objclass__", None) is object:
+                continue   # object's own slots answer NotImplemented (== and != are below)
+            raise tx.unsupported(f"operator {op.__name__} through {receiver.cls.__name__}.{method}, "
+                                 "which is not Python code")
+        result = tx.call(V.MethodVar(_function(entry), receiver), [other])
+        if not V.is_not_implemented(result):
+            return result
+    short = op.__name__.strip("_").removeprefix("i") if plain is not None else op.__name__.strip("_")
+    if short in ("eq", "ne"):
+        from kiln.capture.semantics import is_same
+        return V.Constant(is_same(tx, a, b) == (short == "eq"))
+    left, right = a.python_type().__name__, b.python_type().__name__
+    if short in ("lt", "le", "gt", "ge"):
+        tx.raise_(TypeError, f"'{_SYMBOLS[short]}' not supported between instances of '{left}' and '{right}'")
+    symbol = _SYMBOLS.get(short, short) + ("=" if plain is not None else "")
+    tx.raise_(TypeError, f"unsupported operand type(s) for {symbol}: '{left}' and '{right}'")

@@ -1,6 +1,8 @@
 """Binding call arguments to a code object's parameters, as CPython does, over trackers."""
 from __future__ import annotations
 
+import types
+
 from kiln.capture import variables as V
 from kiln.capture.sources import DefaultSource
 
@@ -13,6 +15,30 @@ def _default(tx, fn: V.FunctionVar, value, index):
         return value
     from kiln.capture.builder import wrap
     return wrap(tx.out, value, DefaultSource(fn.source, index) if fn.source is not None else None)
+
+
+def _return_none():
+    return None
+
+
+def _refuse(tx, fn: V.FunctionVar, args: list, kwargs: dict, fallback: str):
+    """Raise the TypeError CPython raises for this call: its own message, from calling a stub with
+    the function's signature and an empty body on placeholders (binding fails before any code
+    runs); `fallback` if the stub took the arguments."""
+    code = fn.code
+    stub_code = code.replace(co_code=_return_none.__code__.co_code, co_consts=(None,), co_names=(),
+                             co_exceptiontable=b"", co_linetable=b"", co_stacksize=max(code.co_stacksize, 1),
+                             co_flags=code.co_flags & ~(0x20 | 0x80 | 0x200))  # not a generator/coroutine
+    stub = types.FunctionType(stub_code, {}, fn.name, (None,) * len(fn.defaults or ()) or None,
+                              tuple(types.CellType() for _ in code.co_freevars) or None)
+    stub.__kwdefaults__ = dict.fromkeys(fn.kwdefaults) if fn.kwdefaults else None
+    stub.__qualname__ = getattr(fn.fn, "__qualname__", code.co_qualname)   # the name the message shows
+    message = fallback
+    try:
+        stub(*[None] * len(args), **dict.fromkeys(kwargs))
+    except TypeError as e:
+        message = str(e)
+    tx.raise_(TypeError, message)
 
 
 def bind_arguments(tx, fn: V.FunctionVar, args: list, kwargs: dict) -> dict:
@@ -32,20 +58,20 @@ def bind_arguments(tx, fn: V.FunctionVar, args: list, kwargs: dict) -> dict:
         bound[name] = value
     extra = args[nargs:]
     if extra and not varargs_name:
-        tx.raise_(TypeError, f"{fn.name}() takes {nargs} positional arguments but {len(args)} were given")
+        _refuse(tx, fn, args, kwargs, f"{fn.name}() takes {nargs} positional arguments but {len(args)} were given")
     if varargs_name:
         bound[varargs_name] = V.TupleVar(list(extra))
     extra_kw = {}
     posonly = set(pos_names[:code.co_posonlyargcount])
     for key, value in kwargs.items():
         if key in bound and key not in posonly:
-            tx.raise_(TypeError, f"{fn.name}() got multiple values for argument '{key}'")
+            _refuse(tx, fn, args, kwargs, f"{fn.name}() got multiple values for argument '{key}'")
         if (key in pos_names and key not in posonly) or key in kwonly_names:
             bound[key] = value
         elif varkw_name:
             extra_kw[key] = value
         else:
-            tx.raise_(TypeError, f"{fn.name}() got an unexpected keyword argument '{key}'")
+            _refuse(tx, fn, args, kwargs, f"{fn.name}() got an unexpected keyword argument '{key}'")
     defaults = fn.defaults or ()
     first_default = nargs - len(defaults)
     for j, name in enumerate(pos_names):
@@ -53,13 +79,13 @@ def bind_arguments(tx, fn: V.FunctionVar, args: list, kwargs: dict) -> dict:
             if j >= first_default:
                 bound[name] = _default(tx, fn, defaults[j - first_default], j - first_default)
             else:
-                tx.raise_(TypeError, f"{fn.name}() missing required argument '{name}'")
+                _refuse(tx, fn, args, kwargs, f"{fn.name}() missing required argument '{name}'")
     for name in kwonly_names:
         if name not in bound:
             if name in (fn.kwdefaults or {}):
                 bound[name] = _default(tx, fn, fn.kwdefaults[name], name)
             else:
-                tx.raise_(TypeError, f"{fn.name}() missing required keyword-only argument '{name}'")
+                _refuse(tx, fn, args, kwargs, f"{fn.name}() missing required keyword-only argument '{name}'")
     if varkw_name:
         bound[varkw_name] = V.DictVar(extra_kw)
     return bound

@@ -111,7 +111,7 @@ def _wrap_sequence(out, value, source):
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
     if isinstance(value, list):
-        return V.ListVar(items, source=source)
+        return V.ListVar(items, type(value), source=source)
     return V.TupleVar(items, type(value), source=source)
 
 
@@ -186,8 +186,14 @@ def _is_table(value: dict) -> bool:
     """A small dict whose keys are constants (classes, typing forms, dtypes, tuples of them) and whose
     values compare by identity or by value (functions, classes, scalars), so `==` against a copy
     tells whether it changed."""
-    return len(value) <= 64 and all(isinstance(v, _TABLE_VALUES) for v in value.values()) and \
+    return len(value) <= 64 and all(_table_value(v) for v in value.values()) and \
         all(_constant_key(k) for k in value)
+
+
+def _table_value(v) -> bool:
+    """A value `==` compares faithfully: functions, classes, scalars, and tuples of them
+    (torch.testing's tolerances by dtype)."""
+    return isinstance(v, _TABLE_VALUES) or type(v) is tuple and all(_table_value(i) for i in v)
 
 
 def _constant_key(k) -> bool:

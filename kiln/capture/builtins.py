@@ -12,6 +12,7 @@ import builtins
 import dataclasses
 import functools
 import operator
+import re
 import types
 import typing
 
@@ -41,7 +42,15 @@ def _foldable(fn, otherwise=None):
 # -- sizes, types, attributes -----------------------------------------------------------------------
 @builtin(len)
 def _len(tx, args, kwargs):
+    from kiln.capture.attributes import call_overridden
     v = args[0]
+    if (n := call_overridden(tx, v, "__len__", [])) is not None:   # a container subclass's own
+        if not (is_python_constant(n) and isinstance(python_value(n), int)):
+            raise tx.unsupported(f"len() of a {v.python_type().__name__} whose __len__ returns a "
+                                 f"{n.python_type().__name__}")
+        if python_value(n) < 0:
+            tx.raise_(ValueError, "__len__() should return >= 0")
+        return V.Constant(int(python_value(n)))
     if isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)):
         return V.Constant(len(v.items))
     if isinstance(v, V.DictViewVar):
@@ -181,9 +190,10 @@ def _exception_text(fn):
     text (`errors.append(str(e))` in a validator's `except TypeError as e`)."""
     def otherwise(tx, args, kwargs):
         e = args[0] if len(args) == 1 and not kwargs else None
-        plain = isinstance(e, V.ExceptionVar) and e.cls.__str__ is BaseException.__str__ and \
-            e.cls.__repr__ is BaseException.__repr__
+        plain = isinstance(e, V.ExceptionVar) and (e.cls.__module__ == "builtins" or (
+            e.cls.__str__ is BaseException.__str__ and e.cls.__repr__ is BaseException.__repr__))
         if plain and all(is_python_constant(a) for a in e.args):
+            # a builtin exception's own text (KeyError's repr of the key, AttributeError's message)
             return V.Constant(fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args])))
         raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
     return otherwise
@@ -346,11 +356,8 @@ def _object_init(tx, args, kwargs):
 @builtin(object.__setattr__)
 def _object_setattr(tx, args, kwargs):
     """object's own attribute store, past a class's `__setattr__` (which calls it)."""
-    from kiln.capture.attributes import keeps_attributes, setattr_var
-    if keeps_attributes(args[0]):
-        args[0].attrs[python_value(args[1])] = args[2]
-    else:
-        setattr_var(tx, args[0], python_value(args[1]), args[2])
+    from kiln.capture.attributes import setattr_var
+    setattr_var(tx, args[0], python_value(args[1]), args[2], base=True)
     return V.Constant(None)
 
 
@@ -365,7 +372,7 @@ def _object_getattribute(tx, args, kwargs):
 
 _PURE_MODULES = {"math", "cmath", "operator", "_operator"}
 _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dtype, torch.device, frozenset,
-              type(None))
+              type(None), re.Pattern, re.Match)
 
 
 def PURE_CALLABLES(fn) -> bool:

@@ -59,6 +59,79 @@ def _load():
         _loaded = True
 
 
+# [Note: argument counts of C methods] A handler models what a container method does, not how
+# many arguments it takes; before it runs, the call is checked against the method's own signature
+# (its text signature, or `_C_ARITY` where inspect cannot read one), so `p.copy(1)` raises
+# TypeError as in CPython instead of copying. Entries: (fewest, most positional arguments after
+# self (None: any number), whether keywords are accepted).
+_C_ARITY: dict = {}
+
+
+def _register_arity():
+    import collections
+    none, one, optional = (0, 0, False), (1, 1, False), (0, 1, False)
+    many = (0, None, False)
+    table = {
+        dict: {"keys": none, "items": none, "values": none, "clear": none, "copy": none,
+               "pop": (1, 2, False), "update": (0, 1, True), "__getitem__": one},
+        list: {"__getitem__": one},
+        set: {"add": one, "clear": none, "copy": none, "discard": one, "remove": one, "pop": none,
+              "__contains__": one, "difference": many, "intersection": many, "union": many, "update": many,
+              "difference_update": many, "intersection_update": many, "symmetric_difference": one,
+              "symmetric_difference_update": one, "isdisjoint": one, "issubset": one, "issuperset": one},
+        frozenset: {"copy": none, "__contains__": one, "difference": many, "intersection": many, "union": many,
+                    "symmetric_difference": one, "isdisjoint": one, "issubset": one, "issuperset": one},
+        collections.deque: {"append": one, "appendleft": one, "clear": none, "copy": none, "__copy__": none,
+                            "count": one, "extend": one, "extendleft": one, "index": (1, 3, False),
+                            "insert": (2, 2, False), "pop": none, "popleft": none, "remove": one,
+                            "reverse": none, "rotate": optional},
+        collections.OrderedDict: {"keys": none, "items": none, "values": none, "clear": none, "copy": none,
+                                  "pop": (1, 2, False), "update": (0, 1, True)},
+    }
+    for cls, methods in table.items():
+        for name, arity in methods.items():
+            _C_ARITY[cls.__dict__[name]] = arity
+
+
+_CHECKED_TYPES = (list, dict, set, frozenset, tuple)
+
+
+def argument_count_error(fn, n_args: int, kwargs: dict) -> str | None:
+    """Why CPython would refuse calling the C method `fn` with `n_args` positional arguments (self
+    included) and `kwargs`, or None ([Note: argument counts of C methods])."""
+    import collections
+    import inspect
+    import types
+    if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or \
+            getattr(fn, "__objclass__", None) not in (*_CHECKED_TYPES, collections.deque, collections.OrderedDict):
+        return None
+    if not _C_ARITY:
+        _register_arity()
+    arity = _C_ARITY.get(fn)
+    if arity is None:
+        try:
+            inspect.signature(fn).bind(*range(n_args), **kwargs)
+            return None
+        except ValueError:
+            return None   # no signature to check against
+        except TypeError:
+            pass
+    else:
+        fewest, most, keywords = arity
+        given = n_args - 1
+        if (keywords or not kwargs) and given >= fewest and (most is None or given <= most):
+            return None
+    # CPython checks the count before it reads any argument: its own message, from a call on an
+    # empty instance with placeholders (and no answer if that call does not refuse the count)
+    try:
+        fn(fn.__objclass__(), *[None] * (n_args - 1), **dict.fromkeys(kwargs))
+    except TypeError as e:
+        return str(e)
+    except Exception:
+        return None
+    return None
+
+
 def attribute_for(cls: type, name: str) -> Callable | None:
     _load()
     return ATTRIBUTES.get((cls, name))

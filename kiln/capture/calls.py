@@ -22,7 +22,7 @@ from kiln.capture import variables as V
 from kiln.capture.attributes import _function, getattr_var
 from kiln.capture.builder import wrap
 from kiln.capture.builtins import PURE_CALLABLES
-from kiln.capture.callables import CALLABLES, handler_for
+from kiln.capture.callables import CALLABLES, argument_count_error, handler_for, handles
 from kiln.capture.classes import call_class
 from kiln.capture.constants import (TRACE_TIME_FUNCTIONS, constant_arguments, constant_of, is_assumed_constant,
                                     is_python_constant, python_value, run_at_trace_time)
@@ -126,6 +126,9 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         return controlled
     handler = handler_for(value)
     if handler is not None:
+        wrong_count = argument_count_error(value, len(args), kwargs)
+        if wrong_count is not None:
+            tx.raise_(TypeError, wrong_count)
         return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
@@ -448,6 +451,46 @@ def _register_special_calls():
 
 
 _register_special_calls()
+
+
+@handles(object.__eq__)
+def _object_eq(tx, args, kwargs):
+    """`object.__eq__(a, b)` (`super().__eq__(other)` in a class's own): True for the same object,
+    else NotImplemented."""
+    from kiln.capture.semantics import is_same
+    return V.Constant(True if is_same(tx, args[0], args[1]) else NotImplemented)
+
+
+@handles(object.__ne__)
+def _object_ne(tx, args, kwargs):
+    """`object.__ne__(a, b)`: the inverse of the class's own `__eq__`, NotImplemented if that is."""
+    from kiln.capture.semantics import truth
+    equal = tx.call(getattr_var(tx, args[0], "__eq__"), [args[1]])
+    if V.is_not_implemented(equal):
+        return equal
+    return V.Constant(not truth(tx, equal))
+
+
+@handles(BaseException.with_traceback)
+def _with_traceback(tx, args, kwargs):
+    """`exc.with_traceback(tb)`: sets `__traceback__` and returns the exception itself (unittest's
+    `assertRaises` calls it with None when it stores the exception)."""
+    exc, tb = args
+    from kiln.capture.attributes import set_exception_attribute
+    if not isinstance(tb, V.Constant) or tb.value is not None:
+        raise tx.unsupported("with_traceback() of a traceback object (kiln keeps no tracebacks)")
+    set_exception_attribute(tx, exc, "__traceback__", tb)
+    return exc
+
+
+@handles(BaseException.add_note)
+def _add_note(tx, args, kwargs):
+    exc, note = args
+    if not (isinstance(note, V.Constant) and isinstance(note.value, str)):
+        tx.raise_(TypeError, f"note must be a str, not '{note.python_type().__name__}'")
+    notes = exc.attrs.setdefault("__notes__", V.ListVar([]))
+    notes.items.append(note)
+    return V.Constant(None)
 
 
 def as_exception(tx, v: V.Variable) -> V.ExceptionVar:

@@ -127,27 +127,40 @@ def _user_class(tx, cls, args, kwargs):
     return obj
 
 
-def _dict_subclass(tx, cls, args, kwargs):
-    """A user's dict subclass: a `DictVar` of that class, built as `type.__call__` does: its
-    `__new__` (Python, or dict's), then its `__init__` when `__new__` returned an instance."""
+_CONTAINER_BASES = (dict, list, set, frozenset, tuple)
+
+
+def _container_subclass(tx, cls, args, kwargs):
+    """A user's subclass of dict, list, set or frozenset: the builtin's tracker of that class
+    ([Note: subclasses of builtin containers]), built as `type.__call__` does: its `__new__` (Python,
+    or the builtin's), then its `__init__` (Python, or the builtin's) when `__new__` returned an
+    instance of the class."""
     from kiln.capture.attributes import class_lookup, _function
-    from kiln.capture.containers import dict_of
+    from kiln.capture.callables import handler_for
+    base = next(b for b in _CONTAINER_BASES if issubclass(cls, b))
     new = class_lookup(cls, "__new__")
     new = new.__func__ if isinstance(new, staticmethod) else new
     if isinstance(new, types.FunctionType):
         obj = tx.inline(_function(new), [V.ObjectVar(cls), *args], kwargs)
-    elif new is dict.__new__:
-        obj = V.DictVar({}, cls)
+    elif new is base.__new__ or base is dict and new is collections.OrderedDict.__new__:
+        obj = handler_for(base.__new__)(tx, [V.ObjectVar(cls), *args], kwargs)
     else:
         raise tx.unsupported(f"{cls.__name__}.__new__ is not Python code kiln can follow")
-    if not (isinstance(obj, V.DictVar) and issubclass(obj.cls, cls)):
+    if not (isinstance(obj, (V.DictVar, V.ListVar, V.SetVar, V.TupleVar)) and issubclass(obj.python_type(), cls)):
         return obj
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
         tx.inline(_function(init), [obj, *args], kwargs)
     elif init is dict.__init__ or init is collections.OrderedDict.__init__:
+        from kiln.capture.containers import dict_of
         obj.items.update(dict_of(tx, dict, args, kwargs).items)
-    else:
+    elif init in (list.__init__, set.__init__):
+        if kwargs:
+            tx.raise_(TypeError, f"{cls.__name__}() takes no keyword arguments")
+        if len(args) > 1:
+            tx.raise_(TypeError, f"{base.__name__} expected at most 1 argument, got {len(args)}")
+        handler_for(init)(tx, [obj, *args], {})
+    elif init is not object.__init__:
         raise tx.unsupported(f"{cls.__name__}.__init__ is not Python code kiln can follow")
     return obj
 
@@ -170,10 +183,13 @@ _CLASS_KINDS = [
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),
-    (lambda c: issubclass(c, dict) and (c.__module__ not in ("builtins", "collections") or
-                                        c is collections.Counter), _dict_subclass),
-    # torch.distributions are Python classes over tensor ops: built like a user's class
-    (lambda c: c.__module__.startswith("torch.distributions."), _user_class),
+    (lambda c: issubclass(c, dict) and c is collections.Counter or issubclass(c, _CONTAINER_BASES) and
+     c.__module__ not in ("builtins", "collections") and not c.__module__.startswith("torch"), _container_subclass),
+    # torch.distributions are Python classes over tensor ops: built like a user's class; so are
+    # torch's pure-Python helpers that programs and tests build (OrderedSet, torch.testing's pairs)
+    (lambda c: c.__module__.startswith("torch.distributions.") or
+     c.__module__ in ("torch.utils._ordered_set", "torch.testing._comparison",
+                      "torch.testing._internal.common_utils"), _user_class),
     # torch's own dataclasses (linear_cross_entropy's options, built by `dataclasses.replace`):
     # plain Python records, built like a user's dataclass
     (lambda c: c.__module__.startswith("torch.") and dataclasses.is_dataclass(c), _user_class),

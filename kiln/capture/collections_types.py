@@ -24,6 +24,7 @@ import operator
 from kiln.capture import variables as V
 from kiln.capture.callables import ATTRIBUTES, handles
 from kiln.capture.containers import dict_of
+from kiln.capture.generators import advance
 from kiln.capture.iterators import Token
 from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate
 from kiln.capture.constants import python_value
@@ -92,8 +93,19 @@ _DEQUE_METHODS = {
 }
 
 
+# deque's extend steps an iterator one item at a time, adding each before it asks for the next (a
+# generator that reads the deque sees it grow), as list.extend does (`semantics.extend_list`)
+_ONE_AT_A_TIME = {deque.extend: deque.append, deque.extendleft: deque.appendleft, operator.iadd: deque.append}
+
+
 def _deque_method(method, spec, returns):
-    return lambda tx, args, kwargs: run_on_tokens(tx, args[0], method, spec, args[1:], returns)
+    def handle(tx, args, kwargs):
+        if method in _ONE_AT_A_TIME and len(args) == 2 and isinstance(args[1], (V.GeneratorVar, V.LazyIteratorVar)):
+            while (item := advance(tx, args[1])) is not None:
+                run_on_tokens(tx, args[0], _ONE_AT_A_TIME[method], "i", [item], "value")
+            return args[0] if returns == "self" else V.Constant(None)
+        return run_on_tokens(tx, args[0], method, spec, args[1:], returns)
+    return handle
 
 
 for _method, (_spec, _returns) in _DEQUE_METHODS.items():
@@ -102,8 +114,8 @@ for _method, (_spec, _returns) in _DEQUE_METHODS.items():
 # operators: `d + e`, `d * n`, `d += items`, `d *= n` (the in-place ones keep the same deque)
 for _op, _spec, _returns in [(operator.add, "D", "deque"), (operator.mul, "c", "deque"),
                              (operator.iadd, "I", "self"), (operator.imul, "c", "self")]:
-    SEQUENCE_OPS[(deque, _op)] = (lambda op, spec, returns: lambda tx, a, b: run_on_tokens(
-        tx, a, op, spec, [b], returns))(_op, _spec, _returns)
+    SEQUENCE_OPS[(deque, _op)] = (lambda op, spec, returns: lambda tx, a, b: _deque_method(op, spec, returns)(
+        tx, [a, b], {}))(_op, _spec, _returns)
 ATTRIBUTES[(deque, "maxlen")] = lambda tx, d: V.Constant(d.maxlen)
 
 

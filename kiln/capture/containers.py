@@ -16,9 +16,11 @@ import operator
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.constants import constant_of, python_value
-from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, items_equal,
-                                    iterate, key_of, mutate_list, set_add)
+from kiln.capture.constants import constant_of, is_python_constant, python_value
+from kiln.capture.generators import advance
+from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
+                                    items_equal, iterate, key_of, mutate_list, refuse_identity_member, set_add,
+                                    set_member_key)
 
 
 def _none(tx, args, kwargs):
@@ -119,8 +121,7 @@ def _append(tx, args, kwargs):
 
 @handles(list.extend)
 def _extend(tx, args, kwargs):
-    new = iterate(tx, args[1])
-    mutate_list(tx, args[0], lambda items: items.extend(new))
+    extend_list(tx, args[0], args[1])
     return V.Constant(None)
 
 
@@ -160,11 +161,24 @@ def _list_copy(tx, args, kwargs):
 
 
 @handles(list.index, tuple.index, collections.deque.index)
-def index_of(tx, args, kwargs):
-    for i, item in enumerate(args[0].items):
-        if items_equal(tx, item, args[1]):
+def index_of(tx, args, kwargs, method="index"):
+    """`seq.index(x[, start[, stop]])` (bounds clamped as slice bounds are), with CPython 3.11's
+    message per type when `x` is missing."""
+    seq, x = args[0], args[1]
+    bounds = [python_value(a) for a in args[2:4]] + [None, None]
+    indices = range(len(seq.items))[slice(bounds[0], bounds[1])]
+    for i in indices:
+        if items_equal(tx, seq.items[i], x):
             return V.Constant(i)
-    tx.raise_(ValueError, f"{args[0].python_type().__name__}.index(x): x not in {args[0].python_type().__name__}")
+    kind = _sequence_base(seq.python_type())
+    if kind is tuple or kind is list and method == "remove":
+        tx.raise_(ValueError, f"{kind.__name__}.{method}(x): x not in {kind.__name__}")
+    shown = repr(python_value(x)) if is_python_constant(x) else "x"
+    tx.raise_(ValueError, f"{shown} is not in {kind.__name__}")
+
+
+def _sequence_base(cls: type) -> type:
+    return next(base for base in (collections.deque, list, tuple) if issubclass(cls, base))
 
 
 @handles(list.count, tuple.count, collections.deque.count)
@@ -174,7 +188,7 @@ def _count(tx, args, kwargs):
 
 @handles(list.remove, collections.deque.remove)
 def _remove(tx, args, kwargs):
-    i = index_of(tx, args, kwargs).value
+    i = index_of(tx, args[:2], kwargs, method="remove").value
     mutate_list(tx, args[0], lambda items: items.pop(i))
     return V.Constant(None)
 
@@ -258,7 +272,7 @@ def _dict_copy(tx, args, kwargs):
 
 @handles(dict.__contains__, list.__contains__, tuple.__contains__, set.__contains__, frozenset.__contains__)
 def _contains(tx, args, kwargs):
-    return V.Constant(contains(tx, args[0], args[1]))
+    return V.Constant(contains(tx, args[0], args[1], base=True))
 
 
 @handles(dict.__getitem__, list.__getitem__, tuple.__getitem__)
@@ -267,13 +281,13 @@ def _getitem(tx, args, kwargs):
     if isinstance(args[0], V.ObjectVar):  # `super().__getitem__(k)` in a subclass's own __getitem__
         from kiln.capture.attributes import builtin_getitem
         return builtin_getitem(tx, args[0], args[1])
-    return getitem(tx, args[0], args[1])
+    return getitem(tx, args[0], args[1], base=True)
 
 
 @handles(dict.__setitem__, collections.OrderedDict.__setitem__, list.__setitem__)
 def _setitem(tx, args, kwargs):
     from kiln.capture.semantics import setitem
-    setitem(tx, args[0], args[1], args[2])
+    setitem(tx, args[0], args[1], args[2], base=True)
     return V.Constant(None)
 
 
@@ -288,6 +302,7 @@ def _keys(tx, v: V.Variable, pool: dict):
     keys = []
     for item in iterate(tx, v):
         k = key_of(tx, item)
+        refuse_identity_member(tx, k)
         pool.setdefault(id(k), item)
         keys.append(k)
     return keys
@@ -322,7 +337,7 @@ def _update(fn, members=False):
     """`fn` (an in-place set method) run on the receiver's own keys, so every alias sees it."""
     def handle(tx, args, kwargs):
         s, pool = args[0], {}
-        others = [key_of(tx, a) if members else _keys(tx, a, pool) for a in args[1:]]
+        others = [set_member_key(tx, a) if members else _keys(tx, a, pool) for a in args[1:]]
         pool.update({id(k): t for k, t in s.members.items()})
         try:
             result = fn(s.keys, *others)
@@ -341,6 +356,28 @@ _ALGEBRA = ("union", "intersection", "difference", "symmetric_difference", "issu
 for _name in _ALGEBRA:
     for _cls in (set, frozenset):
         handles(getattr(_cls, _name))(_algebra(getattr(_cls, _name)))
+
+
+def _stops_early(fn, answer_on_hit: bool):
+    """`s.isdisjoint(it)` / `s.issuperset(it)` over an iterator that is not a set: CPython steps it
+    and returns at the first member that decides (a common one, a missing one), leaving the rest of
+    a generator unrun."""
+    algebra = _algebra(fn)
+
+    def handle(tx, args, kwargs):
+        if len(args) != 2 or not isinstance(args[0], V.SetVar) or \
+                not isinstance(args[1], (V.GeneratorVar, V.LazyIteratorVar)):
+            return algebra(tx, args, kwargs)
+        while (item := advance(tx, args[1])) is not None:
+            if (key_of(tx, item) in args[0].keys) is answer_on_hit:
+                return V.Constant(False)
+        return V.Constant(True)
+    return handle
+
+
+for _cls in (set, frozenset):
+    handles(_cls.isdisjoint)(_stops_early(_cls.isdisjoint, True))
+    handles(_cls.issuperset)(_stops_early(_cls.issuperset, False))
 for _name in ("update", "intersection_update", "difference_update", "symmetric_difference_update", "pop", "clear"):
     handles(getattr(set, _name))(_update(getattr(set, _name)))
 for _name in ("discard", "remove"):  # these take one member, not an iterable
@@ -360,7 +397,7 @@ def _set_operator(op, in_place=None):
         if not isinstance(b, V.SetVar):
             tx.raise_(TypeError, f"unsupported operand type(s) for {op.__name__}: "
                                  f"'{a.python_type().__name__}' and '{b.python_type().__name__}'")
-        if in_place is not None and a.cls is set:
+        if in_place is not None and issubclass(a.cls, set):
             return _update(in_place)(tx, [a, b], {})
         return _algebra(op)(tx, [a, b], {})
     return handle
@@ -372,3 +409,103 @@ for _op, _iop, _method in [(operator.or_, operator.ior, set.__ior__), (operator.
     SEQUENCE_OPS[(V.SetVar, _iop)] = _set_operator(_op, _method)
 for _op in (operator.le, operator.lt, operator.ge, operator.gt, operator.eq, operator.ne):
     SEQUENCE_OPS[(V.SetVar, _op)] = _set_operator(_op)
+
+
+# -- the builtin containers' slots, called by name ----------------------------------------------------
+# `set.__or__(p, q)`, `list.__getitem__(l, i)`, `x.__contains__(y)`, and `super().__setitem__(k, v)`
+# inside a subclass's own method: the builtin's model, past any subclass method
+# ([Note: subclasses of builtin containers]). A binary slot answers NotImplemented for an operand of
+# another family where CPython's does (comparisons; set algebra; dict's `|`), so the operator it
+# stands for can try the other side.
+_FAMILIES = ((set, frozenset), (list,), (tuple,), (collections.deque,), (dict,))
+_SLOT_OPERATORS = {f"__{op.__name__.strip('_')}__": op for op in (
+    operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.or_, operator.and_,
+    operator.sub, operator.xor, operator.add, operator.mul, operator.ior, operator.iand, operator.isub,
+    operator.ixor, operator.iadd, operator.imul)}
+_REFLECTED_SLOTS = {"__ror__": operator.or_, "__rand__": operator.and_, "__rsub__": operator.sub,
+                    "__rxor__": operator.xor, "__rmul__": operator.mul}
+_COMPARISONS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}
+
+
+def _family(cls: type):
+    return next((f for f in _FAMILIES if issubclass(cls, f)), None)
+
+
+def _answers_not_implemented(owner: type, name: str, other: V.Variable) -> bool:
+    if _family(owner) == _family(other.python_type()):
+        return False
+    return name in _COMPARISONS or _family(owner) == (set, frozenset) or \
+        owner is dict and name in ("__or__", "__ror__")
+
+
+def _binary_slot(owner, name):
+    op = _SLOT_OPERATORS.get(name) or _REFLECTED_SLOTS[name]
+    reflected = name in _REFLECTED_SLOTS
+
+    def handle(tx, args, kwargs):
+        from kiln.capture.semantics import binary_op
+        this, other = args
+        if _answers_not_implemented(owner, name, other):
+            return V.Constant(NotImplemented)
+        return binary_op(tx, op, *((other, this) if reflected else (this, other)), base=True)
+    return handle
+
+
+def _slot(name):
+    from kiln.capture import semantics as S
+    return {
+        "__getitem__": lambda tx, args, kwargs: S.getitem(tx, args[0], args[1], base=True),
+        "__setitem__": lambda tx, args, kwargs: S.setitem(tx, *args, base=True) or V.Constant(None),
+        "__delitem__": lambda tx, args, kwargs: S.delitem(tx, *args, base=True) or V.Constant(None),
+        "__contains__": lambda tx, args, kwargs: V.Constant(S.contains(tx, args[0], args[1], base=True)),
+        "__len__": lambda tx, args, kwargs: V.Constant(len(args[0].items)),
+        "__iter__": lambda tx, args, kwargs: S.get_iter(tx, args[0], base=True),
+    }.get(name)
+
+
+def _register_slots():
+    from kiln.capture.callables import CALLABLES
+    for owner in (list, tuple, dict, set, frozenset, collections.deque, collections.OrderedDict):
+        for name, slot in vars(owner).items():
+            if slot in CALLABLES:
+                continue
+            handler = _binary_slot(owner, name) if name in _SLOT_OPERATORS or name in _REFLECTED_SLOTS \
+                else _slot(name)
+            if handler is not None:
+                handles(slot)(handler)
+
+
+_register_slots()
+
+
+@handles(list.__new__, set.__new__)
+def _empty_new(tx, args, kwargs):
+    """`list.__new__(cls, ...)`, `set.__new__(cls, ...)`: an empty instance (their __init__ fills it)."""
+    cls = python_value(args[0])
+    return V.ListVar([], cls) if issubclass(cls, list) else V.SetVar(set(), {}, cls)
+
+
+@handles(frozenset.__new__)
+def _frozenset_new(tx, args, kwargs):
+    """`frozenset.__new__(cls, iterable)`: a frozenset's members are fixed when it is made."""
+    made = _set_of(frozenset)(tx, args[1:], kwargs)
+    made.cls = python_value(args[0])
+    return made
+
+
+@handles(list.__init__)
+def _list_init(tx, args, kwargs):
+    items = iterate(tx, args[1]) if len(args) > 1 else []
+    mutate_list(tx, args[0], lambda own: own.__setitem__(slice(None), items))
+    return V.Constant(None)
+
+
+@handles(set.__init__)
+def _set_init(tx, args, kwargs):
+    s = args[0]
+    s.keys.clear()
+    s.members.clear()
+    if len(args) > 1:
+        _update(set.update)(tx, [s, args[1]], {})
+    _record_mutation(tx, s)
+    return V.Constant(None)

@@ -26,7 +26,7 @@ import torch
 from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
-from kiln.capture.generators import left_paused_in_cleanup
+from kiln.capture.generators import left_paused_in_cleanup, left_paused_reason
 from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
@@ -114,8 +114,7 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
         result = tracer.run()
         paused = left_paused_in_cleanup(out)
         if paused is not None:
-            raise GraphBreak("a generator left paused inside a try/with block, whose cleanup Python runs "
-                             "when it collects the generator", paused.frame.where())
+            raise GraphBreak(left_paused_reason(paused), paused.frame.where())
     finally:
         out.current = None   # guards raised from here on (the backend's) are not at a traced line
         torch._C._set_grad_enabled(grad_mode)

@@ -39,13 +39,32 @@ from kiln.capture.interpreter import MAX_INLINE_DEPTH, PY312, GraphBreak, Observ
 from kiln.capture.views import advance as advance_list_iterator
 
 
-def advance(tx, it: V.IteratorVar | V.GeneratorVar | V.LazyIteratorVar) -> V.Variable | None:
+def advance(tx, it: V.IteratorVar | V.GeneratorVar | V.LazyIteratorVar | V.NewObjectVar) -> V.Variable | None:
     """The iterator's next item, or None when it is exhausted."""
     if isinstance(it, V.GeneratorVar):
         return step(tx, it)
     if isinstance(it, V.LazyIteratorVar):
         return next(it.items, None)
+    if isinstance(it, V.NewObjectVar):
+        return user_next(tx, it, "__next__", [])[0]
     return advance_list_iterator(tx, it)
+
+
+def is_user_iterator(v: V.Variable) -> bool:
+    """An instance of a user's class with a `__next__`, made in traced code: stepped by calling it."""
+    return isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__next__")
+
+
+def user_next(tx, it: V.NewObjectVar, method: str, args: list) -> tuple[V.Variable | None, V.Variable | None]:
+    """(the value `it.method(*args)` returns, None) or, where it raises StopIteration, (None, the
+    StopIteration's value)."""
+    from kiln.capture.attributes import getattr_var
+    try:
+        return tx.call(getattr_var(tx, it, method), args), None
+    except ObservedException as e:
+        if not issubclass(e.exc.cls, StopIteration):
+            raise
+        return None, e.exc.args[0] if e.exc.args else V.Constant(None)
 
 
 def _exception_of(tx, typ: V.Variable, value: V.Variable | None) -> V.ExceptionVar:
@@ -120,7 +139,12 @@ def _throw_at_yield(frame, exc: V.ExceptionVar) -> V.Variable | None:
     paused in `yield from` hands the exception to the generator it delegates to first, as CPython's
     `gen.throw` does; if that one yields again, so does this frame (the value is returned)."""
     receiver = _delegate(frame)
-    if isinstance(receiver, V.GeneratorVar):
+    if is_user_iterator(receiver):
+        thrown = _throw_into_user_iterator(frame, receiver, exc)
+        if not isinstance(thrown, V.ExceptionVar):
+            return thrown        # it yielded a value instead: so does this frame
+        exc = thrown
+    elif isinstance(receiver, V.GeneratorVar):
         if issubclass(exc.cls, GeneratorExit):
             close(frame, receiver)
         else:
@@ -136,6 +160,28 @@ def _throw_at_yield(frame, exc: V.ExceptionVar) -> V.Variable | None:
             raise frame.unsupported("throw() into a generator paused in `yield from`")
     frame.handle_exception(ObservedException(exc))
     return None
+
+
+def _throw_into_user_iterator(frame, receiver: V.NewObjectVar, exc: V.ExceptionVar):
+    """CPython's `yield from` handing an exception to an iterator that is not a generator: its
+    `close()` for GeneratorExit (then GeneratorExit goes on), its `throw(type, value, None)` for
+    others (a value it returns is yielded); without the method the exception is raised at the
+    `yield from`. Returns the value to yield, or the exception to raise there."""
+    from kiln.capture.attributes import class_lookup
+    has = lambda name: class_lookup(receiver.cls, name) is not None and hasattr(receiver.cls, name)
+    if issubclass(exc.cls, GeneratorExit):
+        if has("close"):
+            user_next(frame, receiver, "close", [])
+        return exc
+    if not has("throw"):
+        return exc
+    try:
+        value, result = user_next(frame, receiver, "throw", [V.ObjectVar(exc.cls), exc, V.Constant(None)])
+    except ObservedException as e:
+        return e.exc
+    if value is None:
+        raise frame.unsupported("throw() into `yield from` an iterator that finishes on it")
+    return value
 
 
 def _delegate(frame):
@@ -181,9 +227,22 @@ def left_paused_in_cleanup(out) -> V.GeneratorVar | None:
     """A generator of this trace paused where closing it would run code of its own (a `finally`,
     an `except`, a `with` block's exit), or None."""
     for gen in out.generators:
-        if gen.state == "suspended" and _cleanup_at(gen.frame) is not None:
+        if gen.state == "suspended" and (_cleanup_at(gen.frame) is not None or _closes_delegate(gen.frame)):
             return gen
     return None
+
+
+def left_paused_reason(gen: V.GeneratorVar) -> str:
+    if _closes_delegate(gen.frame):
+        return ("a generator left paused in `yield from` an iterator with a close(), which Python calls when it "
+                "collects the generator")
+    return "a generator left paused inside a try/with block, whose cleanup Python runs when it collects the generator"
+
+
+def _closes_delegate(frame) -> bool:
+    """Whether closing the frame would call a `close()` of a user's iterator it delegates to."""
+    receiver = _delegate(frame)
+    return is_user_iterator(receiver) and hasattr(receiver.cls, "close")
 
 
 def _cleanup_at(frame):

@@ -55,6 +55,7 @@ class ObservedException(Exception):
         super().__init__(exc.cls.__name__)
         self.exc = exc
         self.where: str | None = None
+        self.reraise = False   # a bare `raise` / RERAISE: CPython leaves its __context__ as it is
 
     def describe(self) -> str:
         """`AttributeError: message`, with the message when it is known at capture time."""
@@ -200,6 +201,8 @@ class Tracer:
             except ObservedException as e:
                 if e.where is None:
                     e.where = self.where()
+                    if not e.reraise:
+                        self._chain(e.exc)
                 self.handle_exception(e)
             except NotConstant as e:
                 kind = e.args[0].python_type().__name__ if e.args else "value"
@@ -216,6 +219,26 @@ class Tracer:
                 if self.parent is None:
                     brk.root_offset = inst.offset
                 raise brk from e
+
+    def _chain(self, exc: V.ExceptionVar):
+        """An exception raised while another is handled gets that one as its `__context__`, as
+        CPython sets it at each raise; where `exc` is already in the handled one's context chain,
+        the chain is cut there, so it never becomes a cycle."""
+        exc.raised = True
+        tx = self
+        while tx is not None and not tx.exc_info:
+            tx = tx.parent
+        handled = tx.exc_info[-1] if tx is not None else None
+        if not isinstance(handled, V.ExceptionVar) or handled is exc:
+            return
+        link, seen = handled, set()
+        while isinstance(context := link.attrs.get("__context__"), V.ExceptionVar) and id(link) not in seen:
+            seen.add(id(link))
+            if context is exc:
+                link.attrs["__context__"] = V.Constant(None)
+                break
+            link = context
+        exc.attrs["__context__"] = handled
 
     def handle_exception(self, e: ObservedException):
         """Route an exception raised by traced code to its handler in this frame, or re-raise."""

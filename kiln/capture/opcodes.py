@@ -19,9 +19,10 @@ from kiln.capture import semantics as S
 from kiln.capture import variables as V
 from kiln.capture.attributes import delattr_var, getattr_var, setattr_var
 from kiln.capture.calls import as_exception, enter_context
-from kiln.capture.generators import advance, step
+from kiln.capture.generators import advance, is_user_iterator, step, user_next
 from kiln.capture.interpreter import (CO_GENERATOR, HANDLERS, PY312, PY313, FrameReturn, FrameYield, GraphBreak,
                                        ObservedException, Tracer)
+from kiln.capture.output import CellWrite
 from kiln.capture.sources import ClosureSource, GlobalSource
 
 
@@ -174,9 +175,16 @@ def copy_free_vars(tx, inst):
     for i, name in enumerate(tx.code.co_freevars):
         cell = tx.closure[i]
         if not isinstance(cell, V.Cell):  # a real cell of an existing function
-            fn_source = getattr(tx, "fn_source", None)
-            contents = wrap(tx.out, cell.cell_contents, ClosureSource(fn_source, i) if fn_source else None)
-            cell = V.Cell(contents)
+            known = tx.out.tensor_by_id.get(id(cell))
+            if known is None:
+                fn_source = getattr(tx, "fn_source", None)
+                try:
+                    contents = wrap(tx.out, cell.cell_contents, ClosureSource(fn_source, i) if fn_source else None)
+                except ValueError:   # an empty cell: the variable is not assigned yet
+                    contents = None
+                known = tx.out.tensor_by_id[id(cell)] = V.Cell(contents, real=cell)
+                tx.out.keepalive.append(cell)
+            cell = known
         tx.cells[name] = cell
 
 
@@ -195,7 +203,10 @@ def load_deref(tx, inst):
 
 @handler("STORE_DEREF")
 def store_deref(tx, inst):
-    tx.cells.setdefault(inst.argval, V.Cell()).contents = tx.pop()
+    cell = tx.cells.setdefault(inst.argval, V.Cell())
+    cell.contents = tx.pop()
+    if cell.real is not None:   # a `nonlocal` write into an existing function's cell
+        tx.out.side_effects.append(CellWrite(cell, cell.contents))
 
 
 @handler("IMPORT_NAME")
@@ -564,7 +575,7 @@ def get_iter(tx, inst):
 @handler("FOR_ITER")
 def for_iter(tx, inst):
     it = tx.stack[-1]
-    if not isinstance(it, V.ITERATORS):
+    if not isinstance(it, V.ITERATORS) and not is_user_iterator(it):
         raise tx.unsupported(f"iterating over {it.python_type().__name__} is not supported")
     item = advance(tx, it)
     if item is not None:
@@ -642,6 +653,9 @@ def send(tx, inst):
         result = receiver.result
     elif isinstance(receiver, (V.IteratorVar, V.LazyIteratorVar)):
         value, result = advance(tx, receiver), V.Constant(None)
+    elif is_user_iterator(receiver):   # `__next__` for None sent in, else its `send`
+        none = isinstance(sent, V.Constant) and sent.value is None
+        value, result = user_next(tx, receiver, "__next__" if none else "send", [] if none else [sent])
     else:
         raise tx.unsupported("`yield from` / `await` on something other than an iterable")
     if value is not None:
@@ -666,11 +680,14 @@ def raise_varargs(tx, inst):
     if inst.arg == 0:
         if not tx.exc_info:
             raise tx.unsupported("bare `raise` outside an except block")
-        raise ObservedException(tx.exc_info[-1])
-    if inst.arg == 2:
-        tx.pop()  # `from cause`: the cause is not modelled
-    exc = tx.pop()
-    raise ObservedException(as_exception(tx, exc))
+        raise _reraised(tx.exc_info[-1])
+    cause = tx.pop() if inst.arg == 2 else None
+    exc = as_exception(tx, tx.pop())
+    if cause is not None:   # `raise exc from cause`: a class is called, None clears the cause
+        if not S.is_none(tx, cause):
+            cause = as_exception(tx, cause)
+        setattr_var(tx, exc, "__cause__", cause)
+    raise ObservedException(exc)
 
 
 @handler("LOAD_ASSERTION_ERROR")
@@ -705,7 +722,13 @@ def reraise(tx, inst):
     exc = tx.pop()
     if inst.arg:
         tx.pop()  # lasti
-    raise ObservedException(exc)
+    raise _reraised(exc)
+
+
+def _reraised(exc: V.ExceptionVar) -> ObservedException:
+    e = ObservedException(exc)
+    e.reraise = True
+    return e
 
 
 @handler("BEFORE_WITH")

@@ -31,6 +31,14 @@ class AttrWrite:
     target: V.Variable
     name: str
     value: V.Variable
+    past_hook: bool = False   # the class's own __setattr__ ran while tracing: replayed as object's store
+
+
+@dataclasses.dataclass(frozen=True)
+class CellWrite:
+    """A write into a cell of an existing function (`nonlocal x; x = ...`)."""
+    cell: V.Cell
+    value: V.Variable
 
 
 @dataclasses.dataclass(frozen=True)

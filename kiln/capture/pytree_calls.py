@@ -27,6 +27,8 @@ _REAL_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
 
 def skeleton(tx, v: V.Variable):
     """The tree `v` stands for, with a Token for each leaf that is not a constant."""
+    if isinstance(v, V.ListVar) and v.cls not in (list, collections.deque):
+        raise tx.unsupported(f"a {v.cls.__name__} (a list subclass) in a pytree")
     if isinstance(v, V.ListVar):
         items = [skeleton(tx, i) for i in v.items]
         return items if v.cls is list else collections.deque(items, v.maxlen)

@@ -18,7 +18,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import in_field_order, is_model_output
 from kiln.capture.views import items_of
-from kiln.capture.output import AttrWrite, ContainerMutation, DeferredCall, GlobalWrite
+from kiln.capture.output import AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
 class CannotRebuild(Exception):
@@ -122,7 +122,10 @@ class Rebuilder:
 
     def side_effect(self, effect) -> list[str]:
         if isinstance(effect, AttrWrite):
-            return [f"setattr({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+            store = self.const(object.__setattr__) if effect.past_hook else "setattr"
+            return [f"{store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+        if isinstance(effect, CellWrite):
+            return [f"{self.const(effect.cell.real)}.cell_contents = {self.expr(effect.value)}"]
         if isinstance(effect, GlobalWrite):
             return [f"{effect.globals_name}[{effect.name!r}] = {self.expr(effect.value)}"]
         if isinstance(effect, ContainerMutation):
@@ -130,8 +133,10 @@ class Rebuilder:
             target = t.source.expr()
             if isinstance(t, V.ListVar):
                 items = f"[{', '.join(self.expr(i) for i in t.items)}]"
-                if t.cls is not list:  # a deque: no slice assignment
+                if t.cls is collections.deque:  # no slice assignment
                     return [f"__kiln_new = {items}", f"{target}.clear()", f"{target}.extend(__kiln_new)"]
+                if t.cls is not list:   # a subclass: its base's own slot, past any method of its own
+                    return [f"{self.const(list.__setitem__)}({target}, slice(None), {items})"]
                 return [f"{target}[:] = {items}"]
             if isinstance(t, V.DictVar):
                 items = ", ".join(f"{self.key(k)}: {self.expr(v)}" for k, v in t.items.items())
@@ -141,8 +146,8 @@ class Rebuilder:
                     return [f"__kiln_new = {{{items}}}", f"for __k, __v in __kiln_new.items(): {target}[__k] = __v"]
                 return [f"__kiln_new = {{{items}}}", f"{target}.clear()", f"{target}.update(__kiln_new)"]
             if isinstance(t, V.SetVar):
-                return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{target}.clear()",
-                        f"{target}.update(__kiln_new)"]
+                return [f"__kiln_new = [{', '.join(self.expr(i) for i in t.items)}]", f"{self.const(set.clear)}({target})",
+                        f"{self.const(set.update)}({target}, __kiln_new)"]
         if isinstance(effect, DeferredCall):
             args = [self.expr(a) for a in effect.args] + [f"{k}={self.expr(a)}" for k, a in effect.kwargs]
             return [f"{self.const(effect.fn)}({', '.join(args)})"]
@@ -173,8 +178,10 @@ def _tuple(r, v):
         return f"({inner},)" if v.items else "()"
     if v.cls is torch.Size:
         return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
-    if not hasattr(v.cls, "_fields"):  # a structseq (torch.return_types.max): built from one sequence
+    if hasattr(v.cls, "n_sequence_fields"):  # a structseq (torch.return_types.max): built from one sequence
         return f"{r.const(v.cls)}(({inner},))"
+    if not hasattr(v.cls, "_fields"):  # a user's subclass: made without running its __new__ again
+        return _subclass_instance(r, v, f"[{inner}]")
     return f"{r.const(v.cls)}({inner})"
 
 
@@ -188,7 +195,29 @@ def _list(r, v):
     if v.source is not None:
         return v.source.expr()  # identity matters; its contents were written back as a side effect
     items = f"[{', '.join(r.expr(i) for i in v.items)}]"
-    return items if v.cls is list else f"{r.const(v.cls)}({items}, {v.maxlen!r})"
+    if v.cls is list:
+        return items
+    if v.cls is collections.deque:
+        return f"{r.const(v.cls)}({items}, {v.maxlen!r})"
+    return _subclass_instance(r, v, items)
+
+
+def _subclass_instance(r, v, items: str) -> str:
+    attrs = ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items())
+    return f"{r.const(new_container_from)}({r.const(v.cls)}, {items}, {{{attrs}}})"
+
+
+def new_container_from(cls, items, attrs):
+    """An instance of a user's list, set, frozenset or tuple subclass, made without running its
+    `__new__`/`__init__` again: its items stored by its builtin base, then its instance attributes."""
+    if issubclass(cls, (frozenset, tuple)):
+        obj = (frozenset if issubclass(cls, frozenset) else tuple).__new__(cls, items)
+    else:
+        obj = (list if issubclass(cls, list) else set).__new__(cls)
+        (list.extend if issubclass(cls, list) else set.update)(obj, items)
+    if attrs:
+        obj.__dict__.update(attrs)
+    return obj
 
 
 def _dict(r, v):
@@ -214,7 +243,10 @@ def _dict(r, v):
 def _set(r, v):
     if v.source is not None:
         return v.source.expr()
-    return f"{r.const(v.cls)}([{', '.join(r.expr(i) for i in v.items)}])"
+    items = f"[{', '.join(r.expr(i) for i in v.items)}]"
+    if v.cls in (set, frozenset):
+        return f"{r.const(v.cls)}({items})"
+    return _subclass_instance(r, v, items)
 
 
 def _function(r, v):
@@ -269,7 +301,18 @@ def _view(r, v):
 
 
 def _exception(r, v):
-    return f"{r.const(v.cls)}({', '.join(r.expr(a) for a in v.args)})"
+    made = f"{r.const(v.cls)}({', '.join(r.expr(a) for a in v.args)})"
+    if not v.attrs:
+        return made
+    attrs = ", ".join(f"{name!r}: {r.expr(a)}" for name, a in v.attrs.items())
+    return f"{r.const(exception_with)}({made}, {{{attrs}}})"
+
+
+def exception_with(exc: BaseException, attrs: dict) -> BaseException:
+    """An exception rebuilt after the graph with the attributes traced code set on it."""
+    for name, value in attrs.items():
+        setattr(exc, name, value)
+    return exc
 
 
 def _context(r, v):
@@ -305,4 +348,5 @@ _PRINTERS = {
     V.SymNumber: _sym,
     V.DictViewVar: _view,
 }
-_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar)
+_MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar,
+            V.PartialVar)   # printed once, so a dict keyed by it finds the same object

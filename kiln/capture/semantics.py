@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import (_function, class_lookup, dunder_binary, getattr_var, iterate_object,
-                                     object_contains, object_getitem)
+from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
+                                     iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import NotConstant, call_variable
@@ -24,7 +24,7 @@ from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
 from kiln.capture.torch_calls import call_torch, tensor_method
-from kiln.capture.generators import advance
+from kiln.capture.generators import advance, is_user_iterator
 from kiln.capture.views import items_of, view_iter
 
 BINARY_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, operator.matmul, operator.mul,
@@ -48,7 +48,7 @@ VALUE_MODELS: dict[type, Any] = {}
 def key_of(tx, v: V.Variable) -> Any:
     """A dict key or set element as a Python value; a tensor is its own tracker (one tracker per
     real tensor, so identity is the tensor's identity, as `Tensor.__hash__` is)."""
-    if isinstance(v, V.TensorVar):
+    if isinstance(v, V.TensorVar) or _hashed_by_identity(v):
         return v
     try:
         key = python_value(v)
@@ -59,6 +59,32 @@ def key_of(tx, v: V.Variable) -> Any:
     except TypeError:
         tx.raise_(TypeError, f"unhashable type: '{type(key).__name__}'")
     return key
+
+
+def refuse_identity_member(tx, key):
+    """A set iterates in the order of its members' hashes; an object hashed by identity has the
+    tracker's id in kiln and the object's in Python, so its order would differ: refused."""
+    if isinstance(key, (V.NewObjectVar, V.PartialVar)):
+        raise tx.unsupported(f"a {key.python_type().__name__} (hashed by identity) as a set member: the set's "
+                             "order would follow kiln's ids, not the program's")
+
+
+def _hashed_by_identity(v: V.Variable) -> bool:
+    """An object made in traced code whose hash and == are object's own (a user's instance with no
+    `__hash__`/`__eq__` of its class, a functools.partial): its tracker is its key, as one tracker
+    stands for one object."""
+    if isinstance(v, V.PartialVar):
+        return True
+    return isinstance(v, V.NewObjectVar) and class_lookup(v.cls, "__hash__") is object.__hash__ and \
+        class_lookup(v.cls, "__eq__") is object.__eq__
+
+
+def set_member_key(tx, v: V.Variable) -> Any:
+    """The key `x in s`, `s.remove(x)` and `s.discard(x)` look up: a set (unhashable) is looked up
+    as the frozenset of its members, as CPython's set does."""
+    if isinstance(v, V.SetVar) and issubclass(v.cls, set) and class_lookup(v.cls, "__hash__") is None:
+        return frozenset(v.keys)
+    return key_of(tx, v)
 
 
 # -- globals ------------------------------------------------------------------------------------
@@ -102,6 +128,7 @@ def mutate_list(tx, lst: V.Variable, fn):
 
 def set_add(tx, s: V.SetVar, item: V.Variable):
     key = key_of(tx, item)
+    refuse_identity_member(tx, key)
     if key not in s.keys:
         s.keys.add(key)
         s.members[key] = item
@@ -153,8 +180,11 @@ def make_slice(tx, parts: list) -> V.Variable:
 
 
 # -- iteration ----------------------------------------------------------------------------------
-def iterate(tx, v: V.Variable) -> list[V.Variable]:
-    """All items of an iterable tracker, as trackers (kiln unrolls every loop)."""
+def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
+    """All items of an iterable tracker, as trackers (kiln unrolls every loop). `base`: past a
+    subclass's own `__iter__` ([Note: subclasses of builtin containers])."""
+    if not base and (it := call_overridden(tx, v, "__iter__", [])) is not None:
+        return iterate(tx, it)
     if type(v) in VALUE_MODELS:
         return VALUE_MODELS[type(v)].iterate(tx, v)
     if isinstance(v, (V.ListVar, V.TupleVar)):
@@ -172,6 +202,9 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
         return list(v.items)
     if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
         return [V.Constant(x) for x in v.value]
+    if isinstance(v, V.Constant) and not hasattr(type(v.value), "__iter__") and \
+            not hasattr(type(v.value), "__getitem__"):
+        tx.raise_(TypeError, f"'{type(v.value).__name__}' object is not iterable")
     if isinstance(v, V.TensorVar):
         n = v.example.size(0) if v.example.dim() else None
         if n is None:
@@ -182,16 +215,30 @@ def iterate(tx, v: V.Variable) -> list[V.Variable]:
         return items if isinstance(items, list) else iterate(tx, items)
     if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
         it = tx.call(getattr_var(tx, v, "__iter__"), [])
+        if it is v or is_user_iterator(it):   # a user's iterator: step its __next__ to the end
+            if not is_user_iterator(it):
+                tx.raise_(TypeError, f"iter() returned non-iterator of type '{it.python_type().__name__}'")
+            items = []
+            while (item := advance(tx, it)) is not None:
+                items.append(item)
+            return items
         return iterate(tx, it)
     raise tx.unsupported(f"iterating over a {v.python_type().__name__} is not supported")
 
 
-def get_iter(tx, v: V.Variable) -> V.Variable:
+def get_iter(tx, v: V.Variable, *, base: bool = False) -> V.Variable:
+    if not base and (it := call_overridden(tx, v, "__iter__", [])) is not None:
+        return it
     if isinstance(v, V.ITERATORS):
         return v
     if isinstance(v, V.DictViewVar):
         return view_iter(v)
-    return V.IteratorVar(iterate(tx, v))
+    if isinstance(v, V.NewObjectVar) and hasattr(v.cls, "__iter__"):
+        it = tx.call(getattr_var(tx, v, "__iter__"), [])
+        if is_user_iterator(it):   # stepped lazily, as the loop asks
+            return it
+        return get_iter(tx, it)
+    return V.IteratorVar(iterate(tx, v, base=True))
 
 
 # -- truth, identity, membership ----------------------------------------------------------------
@@ -278,6 +325,8 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
         return False
     distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar,  # trackers are objects
                 V.ExceptionVar, V.GeneratorVar, V.LazyIteratorVar)
+    if any(isinstance(v, (V.DictViewVar, V.IteratorVar)) for v in (a, b)) and a.source is None and b.source is None:
+        return False   # views and iterators made in traced code: each call makes a new object
     if isinstance(a, distinct) or isinstance(b, distinct):
         return False
     raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
@@ -286,11 +335,13 @@ def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
 _REAL_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
-def contains(tx, container: V.Variable, item: V.Variable) -> bool:
+def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False) -> bool:
+    if not base and (found := call_overridden(tx, container, "__contains__", [item])) is not None:
+        return truth(tx, found)
     if isinstance(container, V.DictVar):
         return key_of(tx, item) in container.items
     if isinstance(container, V.SetVar):
-        return key_of(tx, item) in container.keys
+        return set_member_key(tx, item) in container.keys
     if isinstance(container, (V.ListVar, V.TupleVar)):
         return any(items_equal(tx, i, item) for i in container.items)
     if isinstance(container, V.DictViewVar):
@@ -310,7 +361,10 @@ def contains(tx, container: V.Variable, item: V.Variable) -> bool:
 
 
 # -- operators ----------------------------------------------------------------------------------
-def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
+def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.Variable:
+    """`a op b`. `base`: past the operands' subclass methods ([Note: subclasses of builtin containers])."""
+    if not base and (result := _subclass_operator(tx, op, a, b)) is not None:
+        return result
     model = VALUE_MODELS.get(type(a)) or VALUE_MODELS.get(type(b))
     if model is not None:
         return model.binary(tx, op, a, b)
@@ -318,6 +372,8 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         if isinstance(a, V.TensorVar) and op in _INPLACE_TO_PLAIN:
             return call_torch(tx, "call_function", op, [a, b], {})
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
+    if op in _VIEW_COMPARISONS and isinstance(a, V.DictViewVar) and isinstance(b, V.DictViewVar):
+        return V.Constant(_views_compare(tx, op, a, b))
     views = isinstance(a, V.DictViewVar) or isinstance(b, V.DictViewVar)   # `d.keys() - {...}`: a fresh set
     if is_python_constant(a) and is_python_constant(b) and (views or not isinstance(a, _MUTABLE)
                                                             and not isinstance(b, _MUTABLE)):
@@ -334,6 +390,12 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
         repeat = SEQUENCE_OPS.get((b.python_type(), operator.mul)) or SEQUENCE_OPS.get((type(b), operator.mul))
         if repeat is not None:
             return repeat(tx, b, a)
+    if op in _ORDERINGS and _is_sequence(a) and _is_sequence(b):
+        if _sequence_kind(a) != _sequence_kind(b):
+            symbol = {operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">="}[op]
+            tx.raise_(TypeError, f"'{symbol}' not supported between instances of '{a.python_type().__name__}' "
+                                 f"and '{b.python_type().__name__}'")
+        return _sequence_order(tx, op, a, b)
     if op in (operator.eq, operator.ne):
         answer = _user_eq(tx, op, a, b)
         if answer is not None:
@@ -346,6 +408,31 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
 
 
 _MUTABLE = (V.ListVar, V.DictVar, V.SetVar)  # operators on these keep aliasing: not folded
+
+def _subclass_operator(tx, op, a, b) -> V.Variable | None:
+    """`a op b` through the Python methods of a user's container subclass, in Python's order (the
+    right operand first when its class is a subclass of the left's that overrides the reflected
+    method); None when neither operand has one or every one answered NotImplemented."""
+    if not _has_subclass_type(a) and not _has_subclass_type(b):
+        return None
+    name, reflected, plain = operator_dunders(op)
+    attempts = []
+    if plain is not None:
+        attempts.append((a, name, b))
+        name = plain
+    right_first = type(b) is type(a) and b.python_type() is not a.python_type() and \
+        issubclass(b.python_type(), a.python_type()) and overridden(b, reflected) is not None
+    pair = [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
+    for receiver, method, other in attempts + pair:
+        result = call_overridden(tx, receiver, method, [other])
+        if result is not None and not V.is_not_implemented(result):
+            return result
+    return None
+
+
+def _has_subclass_type(v) -> bool:
+    return isinstance(v, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and \
+        v.python_type().__module__ not in ("builtins", "collections")
 
 
 def _is_sequence(v):
@@ -373,7 +460,7 @@ def _user_eq(tx, op, a, b) -> V.Variable | None:
         if not isinstance(entry, types.FunctionType):
             continue
         result = tx.call(V.MethodVar(_function(entry), x), [y])
-        if is_python_constant(result) and python_value(result) is NotImplemented:
+        if V.is_not_implemented(result):
             continue
         return result if name == "__ne__" or op is operator.eq else V.Constant(not truth(tx, result))
     return None
@@ -404,7 +491,56 @@ def _dict_eq(tx, a: V.DictVar, b: V.DictVar) -> bool:
 
 
 def _sequence_kind(v) -> type:
-    return v.cls if isinstance(v, V.ListVar) else tuple
+    """What a sequence compares as: a list (its subclasses too), a deque, a tuple."""
+    if isinstance(v, V.ListVar):
+        return collections.deque if issubclass(v.cls, collections.deque) else list
+    return tuple
+
+
+_ORDERINGS = (operator.lt, operator.le, operator.gt, operator.ge)
+_VIEW_COMPARISONS = (operator.eq, operator.ne, *_ORDERINGS)
+
+
+def _views_compare(tx, op, a: V.DictViewVar, b: V.DictViewVar) -> bool:
+    """Two dict views compared as CPython's dictview_richcompare does: keys and items views as sets
+    (lengths first, then each member of the smaller side looked up in the other; an items lookup
+    compares the stored value with `==`, so a value's own __eq__ runs, and may raise); values views
+    have no comparison but identity."""
+    if a.kind == "values" or b.kind == "values":
+        if op in (operator.eq, operator.ne):
+            return (a is b) == (op is operator.eq)
+        tx.raise_(TypeError, f"'{op.__name__}' not supported between instances of '{a.python_type().__name__}' "
+                             f"and '{b.python_type().__name__}'")
+    if op in (operator.gt, operator.ge):   # b <= a, b < a
+        op, a, b = (operator.lt if op is operator.gt else operator.le), b, a
+    la, lb = len(a.dict.items), len(b.dict.items)
+    if op is operator.eq or op is operator.ne:
+        equal = la == lb and _view_within(tx, a, b)
+        return equal == (op is operator.eq)
+    if op is operator.lt and not la < lb or op is operator.le and not la <= lb:
+        return False
+    return _view_within(tx, a, b)
+
+
+def _view_within(tx, a: V.DictViewVar, b: V.DictViewVar) -> bool:
+    """Whether every member of view `a` is in view `b`."""
+    if a.kind != b.kind:   # keys against items: each member looked up as `in` does
+        return all(contains(tx, b, member) for member in iterate(tx, a))
+    for key, value in a.dict.items.items():
+        if key not in b.dict.items:
+            return False
+        if a.kind == "items" and not items_equal(tx, b.dict.items[key], value):
+            return False
+    return True
+
+
+def _sequence_order(tx, op, a, b) -> V.Variable:
+    """`a < b` of two lists (or tuples, or deques), as CPython compares them: at the first position
+    whose items differ, those items decide; with none, the lengths."""
+    for x, y in zip(a.items, b.items):
+        if not items_equal(tx, x, y):
+            return binary_op(tx, op, x, y)
+    return V.Constant(op(len(a.items), len(b.items)))
 
 
 def _seq_eq(tx, a, b):
@@ -421,7 +557,7 @@ def _concat(tx, a, b):
         else:
             tx.raise_(TypeError, f"can only concatenate {a.python_type().__name__} to the same type")
     if isinstance(a, V.ListVar):
-        if b.python_type() is not list:
+        if not issubclass(b.python_type(), list):
             tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
     return V.TupleVar(a.items + b.items)
@@ -446,17 +582,47 @@ def _list_imul(tx, a, b):
 
 
 def _list_iadd(tx, a, b):
-    items = iterate(tx, b)
-    mutate_list(tx, a, lambda lst: lst.extend(items))
+    extend_list(tx, a, b)
     return a
 
 
+def extend_list(tx, lst: V.Variable, iterable: V.Variable):
+    """`lst.extend(iterable)`, `lst += iterable`: CPython copies a list or tuple whole, but steps any
+    other iterator one item at a time, appending each before it asks for the next, so a generator
+    that reads the list sees it grow (`y.extend(y[-1] + z for z in range(3))`)."""
+    if isinstance(iterable, (V.GeneratorVar, V.LazyIteratorVar)):
+        while (item := advance(tx, iterable)) is not None:
+            mutate_list(tx, lst, lambda items: items.append(item))
+        return
+    items = iterate(tx, iterable)
+    mutate_list(tx, lst, lambda lst_items: lst_items.extend(items))
+
+
 def _dict_or(tx, a, b):
-    return V.DictVar({**a.items, **dict(dict_items(tx, b))}, a.cls, a.default_factory)
+    """`a | b` of dicts: the result's class is that of the operand whose `__or__`/`__ror__` runs
+    (the right one's first where its class is a subclass of the left's with its own `__ror__`):
+    dict's makes a plain dict, OrderedDict's and defaultdict's their own class (with the factory)."""
+    if not issubclass(b.python_type(), dict):
+        tx.raise_(TypeError, f"unsupported operand type(s) for |: '{a.python_type().__name__}' and "
+                             f"'{b.python_type().__name__}'")
+    items = {**a.items, **dict(dict_items(tx, b))}
+    owner = a
+    if isinstance(b, V.DictVar) and b.cls is not a.cls and issubclass(b.cls, a.cls) and \
+            _or_home(b.cls) is not _or_home(a.cls):
+        owner = b
+    home = _or_home(owner.cls)
+    return V.DictVar(items, owner.cls if home is not dict else dict,
+                     owner.default_factory if home is collections.defaultdict else None)
+
+
+def _or_home(cls: type) -> type:
+    """The class whose `__or__` a dict subclass inherits."""
+    return next(home for home in (collections.defaultdict, collections.OrderedDict, dict) if issubclass(cls, home))
 
 
 def _dict_ior(tx, a, b):
-    for k, v in dict_items(tx, b):
+    from kiln.capture.containers import mapping_pairs   # `d |= pairs` takes what update() takes
+    for k, v in mapping_pairs(tx, b):
         dict_set(tx, a, V.Constant(k), v)
     return a
 
@@ -481,6 +647,10 @@ def unary_op(tx, op, v: V.Variable) -> V.Variable:
 
 
 def format_value(tx, v: V.Variable, conv, spec: str) -> str:
+    if isinstance(v, V.NewObjectVar) and not spec and conv in (None, str, repr):
+        text = _own_text(tx, v, "__repr__" if conv is repr else "__str__")
+        if text is not None:
+            return text
     if not is_python_constant(v) or isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType)):
         raise tx.unsupported(f"formatting a {v.python_type().__name__} into a string needs its runtime value")
     value = python_value(v)
@@ -489,8 +659,24 @@ def format_value(tx, v: V.Variable, conv, spec: str) -> str:
     return format(value, spec)
 
 
+def _own_text(tx, v: V.NewObjectVar, name: str) -> str | None:
+    """`str(v)` / `repr(v)` through the class's Python `__str__` or `__repr__` (object's `__str__`
+    is its `__repr__`); None where neither is Python code."""
+    if name == "__str__" and class_lookup(v.cls, "__str__") is object.__str__:
+        name = "__repr__"
+    method = class_lookup(v.cls, name)
+    if not isinstance(method, types.FunctionType):
+        return None
+    text = tx.call(V.MethodVar(_function(method), v), [])
+    if not (isinstance(text, V.Constant) and isinstance(text.value, str)):
+        raise tx.unsupported(f"{v.cls.__name__}.{name} returned a {text.python_type().__name__}, not a known str")
+    return text.value
+
+
 # -- items --------------------------------------------------------------------------------------
-def getitem(tx, obj: V.Variable, key: V.Variable) -> V.Variable:
+def getitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False) -> V.Variable:
+    if not base and (item := call_overridden(tx, obj, "__getitem__", [key])) is not None:
+        return item
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].getitem(tx, obj, key)
     if isinstance(obj, V.TensorVar):
@@ -576,7 +762,9 @@ def _tensor_index(tx, t: V.TensorVar) -> int:
     return made_from
 
 
-def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
+def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable, *, base: bool = False):
+    if not base and call_overridden(tx, obj, "__setitem__", [key, value]) is not None:
+        return
     if type(obj) in VALUE_MODELS:
         return VALUE_MODELS[type(obj)].setitem(tx, obj, key, value)
     if isinstance(obj, V.TensorVar):
@@ -584,7 +772,7 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
     elif isinstance(obj, V.ListVar):
         k = python_value(key)
 
-        if isinstance(k, slice) and obj.cls is not list:
+        if isinstance(k, slice) and issubclass(obj.cls, collections.deque):
             tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
 
         def assign(items):
@@ -596,7 +784,9 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable):
         raise tx.unsupported(f"item assignment on a {obj.python_type().__name__}")
 
 
-def delitem(tx, obj: V.Variable, key: V.Variable):
+def delitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False):
+    if not base and call_overridden(tx, obj, "__delitem__", [key]) is not None:
+        return
     k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
         mutate_list(tx, obj, lambda items: items.__delitem__(k))

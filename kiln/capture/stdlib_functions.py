@@ -16,6 +16,7 @@ import copy
 import functools
 import heapq
 import operator
+import re
 
 import torch
 
@@ -131,13 +132,17 @@ def _copy_of_object(tx, v: V.ObjectVar) -> V.NewObjectVar:
     from kiln.capture.builder import wrap
     from kiln.capture.guards import Guard, GuardKind
     from kiln.capture.sources import AttrSource, DictEntrySource
+    from kiln.capture.attributes import _viewed_dict, overlay_id
     obj, source = v.value, v.source
+    viewed = _viewed_dict(tx, obj)
+    if viewed is not None:  # the frame read obj.__dict__: that tracker holds the attributes now
+        return V.NewObjectVar(type(obj), dict(viewed.items))
     if source is not None:
         tx.out.guard(Guard(GuardKind.DICT_KEYS, AttrSource(source, "__dict__"), tuple(vars(obj))))
     attrs = {k: wrap(tx.out, value, DictEntrySource(source, "__dict__", k) if source is not None else None)
              for k, value in vars(obj).items()}
     for (oid, name), value in tx.out.__dict__.get("attr_overlay", {}).items():
-        if oid == id(obj):
+        if oid == overlay_id(obj):
             attrs[name] = value
     return V.NewObjectVar(type(obj), attrs)
 
@@ -203,3 +208,18 @@ handles(operator.attrgetter)(_getter(_get_attrs))
 def _methodcaller(tx, args, kwargs):
     from kiln.capture.attributes import _function
     return V.PartialVar(_function(_call_method), [args[0], V.TupleVar(list(args[1:])), V.DictVar(dict(kwargs))], {})
+
+
+# -- re ---------------------------------------------------------------------------------------------------
+@handles(re._compile)
+def _re_compile(tx, args, kwargs):
+    """`re.compile(pattern, flags)` and every `re.search`/`re.match`/... on a constant pattern: the
+    real compile, run at capture time (re's own cache, a dict of the program keyed by type and
+    pattern, is not read through); the pattern is immutable and its methods fold on constants."""
+    if not all(is_python_constant(a) for a in [*args, *kwargs.values()]):
+        raise tx.unsupported("re.compile of a pattern known only at run time")
+    try:
+        return V.Constant(re._compile(*[python_value(a) for a in args],
+                                      **{k: python_value(v) for k, v in kwargs.items()}))
+    except (re.error, TypeError, ValueError) as e:
+        tx.raise_(type(e), *e.args)

@@ -96,6 +96,7 @@ class ListVar(Variable):
     items: list
     cls: type = list
     maxlen: int | None = None
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     def python_type(self):
         return self.cls
@@ -104,7 +105,8 @@ class ListVar(Variable):
 @dataclasses.dataclass(eq=False)
 class TupleVar(Variable):
     items: list
-    cls: type = tuple  # tuple, torch.Size, or a namedtuple class
+    cls: type = tuple  # tuple, torch.Size, a namedtuple class, or a user's subclass
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     def python_type(self):
         return self.cls
@@ -136,6 +138,7 @@ class SetVar(Variable):
     keys: set = dataclasses.field(default_factory=set)
     members: dict = dataclasses.field(default_factory=dict)
     cls: type = set
+    attrs: dict = dataclasses.field(default_factory=dict)  # instance attributes of a user's subclass
 
     @property
     def items(self) -> list:
@@ -201,8 +204,11 @@ ITERATORS = (IteratorVar, GeneratorVar, LazyIteratorVar)   # what `generators.ad
 
 @dataclasses.dataclass(eq=False)
 class Cell(Variable):
-    """A closure cell created inside traced code."""
+    """A closure cell: created inside traced code, or standing for `real`, a cell of an existing
+    function (one tracker per real cell, so a `nonlocal` write in one inlined call is seen by the
+    next, and is written back after the graph)."""
     contents: Variable | None = None
+    real: Any = None
 
 
 @dataclasses.dataclass(eq=False)
@@ -288,11 +294,22 @@ class ContextVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class ExceptionVar(Variable):
+    """An exception made or raised in traced code. `attrs` holds what was set on it: the chaining
+    attributes (`__context__`, set when it is raised while another is handled, `__cause__` and
+    `__suppress_context__` by `raise ... from ...`), `__traceback__` (kiln keeps no tracebacks: None
+    unless the program set one), `__notes__`, and any attribute the program set."""
     cls: type
     args: list
+    attrs: dict = dataclasses.field(default_factory=dict)
+    raised: bool = False   # raised once: CPython gave it a traceback, which kiln does not keep
 
     def python_type(self):
         return self.cls
+
+
+def is_not_implemented(v: Variable) -> bool:
+    """Whether `v` is NotImplemented (a constant, or the builtin read as an object)."""
+    return isinstance(v, (Constant, ObjectVar)) and v.value is NotImplemented
 
 
 def is_tensor(v: Variable) -> bool:

@@ -92,6 +92,17 @@ def test_distribution_argument_check_still_raises():
     def log_prob(x, scale):
         return torch.distributions.Normal(x, scale).log_prob(x + 1)
 
+    # running torch.compile once (another test in this process) turns torch.distributions'
+    # validation off for good: the checks this test is about exist only with it on
+    validating = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(True)
+    try:
+        _check_distribution_arguments(log_prob)
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validating)
+
+
+def _check_distribution_arguments(log_prob):
     kiln.capture.reset()
     compiled = kiln.capture.capture(log_prob, lambda gm, ex: gm.forward, CaptureConfig(fullgraph=True))
     x = torch.randn(4, 5)

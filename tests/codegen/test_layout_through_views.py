@@ -1,0 +1,177 @@
+"""[Note: layouts through views] in kiln/codegen/layout.py: ShuffleNet's channel shuffle
+(`cat`, then `view(b, 2, c/2, h, w).transpose(1, 2).contiguous().view(b, c, h, w)`) computes a
+5-d buffer that the next block's convolutions read through 4-d views. Laid out so that those
+views are channels-last, the blocks stay NHWC from end to end: no kernel transposes between NCHW
+and NHWC. Compared with eager, in inference and in training."""
+import sympy
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.codegen import ir, layout
+
+
+def _shuffle(x, groups=2):
+    b, c, h, w = x.shape
+    return x.view(b, groups, c // groups, h, w).transpose(1, 2).contiguous().view(b, -1, h, w)
+
+
+def _conv_bn(cin, cout, k=1, stride=1, groups=1, relu=True):
+    layers = [torch.nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), torch.nn.BatchNorm2d(cout)]
+    return torch.nn.Sequential(*layers, *([torch.nn.ReLU()] if relu else []))
+
+
+class Block(torch.nn.Module):
+    """torchvision's ShuffleNetV2 InvertedResidual, small."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        half = cout // 2
+        self.stride = stride
+        if stride > 1:
+            self.branch1 = torch.nn.Sequential(_conv_bn(cin, cin, 3, stride, cin, relu=False), _conv_bn(cin, half))
+        self.branch2 = torch.nn.Sequential(_conv_bn(cin if stride > 1 else half, half),
+                                           _conv_bn(half, half, 3, stride, half, relu=False), _conv_bn(half, half))
+
+    def forward(self, x):
+        if self.stride == 1:
+            x1, x2 = x.chunk(2, dim=1)
+            out = torch.cat((x1, self.branch2(x2)), dim=1)
+        else:
+            out = torch.cat((self.branch1(x), self.branch2(x)), dim=1)
+        return _shuffle(out)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = _conv_bn(3, 8, 3, 2)
+        self.blocks = torch.nn.Sequential(Block(8, 12, 2), Block(12, 12, 1), Block(12, 12, 1))
+        self.last = _conv_bn(12, 16)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.head(self.last(self.blocks(self.stem(x))).mean((2, 3)))
+
+
+def _model():
+    torch.manual_seed(0)
+    model = Net()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+    return model
+
+
+def _record(monkeypatch):
+    """(loop IR after the layout pass, schedule) of every graph kiln compiles."""
+    import kiln.codegen.compile as compile_module
+    seen = []
+    optimize, schedule = compile_module.optimize_layouts, compile_module.schedule
+
+    def laid_out(graph, free_outputs=frozenset()):
+        seen.append([optimize(graph, free_outputs)])
+        return seen[-1][0]
+
+    def scheduled(graph):
+        seen[-1].append(schedule(graph))
+        return seen[-1][1]
+    monkeypatch.setattr(compile_module, "optimize_layouts", laid_out)
+    monkeypatch.setattr(compile_module, "schedule", scheduled)
+    return seen
+
+
+def _innermost_steps(kernel: ir.Kernel, buffers) -> list[tuple[str, int]]:
+    """(buffer, step) for every load of a buffer of 3 or more dims whose index moves by more than
+    one element along the kernel's innermost loop (at a point away from any clamp's edge)."""
+    inner = max(k for k, r in enumerate(kernel.ranges) if sympy.sympify(r) != 1)
+    var = ir.loop_var(inner)
+    point = {ir.loop_var(k): int(r) // 2 for k, r in enumerate(kernel.ranges)}
+    steps = []
+    for stage in kernel.stages:
+        for stmt in stage.body:
+            for e in ir.stmt_exprs(stmt):
+                for ld in ir.loads_of(e):
+                    if len(buffers[ld.buffer].sizes) < 3 or ld.indirect:
+                        continue
+                    index = sympy.sympify(ld.index)
+                    step = index.subs({**point, var: point[var] + 1}) - index.subs(point)
+                    if step not in (0, 1):
+                        steps.append((ld.buffer, int(step)))
+    return steps
+
+
+def test_the_channel_shuffle_keeps_its_blocks_channels_last(monkeypatch):
+    monkeypatch.setenv("KILN_DISABLE_CACHE", "1")
+    graphs = _record(monkeypatch)
+    model = _model().eval()
+    x = torch.randn(2, 3, 32, 32)
+    kiln.reset()
+    with torch.no_grad():
+        got, want = kiln.compile(model)(x), model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    ((graph, sched),) = graphs
+    buffers = graph.buffer_map()
+    shuffled = [b for b in buffers.values() if len(b.sizes) == 5]
+    assert len(shuffled) == 3, [str(b) for b in shuffled]
+    for buf in shuffled:     # [b, c/2, 2, h, w]: the group dim innermost, then the channel pairs
+        b, half, g, h, w = (int(s) for s in buf.sizes)
+        assert tuple(buf.strides) == (half * g * h * w, g, 1, w * half * g, half * g), buf
+    convs = [n for n in graph.nodes if layout._is_convolution(n)]
+    for conv in convs:
+        image = conv.args[0]
+        if isinstance(image, ir.ViewArg):
+            assert layout._channels_last_view(image), str(conv)
+        else:
+            assert layout._is_channels_last(buffers[image.name]), str(conv)
+        assert layout._is_channels_last(buffers[conv.outputs[0]]), str(conv)
+    assert sum(isinstance(conv.args[0], ir.ViewArg) for conv in convs) == 3   # blocks 2 and 3 take a chunk, the last conv all the channels
+    kernels = [k for k in sched.steps if isinstance(k, ir.Kernel)]
+    transposing = {k.name: _innermost_steps(k, buffers) for k in kernels if k.ranges[0] == 2}
+    assert not any(transposing.values()), transposing
+
+
+def test_a_view_that_splits_a_buffer_dim_keeps_the_buffer_contiguous():
+    """A view that merges buffer dims (`[b, c/2, 2, h, w]` read as `[b, c, h, w]`) gets
+    channels-last strides, at an offset too (a chunk); one that splits a buffer dim across
+    view dims (`[b, c*h, w]` read as `[b, c, h, w]`: h is not apart from c in the buffer) gets none."""
+    buf = ir.Buffer("b", (2, 6, 20), ir.contiguous_strides((2, 6, 20)), torch.float32, "cpu")
+    merged = ir.ViewArg("b", (2, 3, 2, 20), (120, 40, 20, 1))       # dim 1 (6) split into c=3, h=2
+    assert layout._strides_for_view(buf, merged) is None         # h and w are one buffer dim: no NHWC
+    buf5 = ir.Buffer("s", (2, 4, 2, 5, 5), ir.contiguous_strides((2, 4, 2, 5, 5)), torch.float32, "cpu")
+    view = ir.ViewArg("s", (2, 8, 5, 5), (200, 25, 5, 1))
+    strides = layout._strides_for_view(buf5, view)
+    assert strides == (200, 2, 1, 40, 8)
+    half = layout._relaid_view(ir.ViewArg("s", (2, 4, 5, 5), (200, 25, 5, 1), 100), buf5, strides)
+    assert (half.strides, half.offset) == ((200, 1, 40, 8), 4)
+    x = [ir.loop_var(k) for k in range(4)]   # the split the relaid index needs: floor(x1/2), not a floor of a sum
+    from kiln.codegen.indexing import simplify_index
+    upper = dict(zip(x, (2, 8, 5, 5)))
+    assert simplify_index(sympy.floor((25 * x[1] + 5 * x[2] + x[3]) / 50), upper) == sympy.floor(x[1] / 2)
+    # the values: the relaid view reads the elements the old one did
+    data = torch.arange(200 * 2.0)
+    old = torch.as_strided(data, (2, 4, 2, 5, 5), buf5.strides)
+    new = torch.empty_strided((2, 4, 2, 5, 5), strides).copy_(old)
+    flat = torch.as_strided(new, (new.untyped_storage().nbytes() // 4,), (1,))
+    assert torch.equal(torch.as_strided(flat, half.sizes, half.strides, int(half.offset)),
+                       torch.as_strided(data, (2, 4, 5, 5), (200, 25, 5, 1), 100))
+
+
+def test_a_shufflenet_training_step_equals_eager():
+    model = _model().train()
+    reference = _model().train()
+    x = torch.randn(2, 3, 32, 32)
+    kiln.reset()
+    compiled = kiln.compile(model)
+    for _ in range(2):
+        for m in (compiled, reference):
+            m.zero_grad(set_to_none=True)
+        got = compiled(x).square().mean()
+        got.backward()
+        want = reference(x).square().mean()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4)

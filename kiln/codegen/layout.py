@@ -158,8 +158,14 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
             return arg.name in plan and _channels_last_view(_relaid_view(arg, buffers[arg.name], plan[arg.name]))
         return arg.name in plan or _is_channels_last(buffers[arg.name])
 
+    def restrides_views(name: str, strides) -> bool:
+        """Whether every view a convolution reads of `name` is again a view under `strides`."""
+        return all(_relaid_view(v, buffers[name], strides) is not None for v in views.get(name, ()))
+
     def relay(name: str) -> None:
-        plan[name] = channels_last_strides(buffers[name].sizes)
+        strides = channels_last_strides(buffers[name].sizes)
+        if restrides_views(name, strides):
+            plan[name] = strides
 
     def relay_through(view: ir.ViewArg) -> None:
         """Lay out `view`'s buffer so that the view reads it channels-last, if some order of the
@@ -170,7 +176,7 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
         strides = _strides_for_view(buf, view)
         if strides is None or strides == tuple(buf.strides):
             return
-        if all(_relaid_view(v, buf, strides) is not None for v in views.get(view.name, ())):
+        if restrides_views(view.name, strides):
             plan[view.name] = strides
 
     for node in graph.nodes:
@@ -214,7 +220,7 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
                 continue
             source = producer.get(a)
             if isinstance(source, ir.ComputedBuffer) and isinstance(source.body, ir.Pointwise):
-                plan[a] = channels_last_strides(buffers[a].sizes)
+                relay(a)
     return plan
 
 

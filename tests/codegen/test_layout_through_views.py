@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
+import kiln.prims.ops  # noqa: F401  (registers the prims)
 from kiln.codegen import ir, layout
 
 
@@ -198,3 +199,42 @@ def test_a_cats_pieces_are_loaded_under_their_conditions_in_triton():
     kernels = check(lambda x, y: torch.where(x > 0, x, y * 2), torch.randn(40), torch.randn(40), grad=False)
     (select,) = [k.source for k in kernels if "tl.where" in k.source]
     assert re.findall(r"tl\.load\([^\n]*\), xmask, other=0\)", select) and " & " not in select, select
+
+
+
+def _relu_then_convs(second_view: ir.ViewArg) -> ir.Graph:
+    """buf0 = relu(arg0) [2, 6, 8, 8]; buf1 = conv(buf0, arg1); buf2 = conv(second_view, arg2)."""
+    conv, f32 = torch.ops.kiln_prims.convolution.default, torch.float32
+    sizes = (2, 6, 8, 8)
+    x = [ir.loop_var(k) for k in range(4)]
+    bufs = (ir.Buffer("arg0", sizes, ir.contiguous_strides(sizes), f32, "cpu"),
+            ir.Buffer("arg1", (4, 6, 1, 1), (6, 1, 1, 1), f32, "cpu"),
+            ir.Buffer("arg2", (5, 3, 1, 1), (3, 1, 1, 1), f32, "cpu"),
+            ir.Buffer("buf0", sizes, ir.contiguous_strides(sizes), f32, "cpu"),
+            ir.Buffer("buf1", (2, 4, 8, 8), ir.contiguous_strides((2, 4, 8, 8)), f32, "cpu"),
+            ir.Buffer("buf2", (2, 5, 8, 8), ir.contiguous_strides((2, 5, 8, 8)), f32, "cpu"))
+    relu = ir.Op("maximum", (ir.Load("arg0", bufs[3].index(x), f32), ir.Constant(0.0, f32)), f32)
+    nodes = (ir.ComputedBuffer("buf0", ir.Pointwise(sizes, relu)),
+             ir.ExternKernel(("buf1",), conv, (ir.BufferArg("buf0"), ir.BufferArg("arg1"), None, [1, 1], [0, 0],
+                                               [1, 1], False, [0, 0], 1)),
+             ir.ExternKernel(("buf2",), conv, (second_view, ir.BufferArg("arg2"), None, [1, 1], [0, 0], [1, 1],
+                                               False, [0, 0], 1)))
+    return ir.Graph(inputs=("arg0", "arg1", "arg2"), buffers=bufs, nodes=nodes, outputs=("buf1", "buf2"))
+
+
+def test_a_channel_range_read_by_a_convolution_goes_channels_last_with_its_buffer():
+    """A 4-d buffer that one convolution reads whole and another by a range of its channels (a
+    view: `chunk`) goes channels-last, the range a view at a channel offset; a view no NHWC
+    strides give (`[b, c*h, w]`, a conv1d's: c and h are not next to each other in NHWC) keeps
+    the buffer as it is."""
+    chunk = ir.ViewArg("buf0", (2, 3, 8, 8), (384, 64, 8, 1), sympy.Integer(192))
+    free = frozenset({"buf1", "buf2"})     # the outputs' layout is the pass's to choose (a forward's saved values)
+    graph = layout.optimize_layouts(_relu_then_convs(chunk), free)
+    buffers = graph.buffer_map()
+    assert layout._is_channels_last(buffers["buf0"]) and layout._is_channels_last(buffers["buf2"])
+    view = graph.nodes[-1].args[0]
+    assert (view.strides, view.offset) == ((384, 1, 48, 6), 3), view
+    flat = ir.ViewArg("buf0", (2, 48, 8), (384, 8, 1), sympy.Integer(0))
+    graph = layout.optimize_layouts(_relu_then_convs(flat), free)
+    assert graph.buffer_map()["buf0"].strides == (384, 64, 8, 1)
+    assert graph.nodes[-1].args[0] == flat

@@ -160,6 +160,35 @@ def _split(num: sympy.Expr, den: sympy.Expr, upper) -> tuple | None:
     return q, r
 
 
+def _scaled_split(num: sympy.Expr, den: sympy.Integer, upper) -> tuple | None:
+    """num = den*q + r where the exact split fails but num's terms are multiples of a divisor `c`
+    of `den` but for a remainder in [0, c): floor(num/den) = floor((num - R)/c / (den/c)). An index
+    of a dim split in two, relaid: the channel shuffle's `[b, 58, 2, h, w]` read as `[b, 116, h, w]`
+    is `784*x1 + 28*x2 + x3` in contiguous strides; its dim of stride 1568 is
+    `floor((784*x1 + 28*x2 + x3)/1568)`, which is `floor(x1/2)` as `28*x2 + x3 < 784`."""
+    q, rest = sympy.Integer(0), []
+    for term in sympy.Add.make_args(sympy.expand(num)):
+        coeff, _ = term.as_coeff_Mul()
+        if coeff.is_Integer and int(coeff) % int(den) == 0:
+            q += term / den
+        else:
+            rest.append(term)
+    divisors = sorted({sympy.gcd(t.as_coeff_Mul()[0], den) for t in rest if t.as_coeff_Mul()[0].is_Integer}, reverse=True)
+    for c in divisors:
+        if c in (1, den):
+            continue
+        big = [t for t in rest if t.as_coeff_Mul()[0].is_Integer and t.as_coeff_Mul()[0] % c == 0]
+        small = sympy.Add(*[t for t in rest if not any(t is b for b in big)])
+        b = _bounds(small, upper)
+        if b is None or not _le(0, b[0]) or not _le(b[1] + 1, c):
+            continue
+        inner = sympy.expand(sympy.Add(*big) / c)
+        d = den // c
+        q_in, r_in = simplify_index(sympy.floor(inner / d), upper), simplify_index(sympy.Mod(inner, d), upper)
+        return q + q_in, c * r_in + small
+    return None
+
+
 def _split_factor(term: sympy.Expr, kind) -> tuple | None:
     """term = coefficient * f with f the one factor of type `kind`: (coefficient, f), else None."""
     factors = [f for f in sympy.Mul.make_args(term) if isinstance(f, kind)]
@@ -250,7 +279,7 @@ def _decided_before_evaluation(e: sympy.Expr, args: list, upper) -> sympy.Expr |
         return None
     if not (den.is_Integer and den > 0):
         return None
-    split = _split(num, den, upper)
+    split = _split(num, den, upper) or _scaled_split(num, den, upper)
     return None if split is None else split[which]
 
 

@@ -16,8 +16,10 @@ The pass runs on the loop IR between lowering and scheduling and changes only bu
 ComputedBuffer's store follows its buffer's strides (the scheduler computes it), and every load of a
 relaid buffer is rewritten from the old flat offset to the new one (per-dim indices recovered by
 div/mod, which the loop bounds then simplify away). Graph inputs, outputs, constants and buffers
-read through a strided view (`ViewArg`) or by an extern other than a convolution keep their
-layout: their strides are a contract with code outside the kernels. A convolution reading a buffer
+read by an extern other than a convolution (directly or through a strided view, `ViewArg`) keep
+their layout: their strides are a contract with code outside the kernels. A buffer a convolution
+reads through a view takes the strides that make the view channels-last, where some order of its
+dims does ([Note: layouts through views]). A convolution reading a buffer
 kiln does not compute (a graph's image input) reads a channels-last copy of it (one cheap pass).
 Upstream of a relaid buffer, a 4-d buffer of the same batch and channels computed elementwise
 (pooling's input, an activation) follows it. An extern's result whose strides are not the planned
@@ -33,6 +35,23 @@ aot compiles the backward with its saved inputs in those strides (`_in_saved_lay
 kiln/aot/runtime.py): the backward's convolution gradients read NHWC activations and write NHWC
 gradients. A backward compiled for other strides would still be right: its inputs are checked and
 copied into the layout it was written for.
+
+[Note: layouts through views] ShuffleNet's channel shuffle, `cat` then `view(b, 2, c/2, h, w)
+.transpose(1, 2).contiguous().view(b, c, h, w)`, computes a 5-d buffer `[b, c/2, 2, h, w]` that the
+next block's convolutions read through 4-d views: all its channels (a downsampling block), or one
+half of them (`chunk`: a view at an offset). Left contiguous, every block ended in a kernel
+writing NCHW from NHWC inputs (on a GPU: stores at a stride of C) and began with a convolution
+of an NCHW input (cuDNN transposes around it); on the H100 shufflenet_v2 ran at 0.59x Inductor
+(issue #35). The view's dims are groups of the buffer's (merged: the view's channel is `(c/2, 2)`),
+so ordering the buffer's dims as their view dims go in NHWC, channels innermost, gives strides
+`(c*h*w, 2, 1, w*c, c)` under which the full view reads `(c*h*w, 1, w*c, c)`: channels-last.
+`_strides_for_view` finds them and checks the view they give; every view of the buffer is
+re-strided with it (`_relaid_view`: the old view's offsets relaid and simplified, which must again
+be affine), and the buffer's loads are re-indexed as any relaid buffer's. A half of the channels
+reads `(c*h*w, 1, w*c, c)` at offset c/2: a channel range of an NHWC tensor, which ATen's
+convolutions take as channels-last (they copy it dense: a coalesced copy, no transpose), and
+answer channels-last, so the plan goes on through the block. A view that splits one of the
+buffer's dims across view dims gets no such strides; its buffer keeps its layout.
 
 [Note: layouts that follow their input] `linear` under autocast casts its float32 weight to
 bfloat16 and multiplies by its transpose: `mm(x, convert(permute(W)))`. Laid out contiguously in
@@ -115,39 +134,65 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
     pinned = _contract_buffers(graph, free_outputs)
     for node in graph.nodes:
         if isinstance(node, ir.ExternKernel):
-            pinned |= _view_names((node.args, [v for _, v in node.kwargs]))
             if not (_is_convolution(node) or _is_convolution_backward(node)):   # an eager op may care
                 pinned |= {a.name for a in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs]))
-                           if isinstance(a, ir.BufferArg)}
+                           if isinstance(a, (ir.BufferArg, ir.ViewArg))}
+            else:       # a convolution's view is re-strided with its buffer ([Note: layouts through views])
+                pinned |= _view_names(node.args[1:] if _is_convolution(node) else node.args[2:])
+                pinned |= _view_names([v for _, v in node.kwargs])
+    views = _views_by_buffer(graph)
 
-    def relayable(name: str) -> bool:
+    def relayable(name: str, rank: int | None = 4) -> bool:
         buf = buffers[name]
-        return (name not in pinned and len(buf.sizes) == 4 and _static_and_nonempty(buf.sizes)
+        return (name not in pinned and (rank is None or len(buf.sizes) == rank) and _static_and_nonempty(buf.sizes)
                 and buf.strides == ir.contiguous_strides(buf.sizes) and buf.offset == 0)
 
     def computed_elementwise(name: str) -> bool:
         source = producer.get(name)
         return isinstance(source, ir.ComputedBuffer) and isinstance(source.body, (ir.Pointwise, ir.Reduction))
 
-    def nhwc(name: str) -> bool:
-        return name in plan or _is_channels_last(buffers[name])
-
     plan: dict[str, tuple] = {}
 
+    def nhwc(arg) -> bool:
+        if isinstance(arg, ir.ViewArg):
+            return arg.name in plan and _channels_last_view(_relaid_view(arg, buffers[arg.name], plan[arg.name]))
+        return arg.name in plan or _is_channels_last(buffers[arg.name])
+
+    def restrides_views(name: str, strides) -> bool:
+        """Whether every view a convolution reads of `name` is again a view under `strides`."""
+        return all(_relaid_view(v, buffers[name], strides) is not None for v in views.get(name, ()))
+
     def relay(name: str) -> None:
-        plan[name] = channels_last_strides(buffers[name].sizes)
+        strides = channels_last_strides(buffers[name].sizes)
+        if restrides_views(name, strides):
+            plan[name] = strides
+
+    def relay_through(view: ir.ViewArg) -> None:
+        """Lay out `view`'s buffer so that the view reads it channels-last, if some order of the
+        buffer's dims does that and its other views stay views ([Note: layouts through views])."""
+        if view.name in plan or not relayable(view.name, rank=None) or not computed_elementwise(view.name):
+            return
+        buf = buffers[view.name]
+        strides = _strides_for_view(buf, view)
+        if strides is None or strides == tuple(buf.strides):
+            return
+        if restrides_views(view.name, strides):
+            plan[view.name] = strides
 
     for node in graph.nodes:
         conv, grad = _is_convolution(node), _is_convolution_backward(node)
         if not (conv or grad) or not node.outputs:
             continue
         # convolution(x, w, ...) -> y; convolution_backward(dy, x, w, ...) -> (dx, dw, db)
-        activations = [a.name for a in node.args[:2 if grad else 1] if isinstance(a, ir.BufferArg)]
-        if not activations or any(len(buffers[a].sizes) != 4 for a in activations):
+        activations = [a for a in node.args[:2 if grad else 1] if isinstance(a, (ir.BufferArg, ir.ViewArg))]
+        if not activations or any(len(a.sizes if isinstance(a, ir.ViewArg) else buffers[a.name].sizes) != 4
+                                  for a in activations):
             continue
         for a in activations:
-            if a not in plan and relayable(a) and computed_elementwise(a):
-                relay(a)
+            if isinstance(a, ir.ViewArg):
+                relay_through(a)
+            elif a.name not in plan and relayable(a.name) and computed_elementwise(a.name):
+                relay(a.name)
         weight = node.args[2 if grad else 1] if len(node.args) > (2 if grad else 1) else None
         if isinstance(weight, ir.BufferArg) and any(nhwc(a) for a in activations) and relayable(weight.name) \
                 and computed_elementwise(weight.name):
@@ -175,8 +220,67 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
                 continue
             source = producer.get(a)
             if isinstance(source, ir.ComputedBuffer) and isinstance(source.body, ir.Pointwise):
-                plan[a] = channels_last_strides(buffers[a].sizes)
+                relay(a)
     return plan
+
+
+def _views_by_buffer(graph: ir.Graph) -> dict[str, list[ir.ViewArg]]:
+    """Buffer name -> the views of it that externs read."""
+    views: dict[str, list[ir.ViewArg]] = {}
+    for node in graph.nodes:
+        if isinstance(node, ir.ExternKernel):
+            for v in torch.utils._pytree.tree_leaves((node.args, [v for _, v in node.kwargs])):
+                if isinstance(v, ir.ViewArg):
+                    views.setdefault(v.name, []).append(v)
+    return views
+
+
+def _relaid_view(view: ir.ViewArg, old: ir.Buffer, new_strides) -> ir.ViewArg | None:
+    """`view` of `old` once `old` takes `new_strides`: the same elements, at the offsets the new
+    strides give them, if those are again a strided view (affine in the view's indices); else None."""
+    indices = [loop_var(k) for k in range(len(view.sizes))]
+    flat = sympy.sympify(view.offset) + sum((i * sympy.sympify(st) for i, st in zip(indices, view.strides)),
+                                            sympy.Integer(0))
+    upper = {i: sympy.sympify(size) for i, size in zip(indices, view.sizes)}
+    index = sympy.expand(_relaid_index(flat, old, new_strides, upper))
+    strides = tuple(index.coeff(i) if sympy.sympify(size) != 1 else sympy.sympify(st)
+                    for i, size, st in zip(indices, view.sizes, view.strides))
+    offset = index.subs({i: 0 for i in indices})
+    if not all(st.is_Integer for st in strides) or not offset.is_Integer \
+            or sympy.expand(index - offset - sum(st * i for st, i in zip(strides, indices))) != 0:
+        return None
+    return ir.ViewArg(view.name, view.sizes, strides, offset)
+
+
+def _channels_last_view(view: ir.ViewArg | None) -> bool:
+    """Whether a 4-d view reads its elements in NHWC order, channels at unit stride: dense, or a
+    range of an NHWC buffer's channels (what ATen's convolutions take as channels-last)."""
+    if view is None or len(view.sizes) != 4 or not all(sympy.sympify(e).is_Integer for e in (*view.sizes, *view.strides)):
+        return False
+    n, c, h, w = (int(size) for size in view.sizes)
+    sn, sc, sh, sw = (int(st) for st in view.strides)
+    return (sc == 1 or c == 1) and (w == 1 or sw >= c * sc) and (h == 1 or sh >= w * sw) and (n == 1 or sn >= h * sh)
+
+
+def _strides_for_view(buf: ir.Buffer, view: ir.ViewArg) -> tuple | None:
+    """Strides for contiguous `buf` under which its 4-d reshaping `view` (dims merged or split:
+    the channel shuffle's `[b, 58, 2, h, w]` read as `[b, 116, h, w]`) is channels-last, or None.
+
+    Each of the buffer's dims belongs to the view dim of the largest stride not above its own (the
+    view dim it is part of); ordered as the view's dims are in NHWC (channels innermost), keeping
+    their own order within a view dim, the buffer's dims give strides that the view must then read
+    as NHWC: a buffer dim split across view dims (a view that splits what the buffer holds as one
+    dim) fails that check."""
+    view_dims = [d for d in range(4) if sympy.sympify(view.sizes[d]) != 1]
+    nhwc_rank = {0: 0, 2: 1, 3: 2, 1: 3}
+    rank = []
+    for e, (size, stride) in enumerate(zip(buf.sizes, buf.strides)):
+        owners = [d for d in view_dims if int(view.strides[d]) <= int(stride)]
+        owner = max(owners, key=lambda d: int(view.strides[d])) if owners else 1
+        rank.append((nhwc_rank[owner], e))
+    order = tuple(e for _, e in sorted(rank))
+    strides = _strides_in_order(buf.sizes, order)
+    return strides if _channels_last_view(_relaid_view(view, buf, strides)) else None
 
 
 def _channels_last_inputs(graph: ir.Graph) -> ir.Graph:
@@ -291,6 +395,11 @@ def apply_layouts(graph: ir.Graph, plan: dict[str, tuple]) -> ir.Graph:
                     return dataclasses.replace(e, index=_relaid_index(e.index, old[e.buffer], plan[e.buffer], upper))
                 return e
             node = dataclasses.replace(node, body=ir.map_body(node.body, fix))
+        elif isinstance(node, ir.ExternKernel) and _view_names((node.args, [v for _, v in node.kwargs])) & plan.keys():
+            def restride(a):
+                return _relaid_view(a, old[a.name], plan[a.name]) if isinstance(a, ir.ViewArg) and a.name in plan else a
+            node = dataclasses.replace(node, args=torch.utils._pytree.tree_map(restride, node.args),
+                                       kwargs=torch.utils._pytree.tree_map(restride, node.kwargs))
         nodes.append(node)
     return dataclasses.replace(graph, buffers=buffers, nodes=tuple(nodes))
 
@@ -308,10 +417,13 @@ def _channels_last_weights(graph: ir.Graph) -> ir.Graph:
     ATen's CPU convolution converts an NCHW weight to the input's layout on every call (a clone
     through the dispatcher); a fused copy kernel of kiln's does the same work for less."""
     def weight(node, buffers: dict, computed: set) -> tuple[int, ...]:
-        if len(node.args) < 2 or not all(isinstance(a, ir.BufferArg) for a in node.args[:2]):
+        if len(node.args) < 2 or not isinstance(node.args[0], (ir.BufferArg, ir.ViewArg)) \
+                or not isinstance(node.args[1], ir.BufferArg):
             return ()
-        x, w = buffers[node.args[0].name], buffers[node.args[1].name]
-        wanted = len(x.sizes) == 4 and _is_channels_last(x) and len(w.sizes) == 4 and w.name not in computed \
+        x, w = node.args[0], buffers[node.args[1].name]
+        x_nhwc = _channels_last_view(x) if isinstance(x, ir.ViewArg) else \
+            len(buffers[x.name].sizes) == 4 and _is_channels_last(buffers[x.name])
+        wanted = x_nhwc and len(w.sizes) == 4 and w.name not in computed \
             and all(sympy.sympify(s).is_number for s in w.sizes) and not _is_channels_last(w)
         return (1,) if wanted else ()
     return _reading_copies(graph, weight)

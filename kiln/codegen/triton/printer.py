@@ -190,6 +190,9 @@ class KernelPrinter:
         self.stored: dict[tuple[str, str], tuple[str, frozenset]] = {}
         self.groups_opened: set[int] = set()
         self.rmask = "rmask"            # the reduction mask's name (`WelfordReducer.eager_order` renames it)
+        # [Note: a select's loads are masked by its condition] (the condition's text, its dims) of
+        # each `where` branch being printed
+        self.guards: list[tuple[str, frozenset]] = []
         self.row_threads: int | None = None   # threads a row's reduction needs (`WelfordReducer.eager_order`)
 
     def size_name(self, s: sympy.Symbol) -> str:
@@ -231,19 +234,25 @@ class KernelPrinter:
             if dtype in ops.HALF_DTYPES or e.dtype == torch.float32:
                 text = f"{text}.to(tl.float32)"
             return Value(self.out.let(text), frozenset(forwarded[1]), e.dtype)
-        mask = self.mask(deps)
         generation = self.stores_to.get(e.buffer, 0)
-        if mask is None:
-            text = f"tl.load({self.ptr(e.buffer)} + ({offset}))"
-        else:
-            text = f"tl.load({self.ptr(e.buffer)} + ({offset}), {mask}, other=0)"
-        if dtype in ops.HALF_DTYPES or e.dtype == torch.float32:
-            # widen half types to the float32 they are computed in; a no-op cast for float32 buffers, and
-            # the right one where the buffer map lacks the buffer (its dtype then unknown here)
-            text += ".to(tl.float32)"
-        # A store to the buffer since an identical load was printed makes that load stale.
-        name = self.out.let(text + f"  # gen {generation}" if generation else text)
-        return Value(name, frozenset(deps), e.dtype)
+
+        def load_text(mask: str | None) -> str:
+            if mask is None:
+                text = f"tl.load({self.ptr(e.buffer)} + ({offset}))"
+            else:
+                text = f"tl.load({self.ptr(e.buffer)} + ({offset}), {mask}, other=0)"
+            if dtype in ops.HALF_DTYPES or e.dtype == torch.float32:
+                # widen half types to the float32 they are computed in; a no-op cast for float32 buffers, and
+                # the right one where the buffer map lacks the buffer (its dtype then unknown here)
+                text += ".to(tl.float32)"
+            # A store to the buffer since an identical load was printed makes that load stale.
+            return text + f"  # gen {generation}" if generation else text
+        text = load_text(self.mask(deps))
+        # a guard's mask must broadcast to the pointer's block: only conditions along the load's dims
+        guards = [g for g, g_deps in self.guards if g_deps <= deps]
+        if guards and text not in self.out.cse:      # loaded unmasked already: that load serves
+            text = load_text(" & ".join(m for m in [self.mask(deps), *guards] if m))
+        return Value(self.out.let(text), frozenset(deps), e.dtype)
 
     def constant(self, e: ir.Constant) -> Value:
         v = e.value
@@ -270,6 +279,8 @@ class KernelPrinter:
         return Value(self.out.let(text), frozenset(deps), e.dtype)
 
     def op(self, e: ir.Op) -> Value:
+        if e.name == "where" and _guards_its_loads(e):
+            return self.masked_where(e)
         if self.interpret and e.name in ops.LIBDEVICE_ONLY:
             raise NotImplementedError(f"scalar op {e.name!r} needs libdevice, which Triton's interpreter "
                                       f"lacks; run it on a CUDA device or through the C++ backend")
@@ -280,6 +291,25 @@ class KernelPrinter:
         text = ops.OPS[e.name]([a.text for a in args], [a.dtype for a in args], e.dtype)
         deps = frozenset().union(*(a.deps for a in args)) if args else frozenset()
         return Value(self.out.let(text), deps, e.dtype)
+
+    def masked_where(self, e: ir.Op) -> Value:
+        """`where(cond, a, b)` with `a`'s loads masked by `cond` and `b`'s by its negation
+        ([Note: a select's loads are masked by its condition])."""
+        cond = self.value(e.args[0])
+        if not cond.deps:        # one value for the whole block: nothing to mask by
+            branches = [self.value(b) for b in e.args[1:]]
+        else:
+            negated = self.out.let(f"({cond.text}) == 0")
+            branches = []
+            for guard, branch in ((cond.text, e.args[1]), (negated, e.args[2])):
+                self.guards.append((guard, cond.deps))
+                try:
+                    branches.append(self.value(branch))
+                finally:
+                    self.guards.pop()
+        args = [cond, *branches]
+        text = ops.OPS["where"]([a.text for a in args], [a.dtype for a in args], e.dtype)
+        return Value(self.out.let(text), frozenset().union(*(a.deps for a in args)), e.dtype)
 
     def var(self, e: ir.Var) -> Value:
         try:
@@ -439,6 +469,23 @@ class KernelPrinter:
 
 _EXPR = {ir.Load: KernelPrinter.load, ir.Constant: KernelPrinter.constant,
          ir.IndexValue: KernelPrinter.index_value, ir.Op: KernelPrinter.op, ir.Var: KernelPrinter.var}
+
+
+# [Note: a select's loads are masked by its condition] `cat` lowers to a select per piece,
+# `where(lt(index(c), 58), load(a, ..Min(57, c)..), <b's values>(..Max(0, c - 58)..))`: each piece
+# read at a clamped index, so both branches' loads are in bounds everywhere. Printed as a plain
+# `tl.where`, both loads ran for every element: a cat read twice the bytes it writes (the
+# channel shuffle of every ShuffleNet block, issue #35). A select whose condition is computed
+# from indices alone prints each branch's loads masked by it (Inductor masks a cat's loads the
+# same way): a warp whose lanes all take one branch issues no read for the other. A condition
+# that itself loads is left alone: masking would make each branch's loads wait for it. A load
+# already printed unmasked is reused, not loaded again under the mask.
+
+def _guards_its_loads(e: ir.Op) -> bool:
+    """A `where` whose condition loads nothing and at least one branch of which loads."""
+    cond, *branches = e.args
+    return not ir.loads_of(cond) and not any(isinstance(n, ir.Var) for n in ir.walk(cond)) \
+        and any(ir.loads_of(b) for b in branches)
 
 
 def _scan_stmt(p: KernelPrinter, s) -> None:  # ScanAccumulates are printed by their reducer

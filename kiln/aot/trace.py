@@ -187,9 +187,8 @@ class _Recorder(TorchDispatchMode):
                 arg = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
                 if isinstance(arg, torch.Tensor):
                     self.mutated_roots.add(self._root.get(id(arg), None))
-        if isinstance(out, torch.Tensor):
+        if isinstance(out, torch.Tensor):    # (bind records its metadata)
             self.bind(out, node, root if (effects.view or out is (args[0] if args else None)) else None)
-            node.meta["val"] = meta_of(out)
             self.symbols.add_output(node, out)
         elif isinstance(out, (tuple, list)):
             node.meta["val"] = tuple(meta_of(o) if isinstance(o, torch.Tensor) else o for o in out)

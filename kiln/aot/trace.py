@@ -36,6 +36,7 @@ from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
+from kiln.symbolic import arguments
 from kiln.symbolic.fake import FakeTensor
 
 aten = torch.ops.aten
@@ -171,8 +172,8 @@ class _Recorder(TorchDispatchMode):
             with self:
                 return RANDOM_REPLACEMENTS[func](self.rng, *args, **kwargs)
         out = func(*args, **kwargs)
-        node_args, node_kwargs = pytree.tree_map(self._arg, (args, kwargs))
-        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        node_args, node_kwargs = arguments.map_args(self._arg, args, kwargs)
+        node = self.graph.call_function(func, node_args, node_kwargs)
         self._bind_outputs(func, node, args, kwargs, out)
         return out
 
@@ -218,7 +219,7 @@ def _eager_layout(func, args, kwargs, result):
     effects = schema.effects(func)
     if result.numel() <= 1 or effects.view or effects.mutated or effects.inplace_view:
         return result
-    flat = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    flat = [a for a in arguments.flatten(args, kwargs)[0] if isinstance(a, torch.Tensor)]
     if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat):
         return result
     try:

@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
-from kiln.symbolic import data_dependent
+from kiln.symbolic import arguments, data_dependent
 from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
 from kiln.symbolic.meta_rules import run_rule
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
@@ -234,7 +234,7 @@ class FakeTensorMode(TorchDispatchMode):
         conditional = data_dependent.CONDITIONAL.get(func)
         if conditional is not None and conditional[0](func, args, kwargs):
             return conditional[1](self, func, args, kwargs)
-        flat, spec = tree_flatten((args, kwargs))
+        flat, spec = arguments.flatten(args, kwargs)
         fakes: dict[int, FakeTensor] = {}
         devices: list[torch.device] = []
         for i, x in enumerate(flat):
@@ -252,8 +252,8 @@ class FakeTensorMode(TorchDispatchMode):
         key = cache_key(func, flat, spec, FakeTensor) if cacheable(func) else None
         if key is not None and key in self._cache:
             return _wrap_outputs(self, replay(self._cache[key]), {}, device)
-        meta_args, meta_kwargs = tree_unflatten([x._meta if isinstance(x, FakeTensor) else x
-                                                 for x in flat], spec)
+        meta_args, meta_kwargs = arguments.unflatten([x._meta if isinstance(x, FakeTensor) else x
+                                                      for x in flat], spec)
         if "device" in meta_kwargs and meta_kwargs["device"] is not None:
             meta_kwargs["device"] = torch.device("meta")
         try:
@@ -302,16 +302,18 @@ def _run_meta(func, args, kwargs, symbolic: bool) -> Any:
 
 def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
                   device: torch.device) -> Any:
+    def wrap(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        # An in-place or out= op returns its argument: give back the same FakeTensor.
+        same = fakes.get(id(x))
+        return same if same is not None else FakeTensor(x, device, mode)
     if isinstance(out, torch.Tensor):    # most ops: one tensor, no pytree round trip
-        same = fakes.get(id(out))
-        return same if same is not None else FakeTensor(out, device, mode)
+        return wrap(out)
+    if type(out) in (tuple, list) and not any(isinstance(x, (tuple, list)) for x in out):
+        return type(out)(map(wrap, out))
     flat, spec = tree_flatten(out)
-    for i, x in enumerate(flat):
-        if isinstance(x, torch.Tensor):
-            # An in-place or out= op returns its argument: give back the same FakeTensor.
-            same = fakes.get(id(x))
-            flat[i] = same if same is not None else FakeTensor(x, device, mode)
-    return tree_unflatten(flat, spec)
+    return tree_unflatten([wrap(x) for x in flat], spec)
 
 
 def _follow_metadata(func, fake: FakeTensor) -> None:

@@ -37,7 +37,7 @@ from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
 from kiln.symbolic import arguments
-from kiln.symbolic.fake import FakeTensor
+from kiln.symbolic.fake import METADATA_MUTATING, FakeTensor
 
 aten = torch.ops.aten
 
@@ -119,12 +119,38 @@ class _Recorder(TorchDispatchMode):
         self._root: dict[int, fx.Node] = {}                          # id -> node of the storage's root
         self.mutated_roots: set[fx.Node] = set()
         self.symbols = SymbolTable(graph)
+        # id -> (node, position in a tuple record or None): nodes whose record is that fake itself
+        self._records: dict[int, list[tuple[fx.Node, int | None]]] = {}
 
     def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
         self._nodes[id(t)] = (t, node)
         self._root[id(t)] = root if root is not None else node
-        node.meta["val"] = meta_of(t)
+        node.meta["val"] = self.record(t, node)
         node.meta["device"] = t.device
+
+    def record(self, t: torch.Tensor, node: fx.Node, index: int | None = None) -> torch.Tensor:
+        """[Note: traced fakes as their own records] `node.meta['val']` must keep t's metadata as it
+        is now (`meta_of`), and a fake's only way to change it later is an op of
+        `METADATA_MUTATING` (t_, squeeze_, ...), which reaches this recorder before it runs. So a fake
+        that does not require grad is its own record, and `snapshot` gives the nodes holding it a
+        copy just before such an op. Making that copy for every node was a fake tensor per op: with
+        symbolic sizes torch computes each one's numel and contiguity through SymNodes, about a
+        quarter of decomposing a 32-layer decoder's prefill. (One that requires grad is copied at
+        once: a record must not carry the trace's autograd graph.)"""
+        if isinstance(t, FakeTensor) and not t.requires_grad:
+            self._records.setdefault(id(t), []).append((node, index))
+            return t
+        return meta_of(t)
+
+    def snapshot(self, t: torch.Tensor) -> None:
+        """The nodes recording `t` itself get a copy of its metadata as it is now."""
+        for node, index in self._records.pop(id(t), ()):
+            if index is None:
+                node.meta["val"] = meta_of(t)
+            else:
+                val = list(node.meta["val"])
+                val[index] = meta_of(t)
+                node.meta["val"] = tuple(val)
 
     def node_of(self, t: torch.Tensor) -> fx.Node:
         entry = self._nodes.get(id(t))
@@ -161,6 +187,8 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in METADATA_MUTATING:      # [Note: traced fakes as their own records]
+            self.snapshot(args[0] if args else kwargs["self"])
         if func in self.decompositions:
             with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
@@ -192,7 +220,8 @@ class _Recorder(TorchDispatchMode):
             self.bind(out, node, root if (effects.view or out is (args[0] if args else None)) else None)
             self.symbols.add_output(node, out)
         elif isinstance(out, (tuple, list)):
-            node.meta["val"] = tuple(meta_of(o) if isinstance(o, torch.Tensor) else o for o in out)
+            node.meta["val"] = tuple(self.record(o, node, i) if isinstance(o, torch.Tensor) else o
+                                     for i, o in enumerate(out))
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     item = self.graph.call_function(operator.getitem, (node, i))

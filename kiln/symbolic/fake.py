@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
 from kiln.symbolic import arguments, data_dependent
-from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
+from kiln.symbolic.dispatch_cache import FUNCTIONAL, VIEW, cache_key, cacheable, record, record_view, replay, replay_view
 from kiln.symbolic.meta_rules import run_rule
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
 
@@ -249,9 +249,12 @@ class FakeTensorMode(TorchDispatchMode):
                 devices.append((x.device, x.dim() == 0))
                 flat[i] = x
         device = _output_device(func, args, kwargs, devices)
-        key = cache_key(func, flat, spec, FakeTensor) if cacheable(func) else None
+        kind = cacheable(func)
+        base = flat[0]._meta if kind is VIEW and args and isinstance(flat[0], FakeTensor) else None
+        key = cache_key(func, flat, spec, FakeTensor) if kind is FUNCTIONAL or base is not None else None
         if key is not None and key in self._cache:
-            return _wrap_outputs(self, replay(self._cache[key]), {}, device)
+            entry = self._cache[key]
+            return _wrap_outputs(self, replay(entry) if base is None else replay_view(entry, base), {}, device)
         meta_args, meta_kwargs = arguments.unflatten([x._meta if isinstance(x, FakeTensor) else x
                                                       for x in flat], spec)
         if "device" in meta_kwargs and meta_kwargs["device"] is not None:
@@ -269,7 +272,7 @@ class FakeTensorMode(TorchDispatchMode):
                 raise MissingMetaKernel(func, e) from e
             raise
         if key is not None:
-            entry = record(out)
+            entry = record(out) if base is None else record_view(out, base)
             if entry is not None:
                 self._cache[key] = entry
         out = _wrap_outputs(self, out, fakes, device)
@@ -337,17 +340,28 @@ def _output_device(func, args: tuple, kwargs: dict, devices: list[tuple[torch.de
     `device_put(a, device)`), else the inputs' (0-dim CPU scalars mix with any device, as in eager)."""
     if kwargs.get("device") is not None:
         return torch.device(kwargs["device"])
-    schema = getattr(func, "_schema", None)
-    if schema is not None:
-        for position, argument in enumerate(schema.arguments[:len(args)]):
-            if argument.name == "device" and args[position] is not None:
-                return torch.device(args[position])
+    position = _device_position(func)
+    if position is not None and position < len(args) and args[position] is not None:
+        return torch.device(args[position])
     for device, is_scalar in devices:
         if not (is_scalar and device.type == "cpu"):
             return device
     if devices:
         return devices[0][0]
     return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+
+
+_DEVICE_POSITIONS: dict[Any, int | None] = {}
+
+
+def _device_position(func) -> int | None:
+    """Where `func`'s schema takes a `device` argument, if it does (read once per op: each read of
+    `_schema.arguments` builds its Python objects anew)."""
+    if func not in _DEVICE_POSITIONS:
+        schema = getattr(func, "_schema", None)
+        names = [argument.name for argument in schema.arguments] if schema is not None else []
+        _DEVICE_POSITIONS[func] = names.index("device") if "device" in names else None
+    return _DEVICE_POSITIONS[func]
 
 
 def _stride_exprs(env: ShapeEnv, source: str, t: torch.Tensor, sizes: list) -> list:

@@ -57,14 +57,22 @@ def _metadata(values) -> tuple:
     return tuple(v.node.expr if isinstance(v, _SYM) else v for v in values)
 
 
+def tensor_key(fake) -> tuple:
+    """A fake's part of a key: what its meta kernel reads of it. Kept on the fake (`_key`), as a fake
+    is an argument of several ops; `_follow_metadata` drops it when an op changes the metadata."""
+    if fake._key is None:
+        meta = fake._meta
+        fake._key = (meta.dtype, fake.device, _metadata(meta.shape), _metadata(meta.stride()),
+                     _metadata((meta.storage_offset(),)))
+    return fake._key
+
+
 def cache_key(func, flat: list, spec, fake_type: type) -> tuple | None:
     # Factories with dtype=None read the default dtype inside the kernel.
     parts: list = [func, spec, torch.get_default_dtype()]
     for x in flat:
         if isinstance(x, fake_type):
-            meta = x._meta
-            parts.append((meta.dtype, x.device, _metadata(meta.shape), _metadata(meta.stride()),
-                          _metadata((meta.storage_offset(),))))
+            parts.append(tensor_key(x))
         elif isinstance(x, _SYM):
             parts.append((type(x), x.node.expr))
         elif isinstance(x, _PLAIN):

@@ -94,6 +94,7 @@ class FakeTensor(torch.Tensor):
         self._symbolic = any(isinstance(v, torch.SymInt) for v in (*meta.shape, *meta.stride()))
         self.fake_mode = mode
         self.constant = constant
+        self._key = None        # dispatch_cache.tensor_key
         return self
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -326,6 +327,7 @@ def _follow_metadata(func, fake: FakeTensor) -> None:
     past the wrapper's storage, so a growing resize_ is refused plainly.
     """
     meta = fake._meta
+    fake._key = None
     try:
         with torch._C._DisableTorchDispatch():
             aten.as_strided_.default(fake, meta.shape, meta.stride(), meta.storage_offset())

@@ -145,12 +145,11 @@ class _Recorder(TorchDispatchMode):
     def snapshot(self, t: torch.Tensor) -> None:
         """The nodes recording `t` itself get a copy of its metadata as it is now."""
         for node, index in self._records.pop(id(t), ()):
-            if index is None:
+            val = node.meta.get("val")
+            if index is None and val is t:
                 node.meta["val"] = meta_of(t)
-            else:
-                val = list(node.meta["val"])
-                val[index] = meta_of(t)
-                node.meta["val"] = tuple(val)
+            elif index is not None and val[index] is t:
+                node.meta["val"] = tuple(meta_of(t) if i == index else v for i, v in enumerate(val))
 
     def node_of(self, t: torch.Tensor) -> fx.Node:
         entry = self._nodes.get(id(t))

@@ -193,11 +193,29 @@ class _Functionalizer:
                                     "out-of-place form (e.g. x = x.t() instead of x.t_())")
         step = ViewStep(node.target, tuple(self.read_args(node.args[1:])),
                         tuple(self.read_args(dict(node.kwargs)).items()))
+        value = self.read(src)
         if isinstance(node.meta.get("val"), (tuple, list)):  # split, unbind: a list of views
-            new = self.emit(node.target, self.read(src), *step.args, **dict(step.kwargs))
+            new = self.emit(node.target, value, *step.args, **dict(step.kwargs))
             self.items[node] = ("views", src, step, new)
         else:
-            self.alias(node, src, (step,), emit_step(self.emit, self.read(src), step))
+            self.alias(node, src, (step,), emit_step(self._replay_of(node, src, value), value, step))
+
+    def _replay_of(self, old: fx.Node, src: fx.Node, value: fx.Node):
+        """[Note: views keep their traced metadata] Where the current value of a view's source still
+        carries the source's traced metadata record itself (no write into its base since: the record
+        is handed on by `copy`, by placeholders and by this), the view replays on the very layout it
+        was traced on, so its traced metadata holds and is copied rather than computed again on fakes
+        (`_meta_eval`: a symbolic view's meta kernel is torch's Python reference, about 1 ms an op,
+        most of this pass on a 32-layer decoder). Otherwise the view is emitted afresh."""
+        traced = src.meta.get("val")
+        if traced is None or value.meta.get("val") is not traced:
+            return self.emit
+
+        def emit(target, *args, **kwargs) -> fx.Node:
+            node = self.graph.call_function(target, args, kwargs)
+            node.meta.update(old.meta)
+            return node
+        return emit
 
     def mutation(self, node: fx.Node, eff: schema.OpEffects) -> None:
         op = node.target

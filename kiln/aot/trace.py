@@ -36,7 +36,8 @@ from kiln.aot import schema
 from kiln.aot.rng import RANDOM_REPLACEMENTS, RngStream
 from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
-from kiln.symbolic.fake import FakeTensor
+from kiln.symbolic import arguments
+from kiln.symbolic.fake import METADATA_MUTATING, FakeTensor
 
 aten = torch.ops.aten
 
@@ -118,12 +119,37 @@ class _Recorder(TorchDispatchMode):
         self._root: dict[int, fx.Node] = {}                          # id -> node of the storage's root
         self.mutated_roots: set[fx.Node] = set()
         self.symbols = SymbolTable(graph)
+        # id -> (node, position in a tuple record or None): nodes whose record is that fake itself
+        self._records: dict[int, list[tuple[fx.Node, int | None]]] = {}
 
     def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
         self._nodes[id(t)] = (t, node)
         self._root[id(t)] = root if root is not None else node
-        node.meta["val"] = meta_of(t)
+        node.meta["val"] = self.record(t, node)
         node.meta["device"] = t.device
+
+    def record(self, t: torch.Tensor, node: fx.Node, index: int | None = None) -> torch.Tensor:
+        """[Note: traced fakes as their own records] `node.meta['val']` must keep t's metadata as it
+        is now (`meta_of`), and a fake's only way to change it later is an op of
+        `METADATA_MUTATING` (t_, squeeze_, ...), which reaches this recorder before it runs. So a fake
+        that does not require grad is its own record, and `snapshot` gives the nodes holding it a
+        copy just before such an op. Making that copy for every node was a fake tensor per op: with
+        symbolic sizes torch computes each one's numel and contiguity through SymNodes, about a
+        quarter of decomposing a 32-layer decoder's prefill. (One that requires grad is copied at
+        once: a record must not carry the trace's autograd graph.)"""
+        if isinstance(t, FakeTensor) and not t.requires_grad:
+            self._records.setdefault(id(t), []).append((node, index))
+            return t
+        return meta_of(t)
+
+    def snapshot(self, t: torch.Tensor) -> None:
+        """The nodes recording `t` itself get a copy of its metadata as it is now."""
+        for node, index in self._records.pop(id(t), ()):
+            val = node.meta.get("val")
+            if index is None and val is t:
+                node.meta["val"] = meta_of(t)
+            elif index is not None and val[index] is t:
+                node.meta["val"] = tuple(meta_of(t) if i == index else v for i, v in enumerate(val))
 
     def node_of(self, t: torch.Tensor) -> fx.Node:
         entry = self._nodes.get(id(t))
@@ -160,6 +186,8 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in METADATA_MUTATING:      # [Note: traced fakes as their own records]
+            self.snapshot(args[0] if args else kwargs["self"])
         if func in self.decompositions:
             with self, log.stage("decompose"):
                 result = self.decompositions[func](*args, **kwargs)
@@ -171,8 +199,8 @@ class _Recorder(TorchDispatchMode):
             with self:
                 return RANDOM_REPLACEMENTS[func](self.rng, *args, **kwargs)
         out = func(*args, **kwargs)
-        node_args, node_kwargs = pytree.tree_map(self._arg, (args, kwargs))
-        node = self.graph.call_function(func, tuple(node_args), dict(node_kwargs))
+        node_args, node_kwargs = arguments.map_args(self._arg, args, kwargs)
+        node = self.graph.call_function(func, node_args, node_kwargs)
         self._bind_outputs(func, node, args, kwargs, out)
         return out
 
@@ -187,12 +215,12 @@ class _Recorder(TorchDispatchMode):
                 arg = args[i] if i < len(args) else kwargs.get(func._schema.arguments[i].name)
                 if isinstance(arg, torch.Tensor):
                     self.mutated_roots.add(self._root.get(id(arg), None))
-        if isinstance(out, torch.Tensor):
+        if isinstance(out, torch.Tensor):    # (bind records its metadata)
             self.bind(out, node, root if (effects.view or out is (args[0] if args else None)) else None)
-            node.meta["val"] = meta_of(out)
             self.symbols.add_output(node, out)
         elif isinstance(out, (tuple, list)):
-            node.meta["val"] = tuple(meta_of(o) if isinstance(o, torch.Tensor) else o for o in out)
+            node.meta["val"] = tuple(self.record(o, node, i) if isinstance(o, torch.Tensor) else o
+                                     for i, o in enumerate(out))
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     item = self.graph.call_function(operator.getitem, (node, i))
@@ -219,7 +247,7 @@ def _eager_layout(func, args, kwargs, result):
     effects = schema.effects(func)
     if result.numel() <= 1 or effects.view or effects.mutated or effects.inplace_view:
         return result
-    flat = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    flat = [a for a in arguments.flatten(args, kwargs)[0] if isinstance(a, torch.Tensor)]
     if not flat or not all(isinstance(a, FakeTensor) and not a._symbolic for a in flat):
         return result
     try:

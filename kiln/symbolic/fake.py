@@ -24,8 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from kiln.errors import KilnError
-from kiln.symbolic import data_dependent
-from kiln.symbolic.dispatch_cache import cache_key, cacheable, record, replay
+from kiln.symbolic import arguments, data_dependent
+from kiln.symbolic.dispatch_cache import FUNCTIONAL, VIEW, cache_key, cacheable, record, record_view, replay, replay_view
 from kiln.symbolic.meta_rules import run_rule
 from kiln.symbolic.shape_env import ShapeEnv, Source, TensorInput
 
@@ -94,6 +94,7 @@ class FakeTensor(torch.Tensor):
         self._symbolic = any(isinstance(v, torch.SymInt) for v in (*meta.shape, *meta.stride()))
         self.fake_mode = mode
         self.constant = constant
+        self._key = None        # dispatch_cache.tensor_key
         return self
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -234,7 +235,7 @@ class FakeTensorMode(TorchDispatchMode):
         conditional = data_dependent.CONDITIONAL.get(func)
         if conditional is not None and conditional[0](func, args, kwargs):
             return conditional[1](self, func, args, kwargs)
-        flat, spec = tree_flatten((args, kwargs))
+        flat, spec = arguments.flatten(args, kwargs)
         fakes: dict[int, FakeTensor] = {}
         devices: list[torch.device] = []
         for i, x in enumerate(flat):
@@ -249,11 +250,14 @@ class FakeTensorMode(TorchDispatchMode):
                 devices.append((x.device, x.dim() == 0))
                 flat[i] = x
         device = _output_device(func, args, kwargs, devices)
-        key = cache_key(func, flat, spec, FakeTensor) if cacheable(func) else None
+        kind = cacheable(func)
+        base = flat[0]._meta if kind is VIEW and args and isinstance(flat[0], FakeTensor) else None
+        key = cache_key(func, flat, spec, FakeTensor) if kind is FUNCTIONAL or base is not None else None
         if key is not None and key in self._cache:
-            return _wrap_outputs(self, replay(self._cache[key]), {}, device)
-        meta_args, meta_kwargs = tree_unflatten([x._meta if isinstance(x, FakeTensor) else x
-                                                 for x in flat], spec)
+            entry = self._cache[key]
+            return _wrap_outputs(self, replay(entry) if base is None else replay_view(entry, base), {}, device)
+        meta_args, meta_kwargs = arguments.unflatten([x._meta if isinstance(x, FakeTensor) else x
+                                                      for x in flat], spec)
         if "device" in meta_kwargs and meta_kwargs["device"] is not None:
             meta_kwargs["device"] = torch.device("meta")
         try:
@@ -269,7 +273,7 @@ class FakeTensorMode(TorchDispatchMode):
                 raise MissingMetaKernel(func, e) from e
             raise
         if key is not None:
-            entry = record(out)
+            entry = record(out) if base is None else record_view(out, base)
             if entry is not None:
                 self._cache[key] = entry
         out = _wrap_outputs(self, out, fakes, device)
@@ -302,16 +306,18 @@ def _run_meta(func, args, kwargs, symbolic: bool) -> Any:
 
 def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
                   device: torch.device) -> Any:
+    def wrap(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        # An in-place or out= op returns its argument: give back the same FakeTensor.
+        same = fakes.get(id(x))
+        return same if same is not None else FakeTensor(x, device, mode)
     if isinstance(out, torch.Tensor):    # most ops: one tensor, no pytree round trip
-        same = fakes.get(id(out))
-        return same if same is not None else FakeTensor(out, device, mode)
+        return wrap(out)
+    if type(out) in (tuple, list) and not any(isinstance(x, (tuple, list)) for x in out):
+        return type(out)(map(wrap, out))
     flat, spec = tree_flatten(out)
-    for i, x in enumerate(flat):
-        if isinstance(x, torch.Tensor):
-            # An in-place or out= op returns its argument: give back the same FakeTensor.
-            same = fakes.get(id(x))
-            flat[i] = same if same is not None else FakeTensor(x, device, mode)
-    return tree_unflatten(flat, spec)
+    return tree_unflatten([wrap(x) for x in flat], spec)
 
 
 def _follow_metadata(func, fake: FakeTensor) -> None:
@@ -321,6 +327,7 @@ def _follow_metadata(func, fake: FakeTensor) -> None:
     past the wrapper's storage, so a growing resize_ is refused plainly.
     """
     meta = fake._meta
+    fake._key = None
     try:
         with torch._C._DisableTorchDispatch():
             aten.as_strided_.default(fake, meta.shape, meta.stride(), meta.storage_offset())
@@ -335,17 +342,28 @@ def _output_device(func, args: tuple, kwargs: dict, devices: list[tuple[torch.de
     `device_put(a, device)`), else the inputs' (0-dim CPU scalars mix with any device, as in eager)."""
     if kwargs.get("device") is not None:
         return torch.device(kwargs["device"])
-    schema = getattr(func, "_schema", None)
-    if schema is not None:
-        for position, argument in enumerate(schema.arguments[:len(args)]):
-            if argument.name == "device" and args[position] is not None:
-                return torch.device(args[position])
+    position = _device_position(func)
+    if position is not None and position < len(args) and args[position] is not None:
+        return torch.device(args[position])
     for device, is_scalar in devices:
         if not (is_scalar and device.type == "cpu"):
             return device
     if devices:
         return devices[0][0]
     return torch.get_default_device() if hasattr(torch, "get_default_device") else torch.device("cpu")
+
+
+_DEVICE_POSITIONS: dict[Any, int | None] = {}
+
+
+def _device_position(func) -> int | None:
+    """Where `func`'s schema takes a `device` argument, if it does (read once per op: each read of
+    `_schema.arguments` builds its Python objects anew)."""
+    if func not in _DEVICE_POSITIONS:
+        schema = getattr(func, "_schema", None)
+        names = [argument.name for argument in schema.arguments] if schema is not None else []
+        _DEVICE_POSITIONS[func] = names.index("device") if "device" in names else None
+    return _DEVICE_POSITIONS[func]
 
 
 def _stride_exprs(env: ShapeEnv, source: str, t: torch.Tensor, sizes: list) -> list:

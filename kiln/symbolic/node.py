@@ -377,7 +377,8 @@ def _binary(name: str, build: Callable, pyop: Callable, rtype: Any):
         pytype = self.pytype if rtype is _SAME else rtype
         if rtype is _SAME and float in (self.pytype, other.pytype):
             pytype = float
-        hint = _hinted(pyop, self.hint, other.hint)
+        a, b = self.hint, other.hint
+        hint = None if a is None or b is None else pyop(a, b)
         if self.expr.is_Integer and other.expr.is_Integer and pytype in (int, bool):
             return SymNode(_constant(hint, pytype), self.shape_env, pytype, pytype(hint))
         return self._make(build(self.expr, other.expr), pytype, hint)

@@ -172,6 +172,7 @@ class ShapeEnv(TorchHelperProtocol):
         self.lower: dict[sympy.Symbol, int] = {}
         self.upper: dict[sympy.Symbol, float] = {}
         self.replacements: dict[sympy.Symbol, sympy.Basic] = {}
+        self._simplified: dict[sympy.Basic, sympy.Basic] = {}   # simplify's answers under these replacements
         self.divisors: dict[sympy.Symbol, int] = {}     # s -> d: guards say d divides s
         self.guards: list[Guard] = []
         self.unbacked: set[sympy.Symbol] = set()        # [Note: unbacked sizes]
@@ -251,9 +252,16 @@ class ShapeEnv(TorchHelperProtocol):
 
     # --- simplification and static answers -----------------------------------------------
     def simplify(self, expr: sympy.Basic) -> sympy.Basic:
-        if self.replacements and not expr.is_number:
-            expr = expr.xreplace(self.replacements)
-        return expr
+        """`expr` under the replacements learnt so far. Every new SymNode passes here (several per
+        fake tensor made: its numel and contiguity), over a few hundred distinct expressions per
+        graph, so answers are kept until the replacements change."""
+        if not self.replacements:
+            return expr
+        done = self._simplified.get(expr)
+        if done is None:
+            done = expr if expr.is_number else expr.xreplace(self.replacements)
+            self._simplified[expr] = done
+        return done
 
     def static_value(self, expr: sympy.Basic) -> Any:
         """The value of `expr` if the facts decide it for every accepted input, else None."""
@@ -468,6 +476,7 @@ class ShapeEnv(TorchHelperProtocol):
                 self.replacements = {k: v.xreplace({symbol: value})
                                      for k, v in self.replacements.items()}
                 self.replacements[symbol] = value
+                self._simplified.clear()
                 return
 
     def _learn_bound(self, fact: sympy.Basic) -> None:

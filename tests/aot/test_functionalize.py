@@ -237,3 +237,17 @@ def test_recorded_values_survive_later_inplace_metadata_changes(fake):
     assert [(tuple(v.shape), v.stride()) for v in muls] == [((1, 3), (3, 1))]
     out = joint.gm(torch.randn(3), torch.randn(3, 4))
     assert out[0].shape == (4,) and out[1].shape == (3, 1)
+
+
+def test_recorded_tuple_values_survive_later_inplace_metadata_changes():
+    # a multi-output op's record is a tuple of its outputs' metadata: a later t_ of one output
+    # must not show in it ([Note: traced fakes as their own records])
+    def fn(x):
+        a, b = torch.ops.aten.unbind.int(x * 2)
+        return a.unsqueeze_(0) + 1, b
+    joint = trace_joint(torch.fx.symbolic_trace(fn), [torch.randn(2, 3)])
+    unbinds = [n for n in joint.gm.graph.nodes if n.target is torch.ops.aten.unbind.int]
+    assert [[tuple(v.shape) for v in n.meta["val"]] for n in unbinds] == [[(3,), (3,)]]
+    items = [n.meta["val"] for n in joint.gm.graph.nodes if n.target is __import__("operator").getitem]
+    assert [tuple(v.shape) for v in items] == [(3,), (3,)]
+    _check(fn, [torch.randn(2, 3)])

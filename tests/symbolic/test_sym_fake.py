@@ -163,10 +163,31 @@ def test_repeated_functional_ops_hit_the_cache_and_agree():
     assert first is not second and first._meta is not second._meta
     assert first.shape == second.shape and first.stride() == second.stride()
     assert len(mode._cache) >= 1
-    # In-place and view ops are never served from the cache: they must act on their input.
+    # In-place ops are never served from the cache: they must act on their input. A view is, as a
+    # view of its own input (as_strided of it).
     assert x.add_(1) is x
     storage = lambda t: t._meta.untyped_storage()._cdata  # noqa: E731
     assert storage(viewed) == storage(viewed_again) == storage(x) != storage(first)
+
+
+def test_cached_views_alias_their_own_input():
+    mode = FakeTensorMode()
+    reals = [torch.randn(5, 8)[1:], torch.randn(5, 8)[1:]]      # same metadata, storage offset 8
+    a, b = (mode.from_real(r, f"x{i}") for i, r in enumerate(reals))
+    with mode:
+        views, pieces = [a[:, 2:].unsqueeze(0)], [a.split(3, dim=1)]
+        kept = len(mode._cache)
+        views.append(b[:, 2:].unsqueeze(0))         # b's views: hits of a's entries
+        pieces.append(b.split(3, dim=1))
+    assert kept >= 3 and len(mode._cache) == kept
+    storage = lambda t: t._meta.untyped_storage()._cdata  # noqa: E731
+    expected = reals[0][:, 2:].unsqueeze(0)
+    for base, view, split in zip((a, b), views, pieces):
+        assert storage(view) == storage(base) and all(storage(p) == storage(base) for p in split)
+        assert (view.shape, view.stride(), view.storage_offset()) == \
+               (expected.shape, expected.stride(), expected.storage_offset())
+        assert [(p.shape, p.stride(), p.storage_offset()) for p in split] == \
+               [(p.shape, p.stride(), p.storage_offset()) for p in reals[0].split(3, dim=1)]
 
 
 def test_a_positional_device_argument_sets_the_output_device():

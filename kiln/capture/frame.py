@@ -322,7 +322,7 @@ class CompiledFunction:
 _WARNED_BREAKS: set = set()
 
 
-_FROZEN = [0]                  # frames compiling now, any thread
+_FROZEN = [0, False]           # frames compiling now (any thread); whether they froze the heap
 _FROZEN_LOCK = threading.Lock()
 
 
@@ -334,17 +334,21 @@ def _heap_frozen():
     model's. On a 32-layer decoder's generate that was ~10 full collections, 1.5-2.5 s of ~15 s,
     landing in whichever stage ran. While a frame compiles, the objects that existed before it are
     moved out of the collector's view (`gc.freeze`) and handed back after (`gc.unfreeze`, as is the
-    freeze, a constant-time splice of lists); what the compile itself makes is still collected."""
+    freeze, a constant-time splice of lists); what the compile itself makes is still collected.
+    A process that froze objects itself (a server's `gc.freeze()` before it forks workers) is left
+    alone: `gc.unfreeze` would hand its frozen objects back to the collector too."""
     with _FROZEN_LOCK:
         _FROZEN[0] += 1
         if _FROZEN[0] == 1:
-            gc.freeze()
+            _FROZEN[1] = gc.get_freeze_count() == 0
+            if _FROZEN[1]:
+                gc.freeze()
     try:
         yield
     finally:
         with _FROZEN_LOCK:
             _FROZEN[0] -= 1
-            if _FROZEN[0] == 0:
+            if _FROZEN[0] == 0 and _FROZEN[1]:
                 gc.unfreeze()
 
 

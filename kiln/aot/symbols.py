@@ -121,6 +121,8 @@ class SymbolTable:
     def _build(self, expr: sympy.Expr):
         if expr.is_Integer:
             return int(expr)
+        if expr.is_Number:          # a SymFloat's constant: 2.0 in var's backward's 2.0 / (s0 - 1.0)
+            return int(expr) if expr == int(expr) and not expr.is_Float else float(expr)
         if expr in self._nodes:
             return self._nodes[expr]
         if expr.is_Symbol:

@@ -587,6 +587,14 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             env[node] = to_sympy(example)
             size_inputs.append((len(inputs), env[node]))
             inputs.append(None)
+        elif isinstance(example, torch.SymFloat):
+            # a float computed from sizes, saved by the forward (var's 2.0 / (s0 - 1.0)): a host
+            # value bound to the parameter ([Note: host values] in lowering_reduce.py), never the
+            # traced call's number
+            from kiln.codegen.lowering_reduce import host_value
+            env[node] = host_value(ctx.new_name("val"))
+            size_inputs.append((len(inputs), env[node].expr))
+            inputs.append(None)
         else:
             env[node] = example
             inputs.append(None)
@@ -621,9 +629,11 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         meta = values.get(node)
         ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            if _reads_data(node):
+            if _reads_data(node) or isinstance(meta, torch.SymFloat):
                 # a number read from a tensor (`.item()`): the extern computes it at run time and the
-                # host program binds its symbol ([Note: sizes bound by externs] in host.py)
+                # host program binds its symbol ([Note: sizes bound by externs] in host.py). A float
+                # computed from sizes (var's backward scales by 2.0 / (s0 - 1.0)) is no index
+                # expression either: the host program computes it too, a value ([Note: host values])
                 env[node] = extern_fallback(ctx, node.target, args, kwargs, meta)
                 continue
             # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its

@@ -221,7 +221,8 @@ class FakeTensorMode(TorchDispatchMode):
         fake = FakeTensor(meta, t.device, self, requires_grad=t.requires_grad,
                           constant=t.detach() if constant else None)
         if t.requires_grad and not t.is_leaf:
-            fake = _NonLeaf.apply(fake)
+            with torch.enable_grad():      # under no_grad its output would not require grad
+                fake = _NonLeaf.apply(fake)
         self._fakes[id(t)] = (t, fake)
         return fake
 

@@ -145,6 +145,15 @@ def test_non_leaf_input_written_in_place_is_one_graph():
     torch.testing.assert_close(y.grad, y2.grad)
 
 
+def test_non_leaf_input_under_no_grad_still_requires_grad():
+    """Under no_grad the fake of a non-leaf input requiring grad still requires grad, as the input."""
+    def f(x):
+        return x * 2 if x.requires_grad else x * 3
+    a = torch.randn(3, requires_grad=True) * 1
+    with torch.no_grad():
+        torch.testing.assert_close(kiln.compile(f)(a), f(a))
+
+
 if __name__ == "__main__":
     test_fuzz_1003200_triton_interpret()
     test_fuzz_1003200_cpp()
@@ -152,3 +161,4 @@ if __name__ == "__main__":
     test_buffer_history_backward_after_the_output_backward()
     test_unfrozen_parameter_gets_its_gradient()
     test_non_leaf_input_written_in_place_is_one_graph()
+    test_non_leaf_input_under_no_grad_still_requires_grad()

@@ -628,6 +628,13 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             continue
         meta = values.get(node)
         ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
+        if node.target in _NUMBER_OPS and type(meta) in (int, float, bool):
+            # size arithmetic the trace specialized (`8 * 8` of two sizes guarded static): its
+            # number, not an extern run by the host program, whose value no lowering rule sees
+            # (an as_strided with such a stride fell back to a copy of its input at the input's
+            # offsets: fuzz seed 1001817)
+            env[node] = meta
+            continue
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             if _reads_data(node) or isinstance(meta, torch.SymFloat):
                 # a number read from a tensor (`.item()`): the extern computes it at run time and the
@@ -748,6 +755,10 @@ def _same_layout(sizes, strides, wanted) -> bool:
 def _dense_strides(meta) -> tuple | None:
     """An output's strides: its example's when dense, else the printer's choice (None)."""
     return meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
+
+
+_NUMBER_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                         operator.mod, operator.pow, operator.neg, max, min})
 
 
 def _reads_data(node: torch.fx.Node) -> bool:

@@ -223,7 +223,81 @@ def save_all_partition(joint: JointGraph):
     return _split(joint, parts, [n for n in joint.gm.graph.nodes if n in save_all])
 
 
+def _bare_sizes(saved: list) -> list:
+    """[Note: saved sizes are symbols] A saved size computed from others (`1 + s1`, the end of a
+    padded dim's slice in pad's backward; var's `2.0 / (s1 - 1.0)`) is saved as the sizes it is
+    computed from (`sym_size` of an input), and the backward computes it again. The backward's
+    program binds a size symbol from a dim of an input or from an int input named by it: one that
+    reaches it only inside an expression (`1 + s1`) could not be bound, and the compile was refused
+    ("the size symbol s1 is no dim of any tensor input")."""
+    from kiln.aot.symbols import SIZE_OPS
+    arithmetic = SIZE_OPS - {aten.sym_size.int, aten.sym_stride.int}
+    out: list = []
+    todo = list(saved)
+    while todo:
+        n = todo.pop(0)
+        if (n.op == "call_function" and n.target in arithmetic
+                and isinstance(n.meta.get("val"), (torch.SymInt, torch.SymFloat))):
+            todo[:0] = n.all_input_nodes
+        elif n not in out:
+            out.append(n)
+    return out
+
+
+def _symbols(value) -> set:
+    """The size symbols `value` (a tensor's sizes and strides, or a SymInt) is computed from."""
+    if isinstance(value, torch.Tensor):
+        return set().union(*[_symbols(v) for v in (*value.shape, *value.stride())])
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return set(value.node.expr.free_symbols)
+    return set()
+
+
+def _bound(value) -> set:
+    """The symbols the backward's program can read from input `value`: a dim or stride that is one."""
+    if isinstance(value, torch.Tensor):
+        return set().union(*[_bound(v) for v in (*value.shape, *value.stride())])
+    if isinstance(value, torch.SymInt) and value.node.expr.is_Symbol:
+        return {value.node.expr}
+    return set()
+
+
+def _with_symbols(joint: JointGraph, parts: _JointParts, saved: list) -> list:
+    """[Note: saved sizes are symbols] Also the symbols the backward computes with that no saved
+    value or tangent holds as a dim (a saved `x.view(2, s0 // 2)` holds s0 only inside a
+    floordiv): each is saved as `sym_size` of the forward input that has it as a dim."""
+    bw_nodes = _ancestors(parts.bw_outputs, stop=frozenset(saved) | frozenset(parts.tangents))
+    inputs = [n.meta.get("val") for n in (*saved, *parts.tangents)]
+    needed = set().union(*[_symbols(n.meta.get("val")) for n in bw_nodes | set(saved)])
+    missing = needed - set().union(*[_bound(v) for v in inputs])
+    if not missing:
+        return saved
+    graph = joint.gm.graph
+    found = {n.meta["val"].node.expr: n for n in graph.nodes
+             if n.op == "call_function" and n.target in (aten.sym_size.int, aten.sym_stride.int)
+             and n not in parts.backward
+             and isinstance(n.meta.get("val"), torch.SymInt) and n.meta["val"].node.expr.is_Symbol}
+    extra = []
+    for symbol in sorted(missing, key=str):
+        node = found.get(symbol)
+        if node is None:
+            at = next(((op, p, d) for op, read in ((aten.sym_size.int, lambda t: t.shape),
+                                                     (aten.sym_stride.int, lambda t: t.stride()))
+                       for p in parts.primals if isinstance(p.meta.get("val"), torch.Tensor)
+                       for d, n in enumerate(read(p.meta["val"]))
+                       if isinstance(n, torch.SymInt) and n.node.expr == symbol), None)
+            if at is None:
+                continue          # an unbacked size, or none of the inputs' dims: codegen says so
+            op, primal, dim = at
+            with graph.inserting_before(next(n for n in graph.nodes if n.op != "placeholder")):
+                node = graph.call_function(op, (primal, dim))
+            node.meta["val"] = (primal.meta["val"].shape if op is aten.sym_size.int else primal.meta["val"].stride())[dim]
+        extra.append(node)
+    return saved + extra
+
+
 def _split(joint: JointGraph, parts: _JointParts, saved: list):
+    saved = _with_symbols(joint, parts, _bare_sizes(saved))
     # a run-time check has no user but must run ([Note: run-time checks] in kiln/capture/run_time_checks.py)
     checks = [n for n in joint.gm.graph.nodes if n.op == "call_function" and n.target in _CHECKS
               and n not in parts.backward]

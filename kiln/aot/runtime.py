@@ -37,8 +37,18 @@ class _CompiledFunction(torch.autograd.Function):
         mutated = {id(primals[i]) for i in runtime.mutated_inputs}
         saved = [s.clone() if id(s) in mutated else s for s in saved]
         ctx.runtime = runtime
-        ctx.tensor_slots = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor)]
-        ctx.others = [None if isinstance(s, torch.Tensor) else s for s in saved]
+        held = set()
+        if runtime.writes_with_grad:
+            # [Note: a backward reached twice] An input written with a value that requires grad
+            # carries this Function in its history: a later backward through the input (the next
+            # call reading a buffer this one wrote) reaches it again, as eager's reaches the nodes
+            # of the write, which keep what they saved until they run. autograd frees what
+            # `save_for_backward` holds after the first backward, so the values are held on ctx
+            # (until the graph goes); not a tensor this Function returns (a reference cycle)
+            returned = {id(o) for o in outs}
+            held = {i for i, s in enumerate(saved) if isinstance(s, torch.Tensor) and id(s) not in returned}
+        ctx.tensor_slots = [i for i, s in enumerate(saved) if isinstance(s, torch.Tensor) and i not in held]
+        ctx.others = [s if i in held or not isinstance(s, torch.Tensor) else None for i, s in enumerate(saved)]
         ctx.save_for_backward(*[saved[i] for i in ctx.tensor_slots])
         # Outputs the epilogue rebuilds as views leave the Function detached: their gradient flows
         # through the rebuilt view, and one tensor must not leave a Function twice. Views of an
@@ -68,7 +78,10 @@ class _CompiledFunction(torch.autograd.Function):
             # on an earlier call): no gradient flows, and the saved values may be freed already
             return (None,) * (2 + runtime.num_primals)
         args = list(ctx.others)
-        for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors):
+        # [Note: a backward reached twice]: saving no tensor through autograd, the Function may
+        # run backward again (fuzz seed 1003200); autograd's saved_tensors raises once freed,
+        # even when empty
+        for slot, t in zip(ctx.tensor_slots, ctx.saved_tensors if ctx.tensor_slots else ()):
             args[slot] = t
         tangents = [g for g, spec in zip(grads, runtime.fw_specs) if spec.requires_grad]
         missing = {j for j, g in enumerate(tangents) if g is None}
@@ -148,6 +161,8 @@ class AotRuntime:
         self.grad_inputs = [joint.outputs[i].index for i in joint.output_indices("grad")]
         self.mutated_inputs = [joint.outputs[i].index for i in joint.output_indices("mutation")]
         self.needs_grad_from = [i for i, s in enumerate(joint.inputs[:self.num_primals]) if s.requires_grad]
+        # [Note: a backward reached twice]
+        self.writes_with_grad = any(s.kind == "mutation" and s.requires_grad for s in self.fw_specs)
         self.grad_tangents = [frozenset()] * len(self.grad_inputs)   # aot_compile reads the backward's
         self.input_views_with_grad = [k for k, spec in enumerate(self.fw_specs)
                                       if spec.alias is not None and spec.alias[0] == "input" and spec.requires_grad

@@ -53,8 +53,8 @@ if _floordiv_type() is not None:
     _SYMPY_OPS[_floordiv_type()] = lambda graph, args: graph.call_function(operator.floordiv, tuple(args))
 
 
-# the ops a size node is built of: `sym_size` of an input, then `_SYMPY_OPS`' targets
-SIZE_OPS = frozenset({aten.sym_size.int, operator.add, operator.mul, operator.mod, operator.pow,
+# the ops a size node is built of: `sym_size` (or `sym_stride`) of an input, then `_SYMPY_OPS`' targets
+SIZE_OPS = frozenset({aten.sym_size.int, aten.sym_stride.int, operator.add, operator.mul, operator.mod, operator.pow,
                       operator.floordiv, max, min})
 
 
@@ -80,6 +80,7 @@ class SymbolTable:
     def __init__(self, graph: fx.Graph):
         self.graph = graph
         self._sources: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
+        self._strides: dict[sympy.Symbol, tuple[fx.Node, int]] = {}
         self._nodes: dict[sympy.Expr, fx.Node] = {}
 
     def add_input(self, node: fx.Node, value) -> None:
@@ -91,6 +92,11 @@ class SymbolTable:
         for dim, size in enumerate(value.shape):
             if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                 self._sources.setdefault(size.node.expr, (node, dim))
+        # a stride of its own (dim 0 of `x[::2]` of one row: kiln.symbolic gives a non-dense
+        # stride a symbol), read where no size has it: a clone keeps the input's strides
+        for dim, stride in enumerate(value.stride()):
+            if isinstance(stride, torch.SymInt) and stride.node.expr.is_Symbol:
+                self._strides.setdefault(stride.node.expr, (node, dim))
 
     def add_output(self, node: fx.Node, value) -> None:
         """Remember the symbols an op's output introduces (unbacked ones: the first op to hold a
@@ -121,13 +127,19 @@ class SymbolTable:
     def _build(self, expr: sympy.Expr):
         if expr.is_Integer:
             return int(expr)
+        if expr.is_Number:          # a SymFloat's constant: 2.0 in var's backward's 2.0 / (s0 - 1.0)
+            return int(expr) if expr == int(expr) and not expr.is_Float else float(expr)
         if expr in self._nodes:
             return self._nodes[expr]
         if expr.is_Symbol:
-            if expr not in self._sources:
+            if expr in self._sources:
+                source, dim = self._sources[expr]
+                node = self.graph.call_function(aten.sym_size.int, (source, dim))
+            elif expr in self._strides:
+                source, dim = self._strides[expr]
+                node = self.graph.call_function(aten.sym_stride.int, (source, dim))
+            else:
                 raise NotYetImplemented(f"kiln.aot: the symbol {expr} comes from no traced input")
-            source, dim = self._sources[expr]
-            node = self.graph.call_function(aten.sym_size.int, (source, dim))
         else:
             rule = _SYMPY_OPS.get(type(expr))
             if rule is None:
@@ -149,5 +161,7 @@ def _annotate(node: fx.Node) -> None:
     args = [a.meta["val"] if isinstance(a, fx.Node) else a for a in node.args]
     if node.target is aten.sym_size.int:
         node.meta["val"] = args[0].shape[args[1]]
+    elif node.target is aten.sym_stride.int:
+        node.meta["val"] = args[0].stride()[args[1]]
     else:   # max/min of SymInts: torch's, which builds Max/Min where Python's would compare (a guard)
         node.meta["val"] = {max: torch.sym_max, min: torch.sym_min}.get(node.target, node.target)(*args)

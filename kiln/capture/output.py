@@ -200,7 +200,14 @@ class OutputGraph:
         return found
 
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
-        """A parameter or buffer of a module: a `get_attr` node sharing the real tensor."""
+        """A parameter or buffer of a module: a `get_attr` node sharing the real tensor. Its
+        identity is guarded where it is read (attributes.py), and its `requires_grad` here: a
+        graph traced with a buffer that did not require grad differentiates nothing through it,
+        and a buffer written with a value that requires grad (`buf.add_(param)`) requires grad
+        from then on, as a parameter frozen with `requires_grad_(False)` stops."""
+        from kiln.capture.sources import AttrSource, ConstSource
+        if not isinstance(source, ConstSource):
+            self.guard(Guard(GuardKind.CONST, AttrSource(source, "requires_grad"), value.requires_grad))
         name = self._attr_names.get(id(value))
         if name is None:
             name = _identifier(source.expr().replace("._parameters[", ".").replace("._buffers[", ".")

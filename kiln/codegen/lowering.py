@@ -587,6 +587,14 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             env[node] = to_sympy(example)
             size_inputs.append((len(inputs), env[node]))
             inputs.append(None)
+        elif isinstance(example, torch.SymFloat):
+            # a float computed from sizes, saved by the forward (var's 2.0 / (s0 - 1.0)): a host
+            # value bound to the parameter ([Note: host values] in lowering_reduce.py), never the
+            # traced call's number
+            from kiln.codegen.lowering_reduce import host_value
+            env[node] = host_value(ctx.new_name("val"))
+            size_inputs.append((len(inputs), env[node].expr))
+            inputs.append(None)
         else:
             env[node] = example
             inputs.append(None)
@@ -620,10 +628,19 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             continue
         meta = values.get(node)
         ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
+        if node.target in _NUMBER_OPS and type(meta) in (int, float, bool):
+            # size arithmetic the trace specialized (`8 * 8` of two sizes guarded static): its
+            # number, not an extern run by the host program, whose value no lowering rule sees
+            # (an as_strided with such a stride fell back to a copy of its input at the input's
+            # offsets: fuzz seed 1001817)
+            env[node] = meta
+            continue
         if isinstance(meta, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            if _reads_data(node):
+            if _reads_data(node) or isinstance(meta, torch.SymFloat):
                 # a number read from a tensor (`.item()`): the extern computes it at run time and the
-                # host program binds its symbol ([Note: sizes bound by externs] in host.py)
+                # host program binds its symbol ([Note: sizes bound by externs] in host.py). A float
+                # computed from sizes (var's backward scales by 2.0 / (s0 - 1.0)) is no index
+                # expression either: the host program computes it too, a value ([Note: host values])
                 env[node] = extern_fallback(ctx, node.target, args, kwargs, meta)
                 continue
             # a size computed from the inputs' sizes (`sym_size`, `operator.mul` of sizes): its
@@ -738,6 +755,10 @@ def _same_layout(sizes, strides, wanted) -> bool:
 def _dense_strides(meta) -> tuple | None:
     """An output's strides: its example's when dense, else the printer's choice (None)."""
     return meta.stride() if isinstance(meta, torch.Tensor) and _is_dense(meta) else None
+
+
+_NUMBER_OPS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                         operator.mod, operator.pow, operator.neg, max, min})
 
 
 def _reads_data(node: torch.fx.Node) -> bool:

@@ -468,12 +468,21 @@ def flip(ctx, meta, a=None, self=None, dims=None, **_):
     return reindex(x, x.sizes, idx)
 
 
+# A cat of more pieces is an extern copy, as in eager: a kernel's element would evaluate a chain
+# of one `where` and one load per piece (every load is evaluated), and split's backward of a
+# 4096-row input in pieces of 2 (a cat of 2048) nested wheres past Python's recursion limit
+# (fuzz seed 1010033).
+MAX_CAT_PIECES = 32
+
+
 @register("cat")
 def cat(ctx, meta, tensors=None, dim=0, **_):
     m = _out(meta)
     parts = [t for t in tensors if isinstance(t, TensorValue) and not (t.ndim == 1 and t.sizes[0] == 0)]
     if not parts:
         raise LoweringError("cat of nothing")
+    if len(parts) > MAX_CAT_PIECES:
+        raise LoweringError(f"cat of {len(parts)} pieces: an extern copy")
     dim = dim % m.dim()
     var = loop_var(dim)
     expr, offset = None, sympy.Integer(0)

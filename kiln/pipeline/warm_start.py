@@ -5,7 +5,7 @@
 aot has traced, decomposed, functionalized and partitioned the captured graph: most of what a
 warm start still spent on CPU. So a captured graph gets an entry
 of its own (kind "aot"), keyed by the torch-level graph, its inputs' metadata and everything aot's
-output depends on (grad mode, autocast, which inputs and parameters require grad, kiln's source).
+output depends on (grad mode, autocast, which inputs, parameters and buffers require grad, kiln's source).
 It holds what aot hands its runtime, as data: the joint graph's input and output specs, the
 outputs' pytree spec, what the forward saves for the backward, and the program-cache keys of the
 forward and backward programs. A hit builds the `AotRuntime` from it without tracing anything.
@@ -52,7 +52,8 @@ def key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], variant: str) -
     h = hashlib.sha256(cache.graph_key(gm, example_inputs).encode())
     h.update(repr((torch.is_grad_enabled(), _autocast_state(), variant,
                    [x.requires_grad for x in example_inputs if isinstance(x, torch.Tensor)],
-                   [(n, p.requires_grad) for n, p in sorted(gm.named_parameters())])).encode())
+                   # a buffer too: one written with a value requiring grad requires grad (fuzz seed 1003200)
+                   [(n, t.requires_grad) for n, t in sorted(gm.named_parameters()) + sorted(gm.named_buffers())])).encode())
     return h.hexdigest()[:32]
 
 

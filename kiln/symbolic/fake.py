@@ -110,6 +110,22 @@ class FakeTensor(torch.Tensor):
                 f"device={self.device}{grad})")
 
 
+class _NonLeaf(torch.autograd.Function):
+    """The fake of a real tensor that requires grad and is no leaf (the output of an op, a buffer a
+    parameter was added into) is no leaf either: eager lets such a tensor be written in place
+    (`x.add_(y)`), where a leaf that requires grad raises, and capture runs its ops on the fakes.
+    It holds the same meta tensor (storage, sizes, strides) as the leaf it is made from; nothing
+    differentiates through capture's fakes, so the backward only raises."""
+
+    @staticmethod
+    def forward(ctx, fake):
+        return FakeTensor(fake._meta, fake.device, fake.fake_mode, constant=fake.constant)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise FakeTensorError("kiln: a backward through the fake of a non-leaf input")
+
+
 def _mode_of(args, kwargs) -> "FakeTensorMode":
     for x in args:               # nearly always a positional tensor: no flattening (`run` checks the rest)
         if isinstance(x, FakeTensor):
@@ -205,6 +221,9 @@ class FakeTensorMode(TorchDispatchMode):
             meta.set_(storage, t.storage_offset(), sym_sizes, sym_strides)
         fake = FakeTensor(meta, t.device, self, requires_grad=t.requires_grad,
                           constant=t.detach() if constant else None)
+        if t.requires_grad and not t.is_leaf:
+            with torch.enable_grad():      # under no_grad its output would not require grad
+                fake = _NonLeaf.apply(fake)
         self._fakes[id(t)] = (t, fake)
         return fake
 

@@ -208,6 +208,12 @@ def check(program: Program, calls: int = 2, target: Target | str = "cpp") -> Out
                                     dynamic=True if program.resized else None)
         elif program.module:   # the same compiled module object, fresh state
             compiled._orig_mod.load_state_dict(fn.state_dict())
+            fresh = dict(fn.named_buffers())
+            for name, b in compiled._orig_mod.named_buffers():
+                # a buffer the first call wrote with a value requiring grad requires grad, its
+                # history the first call's graph (seed 1003200): fresh state is a fresh leaf
+                if b.requires_grad != fresh[name].requires_grad:
+                    b.detach_().requires_grad_(fresh[name].requires_grad)
             for name, p in compiled._orig_mod.named_parameters():
                 p.grad = None
             tensors.update({i.name: getattr(compiled._orig_mod, i.name) for i in program.inputs if i.role != "arg"})

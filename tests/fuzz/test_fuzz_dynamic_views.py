@@ -57,3 +57,45 @@ UNFOLD_OF_SELECT = Program(
 
 test_fuzz_scatter_amax_of_resized_narrow = regression_test(SCATTER_AMAX, target="triton-interpret")
 test_fuzz_unfold_of_select_of_dynamic_input = regression_test(UNFOLD_OF_SELECT, target="triton-interpret")
+
+
+# The whole program of seed 1001817, found again by the rerun of the campaign's seeds at 64d6878
+# (the shrunk one above passed since e6a8c91): with the slice `x0[:, :, 3::1]` beside, the unfold's
+# as_strided took the stride `8 * 8` of two sizes the trace specialized; lowering left that product
+# to an extern of the host program (a host value), so no rule saw the as_strided and it ran on a
+# contiguous copy of the select at the input's offsets ("setStorage: ... out of bounds"). A number
+# the trace specialized is now a number (`_NUMBER_OPS` in kiln/codegen/lowering.py).
+#
+# class M(torch.nn.Module):
+#     def __init__(self, state):
+#         super().__init__()
+#         self.register_buffer('x3', state['x3'])
+#     def forward(self, x0):
+#         x3 = self.x3
+#         v1 = x0[:, :, 3::1]
+#         v2 = v1 * 2
+#         v6 = x0.select(1, 6)
+#         v7 = v6.unfold(0, 2, 1)
+#         v8 = v2 | x3
+#         return (v7,)
+
+UNFOLD_OF_SELECT_BESIDE_A_SLICE = Program(
+    seed=1001817,
+    inputs=[
+        Input(name='x0', shape=(3, 8, 8), dtype='int64', layout='contiguous', requires_grad=False, role='arg', seed=1001817000),
+        Input(name='x3', shape=(8, 5), dtype='int64', layout='contiguous', requires_grad=False, role='buffer', seed=1001817003),
+    ],
+    steps=[
+        Step(lines=('v1 = x0[:, :, 3::1]',), defines=('v1',), reads=('x0',), family='view'),
+        Step(lines=('v2 = v1 * 2',), defines=('v2',), reads=('v1',), family='binary'),
+        Step(lines=('v6 = x0.select(1, 6)',), defines=('v6',), reads=('x0',), family='view'),
+        Step(lines=('v7 = v6.unfold(0, 2, 1)',), defines=('v7',), reads=('v6',), family='view'),
+        Step(lines=('v8 = v2 | x3',), defines=('v8',), reads=('v2', 'x3'), family='binary'),
+    ],
+    outputs=['v7'],
+    module=True,
+    resized={'x0': (4, 8, 8)},
+)
+
+test_fuzz_1001817_whole_triton_interpret = regression_test(UNFOLD_OF_SELECT_BESIDE_A_SLICE, target='triton-interpret')
+test_fuzz_1001817_whole_cpp = regression_test(UNFOLD_OF_SELECT_BESIDE_A_SLICE, target='cpp')

@@ -87,6 +87,13 @@ template <typename T> static inline T kiln_pow(T a, T b) {
 // `where` with both branches evaluated: a select g++ vectorizes (a `?:` whose branch loads memory
 // it cannot prove readable is never if-converted); printed only when both branches are safe to run.
 template <typename T> static inline T kiln_where(bool c, T a, T b) { return c ? a : b; }
+// [Note: index bounds checks] (kiln/codegen/lowering_reduce.py): an index outside [0, n) records
+// `code` in the call's error slot (any thread may: a relaxed atomic store) and is not used.
+static inline bool kiln_in_bounds(int64_t i, int64_t n, int64_t* error, int64_t code) {
+  if (__builtin_expect(i >= 0 && i < n, 1)) return true;
+  __atomic_store_n(error, code, __ATOMIC_RELAXED);
+  return false;
+}
 template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + kiln_exp<T>(-a)); }
 template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }

@@ -159,13 +159,11 @@ for _n in SCANS:
 # ---------------------------------------------------------------------------- indexing
 
 def _wrap(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
-    """Negative indices count from the end (as eager). An index the decompositions wrapped already
-    (`where(i < 0, i + size, i)`) is not wrapped twice: -11 into a dim of 10 must stay out of range."""
-    e = cast(e, torch.int64)
-    if _unwrapped(e, size) is not e:
-        return e
-    neg = Op("lt", (e, constant(0, torch.int64)), torch.bool)
-    return Op("where", (neg, Op("add", (e, ir.IndexValue(size)), torch.int64), e), torch.int64)
+    """An index value as int64. The index prims take indices in [0, size): the decompositions wrap
+    negative ones where eager does (advanced indexing, `where(i < 0, i + size, i)`), not where it
+    raises (embedding, index_select, gather, index_copy: -1 is an error there), and the kernel
+    checks the rest ([Note: index bounds checks])."""
+    return cast(e, torch.int64)
 
 
 def _unwrapped(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
@@ -219,8 +217,11 @@ def index_bounds_to_check(ctx, indices, out_sizes) -> tuple:
     out = []
     for sym, e, size in indices:
         size = to_sympy(size)
-        lo, hi = _value_range(ctx, _unwrapped(cast(e, torch.int64), size), upper)
-        if not (_provably_nonnegative(lo + size) and _provably_nonnegative(size - 1 - hi)):
+        e = cast(e, torch.int64)
+        raw = _unwrapped(e, size)       # wrapped from the end: in range if the raw one is in [-size, size)
+        lo, hi = _value_range(ctx, raw, upper)
+        first = -size if raw is not e else 0
+        if not (_provably_nonnegative(lo - first) and _provably_nonnegative(size - 1 - hi)):
             out.append((sym, size))
     return tuple(out)
 

@@ -197,3 +197,18 @@ def test_checked_cpp_kernel_text():
     text = cpp.print_module(kernels, graph.buffer_map())
     assert re.search(r'extern "C" .*int64_t kernel', text) and "int64_t kiln_error = 0;" in text
     assert "kiln_in_bounds(t0, 5, &kiln_error, 1)" in text and "return kiln_error;" in text
+
+
+def test_triton_kernels_with_asserts_compile_them_in():
+    """On a GPU, Triton drops `tl.device_assert` unless the function is compiled with debug on:
+    a kernel that checks an index is; one that does not is not (debug builds check more)."""
+    from kiln.codegen.triton.printer import canonical, print_canonical
+    for fn, args, checked in ((_index, (X, torch.tensor([0, 1])), True),
+                              (_through_argmax, (torch.randn(4, 10), torch.randn(10, 3)), False)):
+        (gm, examples), _ = prim_graphs(fn, *args)
+        graph, _ = lower_graph(gm, examples)
+        sched = schedule(optimize_layouts(dedupe_buffers(graph)))
+        kernels = [k for k in sched.steps if isinstance(k, ir.Kernel) and any(
+            ld.indirect for st in k.stages for s in st.body for e in ir.stmt_exprs(s) for ld in ir.loads_of(e))]
+        source = print_canonical(*canonical(kernels[0], graph.buffer_map()), interpret=False)
+        assert ("debug=True" in source) == checked and ("tl.device_assert(" in source) == checked, source

@@ -48,7 +48,7 @@ EXACT_ON_HALF = frozenset({"maximum", "minimum", "where", "neg", "abs", "relu", 
                            "trunc", "round", "sign"})
 
 TAKES_POINTERS = True  # kernels take data pointers (ctypes), not tensors
-# A kernel with index checks returns the code of the first that failed, for the host to raise.
+# A kernel with index checks returns the code of one that failed (0: none), for the host to raise.
 RETURNS_INDEX_ERRORS = True
 
 # Work (elements x inner iterations) below which a kernel runs on one thread.
@@ -205,7 +205,7 @@ class _Context:
     def in_range(self, kind: str, bounds) -> str:
         """The C++ condition that every bound holds, recording the first that fails in the kernel's
         error slot ([Note: index bounds checks] in lowering_reduce)."""
-        return " && ".join(f"kiln_in_bounds({t}, {index_str(n)}, &kiln_error, {self.checks[(kind, sympy.sympify(n))]})"
+        return " && ".join(f"kiln_in_bounds({t}, {index_str(n)}, kiln_error, {self.checks[(kind, sympy.sympify(n))]})"
                            for t, n in bounds)
 
     def in_bounds(self, ld: Load) -> bool:
@@ -239,10 +239,11 @@ def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = Fa
         dtype = buf.dtype if buf is not None else e.dtype
         if e.indirect:
             binds = " ".join(f"int64_t {s} = {expr_str(x, ctx)};" for s, x in e.indirect)
-            if e.bounds:     # an index out of range reads nothing ([Note: index bounds checks])
+            if e.bounds:     # an index out of range fails the kernel, and reads row 0 ([Note: index bounds checks])
                 if ctx is None:
                     raise CppUnsupported("a checked gather printed without its kernel")
-                text = f"({ctx.in_range('gather', e.bounds)}) ? {text} : ({STORAGE_CTYPES[dtype]})0"
+                binds += "".join(f" {t} = kiln_checked({t}, {index_str(n)}, kiln_error, "
+                                 f"{ctx.checks[('gather', sympy.sympify(n))]});" for t, n in e.bounds)
             text = f"({{ {binds} {text}; }})"
         return f"{WIDEN[dtype]}({text})" if dtype in HALF_DTYPES else text
     if isinstance(e, Constant):
@@ -371,7 +372,8 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None, simd: b
     if stage.is_scan or not has_assign_only or not simd:
         pragma = None
     elif sum(isinstance(s, Accumulate) for s in stage.body) == len(simd_sum):
-        pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum)
+        checked = ["max:kiln_error"] if ctx is not None and ctx.checks else []
+        pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum + checked)
     inner = ind
     for k, r in enumerate(stage.reduction_ranges):
         if k == len(stage.reduction_ranges) - 1 and pragma:
@@ -477,7 +479,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     checks = {c: k + 1 for k, c in enumerate(ir.index_checks(kernel))}
     lines = [f"// fused: {', '.join(kernel.origins)}",
              f'extern "C" {"int64_t" if checks else "void"} {kernel.name}({", ".join(params)}) {{']
-    if checks:     # the first failed index check's code, 0 if none ([Note: index bounds checks])
+    if checks:     # a failed index check's code (the largest), 0 if none ([Note: index bounds checks])
         lines.append("  int64_t kiln_error = 0;")
     work = ir.product(kernel.ranges)
     inner_work = max([ir.product(s.reduction_ranges) for s in kernel.stages if s.reduction_ranges]
@@ -500,7 +502,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     m = len(loops)
     for k, (var, first, bound, step) in enumerate(loops):
         parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
-        simd = k == m - 1 and only_once and not scalar and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
+        simd = k == m - 1 and only_once and not scalar and not checks and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
                                                     for x in st.body)
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
@@ -514,6 +516,8 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
             if parallel and nested > 1:
                 what += f" collapse({nested})"
             cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
+            if checks:      # each thread and lane its own error, the largest code kept
+                cond += " reduction(max:kiln_error)"
             lines.append(f"{ind}#pragma omp {what}{cond}")
         advance = f"++{var}" if step == "1" else f"{var} += {step}"
         lines.append(f"{ind}for (int64_t {var} = {first}; {var} < {bound}; {advance}) {{")

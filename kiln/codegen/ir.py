@@ -679,8 +679,9 @@ class Kernel:
 
 def index_checks(kernel: Kernel) -> tuple[tuple[str, sympy.Expr], ...]:
     """The distinct index checks of `kernel`: ("gather", size) for each bound of an indirect load,
-    ("scatter", size) for each of an indirect store, in a fixed order. A C++ kernel reports the
-    first check it failed by its position + 1 ([Note: index bounds checks] in lowering_reduce)."""
+    ("scatter", size) for each of an indirect store, in a fixed order. A C++ kernel reports a
+    check it failed (the last in this order, if several) by its position + 1 ([Note: index
+    bounds checks] in lowering_reduce)."""
     out: dict = {}
     for stage in kernel.stages:
         for s in stage.body:

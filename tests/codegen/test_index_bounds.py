@@ -196,7 +196,7 @@ def test_checked_cpp_kernel_text():
     kernels = [k for k in sched.steps if isinstance(k, ir.Kernel)]
     text = cpp.print_module(kernels, graph.buffer_map())
     assert re.search(r'extern "C" .*int64_t kernel', text) and "int64_t kiln_error = 0;" in text
-    assert "kiln_in_bounds(t0, 5, &kiln_error, 1)" in text and "return kiln_error;" in text
+    assert "t0 = kiln_checked(t0, 5, kiln_error, 1);" in text and "return kiln_error;" in text
 
 
 def test_triton_kernels_with_asserts_compile_them_in():

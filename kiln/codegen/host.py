@@ -484,8 +484,8 @@ def _index_error(kernel: str, check: tuple) -> None:
     kind, size = check
     what = ("a gather (embedding, x[idx], index_select, gather) read" if kind == "gather" else
             "a scatter (x[idx] = v, index_put, index_copy, index_add) wrote")
-    raise IndexError(f"index out of range: {what} at an index outside [-{size}, {size}) of a dim of size "
-                     f"{size} (kiln kernel {kernel}); eager raises here too ('index out of range in self')")
+    raise IndexError(f"index out of range: {what} at an index outside a dim of size {size} (kiln kernel "
+                     f"{kernel}); eager raises here too ('index out of range in self')")
 
 
 def _one(result):

@@ -105,7 +105,7 @@ def test_out_of_range_index_raises_as_eager(name, options):
 
 def test_the_error_names_the_gather_and_the_dim():
     fn, args = _args(CASES["embedding"], [1, 12, 0])
-    with pytest.raises(IndexError, match=r"gather .* outside \[-10, 10\)"):
+    with pytest.raises(IndexError, match=r"gather .* outside a dim of size 10"):
         kiln.compile(fn)(*args)
 
 

@@ -103,7 +103,8 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
     buffers = graph.buffer_map()
     with log.stage("host program"):
         program, binds = plan_host(graph, sched, takes_pointers=getattr(printer, "TAKES_POINTERS", False),
-                                   probe=probe, boxed=boxed, keep=device == "cpu")
+                                   probe=probe, boxed=boxed, keep=device == "cpu",
+                                   index_errors=getattr(printer, "RETURNS_INDEX_ERRORS", False))
     with log.stage("print"):
         built = save_kernels(printer, kernels, buffers, size_hints(example_inputs)) if kernels else None
     if trace.active():

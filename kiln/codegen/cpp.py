@@ -48,6 +48,8 @@ EXACT_ON_HALF = frozenset({"maximum", "minimum", "where", "neg", "abs", "relu", 
                            "trunc", "round", "sign"})
 
 TAKES_POINTERS = True  # kernels take data pointers (ctypes), not tensors
+# A kernel with index checks returns the code of one that failed (0: none), for the host to raise.
+RETURNS_INDEX_ERRORS = True
 
 # Work (elements x inner iterations) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 1 << 16
@@ -198,6 +200,13 @@ class _Context:
     load can be proved in bounds."""
     upper: Mapping
     buffers: Mapping[str, ir.Buffer]
+    checks: Mapping = dataclasses.field(default_factory=dict)   # ir.index_checks entry -> its code
+
+    def in_range(self, kind: str, bounds) -> str:
+        """The C++ condition that every bound holds, recording the first that fails in the kernel's
+        error slot ([Note: index bounds checks] in lowering_reduce)."""
+        return " && ".join(f"kiln_in_bounds({t}, {index_str(n)}, kiln_error, {self.checks[(kind, sympy.sympify(n))]})"
+                           for t, n in bounds)
 
     def in_bounds(self, ld: Load) -> bool:
         buf = self.buffers.get(ld.buffer)
@@ -226,11 +235,16 @@ def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = Fa
     (a store narrows it itself: rounding twice is the same value, at twice the work)."""
     if isinstance(e, Load):
         text = f"{e.buffer}[{index_str(e.index)}]"
-        if e.indirect:
-            binds = " ".join(f"int64_t {s} = {expr_str(x, ctx)};" for s, x in e.indirect)
-            text = f"({{ {binds} {text}; }})"
         buf = ctx.buffers.get(e.buffer) if ctx is not None else None
         dtype = buf.dtype if buf is not None else e.dtype
+        if e.indirect:
+            binds = " ".join(f"int64_t {s} = {expr_str(x, ctx)};" for s, x in e.indirect)
+            if e.bounds:     # an index out of range fails the kernel, and reads row 0 ([Note: index bounds checks])
+                if ctx is None:
+                    raise CppUnsupported("a checked gather printed without its kernel")
+                binds += "".join(f" {t} = kiln_checked({t}, {index_str(n)}, kiln_error, "
+                                 f"{ctx.checks[('gather', sympy.sympify(n))]});" for t, n in e.bounds)
+            text = f"({{ {binds} {text}; }})"
         return f"{WIDEN[dtype]}({text})" if dtype in HALF_DTYPES else text
     if isinstance(e, Constant):
         return _literal(e.value, e.dtype)
@@ -263,10 +277,12 @@ def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = Fa
 
 def _scatter_lines(s: Store, ctx: _Context | None, exact: frozenset) -> list[str]:
     """A store at loaded indices ([Note: scatters write in place] in ir.py): the indices bound, the
-    write skipped where one falls outside its dim, an accumulating one added atomically (the outer
-    loop runs in parallel, and two points may name one element)."""
+    write skipped (and the kernel's error set) where one falls outside its dim, an accumulating one
+    added atomically (the outer loop runs in parallel, and two points may name one element)."""
     binds = " ".join(f"int64_t {t} = {expr_str(x, ctx)};" for t, x in s.indirect)
-    inside = " && ".join(f"{t} >= 0 && {t} < {index_str(n)}" for t, n in s.bounds) or "true"
+    if s.bounds and ctx is None:
+        raise CppUnsupported("a checked scatter printed without its kernel")
+    inside = ctx.in_range("scatter", s.bounds) if s.bounds else "true"
     target = f"{s.buffer}[{index_str(s.index)}]"
     if not s.accumulate:
         return [f"{{ {binds} if ({inside}) {target} = {_stored_value(s, ctx, exact)}; }}"]
@@ -356,7 +372,8 @@ def _stage_lines(stage: ir.Stage, ind: str, ctx: _Context | None = None, simd: b
     if stage.is_scan or not has_assign_only or not simd:
         pragma = None
     elif sum(isinstance(s, Accumulate) for s in stage.body) == len(simd_sum):
-        pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum)
+        checked = ["max:kiln_error"] if ctx is not None and ctx.checks else []
+        pragma = "#pragma omp simd" + "".join(f" reduction({r})" for r in simd_sum + checked)
     inner = ind
     for k, r in enumerate(stage.reduction_ranges):
         if k == len(stage.reduction_ranges) - 1 and pragma:
@@ -459,8 +476,11 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
         const = "" if name in stored else "const "
         params.append(f"{const}{STORAGE_CTYPES[buf.dtype]}* __restrict__ {name}")
     params += [f"int64_t {s}" for s in kernel.size_args]
+    checks = {c: k + 1 for k, c in enumerate(ir.index_checks(kernel))}
     lines = [f"// fused: {', '.join(kernel.origins)}",
-             f'extern "C" void {kernel.name}({", ".join(params)}) {{']
+             f'extern "C" {"int64_t" if checks else "void"} {kernel.name}({", ".join(params)}) {{']
+    if checks:     # a failed index check's code (the largest), 0 if none ([Note: index bounds checks])
+        lines.append("  int64_t kiln_error = 0;")
     work = ir.product(kernel.ranges)
     inner_work = max([ir.product(s.reduction_ranges) for s in kernel.stages if s.reduction_ranges]
                      or [sympy.Integer(1)], key=lambda e: 0)
@@ -482,7 +502,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     m = len(loops)
     for k, (var, first, bound, step) in enumerate(loops):
         parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
-        simd = k == m - 1 and only_once and not scalar and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
+        simd = k == m - 1 and only_once and not scalar and not checks and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
                                                     for x in st.body)
         if parallel or simd:
             what = " ".join(w for w, on in (("parallel for", parallel), ("simd", simd)) if on)
@@ -496,6 +516,8 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
             if parallel and nested > 1:
                 what += f" collapse({nested})"
             cond = f" if({index_str(total)} >= {PARALLEL_MIN_WORK})" if parallel else ""
+            if checks:      # each thread and lane its own error, the largest code kept
+                cond += " reduction(max:kiln_error)"
             lines.append(f"{ind}#pragma omp {what}{cond}")
         advance = f"++{var}" if step == "1" else f"{var} += {step}"
         lines.append(f"{ind}for (int64_t {var} = {first}; {var} < {bound}; {advance}) {{")
@@ -503,10 +525,12 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     outer_upper = {ir.loop_var(k): sympy.sympify(r) for k, r in enumerate(kernel.ranges)}
     for st in kernel.stages:
         upper = {**outer_upper, **{ir.reduction_var(k): sympy.sympify(r) for k, r in enumerate(st.reduction_ranges)}}
-        lines += _stage_lines(st, ind, _Context(upper, buffers), simd=not scalar)
+        lines += _stage_lines(st, ind, _Context(upper, buffers, checks), simd=not scalar)
     for _ in loops:
         ind = ind[:-2]
         lines.append(ind + "}")
+    if checks:
+        lines.append("  return kiln_error;")
     lines.append("}")
     options = ['"no-tree-vectorize"'] if scalar else []
     if only_once and any("kiln_where<" in line for line in lines):
@@ -516,7 +540,7 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
         # is worth 30% to a masked softmax)
         options.insert(0, '"no-tree-pre"')
     if options:
-        lines[1] = lines[1].replace('extern "C" void', f'extern "C" __attribute__((optimize({", ".join(options)}))) void', 1)
+        lines[1] = lines[1].replace('extern "C" ', f'extern "C" __attribute__((optimize({", ".join(options)}))) ', 1)
     return "\n".join(lines)
 
 
@@ -534,11 +558,11 @@ def saved(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer], hints=
     cached by source hash) and each kernel's name and arity. (`hints` are not needed: a C++ kernel
     takes its sizes as arguments, compiled once for all.)"""
     return {"module": print_module(kernels, buffers),
-            "kernels": [(k.name, len(k.buffer_args), len(k.size_args)) for k in kernels]}
+            "kernels": [(k.name, len(k.buffer_args), len(k.size_args), bool(ir.index_checks(k))) for k in kernels]}
 
 
 def restore(entry: dict) -> dict:
     """`build`'s result again from what `saved` kept."""
     from kiln.runtime.cpp_build import load_library
     lib = load_library(entry["module"], header=PRELUDE)
-    return {name: lib.function(name, n_ptr, n_int) for name, n_ptr, n_int in entry["kernels"]}
+    return {name: lib.function(name, n_ptr, n_int, *checked) for name, n_ptr, n_int, *checked in entry["kernels"]}

@@ -87,6 +87,20 @@ template <typename T> static inline T kiln_pow(T a, T b) {
 // `where` with both branches evaluated: a select g++ vectorizes (a `?:` whose branch loads memory
 // it cannot prove readable is never if-converted); printed only when both branches are safe to run.
 template <typename T> static inline T kiln_where(bool c, T a, T b) { return c ? a : b; }
+// [Note: index bounds checks] (kiln/codegen/lowering_reduce.py): whether index `i` lies in [0, n);
+// where not, the kernel's error (a max-reduction of OpenMP's, private per thread and per vector
+// lane, so the loop still vectorizes) becomes at least `code`.
+static inline bool kiln_in_bounds(int64_t i, int64_t n, int64_t& error, int64_t code) {
+  bool ok = (i >= 0) & (i < n);
+  error = std::max<int64_t>(error, ok ? 0 : code);
+  return ok;
+}
+// The index a gather reads at: `i` where in range, else row 0 (the kernel fails: its value is
+// never used; lowering leaves gathers over an empty dim to ATen). A select, not a branch around
+// the load, so the loop over the other dims still vectorizes (3x on a 512-token embedding).
+static inline int64_t kiln_checked(int64_t i, int64_t n, int64_t& error, int64_t code) {
+  return kiln_in_bounds(i, n, error, code) ? i : 0;
+}
 template <typename T> static inline T kiln_sigmoid(T a) { return T(1) / (T(1) + kiln_exp<T>(-a)); }
 template <typename T> static inline T kiln_rsqrt(T a) { return T(1) / std::sqrt(a); }
 template <typename T> static inline T kiln_frac(T a) { return a - std::trunc(a); }

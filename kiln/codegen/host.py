@@ -100,11 +100,13 @@ def _literal(v, binds: dict, state: dict) -> str:
 
 
 def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
-              probe: bool = False, boxed: bool = False, keep: bool = False) -> tuple[HostProgram, dict]:
+              probe: bool = False, boxed: bool = False, keep: bool = False,
+              index_errors: bool = False) -> tuple[HostProgram, dict]:
     """The host program for `graph` as scheduled; also returns the non-serializable globals.
     `probe`: after each kernel or extern, hand every buffer it wrote to `_probe(step, name, tensor)`
     (`kiln.codegen.check` binds it). `boxed`: see [Note: boxed programs]. `keep`: see
-    [Note: kept buffers]."""
+    [Note: kept buffers]. `index_errors`: a kernel with index checks returns the code of the one
+    that failed, and the program raises ([Note: index bounds checks] in lowering_reduce)."""
     keep = keep and not probe   # the checker compares what each step wrote, call by call
     buffers = graph.buffer_map()
     steps = list(sched.steps)
@@ -215,7 +217,13 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                     allocate(b)
             args = [f"{a}.data_ptr()" if takes_pointers else a for a in step.buffer_args]
             args += [py_index(s) for s in step.size_args]
-            lines.append(f"    {step.name}({', '.join(args)})")
+            checks = ir.index_checks(step) if index_errors else ()
+            if checks:
+                table = ", ".join(f"({kind!r}, {py_index(n)})" for kind, n in checks)
+                lines += [f"    _failed = {step.name}({', '.join(args)})",
+                          f"    if _failed: _index_error({step.name!r}, ({table},)[_failed - 1])"]
+            else:
+                lines.append(f"    {step.name}({', '.join(args)})")
             if probe:
                 lines += [f"    _probe({step.name!r}, {b!r}, {b})" for b in writes(step) if b not in sched.local_buffers]
         else:
@@ -471,6 +479,15 @@ def _view(t: torch.Tensor, sizes: tuple, strides: tuple, offset: int) -> torch.T
     return t.as_strided(sizes, strides, t.storage_offset() + offset)
 
 
+def _index_error(kernel: str, check: tuple) -> None:
+    """Raise for a kernel's failed index check ([Note: index bounds checks] in lowering_reduce)."""
+    kind, size = check
+    what = ("a gather (embedding, x[idx], index_select, gather) read" if kind == "gather" else
+            "a scatter (x[idx] = v, index_put, index_copy, index_add) wrote")
+    raise IndexError(f"index out of range: {what} at an index outside a dim of size {size} (kiln kernel "
+                     f"{kernel}); eager raises here too ('index out of range in self')")
+
+
 def _one(result):
     return result[0] if isinstance(result, (tuple, list)) else result
 
@@ -510,7 +527,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_strides_differ": _strides_differ,
-           "_one": _one, "_view": _view,
+           "_one": _one, "_view": _view, "_index_error": _index_error,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update({name: _binding(op) for name, op in program.externs})

@@ -16,7 +16,10 @@ Vocabulary
   a number: iota, masks), `Op` (a scalar op from the closed set `SCALAR_OPS`, keyed by name) and
   `Var` (a value local to one kernel: an assigned temporary, a finished reduction, a running scan).
   A `Load` may index indirectly (gather, embedding): its `indirect` pairs bind symbols `t0, t1, ...`
-  that occur in `index` to scalar expressions computed first (already cast to int64, wrapped).
+  that occur in `index` to scalar expressions computed first (already cast to int64, wrapped);
+  its `bounds` pair each symbol with the size of the dim it indexes, for the symbols that may
+  fall outside it (an index from the program's inputs; lowering leaves out the ones it proves in
+  range). [Note: index bounds checks]
 
 Graph-level nodes (lowering's output, the scheduler's input)
 ------------------------------------------------------------
@@ -31,7 +34,7 @@ Graph-level nodes (lowering's output, the scheduler's input)
   written (or, `accumulate`, atomically added) at the flat offset `index` of the buffer named
   `into`, whose indirect symbols `t0, t1, ...` `indirect` binds as a `Load`'s does (the values
   of an index tensor, wrapped, cast to int64); `bounds` pairs each with the size of the dim it
-  indexes, and an index outside `[0, size)` writes nothing. Only the indexed elements change:
+  indexes, and an index outside `[0, size)` is an error ([Note: index bounds checks]). Only the indexed elements change:
   `into` holds every other element already (an input written in place, or a copy of the
   operand made for the write). [Note: scatters write in place]
 - `ComputedBuffer(buffer, body)`: fills `buffer` from a `Pointwise`/`Reduction`/`Scan`; element at
@@ -56,8 +59,8 @@ of `Stage`s run in order for each outer index. A stage with `reduction_ranges ==
 once per outer index; otherwise it loops `r...` over them. Statements:
 - `Assign(name, expr)`: a local value, readable as `Var(name)` later in the same stage iteration.
 - `Store(buffer, index, expr, indirect, bounds, accumulate)`: write memory; a scatter's store
-  binds indirect symbols in `index` as a `Load` does, skips (masks) the points whose symbols fall
-  outside `bounds`, and adds atomically where `accumulate`.
+  binds indirect symbols in `index` as a `Load` does, checks them against `bounds` as a `Load`
+  does, and adds atomically where `accumulate`.
 - `Accumulate(name, op, expr)`: fold `expr` into accumulator `name` (a reduction op); after the
   stage, `Var(name)` holds the result for this outer index. argmax/argmin track the flat `r` index.
 - `ScanAccumulate(name, op, expr)`: running inclusive scan; `Var(name)` is the value so far, inside
@@ -89,6 +92,8 @@ Change log (keep this stable; note every change here)
 - v6: `MatmulTemplate` (graph node), `MatmulProduct` / `MatmulConfig` and `Kernel.template`.
 - v7: `Scatter` (a body writing into an existing buffer at loaded indices); `Store.indirect`,
   `Store.bounds`, `Store.accumulate`; `body_exprs` / `map_body` / `stmt_exprs` / `map_stmt`.
+- v8: `Load.bounds`; an indirect index outside its bounds is an error, not a masked write
+  (`index_checks`, [Note: index bounds checks]).
 """
 from __future__ import annotations
 
@@ -100,7 +105,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 7
+IR_VERSION = 8
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -221,9 +226,11 @@ class Load:
     index: sympy.Expr
     dtype: torch.dtype
     indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...] = ()
+    bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...] = ()
 
     def __str__(self):
         ind = "".join(f", {s}={e}" for s, e in self.indirect)
+        ind += "".join(f", 0<={s}<{n}" for s, n in self.bounds)
         return f"load({self.buffer}, {self.index}{ind})"
 
 
@@ -408,6 +415,7 @@ class Scatter:
 
     def __str__(self):
         ind = "".join(f", {s}={e}" for s, e in self.indirect)
+        ind += "".join(f", 0<={s}<{n}" for s, n in self.bounds)
         how = "add" if self.accumulate else "store"
         return f"scatter{_fmt_ranges(self.ranges)} into {self.into}[{self.index}{ind}] {how}: {self.expr}"
 
@@ -667,6 +675,22 @@ class Kernel:
         head = f"kernel {self.name}({', '.join(self.buffer_args)}{sizes}) for x in {_fmt_ranges(self.ranges)}:"
         template = [f"  after {ACCUMULATOR} = {self.template}"] if self.template is not None else []
         return "\n".join([head] + template + [str(s) for s in self.stages])
+
+
+def index_checks(kernel: Kernel) -> tuple[tuple[str, sympy.Expr], ...]:
+    """The distinct index checks of `kernel`: ("gather", size) for each bound of an indirect load,
+    ("scatter", size) for each of an indirect store, in a fixed order. A C++ kernel reports a
+    check it failed (the last in this order, if several) by its position + 1 ([Note: index
+    bounds checks] in lowering_reduce)."""
+    out: dict = {}
+    for stage in kernel.stages:
+        for s in stage.body:
+            if isinstance(s, Store):
+                out.update(dict.fromkeys(("scatter", sympy.sympify(n)) for _, n in s.bounds))
+            for e in stmt_exprs(s):
+                for ld in loads_of(e):
+                    out.update(dict.fromkeys(("gather", sympy.sympify(n)) for _, n in ld.bounds))
+    return tuple(out)
 
 
 def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:

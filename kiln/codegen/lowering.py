@@ -146,6 +146,7 @@ class LoweringContext:
         self._count = 0
         self.node_of: dict[TensorValue, str] = {}   # a graph node's value -> the node's name
         self.origins: dict[str, str] = {}            # buffer -> the graph node whose value it holds
+        self.arg_extents: dict[str, sympy.Expr] = {}  # argmax/argmin result buffer -> the extent it indexes
         # the fake values of the tensor arguments of the node being lowered, in order: their strides
         # and storage offsets, which a TensorValue does not carry (the `as_strided` rule needs them)
         self.arg_metas: tuple = ()
@@ -258,9 +259,16 @@ class LoweringContext:
         return self.load_buffer(self._reduction_buffer(ranges, reduced, op, ir.subs_index(tv.expr, mapping),
                                                        dtype, tv.device))
 
+    def argmax_extent(self, buffer: str) -> sympy.Expr | None:
+        """For a buffer an argmax/argmin wrote, the number of elements its values index (they lie in
+        [0, extent)); else None. [Note: index bounds checks]"""
+        return self.arg_extents.get(buffer)
+
     def _reduction_buffer(self, ranges, reduced, op, expr, dtype, device) -> ir.Buffer:
         buf = self.add_buffer(ir.Buffer(self.new_name(), ranges, ir.contiguous_strides(ranges), dtype, device))
         self.nodes.append(ir.ComputedBuffer(buf.name, ir.Reduction(ranges, reduced, op, expr)))
+        if op in ("argmax", "argmin"):
+            self.arg_extents[buf.name] = ir.product(reduced)
         return buf
 
     def _split_of(self, ranges, reduced, op) -> int | None:

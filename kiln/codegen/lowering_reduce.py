@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from kiln.codegen import ir
-from kiln.codegen.indexing import simplify_index
+from kiln.codegen.indexing import _bounds as index_range, simplify_index
 from kiln.codegen.ir import Load, Op, indirect_var, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
                                    register, reindex, size_scalar, to_sympy)
@@ -159,22 +159,120 @@ for _n in SCANS:
 # ---------------------------------------------------------------------------- indexing
 
 def _wrap(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
-    """Negative indices count from the end (as eager)."""
-    e = cast(e, torch.int64)
-    neg = Op("lt", (e, constant(0, torch.int64)), torch.bool)
-    return Op("where", (neg, Op("add", (e, ir.IndexValue(size)), torch.int64), e), torch.int64)
+    """An index value as int64. The index prims take indices in [0, size): the decompositions wrap
+    negative ones where eager does (advanced indexing, `where(i < 0, i + size, i)`), not where it
+    raises (embedding, index_select, gather, index_copy: -1 is an error there), and the kernel
+    checks the rest ([Note: index bounds checks])."""
+    return cast(e, torch.int64)
 
 
-def _gather_load(table: TensorValue, dim, index_expr, other_index: list) -> ir.ScalarExpr:
-    """Read `table` at `other_index` with dim(s) `dim` replaced by the value(s) of `index_expr`."""
+def _unwrapped(e: ir.ScalarExpr, size: sympy.Expr) -> ir.ScalarExpr:
+    """The index `e` wraps if it is `where(i < 0, i + size, i)`, else `e`."""
+    if not (isinstance(e, Op) and e.name == "where"):
+        return e
+    cond, added, raw = e.args
+    if not (isinstance(cond, Op) and cond.name == "lt" and cond.args[0] == raw and _is_value(cond.args[1], 0)
+            and isinstance(added, Op) and added.name == "add" and added.args[0] == raw
+            and _is_value(added.args[1], size)):
+        return e
+    return raw
+
+
+def _is_value(e: ir.ScalarExpr, value) -> bool:
+    value = sympy.sympify(value)
+    if isinstance(e, ir.Constant):
+        return not isinstance(e.value, float) and sympy.Integer(int(e.value)) == value
+    return isinstance(e, ir.IndexValue) and sympy.sympify(e.index) == value
+
+
+def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, out_sizes) -> ir.ScalarExpr:
+    """Read `table` at `other_index` with dim(s) `dim` replaced by the value(s) of `index_expr`
+    (over the loop variables of `out_sizes`), each checked against its dim unless provably in it."""
     dims = [dim] if isinstance(dim, int) else list(dim)
     exprs = [index_expr] if isinstance(dim, int) else list(index_expr)
     syms = {d: indirect_var(k) for k, d in enumerate(dims)}
     shifted = ir.subs_index(table.expr, {loop_var(k): syms.get(k, other_index[k]) for k in range(table.ndim)})
     if not isinstance(shifted, Load) or shifted.indirect or any(ld.indirect for e in exprs for ld in ir.loads_of(e)):
         raise LoweringError("gather from a computed table or nested gather")
+    if any(sympy.sympify(table.sizes[d]) == 0 for d in dims):
+        raise LoweringError("gather from an empty dim (every index is out of range; ATen raises)")
     binds = tuple((syms[d], _wrap(e, table.sizes[d])) for d, e in zip(dims, exprs))
-    return Load(shifted.buffer, shifted.index, shifted.dtype, binds)
+    bounds = index_bounds_to_check(ctx, [(syms[d], e, table.sizes[d]) for d, e in zip(dims, exprs)], out_sizes)
+    return Load(shifted.buffer, shifted.index, shifted.dtype, binds, bounds)
+
+
+# [Note: index bounds checks] An index tensor's values are data, and eager raises on one outside
+# the dim it indexes ("index out of range in self"). So every gather (an indirect `Load`) and
+# scatter (an indirect `Store`) carries `bounds`: each indirect symbol with the size of its dim.
+# The C++ kernel records a failed check in its error value (a local max-reduction of OpenMP's:
+# each thread and vector lane has its own, so neither races nor stops vectorizing; an atomic
+# store per element made a 512-token embedding 4x slower) and skips the access; the host program raises an IndexError after the
+# kernel. A Triton kernel `tl.device_assert`s the range (compiled with debug on for that kernel
+# alone) and masks the access. A bound is left out where lowering proves the index in range, so
+# the hot paths that compute their indices (argmax, a clamp, `%`, an arange) pay nothing:
+# `_value_range` follows the index expression by interval arithmetic; a load of anything but an
+# argmax/argmin result is unknown (a graph input such as a KV cache's `cache_position` is checked).
+
+def index_bounds_to_check(ctx, indices, out_sizes) -> tuple:
+    """The (symbol, size) pairs of `indices` ((symbol, raw index expression, size) each, the
+    expression over the loop variables of `out_sizes`) that may fall outside [-size, size)."""
+    upper = {loop_var(k): to_sympy(s) for k, s in enumerate(out_sizes)}
+    out = []
+    for sym, e, size in indices:
+        size = to_sympy(size)
+        e = cast(e, torch.int64)
+        raw = _unwrapped(e, size)       # wrapped from the end: in range if the raw one is in [-size, size)
+        lo, hi = _value_range(ctx, raw, upper)
+        first = -size if raw is not e else 0
+        if not (_provably_nonnegative(lo - first) and _provably_nonnegative(size - 1 - hi)):
+            out.append((sym, size))
+    return tuple(out)
+
+
+def _provably_nonnegative(e) -> bool:
+    e = sympy.sympify(e)
+    return e.is_finite is not False and e.is_nonnegative is True
+
+
+_UNKNOWN = (-sympy.oo, sympy.oo)
+
+
+def _value_range(ctx, e: ir.ScalarExpr, upper) -> tuple:
+    """(min, max) of the integer value `e` can take, by interval arithmetic; +-oo where unknown."""
+    if isinstance(e, ir.Constant):
+        if isinstance(e.value, float) or e.dtype.is_floating_point:
+            return _UNKNOWN
+        return sympy.Integer(int(e.value)), sympy.Integer(int(e.value))
+    if isinstance(e, ir.IndexValue):
+        b = index_range(e.index, upper)
+        return b if b is not None else _UNKNOWN
+    if isinstance(e, Load):
+        if e.dtype == torch.bool:
+            return sympy.Integer(0), sympy.Integer(1)
+        n = ctx.argmax_extent(e.buffer) if not e.indirect else None
+        return (sympy.Integer(0), n - 1) if n is not None else _UNKNOWN
+    if not isinstance(e, Op):
+        return _UNKNOWN
+    if e.name == "to_dtype":
+        src = e.args[0].dtype
+        if src.is_floating_point or e.dtype.is_floating_point or e.dtype == torch.bool:
+            return _UNKNOWN
+        return _value_range(ctx, e.args[0], upper)     # an integer narrowing could wrap: rare, unchecked
+    if e.name in ("lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_not"):
+        return sympy.Integer(0), sympy.Integer(1)
+    args = [_value_range(ctx, a, upper) for a in e.args]
+    if e.name == "where":
+        return sympy.Min(args[1][0], args[2][0]), sympy.Max(args[1][1], args[2][1])
+    if e.name in ("maximum", "minimum"):
+        f = sympy.Max if e.name == "maximum" else sympy.Min
+        return f(args[0][0], args[1][0]), f(args[0][1], args[1][1])
+    if e.name == "add":
+        return args[0][0] + args[1][0], args[0][1] + args[1][1]
+    if e.name == "sub":
+        return args[0][0] - args[1][1], args[0][1] - args[1][0]
+    if e.name == "remainder" and _provably_nonnegative(args[1][0] - 1):    # Python's: [0, divisor)
+        return sympy.Integer(0), args[1][1] - 1
+    return _UNKNOWN
 
 
 @register("index")
@@ -194,7 +292,7 @@ def index(ctx, meta, a=None, self=None, indices=None, **_):
     exprs = [broadcast_to(i, bshape).expr for i in indices]
     table = ctx.load_buffer(ctx.realize(x))
     other = [None] * k + [loop_var(bnd + j) for j in range(x.ndim - k)]
-    return _value(meta, _gather_load(table, list(range(k)), exprs, other))
+    return _value(meta, _gather_load(ctx, table, list(range(k)), exprs, other, out))
 
 
 def _direct_index(ctx, index: TensorValue) -> TensorValue:
@@ -212,7 +310,7 @@ def embedding(ctx, meta, weight=None, indices=None, **_):
     table = ctx.load_buffer(ctx.realize(weight))
     n = indices.ndim
     index_expr = indices.expr  # over x0..x{n-1}
-    return _value(meta, _gather_load(table, 0, index_expr, [None, loop_var(n)]))
+    return _value(meta, _gather_load(ctx, table, 0, index_expr, [None, loop_var(n)], m.shape))
 
 
 @register("index_select")
@@ -222,7 +320,8 @@ def index_select(ctx, meta, self=None, dim=0, index=None, **_):
     table = ctx.load_buffer(ctx.realize(self))
     dim = dim % max(self.ndim, 1)
     index_expr = ir.subs_index(index.expr, {loop_var(0): loop_var(dim)})
-    return _value(meta, _gather_load(table, dim, index_expr, [loop_var(k) for k in range(self.ndim)]))
+    return _value(meta, _gather_load(ctx, table, dim, index_expr, [loop_var(k) for k in range(self.ndim)],
+                                     _out(meta).shape))
 
 
 @register("gather")
@@ -232,7 +331,8 @@ def gather(ctx, meta, self=None, a=None, dim=0, index=None, **_):
     dim = dim % max(self.ndim, 1)
     if self.ndim == 0:
         raise LoweringError("gather on a 0-dim tensor")
-    return _value(meta, _gather_load(table, dim, index.expr, [loop_var(k) for k in range(self.ndim)]))
+    return _value(meta, _gather_load(ctx, table, dim, index.expr, [loop_var(k) for k in range(self.ndim)],
+                                     _out(meta).shape))
 
 
 # ---------------------------------------------------------------------------- extern calls

@@ -11,9 +11,8 @@ embedding, the projection's bias) fuse.
 - `index_put_(a, ...)`, which codegen's reinplace pass makes for an input aot writes back, writes
   into the input's storage: `a` must read a graph input whole (through any permutation).
 - `index_put(a, ...)` writes into a fresh copy of `a` that nothing else reads.
-- Indices wrap from the end as eager's do; an index outside the dim writes nothing (the store is
-  masked), where eager raises: kiln's gathers do not check their indices either, and a masked
-  store never writes outside its buffer.
+- Indices wrap from the end as eager's do; an index outside the dim is an error, as eager's
+  ([Note: index bounds checks] in lowering_reduce.py).
 - `accumulate=True` adds atomically, for the dtypes both printers add atomically (float32/64,
   int32/64); under `torch.use_deterministic_algorithms` it stays an extern (atomics sum in no
   fixed order).
@@ -28,7 +27,7 @@ import torch
 from kiln.codegen import ir
 from kiln.codegen.ir import Load, indirect_var, loop_var
 from kiln.codegen.lowering import LoweringContext, LoweringError, TensorValue, broadcast_to, cast, register
-from kiln.codegen.lowering_reduce import _direct_index, _wrap
+from kiln.codegen.lowering_reduce import _direct_index, _wrap, index_bounds_to_check
 
 ATOMIC_DTYPES = frozenset({torch.float32, torch.float64, torch.int32, torch.int64})
 
@@ -80,7 +79,8 @@ def _scatter(ctx: LoweringContext, target: TensorValue, into: ir.Buffer, indices
     written = ctx.add_buffer(dataclasses.replace(into, name=ctx.new_name()))
     body = ir.Scatter(ranges, into.name, ir.subs_index(target.expr, address).index,
                       tuple((s, _wrap(e, target.sizes[d])) for d, (s, e) in enumerate(zip(syms, exprs))),
-                      tuple((s, target.sizes[d]) for d, s in enumerate(syms)),
+                      index_bounds_to_check(ctx, [(s, e, target.sizes[d]) for d, (s, e) in enumerate(zip(syms, exprs))],
+                                            ranges),
                       cast(values.expr, target.dtype), bool(accumulate))
     ctx.nodes.append(ir.ComputedBuffer(written.name, body))
     return dataclasses.replace(target, expr=dataclasses.replace(target.expr, buffer=written.name))

@@ -273,6 +273,7 @@ def _sizes_read(node: ir.Node) -> set[str]:
         body = node.body
         exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
         exprs += [e.index for x in ir.body_exprs(body) for e in ir.walk(x) if isinstance(e, (ir.Load, ir.IndexValue))]
+        exprs += [n for x in ir.body_exprs(body) for e in ir.loads_of(x) for _, n in e.bounds]
         if isinstance(body, ir.Scatter):
             exprs += [body.index, *(n for _, n in body.bounds)]
     else:
@@ -686,6 +687,8 @@ def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | Non
                 for sub in ir.walk(e):
                     if isinstance(sub, Load):
                         note(sub.index, sub.buffer)
+                        for _, size in sub.bounds:
+                            note(size)
                     elif isinstance(sub, ir.IndexValue):
                         note(sub.index)
     # outputs last for readability: inputs (only loaded) first

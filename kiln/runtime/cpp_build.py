@@ -60,10 +60,11 @@ class Library:
         self.compiled = compiled          # g++ ran for it in this process (else it was cached)
         self._lib = ctypes.CDLL(path)
 
-    def function(self, name: str, n_pointers: int, n_ints: int):
+    def function(self, name: str, n_pointers: int, n_ints: int, returns_error: bool = False):
+        """`returns_error`: the function returns an int64 error code (a kernel's failed index check)."""
         fn = getattr(self._lib, name)
         fn.argtypes = [ctypes.c_void_p] * n_pointers + [ctypes.c_int64] * n_ints
-        fn.restype = None
+        fn.restype = ctypes.c_int64 if returns_error else None
         return fn
 
 

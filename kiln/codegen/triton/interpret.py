@@ -12,8 +12,10 @@ ATen's CPU ones. float16/bfloat16 are loaded, computed in float32 and rounded on
 `_k_to_bf16`, since the interpreter's cast truncates). What differs: the interpreter has no
 libdevice, so the scalar ops that need it have formulas of their own in `ops.py` (atan2, erf,
 tanh, ...: not the GPU's bits) and erfinv, lgamma and nextafter are refused by name at print time;
-it runs numpy per block (slow: for tests, not speed) and neither times nor autotunes; an index out
-of bounds reads host memory (garbage, or SIGSEGV) where a GPU would fault.
+it runs numpy per block (slow: for tests, not speed) and neither times nor autotunes; an address
+out of bounds reads host memory (garbage, or SIGSEGV) where a GPU would fault (a gather's or
+scatter's index out of range is checked, and its device_assert raises: the launcher turns the
+interpreter's asserts on for those kernels, [Note: index bounds checks]).
 Programs so compiled bypass the warm-start and program caches (`compile_prim_graph` keeps a chosen
 printer out of them), so a C++ program is never loaded for a Triton one, nor the reverse.
 CUDA tensors are unaffected: they take the Triton printer compiled for the GPU either way.

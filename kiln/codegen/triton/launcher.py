@@ -18,6 +18,8 @@ kernel's binary from where kiln's cache entry says Triton filed it ([Note: warm 
 """
 from __future__ import annotations
 
+import contextlib
+
 import concurrent.futures
 import dataclasses
 import functools
@@ -296,6 +298,12 @@ class TritonKernel:
             self._first_launch(plan, sizes, args)
 
     def _launch(self, plan: _Plan, sizes: tuple, args: Sequence):
+        if self.interpret and "tl.device_assert(" in self.source:
+            with _interpreter_asserts():
+                return self._launch_now(plan, sizes, args)
+        return self._launch_now(plan, sizes, args)
+
+    def _launch_now(self, plan: _Plan, sizes: tuple, args: Sequence):
         c = plan.config
         compiled = plan.fn[plan.grid](*args, *plan.numels, XBLOCK=c.XBLOCK, RBLOCK=c.RBLOCK,
                                       INDEX_DTYPE=plan.index_dtype, num_warps=c.num_warps,
@@ -329,6 +337,26 @@ class TritonKernel:
         except Exception as e:     # out of resources, a launcher that would not build: the JIT path says why
             log.emit("perf", f"kernel {self.layout.name}: its cached binary did not load ({type(e).__name__}: {e})")
         return None
+
+
+@contextlib.contextmanager
+def _interpreter_asserts():
+    """Triton's interpreter drops `tl.device_assert` unless its (process-wide) builder runs with
+    debug on, as a GPU build does unless the function is compiled with `debug=True`: on for the
+    launch of a kernel that checks its indices ([Note: index bounds checks] in lowering_reduce),
+    whose failed assert is raised as the IndexError eager raises."""
+    from triton.runtime.interpreter import interpreter_builder
+    before = interpreter_builder.options
+    interpreter_builder.options = dataclasses.replace(before, debug=True)
+    try:
+        yield
+    except Exception as e:      # the interpreter's InterpreterError holding the AssertionError
+        if isinstance(e, IndexError) or "index out of bounds" not in str(e):
+            raise
+        raise IndexError(f"index out of range: a gather or scatter index is outside its dim "
+                         f"(Triton kernel's device_assert: {e}); eager raises here too") from e
+    finally:
+        interpreter_builder.options = before
 
 
 def _jit_cache(fn) -> dict:

@@ -216,11 +216,17 @@ class KernelPrinter:
         deps = set()
         saved = dict(self.index.names)
         used = ir.as_expr(e.index).free_symbols
+        inside = []
         for sym, sub in e.indirect:
             v = self.value(sub)
             if sym in used:      # an index value a stride of 0 multiplies away (a gather from an
                 deps |= v.deps   # expanded input) leaves a scalar pointer, which a block mask may not guard
             self.index.names[sym.name] = v.text
+            size = dict(e.bounds).get(sym)
+            if size is not None:
+                ok = self.check_index(v, size)
+                if sym in used:
+                    inside.append(ok)
         try:
             offset = self.index.offset(e.index)
         finally:
@@ -247,11 +253,13 @@ class KernelPrinter:
                 text += ".to(tl.float32)"
             # A store to the buffer since an identical load was printed makes that load stale.
             return text + f"  # gen {generation}" if generation else text
-        text = load_text(self.mask(deps))
+        # an indirect index outside its dim is masked too (and asserted: `check_index`)
+        mask = " & ".join(m for m in [self.mask(deps), *inside] if m) or None
+        text = load_text(mask)
         # a guard's mask must broadcast to the pointer's block: only conditions along the load's dims
         guards = [g for g, g_deps in self.guards if g_deps <= deps]
         if guards and text not in self.out.cse:      # loaded unmasked already: that load serves
-            text = load_text(" & ".join(m for m in [self.mask(deps), *guards] if m))
+            text = load_text(" & ".join(m for m in [mask, *guards] if m))
         return Value(self.out.let(text), frozenset(deps), e.dtype)
 
     def constant(self, e: ir.Constant) -> Value:
@@ -327,15 +335,15 @@ class KernelPrinter:
         v = self.value(s.expr)
         buf = self.buffers[s.buffer]
         saved, inside, index_deps = dict(self.index.names), [], frozenset()
+        bounds = dict(s.bounds)
         for sym, sub in s.indirect:     # a scatter: the address's indices are loaded values
             iv = self.value(sub)
             index_deps |= iv.deps
             self.index.names[sym.name] = iv.text
+            if sym in bounds:          # an index outside its dim asserts, and writes nothing
+                inside.append(self.check_index(iv, bounds[sym]))
         try:
             offset = self.index.offset(s.index)
-            for sym, size in s.bounds:     # an index outside its dim writes nothing
-                t = self.index.names[sym.name]
-                inside.append(f"(0 <= {t}) & ({t} < {self.index.offset(size)})")
         finally:
             self.index.names = saved
         index_deps |= self.index.dims(s.index)
@@ -360,6 +368,18 @@ class KernelPrinter:
         self.stored = {k: v for k, v in self.stored.items() if k[0] != s.buffer}
         if not s.indirect:
             self.stored[(s.buffer, offset)] = (value, frozenset(deps))
+
+    def check_index(self, v: Value, size) -> str:
+        """Assert that the index value `v` lies in [0, size) where its block is not masked off, and
+        return the in-range condition's name, for the access's mask ([Note: index bounds checks]
+        in lowering_reduce: `decorator` compiles the assert in)."""
+        rhs = f"(0 <= {v.text}) & ({v.text} < {self.index.offset(size)})"
+        if rhs in self.out.cse:      # asserted already
+            return self.out.cse[rhs]
+        ok = self.out.let(rhs)
+        mask = self.mask(v.deps)
+        self.out.line(f'tl.device_assert({ok}, "index out of bounds"{f", mask={mask}" if mask else ""})')
+        return ok
 
     # -- structure
     def print_function(self, name: str) -> str:
@@ -396,13 +416,15 @@ class KernelPrinter:
         So the int arguments a symbolic size decides are passed unspecialized, one binary serving
         every size, except those provably multiples of 16 (`xnumel` of a [s0, 768] pointwise
         kernel), whose divisibility is what lets the `x < xnumel` mask keep loads 128-bit wide."""
+        debug = ["debug=True"] if ir.index_checks(self.kernel) else []   # device_assert compiles in
         if self.interpret:
-            return "@triton.jit"
+            return "@triton.jit"     # the launcher turns the interpreter's asserts on
         k = self.kernel
         ints = [(self.size_name(s), s) for s in k.size_args] + [("xnumel", ir.product(k.ranges))]
         ints += [(f"rnumel{g}", ir.product(group)) for g, group in enumerate(self.groups)]
         loose = [name for name, e in ints if not _multiple_of_16(e)]
-        return f"@triton.jit(do_not_specialize={loose!r})" if loose else "@triton.jit"
+        args = debug + ([f"do_not_specialize={loose!r}"] if loose else [])
+        return f"@triton.jit({', '.join(args)})" if args else "@triton.jit"
 
     def print_stage(self, stage: ir.Stage) -> None:
         if not stage.reduction_ranges:

@@ -82,7 +82,7 @@ def _row_free(e: ir.ScalarExpr, p, assigns: dict) -> ir.ScalarExpr | None:
         return None if any(a is None for a in args) else ir.Op(e.name, tuple(args), e.dtype)
     if isinstance(e, ir.Load) and e.indirect:
         subs = [(sym, _row_free(sub, p, assigns)) for sym, sub in e.indirect]
-        return None if any(sub is None for _, sub in subs) else ir.Load(e.buffer, e.index, e.dtype, tuple(subs))
+        return None if any(sub is None for _, sub in subs) else dataclasses.replace(e, indirect=tuple(subs))
     return e
 
 

@@ -36,8 +36,11 @@ def _expand_bool_indices(indices):
     return out
 
 
-def _normalize(a, indices):
-    """(a with indexed dims first, broadcast int64 indices, where the indexed block goes)."""
+def _normalize(a, indices, wrap=True):
+    """(a with indexed dims first, broadcast int64 indices, where the indexed block goes).
+    `wrap`: negative indices count from the end (advanced indexing); else they are left for the
+    kernels' bounds checks to refuse, as embedding's, index_select's and index_copy's are by eager
+    (the index prims take indices in [0, size): [Note: index bounds checks] in codegen)."""
     indices = _expand_bool_indices(list(indices))
     indices += [None] * (a.ndim - len(indices))
     positions = [i for i, idx in enumerate(indices) if idx is not None]
@@ -45,14 +48,16 @@ def _normalize(a, indices):
     order = positions + [i for i in range(a.ndim) if i not in positions]
     moved = p.permute(a, order) if order != list(range(a.ndim)) else a
     shape = broadcast_shapes(*(indices[i].shape for i in positions))
-    idx = [broadcast_to(_wrap_negative(to_device(indices[i], a.device), a.shape[i]), shape) for i in positions]
+    idx = [to_device(indices[i], a.device) for i in positions]
+    idx = [broadcast_to(_wrap_negative(i, a.shape[d]) if wrap else convert(i, torch.int64), shape)
+           for i, d in zip(idx, positions)]
     block_at = positions[0] if adjacent else 0
     return moved, idx, shape, block_at, positions
 
 
 @register(aten.index.Tensor)
-def index(a, indices):
-    moved, idx, shape, block_at, positions = _normalize(a, indices)
+def index(a, indices, wrap=True):
+    moved, idx, shape, block_at, positions = _normalize(a, indices, wrap)
     out = p.index(moved, idx)
     if block_at == 0:
         return out
@@ -68,8 +73,8 @@ def unsafe_index(a, indices):
 
 
 @register(aten.index_put.default, aten._unsafe_index_put.default)
-def index_put(a, indices, values, accumulate=False):
-    moved, idx, shape, block_at, positions = _normalize(a, indices)
+def index_put(a, indices, values, accumulate=False, wrap=True):
+    moved, idx, shape, block_at, positions = _normalize(a, indices, wrap)
     rest = [moved.shape[i] for i in range(len(positions), moved.ndim)]
     target = list(shape) + rest
     values = convert(to_device(values, a.device), a.dtype)
@@ -150,7 +155,7 @@ def index_select(a, dim, idx):
         return p.copy_strided(a, [])
     dim = canonical_dim(dim, a.ndim)
     indices = [None] * dim + [reshape(idx, [-1])]
-    return index(a, indices)
+    return index(a, indices, wrap=False)
 
 
 def _index_dim_values(a, dim, index, source):
@@ -166,7 +171,7 @@ def index_add(a, dim, index, source, *, alpha=1):
     dim = canonical_dim(dim, a.ndim)
     if alpha != 1:
         source = p.mul(convert(source, a.dtype), full(source.shape, alpha, a.dtype, a.device))
-    return index_put(a, [None] * dim + [reshape(index, [-1])], convert(source, a.dtype), True)
+    return index_put(a, [None] * dim + [reshape(index, [-1])], convert(source, a.dtype), True, wrap=False)
 
 
 @register(aten.index_copy.default)
@@ -174,7 +179,7 @@ def index_copy(a, dim, index, source):
     if a.ndim == 0:
         return p.copy_strided(convert(p.view(source, []), a.dtype), [])
     dim = canonical_dim(dim, a.ndim)
-    return index_put(a, [None] * dim + [reshape(index, [-1])], convert(source, a.dtype), False)
+    return index_put(a, [None] * dim + [reshape(index, [-1])], convert(source, a.dtype), False, wrap=False)
 
 
 @register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
@@ -280,7 +285,7 @@ def masked_scatter_backward(grad, mask, sizes):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return index(weight, [indices])
+    return index(weight, [indices], wrap=False)
 
 
 @register(aten.embedding_dense_backward.default)

@@ -76,8 +76,12 @@ INTERNALS = [
      "Dynamo's or AOT's graph structure"),
     (r"\.cuda\(|device=\"cuda\"|requires_cuda|TEST_CUDA", "CUDA"),
 ]
-# An AssertionError raised inside a compiler is the compiler's failure, not a test's assertion.
-COMPILER_FRAMES = re.compile(r"/torch/(_dynamo|_functorch|_inductor|fx)/|/kiln/(?!testing/dynamo_suite)")
+# An AssertionError raised inside a compiler is the compiler's failure, not a test's assertion:
+# torch's compiler packages and kiln's own (by their installed paths: a checkout in a folder named
+# kiln holds its virtual environment, torch included, under .../kiln/.venv/)
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPILER_FRAMES = re.compile(r"/torch/(_dynamo|_functorch|_inductor|fx)/|^" + re.escape(_KILN_DIR + os.sep)
+                             + r"(?!bench/dynamo_suite)")
 # An assertion line matching this is about how many frames, graphs or ops were compiled.
 COUNTS = re.compile(r"frame_count|op_count|\.graphs\b|graph_count|\bcnts?\b|\bcounter\b|CompileCounter")
 

@@ -417,8 +417,7 @@ def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variabl
     elif name == "__suppress_context__":
         value = V.Constant(bool(python_value(value)))
     elif name == "args":
-        from kiln.capture.semantics import iterate
-        exc.args = iterate(tx, value)
+        exc.args = list(tx.call(V.ObjectVar(tuple), [value]).items)   # what tuple(value) holds
         return
     exc.attrs[name] = value
 
@@ -647,7 +646,7 @@ def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
             return result
     short = op.__name__.strip("_").removeprefix("i") if plain is not None else op.__name__.strip("_")
     if short in ("eq", "ne"):
-        from kiln.capture.semantics import is_same
+        from kiln.capture.constants import is_same
         return V.Constant(is_same(tx, a, b) == (short == "eq"))
     left, right = a.python_type().__name__, b.python_type().__name__
     if short in ("lt", "le", "gt", "ge"):

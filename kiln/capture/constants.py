@@ -128,3 +128,24 @@ def run_at_trace_time(tx, fn, args, kwargs):
     if args and result is python_value(args[0]):
         return args[0]  # keeps its source, so later reads are guarded
     return wrap(tx.out, result, None)
+
+
+def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, V.TensorVar) and isinstance(b, V.TensorVar):
+        return a.example is b.example
+    if is_python_constant(a) and is_python_constant(b):
+        va, vb = python_value(a), python_value(b)
+        if isinstance(va, (int, float, str)) and type(va) is type(vb):
+            return va == vb  # small ints and interned strings: what CPython answers in practice
+        return va is vb
+    if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
+        return False
+    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar,  # trackers are objects
+                V.ExceptionVar, V.GeneratorVar, V.LazyIteratorVar)
+    if any(isinstance(v, (V.DictViewVar, V.IteratorVar)) for v in (a, b)) and a.source is None and b.source is None:
+        return False   # views and iterators made in traced code: each call makes a new object
+    if isinstance(a, distinct) or isinstance(b, distinct):
+        return False
+    raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")

@@ -19,7 +19,7 @@ from kiln.capture.callables import handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
-                                    items_equal, iterate, key_of, mutate_list, refuse_identity_member, set_add,
+                                    items_equal, iterate, key_of, mapping_pairs, mutate_list, refuse_identity_member, set_add,
                                     set_member_key)
 
 
@@ -55,21 +55,6 @@ def _set_of(cls):
 
 handles(set)(_set_of(set))
 handles(frozenset)(_set_of(frozenset))
-
-
-def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
-    """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
-    iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
-    if isinstance(v, (V.DictVar, V.ObjectVar)):
-        return dict_items(tx, v)
-    pairs = []
-    for pair in iterate(tx, v):
-        items = iterate(tx, pair)
-        if len(items) != 2:
-            tx.raise_(ValueError, f"dictionary update sequence element #{len(pairs)} has length {len(items)}; "
-                                  "2 is required")
-        pairs.append((key_of(tx, items[0]), items[1]))
-    return pairs
 
 
 def dict_of(tx, cls, args, kwargs, default_factory=None) -> V.DictVar:

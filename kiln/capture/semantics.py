@@ -17,7 +17,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
-from kiln.capture.constants import constant_of, is_python_constant, python_value
+from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import NotConstant, call_variable
 from kiln.capture.model_outputs import getitem_position, is_model_output
@@ -311,27 +311,6 @@ def is_none(tx, v: V.Variable) -> bool:
     return isinstance(v, V.Constant) and v.value is None or isinstance(v, V.ObjectVar) and v.value is None
 
 
-def is_same(tx, a: V.Variable, b: V.Variable) -> bool:
-    if a is b:
-        return True
-    if isinstance(a, V.TensorVar) and isinstance(b, V.TensorVar):
-        return a.example is b.example
-    if is_python_constant(a) and is_python_constant(b):
-        va, vb = python_value(a), python_value(b)
-        if isinstance(va, (int, float, str)) and type(va) is type(vb):
-            return va == vb  # small ints and interned strings: what CPython answers in practice
-        return va is vb
-    if isinstance(a, V.NewObjectVar) or isinstance(b, V.NewObjectVar):
-        return False
-    distinct = (V.TensorVar, V.ListVar, V.DictVar, V.TupleVar, V.SetVar, V.NdarrayVar,  # trackers are objects
-                V.ExceptionVar, V.GeneratorVar, V.LazyIteratorVar)
-    if any(isinstance(v, (V.DictViewVar, V.IteratorVar)) for v in (a, b)) and a.source is None and b.source is None:
-        return False   # views and iterators made in traced code: each call makes a new object
-    if isinstance(a, distinct) or isinstance(b, distinct):
-        return False
-    raise tx.unsupported(f"`is` between {a.python_type().__name__} and {b.python_type().__name__}")
-
-
 _REAL_CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
@@ -620,9 +599,23 @@ def _or_home(cls: type) -> type:
     return next(home for home in (collections.defaultdict, collections.OrderedDict, dict) if issubclass(cls, home))
 
 
+def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
+    """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
+    iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
+    if isinstance(v, (V.DictVar, V.ObjectVar)):
+        return dict_items(tx, v)
+    pairs = []
+    for pair in iterate(tx, v):
+        items = iterate(tx, pair)
+        if len(items) != 2:
+            tx.raise_(ValueError, f"dictionary update sequence element #{len(pairs)} has length {len(items)}; "
+                                  "2 is required")
+        pairs.append((key_of(tx, items[0]), items[1]))
+    return pairs
+
+
 def _dict_ior(tx, a, b):
-    from kiln.capture.containers import mapping_pairs   # `d |= pairs` takes what update() takes
-    for k, v in mapping_pairs(tx, b):
+    for k, v in mapping_pairs(tx, b):   # `d |= pairs` takes what update() takes
         dict_set(tx, a, V.Constant(k), v)
     return a
 

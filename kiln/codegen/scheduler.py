@@ -201,10 +201,10 @@ class _Planner:
                 # [Note: scatters write in place]: the buffer it writes into exists before the kernel
                 if body.into in placed:
                     return f"scatters into {body.into}, which the group computes"
+                if inner is not None:   # the printers store indirectly from flat (pointwise) blocks only
+                    return "a scatter joins no kernel with an inner loop (a reduction's)"
                 mapping = _space_map(body.ranges, outer, outer_vars)
                 kind = "once"
-                if mapping is None and inner is not None:
-                    mapping, kind = _space_map(body.ranges, list(outer) + list(inner), kvars), "inner"
                 if mapping is None:
                     return f"iteration space {list(body.ranges)} differs from {list(outer) + list(inner or [])}"
                 store = sympy.sympify(body.index).xreplace(mapping)

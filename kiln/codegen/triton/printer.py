@@ -350,8 +350,8 @@ class KernelPrinter:
         deps = index_deps | v.deps | {"x"}
         shape = self.out.shape(deps)
         pointer = f"{self.ptr(s.buffer)} + ({offset})"
-        if index_deps != deps:
-            pointer = f"tl.broadcast_to({pointer}, {shape})"
+        if index_deps != deps:   # an added block of zeros, not a broadcast view: the interpreter
+            pointer = f"{pointer} + tl.full({shape}, 0, tl.int32)"   # refuses to store through a read-only one
         value = v.text
         compute = ops.compute_dtype(v.dtype)
         if v.deps != deps:

@@ -10,6 +10,7 @@
 #   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
 #   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
 #   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts (~200 s)
+#   bash bench/gpu_checks.sh decode     # issue #36: decoding bench (dolly, LLaMA-1.1B; b1, b16), dolly profile (~450 s)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
 set -u
@@ -60,6 +61,14 @@ compile)    # issue #20: compile seconds with the defaults (compile workers on)
     timeout 120 $py bench/warm_start.py --device cuda --precision bf16 --models hf:GPT2LMHeadModel,timm:resnet50 \
         --modes infer,train --out "$OUT/warm.md" > "$OUT/warm.txt" 2>&1
     grep -E "generate\(\) seconds|same tokens|compile stages" "$OUT/gen.txt"; grep -E "kiln (cold|warm)" "$OUT/warm.txt"
+    ;;
+decode)     # issue #36: the decoding figures, then where a dolly token's GPU and host time go
+    for m in dolly llama-1b; do
+        timeout 150 $py -m kiln.bench.decoding --device cuda --models $m --cases 1x8+50,16x8+50 \
+            --forms eager,inductor-static,kiln-static,kiln-dynamic --rounds 3 --out "$OUT/generate" > "$OUT/decoding_$m.txt" 2>&1
+    done
+    timeout 110 $py bench/decode_profile.py dolly --new 20 --top 16 --out "$OUT" 2>&1 | grep -v USDT > "$OUT/decode_profile.txt"
+    tail -24 "$OUT/decode_profile.txt"; grep -h "^|" "$OUT"/decoding_*.txt
     ;;
 cold)       # issue #20: cold compiles against Inductor's in the same run, e.g. `cold hf GPT2LMHeadModel,BertForMaskedLM`
     $py -m kiln.bench --device cuda --suite "$2" --models "$3" --precisions bf16 --modes infer,train --steps 3 \

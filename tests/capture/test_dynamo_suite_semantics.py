@@ -767,3 +767,49 @@ def list_subclass_against_lists(x, lst):
 
 def test_list_subclasses_compare_and_combine_as_lists():
     same_as_eager(list_subclass_against_lists, lambda: (_vector(), SubList([1, 2])))
+
+
+# -- a module's globals are its attributes (test_ctx_manager's test_globals_change_in_other_file) ----
+_OTHER_SOURCE = '''
+import contextlib
+
+counter = 0
+
+def bump(x):
+    global counter
+    counter += 1
+    return x * counter
+
+@contextlib.contextmanager
+def bumped(x):
+    try:
+        yield bump(x)
+    finally:
+        pass
+'''
+
+
+def _other_module():
+    import types
+    mod = types.ModuleType("kiln_test_other_module")
+    exec(_OTHER_SOURCE, mod.__dict__)
+    return mod
+
+
+def globals_of_another_module(x, mod):
+    mod.bump(x)                       # `global counter` written in mod's function ...
+    seen = [mod.counter]              # ... is mod's attribute
+    mod.counter = 10                  # and an attribute written here is the function's global
+    y = mod.bump(x)
+    with mod.bumped(x) as a:
+        return x * a * mod.counter + y, seen
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_global_written_in_another_module_is_that_modules_attribute(backend):
+    mod_eager, mod_kiln = _other_module(), _other_module()
+    expected = globals_of_another_module(_vector(), mod_eager)
+    kiln.reset()
+    got = kiln.compile(globals_of_another_module, fullgraph=True, **backend)(_vector(), mod_kiln)
+    assert_same(got, expected)
+    assert mod_kiln.counter == mod_eager.counter == 12

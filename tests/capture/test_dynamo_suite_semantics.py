@@ -813,3 +813,29 @@ def test_a_global_written_in_another_module_is_that_modules_attribute(backend):
     got = kiln.compile(globals_of_another_module, fullgraph=True, **backend)(_vector(), mod_kiln)
     assert_same(got, expected)
     assert mod_kiln.counter == mod_eager.counter == 12
+
+
+# -- process state set by an unfinished trace is put back (test_ctx_manager's test_sdpa_kernel_ctx_manager2)
+def _sdpa_backends():
+    from torch.nn.attention import _cur_sdpa_kernel_backends
+    return sorted(str(b) for b in _cur_sdpa_kernel_backends())
+
+
+def sdpa_kernel_around_a_graph_break(x, log):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    log.append(_sdpa_backends())
+    with sdpa_kernel([SDPBackend.MATH]):
+        y = x * 2
+        log.append(_sdpa_backends())
+        torch._dynamo.graph_break()   # the generator stays paused in its try: the frame runs eagerly
+        log.append(_sdpa_backends())
+    log.append(_sdpa_backends())
+    return y
+
+
+def test_a_stopped_trace_leaves_no_process_state_behind():
+    """`sdpa_kernel` sets torch's sdp flags on entry; a trace that stops inside the block must not
+    leave them set for the eager run that follows (nor after the call)."""
+    before = _sdpa_backends()
+    same_as_eager(sdpa_kernel_around_a_graph_break, lambda: (_vector(), []), fullgraph=False)
+    assert _sdpa_backends() == before

@@ -363,6 +363,12 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
+    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
+    if out.grad_enabled != entry_mode:
+        # the code after the graph runs in the mode the graph left (`torch.set_grad_enabled(False)`
+        # before a break): set here, as a backend that compiles the graph whole keeps its mode inside
+        bindings["__set_grad_enabled"] = torch._C._set_grad_enabled
+        body.append(f"__set_grad_enabled({out.grad_enabled!r})")
     body += r.prelude + reads + effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,

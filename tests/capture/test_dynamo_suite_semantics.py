@@ -839,3 +839,58 @@ def test_a_stopped_trace_leaves_no_process_state_behind():
     before = _sdpa_backends()
     same_as_eager(sdpa_kernel_around_a_graph_break, lambda: (_vector(), []), fullgraph=False)
     assert _sdpa_backends() == before
+
+
+# -- a grad-mode context manager held across a graph break (test_ctx_manager's test_inactive_context_*)
+def set_grad_enabled_held_across_a_break(x):
+    x = x + 1
+    ctx = torch.set_grad_enabled(True)   # switches now; entering does nothing more
+    torch._dynamo.graph_break()
+    with ctx:
+        x = x + 1
+    return x, x.requires_grad, torch.is_grad_enabled()
+
+
+def no_grad_held_across_a_break(x):
+    ctx = torch.no_grad()                # switches only when entered
+    torch._dynamo.graph_break()
+    before = torch.is_grad_enabled()
+    with ctx:
+        y = x * 2
+        inside = torch.is_grad_enabled()
+    return y, y.requires_grad, before, inside, torch.is_grad_enabled()
+
+
+def set_grad_enabled_passed_across_a_break(x):
+    def gn(x, ctx, y, dummy):
+        with ctx:
+            return x * y, torch.is_grad_enabled()
+    return gn(x, torch.set_grad_enabled(False), 2, torch._dynamo.graph_break()), torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("fn", [set_grad_enabled_held_across_a_break, no_grad_held_across_a_break,
+                                set_grad_enabled_passed_across_a_break])
+def test_a_grad_mode_context_manager_held_across_a_graph_break(fn, grad):
+    try:
+        with torch.set_grad_enabled(grad):
+            same_as_eager(fn, lambda: (torch.zeros(3, requires_grad=True),), fullgraph=False)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def grad_mode_switched_before_a_break(x):
+    x = x + 1
+    torch.set_grad_enabled(False)
+    torch._dynamo.graph_break()
+    return x * 2, torch.is_grad_enabled()
+
+
+def test_the_grad_mode_a_graph_leaves_holds_after_it():
+    """The code after a graph (the break's native step, the resume) runs in the mode the graph
+    switched to, whichever backend compiled it."""
+    try:
+        same_as_eager(grad_mode_switched_before_a_break, lambda: (torch.zeros(3, requires_grad=True),),
+                      fullgraph=False)
+    finally:
+        torch.set_grad_enabled(True)

@@ -336,6 +336,15 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
             lines.append(f"__r{i} = {p}")
             pushed.append(f"__r{i}")
     layout = rest + list(pushed)
+    handler = next((e for e in tx.exc_table if e.start <= inst.offset < e.end), None)
+    if handler is not None:
+        # [Note: a native step inside a try block] What the instruction raises is the frame's
+        # to handle: it goes to the handler the exception table names, as the interpreter would
+        # send it, with the stack cut to the handler's depth (and the offset, for a `lasti` one)
+        handler_layout = rest[:handler.depth] + ([V.Constant(inst.offset)] if handler.lasti else []) + ["__e"]
+        handler_exprs = rest_exprs[:handler.depth] + ([repr(inst.offset)] if handler.lasti else []) + ["__e"]
+        lines = ["try:", *("    " + line for line in lines), "except BaseException as __e:",
+                 "    " + resume_call(handler.target, handler_layout, handler_exprs)]
     lines.append(resume_call(next_offset, layout, rest_exprs + pushed))
     return reads, lines
 

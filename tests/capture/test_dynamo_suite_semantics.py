@@ -894,3 +894,39 @@ def test_the_grad_mode_a_graph_leaves_holds_after_it():
                       fullgraph=False)
     finally:
         torch.set_grad_enabled(True)
+
+
+# -- an instruction run natively at a graph break inside a try block (test_ctx_manager's
+# test_contextmanager_as_argument*: _GeneratorContextManager.__exit__'s `next(self.gen)`)
+def _stopped_generator():
+    def gen():
+        yield 1
+    g = gen()
+    next(g)
+    return g
+
+
+def native_step_raises_inside_try(x, g, log):
+    try:
+        next(g)                       # a graph break, run natively: raises StopIteration
+    except StopIteration:
+        log.append("caught")
+        return x + 1
+    return x - 1
+
+
+def native_step_raises_inside_with_no_grad(x, g, log):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            next(g)
+    except StopIteration:
+        log.append(torch.is_grad_enabled())   # the with block's exit ran first
+        return y, y.requires_grad
+    return x
+
+
+def test_what_a_native_step_raises_goes_to_the_frames_handler():
+    for fn in (native_step_raises_inside_try, native_step_raises_inside_with_no_grad):
+        same_as_eager(fn, lambda: (torch.ones(3, requires_grad=True), _stopped_generator(), []),
+                      fullgraph=False, state=lambda inputs: inputs[2])

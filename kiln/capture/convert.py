@@ -110,7 +110,7 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     tracer.stop_at = stop_at
     grad_mode = torch.is_grad_enabled()
     autocast_state = (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu"))
-    process_state = [(setter, getter()) for getter, setter in PROCESS_STATE]
+    process_state = [(getter, setter, getter()) for getter, setter in PROCESS_STATE]
     try:
         result = tracer.run()
         paused = left_paused_in_cleanup(out)
@@ -124,8 +124,10 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
             torch.clear_autocast_cache()
             torch.set_autocast_enabled("cuda", autocast_state[0])
             torch.set_autocast_enabled("cpu", autocast_state[1])
-        for setter, value in process_state:
-            setter(value)
+        out.process_state_left = [(setter, now) for getter, setter, before in process_state
+                                  if (now := getter()) != before]
+        for _, setter, before in process_state:
+            setter(before)
     return TraceResult(out, tracer, result, tracer.stopped_at, None)
 
 
@@ -134,7 +136,9 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
 # example values while capturing, and its node replays it when the graph runs. A trace that then
 # stops (a graph break, a refusal, a generator left paused) would leave the program's process in
 # the state its unfinished region set, and the eager run that follows would start there: each
-# (getter, setter) below is read before the trace and put back after it, as grad mode is.
+# (getter, setter) below is read before the trace and put back after it, as grad mode is. What
+# the trace left changed is set again by the entry after its graph ran (`build_entry`): a backend
+# that compiles the graph whole need not keep a node whose only output is its effect.
 def _state_pairs(*names):
     return [(getattr(torch._C, get), getattr(torch._C, set_)) for get, set_ in names
             if hasattr(torch._C, get) and hasattr(torch._C, set_)]
@@ -378,6 +382,9 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         # before a break): set here, as a backend that compiles the graph whole keeps its mode inside
         bindings["__set_grad_enabled"] = torch._C._set_grad_enabled
         body.append(f"__set_grad_enabled({out.grad_enabled!r})")
+    for i, (setter, value) in enumerate(getattr(out, "process_state_left", ())):
+        bindings[f"__state{i}"] = (setter, value)   # as grad mode: the state the graph leaves
+        body.append(f"__state{i}[0](__state{i}[1])")
     body += r.prelude + reads + effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,

@@ -930,3 +930,26 @@ def test_what_a_native_step_raises_goes_to_the_frames_handler():
     for fn in (native_step_raises_inside_try, native_step_raises_inside_with_no_grad):
         same_as_eager(fn, lambda: (torch.ones(3, requires_grad=True), _stopped_generator(), []),
                       fullgraph=False, state=lambda inputs: inputs[2])
+
+
+def sets_process_state(x):
+    torch._C._set_sdp_use_flash(False)
+    torch.set_default_dtype(torch.float64)
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_process_state_a_graph_sets_is_set_on_every_call(backend):
+    """A call made only for its effect on the process (an sdp flag, the default dtype) is made by
+    every run of the compiled function, not only by the trace's example run."""
+    kiln.reset()
+    compiled = kiln.compile(sets_process_state, fullgraph=True, **backend)
+    try:
+        for _ in range(2):
+            compiled(_vector())
+            assert (torch._C._get_flash_sdp_enabled(), torch.get_default_dtype()) == (False, torch.float64)
+            torch._C._set_sdp_use_flash(True)
+            torch.set_default_dtype(torch.float32)
+    finally:
+        torch._C._set_sdp_use_flash(True)
+        torch.set_default_dtype(torch.float32)

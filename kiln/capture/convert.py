@@ -33,6 +33,7 @@ from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.constants import python_value
+from kiln.capture.distributed import PROCESS_STATE
 from kiln.capture.sources import ConstSource, LocalSource
 
 
@@ -110,7 +111,9 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     tracer.stop_at = stop_at
     grad_mode = torch.is_grad_enabled()
     autocast_state = (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu"))
+    # [Note: process state a trace's example run sets] (distributed.py)
     process_state = [(getter, setter, getter()) for getter, setter in PROCESS_STATE]
+    out.process_state_before = {getter: before for getter, _, before in process_state}
     try:
         result = tracer.run()
         paused = left_paused_in_cleanup(out)
@@ -129,27 +132,6 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
         for _, setter, before in process_state:
             setter(before)
     return TraceResult(out, tracer, result, tracer.stopped_at, None)
-
-
-# [Note: process state a trace's example run sets] A torch call made for its effect on the
-# process (`torch._C._set_sdp_use_flash(False)`, which `sdpa_kernel` enters with) runs on the
-# example values while capturing, and its node replays it when the graph runs. A trace that then
-# stops (a graph break, a refusal, a generator left paused) would leave the program's process in
-# the state its unfinished region set, and the eager run that follows would start there: each
-# (getter, setter) below is read before the trace and put back after it, as grad mode is. What
-# the trace left changed is set again by the entry after its graph ran (`build_entry`): a backend
-# that compiles the graph whole need not keep a node whose only output is its effect.
-def _state_pairs(*names):
-    return [(getattr(torch._C, get), getattr(torch._C, set_)) for get, set_ in names
-            if hasattr(torch._C, get) and hasattr(torch._C, set_)]
-
-
-PROCESS_STATE = _state_pairs(
-    *[(f"_get_{name}_sdp_enabled", f"_set_sdp_use_{name}")
-      for name in ("flash", "mem_efficient", "math", "cudnn", "overrideable", "fa3")],
-    ("_get_sdp_priority_order", "_set_sdp_priority_order"),
-    ("_get_math_sdp_allow_fp16_bf16_reduction", "_set_math_sdp_allow_fp16_bf16_reduction"),
-) + [(torch.get_default_dtype, torch.set_default_dtype)]
 
 
 # -- the native step at a graph break ------------------------------------------------------------

@@ -953,3 +953,21 @@ def test_process_state_a_graph_sets_is_set_on_every_call(backend):
     finally:
         torch._C._set_sdp_use_flash(True)
         torch.set_default_dtype(torch.float32)
+
+
+def branches_on_an_sdp_flag(x):
+    if torch._C._get_flash_sdp_enabled():
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_process_state_read_is_guarded(backend):
+    kiln.reset()
+    compiled = kiln.compile(branches_on_an_sdp_flag, fullgraph=True, **backend)
+    try:
+        for flag in (True, False, True):
+            torch._C._set_sdp_use_flash(flag)
+            assert_same(compiled(_vector()), branches_on_an_sdp_flag(_vector()))
+    finally:
+        torch._C._set_sdp_use_flash(True)

@@ -971,3 +971,19 @@ def test_a_process_state_read_is_guarded(backend):
             assert_same(compiled(_vector()), branches_on_an_sdp_flag(_vector()))
     finally:
         torch._C._set_sdp_use_flash(True)
+
+
+# -- a grad-mode class called on a function decorates it (test_ctx_manager's test_context_wrapping_*)
+def grad_mode_class_called_on_a_function(x):
+    def inner(x):
+        return x.sin(), torch.is_grad_enabled()
+    with torch.enable_grad():
+        inner = torch.no_grad(inner)
+        outside = torch.is_grad_enabled()   # making the wrapper switched nothing
+    with torch.enable_grad():
+        y, inside = inner(x)
+    return y, y.requires_grad, inside, outside
+
+
+def test_a_grad_mode_class_called_on_a_function_decorates_it():
+    same_as_eager(grad_mode_class_called_on_a_function, lambda: (torch.zeros(3, requires_grad=True),))

@@ -30,6 +30,15 @@ def _context(kind, make_args):
     return call
 
 
+def _grad_context(mode: bool):
+    def call(tx, cls, args, kwargs):
+        ctx = V.ContextVar("grad", (mode,))
+        if len(args) == 1 and not kwargs:   # `torch.no_grad(fn)`: torch's `cls()(fn)`, fn decorated
+            return tx.call(ctx, [args[0]])
+        return ctx
+    return call
+
+
 def _autocast_args(tx, args, kwargs):
     import inspect
     sig = inspect.signature(torch.autocast.__init__)
@@ -61,8 +70,8 @@ def _size(tx, cls, args, kwargs):
 
 
 _CLASS_CALLS = {
-    torch.no_grad: _context("grad", lambda tx, a, k: (False,)),
-    torch.enable_grad: _context("grad", lambda tx, a, k: (True,)),
+    torch.no_grad: _grad_context(False),
+    torch.enable_grad: _grad_context(True),
     torch.autocast: _context("autocast", _autocast_args),
     torch.amp.autocast: _context("autocast", _autocast_args),
     torch.device: _fold_class,

@@ -33,6 +33,7 @@ from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.constants import python_value
+from kiln.capture.distributed import PROCESS_STATE
 from kiln.capture.sources import ConstSource, LocalSource
 
 
@@ -110,6 +111,9 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     tracer.stop_at = stop_at
     grad_mode = torch.is_grad_enabled()
     autocast_state = (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu"))
+    # [Note: process state a trace's example run sets] (distributed.py)
+    process_state = [(getter, setter, getter()) for getter, setter in PROCESS_STATE]
+    out.process_state_before = {getter: before for getter, _, before in process_state}
     try:
         result = tracer.run()
         paused = left_paused_in_cleanup(out)
@@ -123,6 +127,10 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
             torch.clear_autocast_cache()
             torch.set_autocast_enabled("cuda", autocast_state[0])
             torch.set_autocast_enabled("cpu", autocast_state[1])
+        out.process_state_left = [(setter, now) for getter, setter, before in process_state
+                                  if (now := getter()) != before]
+        for _, setter, before in process_state:
+            setter(before)
     return TraceResult(out, tracer, result, tracer.stopped_at, None)
 
 
@@ -314,6 +322,15 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
             lines.append(f"__r{i} = {p}")
             pushed.append(f"__r{i}")
     layout = rest + list(pushed)
+    handler = next((e for e in tx.exc_table if e.start <= inst.offset < e.end), None)
+    if handler is not None:
+        # [Note: a native step inside a try block] What the instruction raises is the frame's
+        # to handle: it goes to the handler the exception table names, as the interpreter would
+        # send it, with the stack cut to the handler's depth (and the offset, for a `lasti` one)
+        handler_layout = rest[:handler.depth] + ([V.Constant(inst.offset)] if handler.lasti else []) + ["__e"]
+        handler_exprs = rest_exprs[:handler.depth] + ([repr(inst.offset)] if handler.lasti else []) + ["__e"]
+        lines = ["try:", *("    " + line for line in lines), "except BaseException as __e:",
+                 "    " + resume_call(handler.target, handler_layout, handler_exprs)]
     lines.append(resume_call(next_offset, layout, rest_exprs + pushed))
     return reads, lines
 
@@ -341,6 +358,15 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
+    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
+    if out.grad_enabled != entry_mode:
+        # the code after the graph runs in the mode the graph left (`torch.set_grad_enabled(False)`
+        # before a break): set here, as a backend that compiles the graph whole keeps its mode inside
+        bindings["__set_grad_enabled"] = torch._C._set_grad_enabled
+        body.append(f"__set_grad_enabled({out.grad_enabled!r})")
+    for i, (setter, value) in enumerate(getattr(out, "process_state_left", ())):
+        bindings[f"__state{i}"] = (setter, value)   # as grad mode: the state the graph leaves
+        body.append(f"__state{i}[0](__state{i}[1])")
     body += r.prelude + reads + effects + tail
     bindings.update({n: v for n, v in r.consts.values()})
     run = compile_source("__kiln_entry", params, body, bindings,

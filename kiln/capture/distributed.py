@@ -81,7 +81,9 @@ class ProcessQuery:
 
     def call_text(self) -> str:
         args = ", ".join("group" if not isinstance(a, (int, str, type(None))) else repr(a) for a in self.args)
-        return f"torch.distributed.{self.fn.__name__}({args})"
+        module = getattr(self.fn, "__module__", None) or ""
+        module = "torch.distributed" if module.startswith("torch.distributed") or not module else module
+        return f"{module}.{self.fn.__name__}({args})"
 
 
 def rank() -> int | None:
@@ -155,3 +157,44 @@ if torch.distributed.is_available():
                          (_dist.is_available, False), (_dist.get_backend, False)):
         if _fn is not None:
             handles(_fn)(_query(_fn, _ranked))
+
+
+# [Note: process state a trace's example run sets] A torch call made for its effect on the
+# process (`torch._C._set_sdp_use_flash(False)`, which `sdpa_kernel` enters with) runs on the
+# example values while capturing, and its node replays it when the graph runs. A trace that then
+# stops (a graph break, a refusal, a generator left paused) would leave the program's process in
+# the state its unfinished region set, and the eager run that follows would start there: each
+# (getter, setter) below is read before the trace and put back after it, as grad mode is
+# (`convert.trace_frame`). What the trace left changed is set again by the entry after its graph
+# ran (`convert.build_entry`): a backend that compiles the graph whole need not keep a node whose
+# only output is its effect. A getter read where the trace has not changed the state is guarded,
+# as a process-group query is: the graph holds the value it read.
+def _state_pairs(*names):
+    return [(getattr(torch._C, get), getattr(torch._C, set_)) for get, set_ in names
+            if hasattr(torch._C, get) and hasattr(torch._C, set_)]
+
+
+PROCESS_STATE = _state_pairs(
+    *[(f"_get_{name}_sdp_enabled", f"_set_sdp_use_{name}")
+      for name in ("flash", "mem_efficient", "math", "cudnn", "overrideable", "fa3")],
+    ("_get_sdp_priority_order", "_set_sdp_priority_order"),
+    ("_get_math_sdp_allow_fp16_bf16_reduction", "_set_math_sdp_allow_fp16_bf16_reduction"),
+) + [(torch.get_default_dtype, torch.set_default_dtype)]
+
+
+def _state_read(getter: Callable):
+    def handle(tx, args, kwargs):
+        if args or kwargs:
+            raise tx.unsupported(f"{getter.__name__} with arguments")
+        value = getter()
+        if value == tx.out.__dict__.get("process_state_before", {}).get(getter, value):
+            tx.out.guard(Guard(GuardKind.PROCESS_GROUP, None, ProcessQuery(getter, (), value, False),
+                               where=tx.where()))
+        if isinstance(value, list):
+            return V.ListVar([V.Constant(v) for v in value])
+        return V.Constant(value)
+    return handle
+
+
+for _getter, _ in PROCESS_STATE[:-1]:   # the default dtype stays folded (torch_calls.FOLDED)
+    handles(_getter)(_state_read(_getter))

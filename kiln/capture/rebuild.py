@@ -26,14 +26,25 @@ class CannotRebuild(Exception):
 
 
 class GradModeExit:
-    """What a `with torch.no_grad():` leaves on the stack when a graph breaks inside it: its __exit__."""
+    """A grad-mode context manager a graph break hands over. Inside its `with` block it is what the
+    block left on the stack, its __exit__ (called). Held in a variable it is the object itself: a
+    `torch.set_grad_enabled(mode)` (which switched on the call: entering it does nothing more, its
+    __exit__ restores `prev`), or a `torch.no_grad()` not entered yet (`mode`: entering switches)."""
 
-    def __init__(self, prev: bool):
+    def __init__(self, prev: bool | None, mode: bool | None = None):
         self.prev = prev
+        self.mode = mode
 
     def __call__(self, *exc):
         torch._C._set_grad_enabled(self.prev)
         return False
+
+    def __enter__(self):
+        if self.mode is not None:
+            self.prev = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(self.mode)
+
+    __exit__ = __call__
 
 
 class ResumeIterator:
@@ -316,6 +327,8 @@ def exception_with(exc: BaseException, attrs: dict) -> BaseException:
 
 
 def _context(r, v):
+    if v.kind == "grad" and v.saved is None:   # not entered yet
+        return f"{r.const(GradModeExit)}(None, {v.args[0]!r})"
     if v.kind in ("grad", "grad_set"):
         return f"{r.const(GradModeExit)}({v.saved!r})"
     raise CannotRebuild("an autocast region open across a graph break")

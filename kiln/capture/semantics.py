@@ -93,6 +93,9 @@ def load_global(tx, name: str) -> V.Variable:
     gname = tx.out.globals_name(tx.f_globals)
     cache = tx.out.__dict__.setdefault("global_vars", {})
     key = (gname, name)
+    written = tx.out.__dict__.setdefault("attr_overlay", {}).get((id(tx.f_globals), name))
+    if written is not None:
+        return written
     if key in cache:
         return cache[key]
     if name in tx.f_globals:
@@ -107,9 +110,15 @@ def load_global(tx, name: str) -> V.Variable:
     return var
 
 
+# [Note: a module's globals are its attributes] A function's globals dict is its module's
+# `__dict__`, so `global x; x = v` in one module and `mod.x` read in another are the same store:
+# writes go to the frame's attribute overlay under the dict's id (what `attributes.overlay_id` keys
+# a module by), where a module attribute read looks first, and a global read looks there before
+# its cache, so `mod.x = v` is seen by a function of `mod` reading `x` too.
 def store_global(tx, name: str, value: V.Variable):
     gname = tx.out.globals_name(tx.f_globals)
     tx.out.__dict__.setdefault("global_vars", {})[(gname, name)] = value
+    tx.out.__dict__.setdefault("attr_overlay", {})[(id(tx.f_globals), name)] = value
     tx.out.side_effects.append(GlobalWrite(gname, name, value))
 
 

@@ -767,3 +767,223 @@ def list_subclass_against_lists(x, lst):
 
 def test_list_subclasses_compare_and_combine_as_lists():
     same_as_eager(list_subclass_against_lists, lambda: (_vector(), SubList([1, 2])))
+
+
+# -- a module's globals are its attributes (test_ctx_manager's test_globals_change_in_other_file) ----
+_OTHER_SOURCE = '''
+import contextlib
+
+counter = 0
+
+def bump(x):
+    global counter
+    counter += 1
+    return x * counter
+
+@contextlib.contextmanager
+def bumped(x):
+    try:
+        yield bump(x)
+    finally:
+        pass
+'''
+
+
+def _other_module():
+    import types
+    mod = types.ModuleType("kiln_test_other_module")
+    exec(_OTHER_SOURCE, mod.__dict__)
+    return mod
+
+
+def globals_of_another_module(x, mod):
+    mod.bump(x)                       # `global counter` written in mod's function ...
+    seen = [mod.counter]              # ... is mod's attribute
+    mod.counter = 10                  # and an attribute written here is the function's global
+    y = mod.bump(x)
+    with mod.bumped(x) as a:
+        return x * a * mod.counter + y, seen
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_global_written_in_another_module_is_that_modules_attribute(backend):
+    mod_eager, mod_kiln = _other_module(), _other_module()
+    expected = globals_of_another_module(_vector(), mod_eager)
+    kiln.reset()
+    got = kiln.compile(globals_of_another_module, fullgraph=True, **backend)(_vector(), mod_kiln)
+    assert_same(got, expected)
+    assert mod_kiln.counter == mod_eager.counter == 12
+
+
+# -- process state set by an unfinished trace is put back (test_ctx_manager's test_sdpa_kernel_ctx_manager2)
+def _sdpa_backends():
+    from torch.nn.attention import _cur_sdpa_kernel_backends
+    return sorted(str(b) for b in _cur_sdpa_kernel_backends())
+
+
+def sdpa_kernel_around_a_graph_break(x, log):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    log.append(_sdpa_backends())
+    with sdpa_kernel([SDPBackend.MATH]):
+        y = x * 2
+        log.append(_sdpa_backends())
+        torch._dynamo.graph_break()   # the generator stays paused in its try: the frame runs eagerly
+        log.append(_sdpa_backends())
+    log.append(_sdpa_backends())
+    return y
+
+
+def test_a_stopped_trace_leaves_no_process_state_behind():
+    """`sdpa_kernel` sets torch's sdp flags on entry; a trace that stops inside the block must not
+    leave them set for the eager run that follows (nor after the call)."""
+    before = _sdpa_backends()
+    same_as_eager(sdpa_kernel_around_a_graph_break, lambda: (_vector(), []), fullgraph=False)
+    assert _sdpa_backends() == before
+
+
+# -- a grad-mode context manager held across a graph break (test_ctx_manager's test_inactive_context_*)
+def set_grad_enabled_held_across_a_break(x):
+    x = x + 1
+    ctx = torch.set_grad_enabled(True)   # switches now; entering does nothing more
+    torch._dynamo.graph_break()
+    with ctx:
+        x = x + 1
+    return x, x.requires_grad, torch.is_grad_enabled()
+
+
+def no_grad_held_across_a_break(x):
+    ctx = torch.no_grad()                # switches only when entered
+    torch._dynamo.graph_break()
+    before = torch.is_grad_enabled()
+    with ctx:
+        y = x * 2
+        inside = torch.is_grad_enabled()
+    return y, y.requires_grad, before, inside, torch.is_grad_enabled()
+
+
+def set_grad_enabled_passed_across_a_break(x):
+    def gn(x, ctx, y, dummy):
+        with ctx:
+            return x * y, torch.is_grad_enabled()
+    return gn(x, torch.set_grad_enabled(False), 2, torch._dynamo.graph_break()), torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("fn", [set_grad_enabled_held_across_a_break, no_grad_held_across_a_break,
+                                set_grad_enabled_passed_across_a_break])
+def test_a_grad_mode_context_manager_held_across_a_graph_break(fn, grad):
+    try:
+        with torch.set_grad_enabled(grad):
+            same_as_eager(fn, lambda: (torch.zeros(3, requires_grad=True),), fullgraph=False)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def grad_mode_switched_before_a_break(x):
+    x = x + 1
+    torch.set_grad_enabled(False)
+    torch._dynamo.graph_break()
+    return x * 2, torch.is_grad_enabled()
+
+
+def test_the_grad_mode_a_graph_leaves_holds_after_it():
+    """The code after a graph (the break's native step, the resume) runs in the mode the graph
+    switched to, whichever backend compiled it."""
+    try:
+        same_as_eager(grad_mode_switched_before_a_break, lambda: (torch.zeros(3, requires_grad=True),),
+                      fullgraph=False)
+    finally:
+        torch.set_grad_enabled(True)
+
+
+# -- an instruction run natively at a graph break inside a try block (test_ctx_manager's
+# test_contextmanager_as_argument*: _GeneratorContextManager.__exit__'s `next(self.gen)`)
+def _stopped_generator():
+    def gen():
+        yield 1
+    g = gen()
+    next(g)
+    return g
+
+
+def native_step_raises_inside_try(x, g, log):
+    try:
+        next(g)                       # a graph break, run natively: raises StopIteration
+    except StopIteration:
+        log.append("caught")
+        return x + 1
+    return x - 1
+
+
+def native_step_raises_inside_with_no_grad(x, g, log):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            next(g)
+    except StopIteration:
+        log.append(torch.is_grad_enabled())   # the with block's exit ran first
+        return y, y.requires_grad
+    return x
+
+
+def test_what_a_native_step_raises_goes_to_the_frames_handler():
+    for fn in (native_step_raises_inside_try, native_step_raises_inside_with_no_grad):
+        same_as_eager(fn, lambda: (torch.ones(3, requires_grad=True), _stopped_generator(), []),
+                      fullgraph=False, state=lambda inputs: inputs[2])
+
+
+def sets_process_state(x):
+    torch._C._set_sdp_use_flash(False)
+    torch.set_default_dtype(torch.float64)
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_process_state_a_graph_sets_is_set_on_every_call(backend):
+    """A call made only for its effect on the process (an sdp flag, the default dtype) is made by
+    every run of the compiled function, not only by the trace's example run."""
+    kiln.reset()
+    compiled = kiln.compile(sets_process_state, fullgraph=True, **backend)
+    try:
+        for _ in range(2):
+            compiled(_vector())
+            assert (torch._C._get_flash_sdp_enabled(), torch.get_default_dtype()) == (False, torch.float64)
+            torch._C._set_sdp_use_flash(True)
+            torch.set_default_dtype(torch.float32)
+    finally:
+        torch._C._set_sdp_use_flash(True)
+        torch.set_default_dtype(torch.float32)
+
+
+def branches_on_an_sdp_flag(x):
+    if torch._C._get_flash_sdp_enabled():
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_process_state_read_is_guarded(backend):
+    kiln.reset()
+    compiled = kiln.compile(branches_on_an_sdp_flag, fullgraph=True, **backend)
+    try:
+        for flag in (True, False, True):
+            torch._C._set_sdp_use_flash(flag)
+            assert_same(compiled(_vector()), branches_on_an_sdp_flag(_vector()))
+    finally:
+        torch._C._set_sdp_use_flash(True)
+
+
+# -- a grad-mode class called on a function decorates it (test_ctx_manager's test_context_wrapping_*)
+def grad_mode_class_called_on_a_function(x):
+    def inner(x):
+        return x.sin(), torch.is_grad_enabled()
+    with torch.enable_grad():
+        inner = torch.no_grad(inner)
+        outside = torch.is_grad_enabled()   # making the wrapper switched nothing
+    with torch.enable_grad():
+        y, inside = inner(x)
+    return y, y.requires_grad, inside, outside
+
+
+def test_a_grad_mode_class_called_on_a_function_decorates_it():
+    same_as_eager(grad_mode_class_called_on_a_function, lambda: (torch.zeros(3, requires_grad=True),))

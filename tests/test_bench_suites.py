@@ -62,3 +62,21 @@ def test_timm_models_build_without_downloads():
     for name, model_spec in SUITES["timm"].models().items():
         model, (images,), _ = model_spec.make("meta", batch=2)
         assert images.shape == (2, 3, 224, 224), name
+
+
+def test_disable_dropout_turns_layerdrop_off_too():
+    """LayerDrop skips a whole layer when a random draw falls under it: eager and a compiled step
+    draw differently, so one of them leaves a layer's weights without gradients (M2M100's training
+    row of pt2-hf failed the accuracy rule on exactly that)."""
+    from kiln.bench.suites import disable_dropout, ensure_torchvision_importable
+    ensure_torchvision_importable()
+    transformers = pytest.importorskip("transformers")
+    config = transformers.M2M100Config(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                       decoder_ffn_dim=32, max_position_embeddings=32, encoder_layerdrop=0.5,
+                                       decoder_layerdrop=0.5, dropout=0.1)
+    model = transformers.M2M100ForConditionalGeneration(config).train()
+    disable_dropout(model)
+    model_state = {n: m.layerdrop for n, m in model.named_modules() if hasattr(m, "layerdrop")}
+    assert model_state and all(v == 0.0 for v in model_state.values()), model_state
+    assert model.config.encoder_layerdrop == model.config.decoder_layerdrop == model.config.dropout == 0.0

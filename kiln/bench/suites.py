@@ -198,15 +198,16 @@ def get_model(suite: str, name: str) -> BenchModel:
 
 def disable_dropout(model: torch.nn.Module) -> None:
     """Set every dropout probability to 0 (modules, and transformers' config fields that some
-    attention functions read directly), so a training step is deterministic and compiled and
-    eager gradients are comparable (PyTorch's harness gets the same by `fallback_random`)."""
+    attention functions read directly), and LayerDrop's (a whole layer skipped when a random draw
+    falls under it: M2M100's, BART's encoder_layerdrop), so a training step is deterministic and
+    compiled and eager gradients are comparable (PyTorch's harness gets the same by `fallback_random`)."""
     for module in model.modules():
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
             module.p = 0.0
         config = getattr(module, "config", None)
         for key, value in (list(vars(config).items()) if hasattr(config, "__dict__") else ()):
-            if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
+            if ("dropout" in key or "pdrop" in key or "layerdrop" in key) and isinstance(value, float):
                 setattr(config, key, 0.0)
-        for key in ("attention_dropout", "dropout"):   # floats cached on attention modules
+        for key in ("attention_dropout", "dropout", "layerdrop"):   # floats cached on modules
             if isinstance(getattr(module, key, None), float):
                 setattr(module, key, 0.0)

@@ -6,7 +6,11 @@
 Prints one table a form (the top kernels by time, launches and microseconds a token) and the host's
 seconds a token; then, under cProfile, where the host's Python time goes a token (the functions of
 most own time: generate's loop, guards, kiln's runtime; cProfile slows Python, so read shares, not
-absolute times). DIR/decode_profile.json holds every kernel and function."""
+absolute times). Before the profiles, an unprofiled split of a token's wall time on the host: the
+time inside the model's call (kiln's guards, entry and replay launch: kiln forms only, where the call
+can be wrapped without changing what is compiled), the time the deferred stop check waits for the
+GPU ([Note: decoding without a stop sync] in kiln/api.py), and the rest (generate()'s own Python). A
+wait near zero means the GPU idles for the host. DIR/decode_profile.json holds every kernel and function."""
 import argparse
 import cProfile
 import collections
@@ -34,10 +38,53 @@ ids = torch.randint(1, 1000, (1, 8), device=a.device)
 sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
 kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=0)
 report = {}
+
+
+def host_split(name, generate) -> dict:
+    """Wall ms a token, and the host's microseconds a token inside the model's call and waiting in the stop check."""
+    from transformers.generation import utils as generation_utils
+    spent = collections.Counter()
+
+    def timed(key, fn):
+        def call(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.perf_counter() - t
+        return call
+
+    check = getattr(generation_utils, "DeferredStopCheck", None)
+    original_check = check.__dict__["__call__"] if check is not None else None
+    if check is not None:
+        check.__call__ = timed("stop_wait", original_check)
+    wrapped = name.startswith("kiln")     # generate() reads `self.__call__`: an instance attribute wins
+    if wrapped:
+        model.__dict__["__call__"] = timed("model_call", type(model).__call__.__get__(model))
+    try:
+        sync()
+        started = time.perf_counter()
+        generate(ids, **kw)
+        sync()
+        wall = time.perf_counter() - started
+    finally:
+        if check is not None:
+            check.__call__ = original_check
+        model.__dict__.pop("__call__", None)
+    split = {"wall_ms_per_token": 1e3 * wall / a.new,
+             "model_call_us_per_token": 1e6 * spent["model_call"] / a.new if wrapped else None,
+             "stop_wait_us_per_token": 1e6 * spent["stop_wait"] / a.new}
+    call = f"{split['model_call_us_per_token']:.0f}" if wrapped else "n/a"
+    print(f"{a.model} {name} unprofiled: {split['wall_ms_per_token']:.3f} ms a token; host in the model's call "
+          f"{call} us, waiting for the GPU in the stop check {split['stop_wait_us_per_token']:.0f} us")
+    return split
+
+
 with torch.no_grad():
     for name, generate in forms(model, a.forms.split(",")).items():
         generate(ids, **kw)
         generate(ids, **kw)
+        split = host_split(name, generate)
         sync()
         started = time.perf_counter()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA if a.device == "cuda" else torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -53,7 +100,7 @@ with torch.no_grad():
         rows = sorted(kernels.items(), key=lambda kv: -kv[1][1])
         report[name] = {"wall_ms_per_token": 1e3 * wall / a.new, "gpu_us_per_token": total / a.new,
                         "launches_per_token": sum(n for n, _ in kernels.values()) / a.new,
-                        "kernels": [(k, n, t) for k, (n, t) in rows]}
+                        "kernels": [(k, n, t) for k, (n, t) in rows], "unprofiled": split}
         print(f"\n## {a.model} {name}: {1e3 * wall / a.new:.2f} ms a token (profiled wall), "
               f"GPU {total / a.new:.0f} us a token, {report[name]['launches_per_token']:.0f} launches a token")
         print("| kernel | launches/token | us/token |\n|---|---|---|")

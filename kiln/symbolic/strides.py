@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from kiln.symbolic.shape_env import DataDependentGuard
+
 
 def pointwise_strides(tensors) -> list:
     """The strides eager gives the output of a pointwise op on `tensors` (one shape).
@@ -60,7 +62,9 @@ def contiguous_strides(shape) -> list:
     strides, running = [], 1
     for s in reversed(list(shape)):
         strides.append(running)
-        running *= max(s, 1)
+        # an unbacked size (a mask's count) may be 0 or 1: Max(u0, 1) rather than a guard on it
+        unbacked = isinstance(s, torch.SymInt) and not s.node.has_hint()
+        running *= torch.sym_max(s, 1) if unbacked else max(s, 1)
     return list(reversed(strides))
 
 
@@ -73,3 +77,14 @@ def dense(a: torch.Tensor) -> bool:
             return False
         expected *= a.shape[i]
     return True
+
+
+def definitely_contiguous(a: torch.Tensor) -> bool:
+    """`a.is_contiguous()`, except that where the answer depends on an unbacked size it is False
+    instead of DataDependentGuard: a decomposition that copies when the answer is False is right
+    either way (a copy of a contiguous tensor is a contiguous tensor), so the count of a mask's
+    selected elements need not be known to lay out `x[mask] = v`'s values."""
+    try:
+        return a.is_contiguous()
+    except DataDependentGuard:
+        return False

@@ -71,6 +71,17 @@ def test_boolean_mask_rows_with_gradient():
     _run(fn, [(x, torch.randn(3, 3)) for (x,) in _floats(6, 3)], grad=True)
 
 
+def test_masked_fill_of_a_view_by_setitem():
+    # Longformer's `scores[:, 1:][mask == 0] = finfo.max`: the count of selected elements lays out
+    # the broadcast value; "is that contiguous?" on a count that may be 0 or 1 copies rather than guards
+    def fn(x, m):
+        y = x.clone()
+        y[:, 1:][m[:, 1:] == 0] = 3.0e38
+        return y * 2
+    masks = [torch.randint(0, 2, (3, 6)), torch.ones(3, 6, dtype=torch.long), torch.eye(3, 6, dtype=torch.long)]
+    _run(fn, [(torch.randn(3, 6), m) for m in masks])
+
+
 def test_nonzero_indexing_with_gradient():
     def fn(x, w):
         idx = torch.nonzero(x > 0).squeeze(1)

@@ -14,6 +14,7 @@ from numbers import Number
 import torch
 
 from kiln.prims.elementwise import contiguous_strides, dense as _dense
+from kiln.symbolic.strides import definitely_contiguous
 from kiln.prims.ops import ops as p
 from kiln.symbolic.decide import expect_true, guard_or_true, same_size
 
@@ -262,7 +263,7 @@ def reshape(a: torch.Tensor, shape) -> torch.Tensor:
 
 
 def _viewable(a: torch.Tensor, shape) -> bool:
-    return a.is_contiguous() or view_strides(list(a.shape), list(a.stride()), list(shape)) is not None
+    return definitely_contiguous(a) or view_strides(list(a.shape), list(a.stride()), list(shape)) is not None
 
 
 def view_strides(sizes: list, strides: list, shape: list) -> list | None:
@@ -303,7 +304,7 @@ def infer_size(shape, total):
 
 
 def contiguous(a: torch.Tensor) -> torch.Tensor:
-    if a.is_contiguous():
+    if definitely_contiguous(a):
         return a
     return p.copy_strided(a, contiguous_strides(a.shape))
 

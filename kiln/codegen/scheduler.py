@@ -29,6 +29,7 @@ stage begins. Reduction results live at the outer scope, so any later stage read
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import sympy
@@ -130,6 +131,14 @@ def _kernel_vars(outer: Sequence, inner: Sequence | None) -> list[sympy.Symbol]:
 def _space_map(ranges: Sequence, target: Sequence, target_vars: Sequence[sympy.Symbol]) -> dict | None:
     """Node loop vars -> expressions in `target_vars`, when the node's space is `target`'s, element
     for element (same numel, row-major order)."""
+    mapping = _space_map_of(tuple(ranges), tuple(target), tuple(target_vars))
+    return None if mapping is None else dict(mapping)
+
+
+@functools.lru_cache(maxsize=4096)
+def _space_map_of(ranges: tuple, target: tuple, target_vars: tuple) -> dict | None:
+    # a graph's layers repeat the same few spaces: the fusion of every layer asks the same
+    # questions, and each answer costs sympy arithmetic (about a millisecond)
     difference = sympy.sympify(ir.product(ranges) - ir.product(target))
     # sympy.simplify costs ~0.4 ms even on a number: most spaces differ by a number, or not at all
     if difference != 0 and (difference.is_number or sympy.simplify(difference) != 0):

@@ -249,7 +249,11 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
 
 
 def _has_ops(out: OutputGraph) -> bool:
-    return any(n.op in ("call_function", "call_method", "call_module") for n in out.graph.nodes)
+    """Whether the graph computes anything. Grad-mode switches alone do not count: with no op between
+    them only the mode they leave matters, and the entry sets that itself (as Dynamo, whose graph
+    before a break inside `with torch.no_grad()` holds no grad-mode node and is not compiled)."""
+    return any(n.op in ("call_function", "call_method", "call_module")
+               and n.target is not torch._C._set_grad_enabled for n in out.graph.nodes)
 
 
 def _live_locals(tx: Tracer) -> list[tuple[str, V.Variable]]:

@@ -1,0 +1,88 @@
+"""Context managers across graph breaks, as test_ctx_manager.py of the Dynamo suite (issue #39)
+exercises them: each program runs under torch.compile (a recording backend, so graphs are
+counted) and under kiln's capture; both must give eager's values, and kiln as many graphs as
+torch.compile where the count is the point of the case."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch._dynamo  # graph_break and the reference compiler; tests may use torch's compiler
+
+import kiln
+import kiln.capture
+from capture_support import Recorder, assert_same
+from kiln.config import CaptureConfig
+
+
+def both(fn, *calls, **config):
+    """Run `fn` on each argument tuple of `calls` under torch.compile and under kiln, checking every
+    output against eager; returns the two recorders (torch's, kiln's)."""
+    torch._dynamo.reset()
+    kiln.reset()
+    theirs, ours = Recorder(), Recorder()
+    compiled_t = torch.compile(fn, backend=theirs, **config)
+    compiled_k = kiln.capture.capture(fn, ours, CaptureConfig(**config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for args in calls:
+            expected = fn(*args)
+            assert_same(compiled_t(*args), expected)
+            assert_same(compiled_k(*args), expected)
+    return theirs, ours
+
+
+def nested_grad_modes_broken_in_both(x):
+    before = torch.is_grad_enabled()
+    with torch.set_grad_enabled(False):
+        torch._dynamo.graph_break()
+        with torch.set_grad_enabled(True):
+            x = torch.mul(x, 5)
+            torch._dynamo.graph_break()
+            x = torch.sqrt(x)
+            assert torch.is_grad_enabled()
+        assert not torch.is_grad_enabled()
+    assert torch.is_grad_enabled() == before
+    return x
+
+
+def test_resume_inside_two_with_blocks():
+    # the resume function jumps into two nested `with` blocks: its code object must assemble
+    # (the handlers keep their depths) and the grad modes must be eager's after each break
+    x = torch.rand(3, 4)
+    theirs, ours = both(nested_grad_modes_broken_in_both, (x,), (x,), (x,))
+    assert torch.is_grad_enabled()
+    assert len(ours.graphs) == len(theirs.graphs) == 2
+
+
+def grad_mode_only_before_break(x):
+    with torch.no_grad():
+        torch._dynamo.graph_break()
+        y = x * 2
+    return y + 1
+
+
+def test_graph_of_grad_mode_switches_alone_is_not_compiled():
+    x = torch.rand(3, requires_grad=True)
+    theirs, ours = both(grad_mode_only_before_break, (x,))
+    assert len(ours.graphs) == len(theirs.graphs)
+
+
+def sdpa_kernel_math(x):
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        out = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+        backends = torch.nn.attention._cur_sdpa_kernel_backends()
+    return out * 2, backends
+
+
+def test_pybind_enum_argument_is_a_graph_attribute():
+    # _sdpa_kernel([SDPBackend.MATH], ...) becomes a node; FX prints a pybind enum as
+    # `<SDPBackend.MATH: 0>`, so the constant must reach the graph's code as an attribute
+    x = torch.rand(2, 2, 3, 4)
+    expected = sdpa_kernel_math(x)
+    before = torch.nn.attention._cur_sdpa_kernel_backends()
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        got = kiln.compile(sdpa_kernel_math, backend=backend, fullgraph=True)(x)
+        assert_same(got, expected)
+        assert torch.nn.attention._cur_sdpa_kernel_backends() == before

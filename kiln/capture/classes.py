@@ -74,6 +74,12 @@ _CLASS_CALLS = {
     torch.enable_grad: _grad_context(True),
     torch.autocast: _context("autocast", _autocast_args),
     torch.amp.autocast: _context("autocast", _autocast_args),
+    # the profilers record nothing of a compiled region: their `with` is an empty context, as in
+    # Dynamo (so a break inside one splits the graph where Dynamo's does)
+    torch.profiler.profile: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.profiler.record_function: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.autograd.profiler.profile: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.autograd.profiler.record_function: _context("nothing", lambda tx, args, kwargs: ()),
     torch.device: _fold_class,
     torch.finfo: _fold_class,
     torch.iinfo: _fold_class,

@@ -353,6 +353,8 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     else:
         reads, tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
     body, gm = [], None
+    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
+    out.drop_cancelling_grad_switches(entry_mode)
     if r.outputs or _has_ops(out):
         out.graph.output(tuple(r.outputs))
         gm = out.graph_module()
@@ -362,7 +364,6 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
-    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
     if out.grad_enabled != entry_mode:
         # the code after the graph runs in the mode the graph left (`torch.set_grad_enabled(False)`
         # before a break): set here, as a backend that compiles the graph whole keeps its mode inside

@@ -251,6 +251,22 @@ class OutputGraph:
         node.meta["example_value"] = result
         return node, result
 
+    def drop_cancelling_grad_switches(self, entry_mode: bool) -> None:
+        """Erase a grad-mode switch away from the mode in force followed at once by the switch back
+        (`with torch.no_grad(): pass`, a context exited with nothing inside): they do nothing, and
+        Dynamo erases them the same way, so graph and op counts agree with its."""
+        mode = entry_mode
+        nodes = list(self.graph.nodes)
+        erased: set = set()
+        for first, second in zip(nodes, nodes[1:]):
+            if first.target is torch._C._set_grad_enabled and first.args == (not mode,) and first not in erased:
+                mode = first.args[0]
+                if second.target is torch._C._set_grad_enabled and second.args == (not mode,):
+                    mode = second.args[0]
+                    erased.update((first, second))
+        for node in erased:
+            self.graph.erase_node(node)
+
     def _readable_constants(self, value: Any) -> Any:
         """`value` with each constant FX would print unreadably (its repr starts with `<`) replaced
         by a `get_attr` node of the root holding it: the graph's code must compile and run."""

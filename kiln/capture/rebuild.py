@@ -47,6 +47,19 @@ class GradModeExit:
     __exit__ = __call__
 
 
+class NullContextExit:
+    """A context manager whose effect capture drops (the profilers, as Dynamo drops them) handed
+    over at a graph break: its __exit__ inside its block, the object itself in a variable."""
+
+    def __call__(self, *exc):
+        return False
+
+    def __enter__(self):
+        return None
+
+    __exit__ = __call__
+
+
 class ResumeIterator:
     """The iterator of a loop a graph broke in, handed to the resume function. Unlike a builtin
     iterator, capture can read its remaining items without consuming it (`builder.py`)."""
@@ -331,6 +344,8 @@ def _context(r, v):
         return f"{r.const(GradModeExit)}(None, {v.args[0]!r})"
     if v.kind in ("grad", "grad_set"):
         return f"{r.const(GradModeExit)}({v.saved!r})"
+    if v.kind == "nothing":
+        return f"{r.const(NullContextExit)}()"
     raise CannotRebuild("an autocast region open across a graph break")
 
 

@@ -86,3 +86,77 @@ def test_pybind_enum_argument_is_a_graph_attribute():
         got = kiln.compile(sdpa_kernel_math, backend=backend, fullgraph=True)(x)
         assert_same(got, expected)
         assert torch.nn.attention._cur_sdpa_kernel_backends() == before
+
+
+def profiled_with_break(x):
+    y = x ** 2
+    with torch.profiler.profile():
+        y = y + 2
+        with torch.profiler.record_function("my_function"):
+            z = y ** 3
+            z.tolist()  # graph break
+            z = z + 1
+    return z
+
+
+def autograd_profiled_with_break(x):
+    y = x ** 2
+    with torch.autograd.profiler.profile():
+        y = y + 2
+        with torch.autograd.profiler.record_function("my_function"):
+            z = y ** 3
+            z.tolist()
+            z = z + 1
+    return z
+
+
+def test_profiler_regions_are_empty_contexts():
+    # the profilers are empty contexts in a compiled region (as in Dynamo): the graph breaks at
+    # tolist(), not at the profiler's construction
+    x = torch.rand(2, 2, requires_grad=True)
+    for fn in (profiled_with_break, autograd_profiled_with_break):
+        theirs, ours = both(fn, (x,))
+        assert len(ours.graphs) == len(theirs.graphs) == 2
+
+
+class SetsGradOnEnter:
+    def __init__(self, mode):
+        self.prev = torch.is_grad_enabled()
+        self.mode = mode
+
+    def __enter__(self):
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+def user_grad_context(x):
+    with SetsGradOnEnter(True):
+        x = x + 1
+        if torch.is_grad_enabled():
+            x = x * 2
+        x = torch.relu(x)
+    return x - 1
+
+
+def empty_no_grad_block(x):
+    with torch.no_grad():
+        pass
+    return x + 1
+
+
+def op_count(recorder):
+    return sum(n.op.startswith("call") for g in recorder.graphs for n in g.graph.nodes)
+
+
+def test_grad_switch_ops_counted_as_dynamo():
+    # torch._C._set_grad_enabled called directly is a node even when the mode already holds;
+    # a switch and its undo with nothing between are erased (both as Dynamo does)
+    x = torch.rand(2, 3)
+    for mode in (torch.no_grad, torch.enable_grad):
+        for fn in (user_grad_context, empty_no_grad_block):
+            with mode():
+                theirs, ours = both(fn, (x,))
+            assert op_count(ours) == op_count(theirs)
+            assert len(ours.graphs) == len(theirs.graphs) == 1

@@ -33,7 +33,7 @@ from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.constants import python_value
-from kiln.capture.distributed import PROCESS_STATE
+from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
 from kiln.capture.sources import ConstSource, LocalSource
 
 
@@ -114,6 +114,11 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     # [Note: process state a trace's example run sets] (distributed.py)
     process_state = [(getter, setter, getter()) for getter, setter in PROCESS_STATE]
     out.process_state_before = {getter: before for getter, _, before in process_state}
+    # the default dtype is folded where code reads it, and creation ops without a dtype (torch.ones,
+    # torch.tensor of floats) follow it in the graph: every entry holds for the one it was traced
+    # with, as grad mode (Dynamo's global-state guard checks it alike)
+    out.guard(Guard(GuardKind.PROCESS_GROUP, None,
+                    ProcessQuery(torch.get_default_dtype, (), torch.get_default_dtype(), False)))
     try:
         result = tracer.run()
         paused = left_paused_in_cleanup(out)

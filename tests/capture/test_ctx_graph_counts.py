@@ -160,3 +160,26 @@ def test_grad_switch_ops_counted_as_dynamo():
                 theirs, ours = both(fn, (x,))
             assert op_count(ours) == op_count(theirs)
             assert len(ours.graphs) == len(theirs.graphs) == 1
+
+
+def reads_default_dtype(x):
+    if torch.get_default_dtype() == torch.float64:
+        return x + 1, torch.ones(2)
+    return x - 1, torch.tensor([1.5, 2.0])
+
+
+def test_default_dtype_is_guarded():
+    # the default dtype is folded where read and followed by creation ops: an entry traced under
+    # float32 must not serve a call under float64
+    x = torch.ones(2)
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        compiled = kiln.compile(reads_default_dtype, backend=backend)
+        assert_same(compiled(x), reads_default_dtype(x))
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        try:
+            assert_same(compiled(x), reads_default_dtype(x))
+        finally:
+            torch.set_default_dtype(before)
+        assert_same(compiled(x), reads_default_dtype(x))

@@ -26,7 +26,7 @@ import torch
 from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
-from kiln.capture.generators import left_paused_in_cleanup, left_paused_reason
+from kiln.capture.generators import close_collected_at_return, left_paused_in_cleanup, left_paused_reason
 from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
@@ -121,6 +121,8 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
                     ProcessQuery(torch.get_default_dtype, (), torch.get_default_dtype(), False)))
     try:
         result = tracer.run()
+        if tracer.stopped_at is None:
+            close_collected_at_return(tracer, result)
         paused = left_paused_in_cleanup(out)
         if paused is not None:
             raise GraphBreak(left_paused_reason(paused), paused.frame.where())

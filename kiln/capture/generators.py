@@ -18,7 +18,9 @@ paused generator does under torch.compile. One that has finished rebuilds as an 
 A generator left paused inside a `try`/`with` block (a loop over it that `break`s) runs that
 block's cleanup when Python collects it, at a moment kiln does not model; torch.compile drops the
 cleanup, kiln runs the function eagerly instead (`left_paused_in_cleanup`, checked at the end of
-each trace).
+each trace). One that a local of the root frame holds when the frame returns is collected then, a
+moment kiln does follow: it is closed at the end of the trace ([Note: generators collected at
+return], `close_collected_at_return`).
 
 Iterators that kiln builds over a generator (`zip`, `map`, `enumerate`, `filter`, itertools) are
 lazy too (`LazyIteratorVar`, `iterators.py`), so `for a, b in zip(g1, g2)` steps each generator
@@ -31,6 +33,7 @@ generator methods registered in `callables.CALLABLES` (`send`, `throw`, `close`,
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 
 from kiln.capture import variables as V
@@ -230,6 +233,55 @@ def left_paused_in_cleanup(out) -> V.GeneratorVar | None:
         if gen.state == "suspended" and (_cleanup_at(gen.frame) is not None or _closes_delegate(gen.frame)):
             return gen
     return None
+
+
+def close_collected_at_return(root, result: V.Variable) -> None:
+    """[Note: generators collected at return] A paused generator that a local variable of the root
+    frame holds at its return, and that nothing outlives the frame with (not the result, not
+    written anywhere by a side effect, not held by another generator still paused), dies with the
+    frame's locals: CPython closes it then, so its `finally`/`with` cleanup runs after the return
+    value is made and before the caller goes on. Kiln closes such a generator at the same point of
+    the trace, so the cleanup's effects are traced in their eager order. One no local holds was
+    dropped earlier (a `for` loop's that `break`s: closed right after the loop), at a moment kiln
+    does not follow, and one that may outlive the frame stays paused: both, paused in cleanup,
+    still make the function run eagerly."""
+    out = root.out
+    held = {id(v) for v in root.locals.values()}
+    paused = [g for g in out.generators if g.state == "suspended" and id(g) in held]
+    if not paused:
+        return
+    others = [g.frame for g in out.generators if g.state == "suspended" and g not in paused]
+    reached = _reached([result, out.side_effects, others])
+    if reached is None:
+        return
+    for gen in paused:
+        if id(gen) not in reached:
+            close(root, gen)
+
+
+def _reached(roots) -> set | None:
+    """The ids of the trackers reachable from `roots`, or None where one hides what it holds."""
+    from kiln.capture.interpreter import Tracer
+    seen: set = set()
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or v is None or isinstance(v, (str, int, float, bool, bytes)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, V.LazyIteratorVar):
+            return None   # a real iterator over trackers: what it holds cannot be listed
+        if isinstance(v, Tracer):
+            todo += [*v.locals.values(), *v.stack, *v.cells.values()]
+        elif isinstance(v, V.GeneratorVar):
+            todo.append(v.frame)
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo += list(v)
+        elif isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return seen
 
 
 def left_paused_reason(gen: V.GeneratorVar) -> str:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 import torch._dynamo  # graph_break and the reference compiler; tests may use torch's compiler
 
 import kiln
+import kiln.errors
 import kiln.capture
 from capture_support import Recorder, assert_same
 from kiln.config import CaptureConfig
@@ -183,3 +185,86 @@ def test_default_dtype_is_guarded():
         finally:
             torch.set_default_dtype(before)
         assert_same(compiled(x), reads_default_dtype(x))
+
+
+def test_refusal_is_a_runtime_error_as_torch_compiles_is():
+    # torch.compile's Unsupported derives from RuntimeError; kiln's refusal under fullgraph too
+    def raises_uncaught_in_generator(t):
+        def gen():
+            try:
+                yield t.sin()
+            finally:
+                pass
+        g = gen()
+        a = next(g)
+        return a + g.throw(RuntimeError)
+
+    t = torch.rand(2)
+    kiln.reset()
+    with pytest.raises(RuntimeError):
+        kiln.compile(raises_uncaught_in_generator, backend="eager", fullgraph=True)(t)
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError):
+        torch.compile(raises_uncaught_in_generator, backend="eager", fullgraph=True)(t)
+    assert issubclass(kiln.errors.Unsupported, RuntimeError)
+
+
+def _throw_then_collect(log):
+    def whoo(t):
+        log.append(1)
+        try:
+            yield t.sin()
+        except ValueError:
+            log.append(10)
+            yield t.cos()
+        except RuntimeError:
+            log.append(100)
+            yield t.tan()
+        finally:
+            log.append(1000)   # runs when the frame's return drops the generator
+
+    def fn(t):
+        gen = whoo(t)
+        a = next(gen)
+        b = gen.throw(RuntimeError)
+        log.append("returning")
+        return a + b
+    return fn
+
+
+def test_generator_paused_in_finally_is_closed_at_return():
+    # [Note: generators collected at return] the generator dies with fn's locals: its `finally`
+    # runs after the return value is made, before the caller goes on, in one graph
+    t = torch.rand(2)
+    expected_log = []
+    expected = _throw_then_collect(expected_log)(t)
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        log = []
+        got = kiln.compile(_throw_then_collect(log), backend=backend, fullgraph=True)(t)
+        assert_same(got, expected)
+        assert log == expected_log == [1, 100, "returning", 1000]
+
+
+def test_generator_that_escapes_is_not_closed():
+    def whoo(log):
+        try:
+            yield 1
+        finally:
+            log.append("closed")
+
+    def fn(t, log):
+        gen = whoo(log)
+        next(gen)
+        return t + 1, gen
+
+    t = torch.rand(2)
+    kiln.reset()
+    log = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, gen = kiln.compile(fn, backend="eager")(t, log)
+    assert_same(out, t + 1)
+    assert log == []          # still paused: the caller holds it
+    gen.close()
+    assert log == ["closed"]

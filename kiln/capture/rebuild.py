@@ -60,6 +60,22 @@ class NullContextExit:
     __exit__ = __call__
 
 
+def restart_generator(code: types.CodeType, f_globals: dict, closure: tuple | None, args: dict):
+    """A generator made in captured code and never stepped, made again after the graph: its
+    function called with the arguments it was bound to (its body has not run, so nothing repeats)."""
+    fn = types.FunctionType(code, f_globals, code.co_name, None, closure)
+    names, n, k = code.co_varnames, code.co_argcount, code.co_kwonlyargcount
+    positional = [args[a] for a in names[:n]]
+    keywords = {a: args[a] for a in names[n:n + k]}
+    i = n + k
+    if code.co_flags & 0x04:   # *args
+        positional += list(args[names[i]])
+        i += 1
+    if code.co_flags & 0x08:   # **kwargs
+        keywords.update(args[names[i]])
+    return fn(*positional, **keywords)
+
+
 class ResumeIterator:
     """The iterator of a loop a graph broke in, handed to the resume function. Unlike a builtin
     iterator, capture can read its remaining items without consuming it (`builder.py`)."""
@@ -309,6 +325,13 @@ def _iterator(r, v):
 
 
 def _generator(r, v):
+    if v.state == "created":   # never stepped: the same call again makes the same generator
+        closure = tuple(c if isinstance(c, types.CellType) else getattr(c, "real", None) for c in v.frame.closure)
+        if any(c is None for c in closure):
+            raise CannotRebuild("a generator made in captured code over a closure defined there")
+        args = ", ".join(f"{name!r}: {r.expr(value)}" for name, value in v.frame.locals.items())
+        return (f"{r.const(restart_generator)}({r.const(v.frame.code)}, {r.const(v.frame.f_globals)}, "
+                f"{r.const(closure) if closure else 'None'}, {{{args}}})")
     if v.state != "done":
         raise CannotRebuild("a generator made in captured code, paused at a `yield` where the graph breaks "
                             "(its frame exists only inside kiln)")

@@ -268,3 +268,25 @@ def test_generator_that_escapes_is_not_closed():
     assert log == []          # still paused: the caller holds it
     gen.close()
     assert log == ["closed"]
+
+
+def test_returned_unstarted_generator_is_made_again_after_the_graph():
+    # a generator made in captured code and never stepped leaves the graph as the same call again:
+    # its body runs only when the caller iterates it (an in-place op included)
+    def whoo(t, *rest, scale=1, **extra):
+        yield t.add_(1) * scale
+        yield t + rest[0] + extra["k"]
+
+    def fn(t):
+        return (whoo(t, 10, scale=2, k=100), whoo(t + 1, 5, k=0)), t.sin()
+
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        t_eager, t_kiln = torch.zeros(2), torch.zeros(2)
+        (g1, g2), s = fn(t_eager)
+        (h1, h2), u = kiln.compile(fn, backend=backend, fullgraph=True)(t_kiln)
+        assert_same(u, s)
+        assert_same(t_kiln, t_eager)        # nothing ran yet: t untouched in both
+        assert_same(list(h1), list(g1))
+        assert_same(list(h2), list(g2))
+        assert_same(t_kiln, t_eager)

@@ -15,7 +15,8 @@ import collections
 import operator
 
 from kiln.capture import variables as V
-from kiln.capture.callables import handles
+from kiln.capture.attributes import class_lookup
+from kiln.capture.callables import CLASS_METHODS, handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
@@ -72,7 +73,15 @@ handles(collections.OrderedDict)(lambda tx, args, kwargs: dict_of(tx, collection
 
 def _fromkeys(cls):
     def handle(tx, args, kwargs):
-        value = args[1] if len(args) > 1 else kwargs.get("value", V.Constant(None))
+        if kwargs or not 1 <= len(args) <= 2:   # the arity error, worded by the class's own C code
+            try:
+                cls.fromkeys(*[()] * len(args), **dict.fromkeys(kwargs, ()))
+            except TypeError as e:
+                tx.raise_(TypeError, str(e))
+            args = [*args, kwargs["iterable"]] if "iterable" in kwargs else list(args)   # OrderedDict's names
+            if "value" in kwargs:
+                args.append(kwargs["value"])
+        value = args[1] if len(args) > 1 else V.Constant(None)
         d = V.DictVar({}, cls)
         for k in iterate(tx, args[0]):
             d.items[key_of(tx, k)] = value  # one value shared by every key, as in Python
@@ -80,8 +89,21 @@ def _fromkeys(cls):
     return handle
 
 
+def _subclass_fromkeys(base):
+    def make(cls):
+        """`Sub.fromkeys(...)` of a subclass of `base`: `cls()` filled by `__setitem__`, which are
+        `base`'s own unless the subclass overrides how it is made or filled (its Python would run:
+        refused, no handler)."""
+        if any(class_lookup(cls, name) is not class_lookup(base, name) for name in ("__new__", "__init__", "__setitem__")):
+            return None
+        return _fromkeys(cls)
+    return make
+
+
 for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     handles(_cls.fromkeys)(_fromkeys(_cls))
+for _cls in (dict, collections.OrderedDict):
+    CLASS_METHODS[(_cls, "fromkeys")] = _subclass_fromkeys(_cls)
 
 
 @handles(dict.__init__, collections.OrderedDict.__init__)

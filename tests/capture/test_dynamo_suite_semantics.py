@@ -1001,3 +1001,30 @@ def grad_mode_class_called_on_a_function(x):
 
 def test_a_grad_mode_class_called_on_a_function_decorates_it():
     same_as_eager(grad_mode_class_called_on_a_function, lambda: (torch.zeros(3, requires_grad=True),))
+
+
+# -- fromkeys of dict subclasses, and its argument errors ---------------------------------------------
+class PlainSubDict(dict):
+    pass
+
+
+class PlainSubOrderedDict(collections.OrderedDict):
+    pass
+
+
+def fromkeys_of_each_class(x):
+    made = []
+    for cls in (dict, collections.OrderedDict, PlainSubDict, PlainSubOrderedDict):
+        d = cls.fromkeys(["a", "b"], 1)
+        made.append((type(d).__name__, list(d.items())))
+        for bad in ((), (1, 2), ([1], 2, 3)):
+            try:
+                cls.fromkeys(*bad)
+            except TypeError as e:
+                made.append(str(e))
+    made.append(list(collections.OrderedDict.fromkeys(iterable=["c"], value=2).items()))
+    return x + 1, made
+
+
+def test_fromkeys_of_dict_subclasses_and_its_errors():
+    same_as_eager(fromkeys_of_each_class, lambda: (_vector(),))

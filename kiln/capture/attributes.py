@@ -337,6 +337,7 @@ _GETATTR = {
     V.TupleVar: _getattr_tuple,
     V.ListVar: _getattr_container,
     V.DictVar: _getattr_container,
+    V.MappingProxyVar: _getattr_container,
     V.SetVar: _getattr_container,
     V.DictViewVar: _getattr_container,
     V.SuperVar: _getattr_super,

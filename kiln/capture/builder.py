@@ -250,6 +250,21 @@ def _wrap_view(out, value, source):
     return V.DictViewVar(wrap(out, viewed, ViewDictSource(source) if source else None), kind, source=source)
 
 
+def _wrap_mapping_proxy(out, value, source):
+    """A real mappingproxy: a read-only view of its dict's tracker, reached as the view's one
+    referent (as a dict view's dict is), so its reads guard the dict's contents."""
+    import gc
+    from kiln.capture.sources import ViewDictSource
+    (viewed,) = gc.get_referents(value)
+    if type(viewed) is not dict:
+        return _wrap_object(out, value, source)
+    _guard(out, GuardKind.TYPE, source, type(value))
+    target = wrap(out, viewed, ViewDictSource(source) if source else None)
+    if not isinstance(target, V.DictVar):
+        return _wrap_object(out, value, source)
+    return V.MappingProxyVar(target.items, types.MappingProxyType, target=target, source=source)
+
+
 def _wrap_resume_iterator(out, value, source):
     from kiln.capture.sources import AttrSource
     _guard(out, GuardKind.TYPE, source, type(value))
@@ -286,6 +301,7 @@ _WRAPPERS: dict[type, Callable] = {
     types.ModuleType: _wrap_unguarded,
     torch.nn.Module: _wrap_identity,
     ResumeIterator: _wrap_resume_iterator,
+    types.MappingProxyType: _wrap_mapping_proxy,
     **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
 _MUTABLE_CONTAINERS = (list, dict, set, ResumeIterator)

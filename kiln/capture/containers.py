@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import collections
 import operator
+import types
 
 from kiln.capture import variables as V
 from kiln.capture.attributes import class_lookup
-from kiln.capture.callables import CLASS_METHODS, handles
+from kiln.capture.callables import ATTRIBUTES, CLASS_METHODS, handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
@@ -275,6 +276,33 @@ def _dict_setdefault(tx, args, kwargs):
 def _dict_copy(tx, args, kwargs):
     d = args[0]
     return V.DictVar(dict(d.items), d.cls, d.default_factory)
+
+
+# -- types.MappingProxyType: a read-only view of a dict tracker (`V.MappingProxyVar`) -------------------
+@handles(types.MappingProxyType)
+def _mapping_proxy(tx, args, kwargs):
+    target = args[0] if len(args) == 1 and not kwargs else None
+    if isinstance(target, V.MappingProxyVar):
+        target = target.target   # a proxy of a proxy reads the same dict
+    if not isinstance(target, V.DictVar):
+        if target is not None and target.python_type() in (list, tuple, V.ListVar):
+            tx.raise_(TypeError, f"mappingproxy() argument must be a mapping, not {target.python_type().__name__}")
+        raise tx.unsupported("a mappingproxy over something other than a dict made or read in captured code")
+    return V.MappingProxyVar(target.items, types.MappingProxyType, target=target)
+
+
+def _through_proxy(handler):
+    """A mappingproxy method: the dict method `handler` on the dict it shows (`copy` gives a copy
+    of that dict, `items()` a view of it, as Python's proxy does)."""
+    return lambda tx, args, kwargs: handler(tx, [args[0].target, *args[1:]], kwargs)
+
+
+for _name, _handler in (("get", _dict_get), ("items", _dict_items), ("keys", _dict_keys),
+                        ("values", _dict_values), ("copy", _dict_copy)):
+    handles(getattr(types.MappingProxyType, _name))(_through_proxy(_handler))
+for _view in V.VIEW_TYPES.values():   # `d.keys().mapping`: the view's dict, read-only
+    ATTRIBUTES[(_view, "mapping")] = lambda tx, view: V.MappingProxyVar(view.dict.items, types.MappingProxyType,
+                                                                         target=view.dict)
 
 
 @handles(dict.__contains__, list.__contains__, tuple.__contains__, set.__contains__, frozenset.__contains__)

@@ -280,6 +280,12 @@ def _dict(r, v):
     return f"{r.const(new_dict_from)}({r.const(v.cls)}, {{{inner}}}, {{{attrs}}})"
 
 
+def _mapping_proxy(r, v):
+    if v.source is not None:
+        return v.source.expr()
+    return f"{r.const(types.MappingProxyType)}({r.expr(v.target)})"
+
+
 def _set(r, v):
     if v.source is not None:
         return v.source.expr()
@@ -385,6 +391,7 @@ _PRINTERS = {
     V.TupleVar: _tuple,
     V.ListVar: _list,
     V.DictVar: _dict,
+    V.MappingProxyVar: _mapping_proxy,
     V.SetVar: _set,
     V.FunctionVar: _function,
     V.MethodVar: _method,

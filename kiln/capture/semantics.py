@@ -162,6 +162,8 @@ def set_update(tx, s: V.SetVar, other: V.Variable):
 
 
 def dict_set(tx, d: V.Variable, key: V.Variable, value: V.Variable):
+    if isinstance(d, V.MappingProxyVar):
+        tx.raise_(TypeError, "'mappingproxy' object does not support item assignment")
     if not isinstance(d, V.DictVar):
         raise tx.unsupported(f"item assignment on a {d.python_type().__name__}")
     d.items[key_of(tx, key)] = value
@@ -792,6 +794,8 @@ def delitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False):
     k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
         mutate_list(tx, obj, lambda items: items.__delitem__(k))
+    elif isinstance(obj, V.MappingProxyVar):
+        tx.raise_(TypeError, "'mappingproxy' object does not support item deletion")
     elif isinstance(obj, V.DictVar):
         obj.items.pop(k)
         _record_mutation(tx, obj)

@@ -149,6 +149,14 @@ class SetVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class MappingProxyVar(DictVar):
+    """`types.MappingProxyType(d)`: a read-only view of the dict tracker `target`, whose `items` it
+    shares (the same Python dict), so a write to `d` is seen through the proxy, as in Python; reads
+    go through every path a dict's do, writes through it raise TypeError (`semantics.dict_set`)."""
+    target: DictVar | None = None
+
+
+@dataclasses.dataclass(eq=False)
 class DictViewVar(Variable):
     """`d.keys()`, `d.values()` or `d.items()` of a dict tracker; live (see `views.py`)."""
     dict: DictVar

@@ -4,6 +4,7 @@ arguments, under `fullgraph=True` with kiln's own backend and "eager"."""
 from __future__ import annotations
 
 import collections
+import types
 
 import pytest
 import torch
@@ -1028,3 +1029,40 @@ def fromkeys_of_each_class(x):
 
 def test_fromkeys_of_dict_subclasses_and_its_errors():
     same_as_eager(fromkeys_of_each_class, lambda: (_vector(),))
+
+
+# -- types.MappingProxyType: a read-only live view of a dict -------------------------------------------
+def mapping_proxy_reads_and_refusals(x, outside):
+    local = {"a": x, "b": 2}
+    mp = types.MappingProxyType(local)
+    local["c"] = 3                    # seen through the proxy: it is a view
+    seen = [mp["a"] * mp["b"], len(mp), "c" in mp, mp.get("z", 7), list(mp.keys()), dict(mp)["c"],
+            mp.copy()["b"], list(local.keys().mapping), {**mp}["b"]]
+    for write in (lambda: mp.__setitem__("a", 1), lambda: mp.pop("a")):
+        try:
+            write()
+        except (TypeError, AttributeError) as e:
+            seen.append(type(e).__name__)
+    merged = {"b": 0}
+    merged.update(outside)
+    seen.append(sum(v for v in outside.values()) + merged["b"])
+    return type(mp).__name__, dict(mp), seen
+
+
+def test_mapping_proxy_made_and_passed_in():
+    backing = {"a": 1.0, "b": 2.0}
+    same_as_eager(mapping_proxy_reads_and_refusals,
+                  lambda: (_vector(), types.MappingProxyType(backing)),
+                  state=lambda inputs: dict(inputs[1]))
+
+
+def test_mapping_proxy_passed_in_is_guarded_on_its_dict():
+    backing = {"a": 1.0, "b": 2.0}
+    mp = types.MappingProxyType(backing)
+    fn = lambda x, m: x * m["a"] + len(m)  # noqa: E731
+    kiln.reset()
+    compiled = kiln.compile(fn, fullgraph=True, backend="eager")
+    assert_same(compiled(_vector(), mp), fn(_vector(), mp))
+    backing["a"] = 5.0
+    backing["c"] = 1.0
+    assert_same(compiled(_vector(), mp), fn(_vector(), mp))

@@ -613,7 +613,13 @@ def _or_home(cls: type) -> type:
 def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
     """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
     iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
-    if isinstance(v, (V.DictVar, V.ObjectVar)):
+    if isinstance(v, V.DictVar) or isinstance(v, V.ObjectVar) and isinstance(v.value, dict):
+        return dict_items(tx, v)
+    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys"):
+        # CPython's rule: an object with a `keys` attribute is a mapping, read as keys() then [k]
+        keys = iterate(tx, tx.call(getattr_var(tx, v, "keys"), []))
+        return [(key_of(tx, k), getitem(tx, v, k)) for k in keys]
+    if isinstance(v, V.ObjectVar):
         return dict_items(tx, v)
     pairs = []
     for pair in iterate(tx, v):

@@ -1066,3 +1066,28 @@ def test_mapping_proxy_passed_in_is_guarded_on_its_dict():
     backing["a"] = 5.0
     backing["c"] = 1.0
     assert_same(compiled(_vector(), mp), fn(_vector(), mp))
+
+
+class MappingLike:
+    """Not a dict: keys() and [] make it a mapping to dict.update and dict()."""
+
+    def __init__(self, x):
+        self.d = {"a": x, "b": x + 1}
+
+    def keys(self):
+        return self.d.keys()
+
+    def __getitem__(self, key):
+        return self.d[key] * 2
+
+
+def update_from_mapping_like(x, outside):
+    d = {"a": x - 1}
+    result = d.update(MappingLike(x))
+    made = dict(MappingLike(x + 1))
+    d.update(outside)
+    return d["a"], d["b"], result is None, made
+
+
+def test_update_and_dict_from_an_object_with_keys():
+    same_as_eager(update_from_mapping_like, lambda: (_vector(), MappingLike(torch.ones(3))))

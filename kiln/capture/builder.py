@@ -199,7 +199,10 @@ def _table_value(v) -> bool:
 def _constant_key(k) -> bool:
     if isinstance(k, tuple):
         return all(_constant_key(i) for i in k)
-    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum)) or \
+    # functions compare by identity: `==` against a copy still tells a changed key (namedtuple, a
+    # factory function, as keys of a table of constructors)
+    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum,
+                          types.FunctionType, types.BuiltinFunctionType)) or \
         type(k).__module__ in ("typing", "types", "typing_extensions")
 
 

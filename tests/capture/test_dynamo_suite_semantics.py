@@ -1091,3 +1091,44 @@ def update_from_mapping_like(x, outside):
 
 def test_update_and_dict_from_an_object_with_keys():
     same_as_eager(update_from_mapping_like, lambda: (_vector(), MappingLike(torch.ones(3))))
+
+
+# -- enum calls on constants; tables keyed by classes and functions ----------------------------------
+def enum_calls(x):
+    import enum
+    E = enum.Enum("E", collections.OrderedDict(a=1, b=2))
+    member = E(2)
+    try:
+        E(5)
+    except ValueError as e:
+        missing = str(e)
+    return x + E.a.value + member.value, member.name, missing
+
+
+def test_enum_functional_api_and_lookup_by_value():
+    same_as_eager(enum_calls, lambda: (_vector(),))
+
+
+def _factory(n):
+    return n
+
+
+CONSTRUCTORS = {list: 2, dict: 3, collections.namedtuple: 7, _factory: 11}
+
+
+def reads_table_keyed_by_classes_and_functions(x):
+    return x * CONSTRUCTORS[list] + CONSTRUCTORS.get(_factory, 0)
+
+
+def test_table_keyed_by_classes_and_functions_is_guarded_whole():
+    fn = reads_table_keyed_by_classes_and_functions
+    kiln.reset()
+    compiled = kiln.compile(fn, fullgraph=True, backend="eager")
+    try:
+        assert_same(compiled(_vector()), fn(_vector()))
+        CONSTRUCTORS[list] = 5
+        del CONSTRUCTORS[_factory]
+        assert_same(compiled(_vector()), fn(_vector()))
+    finally:
+        CONSTRUCTORS[list] = 2
+        CONSTRUCTORS[_factory] = 11

@@ -26,7 +26,8 @@ import torch
 from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
-from kiln.capture.generators import close_collected_at_return, left_paused_in_cleanup, left_paused_reason
+from kiln.capture.generators import (close_collected_at_return, drain_escaping, left_paused_in_cleanup,
+                                     left_paused_reason)
 from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
@@ -123,6 +124,7 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
         result = tracer.run()
         if tracer.stopped_at is None:
             close_collected_at_return(tracer, result)
+            drain_escaping(tracer, result)
         paused = left_paused_in_cleanup(out)
         if paused is not None:
             raise GraphBreak(left_paused_reason(paused), paused.frame.where())

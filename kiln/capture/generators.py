@@ -259,6 +259,65 @@ def close_collected_at_return(root, result: V.Variable) -> None:
             close(root, gen)
 
 
+DRAIN_LIMIT = 1000
+
+
+def drain_escaping(root, result: V.Variable) -> None:
+    """[Note: drained generators] A generator paused mid-way (or a zip/map over one) that leaves the
+    frame, returned or stored where the caller sees it, cannot be carried out of kiln: its frame
+    exists only here. Dynamo runs such a generator to its end while tracing and hands the caller an
+    iterator over the items it had left; so does kiln, when that is safe: at most DRAIN_LIMIT items,
+    and no effect of its own (a write to an outside object, an in-place op in the graph), since
+    those would happen now, not when the caller asks for the items. The items are then computed by
+    the graph, from the values they had at the frame's return, and the caller gets a generator that
+    yields them and returns what the frame returned. Otherwise the function runs eagerly, as
+    before (rebuilding the paused generator refuses)."""
+    out = root.out
+    for it in _escaping_iterators([result, out.side_effects]):
+        effects, nodes = len(out.side_effects), set(out.graph.nodes)
+        items = []
+        while len(items) <= DRAIN_LIMIT and (item := advance(root, it)) is not None:
+            items.append(item)
+        if len(items) > DRAIN_LIMIT:
+            return
+        if len(out.side_effects) != effects or any(_mutates(n) for n in out.graph.nodes if n not in nodes):
+            raise GraphBreak("a generator made in captured code leaves the frame paused, and what it has left to "
+                             "yield has effects of its own, which kiln would run before the caller asks for them")
+        it.drained = items
+
+
+def _mutates(node) -> bool:
+    """A graph node that writes a tensor in place (`x.add_(1)`, `x[i] = v`, an `out=` argument)."""
+    import operator
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem or "out" in node.kwargs
+
+
+def _escaping_iterators(roots) -> list:
+    """Paused generators and iterators over generators reachable from `roots`, outermost first
+    (a generator's own frame and a lazy iterator's insides are not entered: draining the outer one
+    steps what it delegates to)."""
+    found, seen, todo = [], set(), list(roots)
+    while todo:
+        v = todo.pop(0)
+        if id(v) in seen or v is None or isinstance(v, (str, int, float, bool, bytes)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, V.GeneratorVar):
+            if v.state == "suspended":
+                found.append(v)
+        elif isinstance(v, V.LazyIteratorVar):
+            if v.drained is None:
+                found.append(v)
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo += list(v)
+        elif isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return found
+
+
 def _reached(roots) -> set | None:
     """The ids of the trackers reachable from `roots`, or None where one hides what it holds."""
     from kiln.capture.interpreter import Tracer

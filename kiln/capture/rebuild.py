@@ -76,6 +76,12 @@ def restart_generator(code: types.CodeType, f_globals: dict, closure: tuple | No
     return fn(*positional, **keywords)
 
 
+def replay_generator(items: tuple, result):
+    """A generator drained while tracing ([Note: drained generators]): its items left, then its return value."""
+    yield from items
+    return result
+
+
 class ResumeIterator:
     """The iterator of a loop a graph broke in, handed to the resume function. Unlike a builtin
     iterator, capture can read its remaining items without consuming it (`builder.py`)."""
@@ -331,6 +337,9 @@ def _iterator(r, v):
 
 
 def _generator(r, v):
+    if v.drained is not None:   # [Note: drained generators]
+        result = r.expr(v.result) if v.result is not None else "None"
+        return f"{r.const(replay_generator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}), {result})"
     if v.state == "created":   # never stepped: the same call again makes the same generator
         closure = tuple(c if isinstance(c, types.CellType) else getattr(c, "real", None) for c in v.frame.closure)
         if any(c is None for c in closure):
@@ -345,6 +354,8 @@ def _generator(r, v):
 
 
 def _lazy_iterator(r, v):
+    if v.drained is not None:   # [Note: drained generators]
+        return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}))"
     raise CannotRebuild(f"a {v.cls.__name__} iterator over a generator made in captured code, open where "
                         "the graph breaks")
 

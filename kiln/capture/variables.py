@@ -190,6 +190,7 @@ class GeneratorVar(Variable):
     frame: Any
     state: str = "created"   # "created" | "suspended" | "running" | "done" | "broken"
     result: Variable | None = None   # what the frame returned, once "done"
+    drained: list | None = None   # the items it had left when the frame returned it ([Note: drained generators])
 
     def python_type(self):
         return types.GeneratorType
@@ -202,6 +203,7 @@ class LazyIteratorVar(Variable):
     generator then (`iterators.py`). `cls` is the type Python's own iterator would have."""
     items: Any
     cls: type
+    drained: list | None = None   # the items it had left when the frame returned it ([Note: drained generators])
 
     def python_type(self):
         return self.cls

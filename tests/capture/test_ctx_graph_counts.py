@@ -290,3 +290,61 @@ def test_returned_unstarted_generator_is_made_again_after_the_graph():
         assert_same(list(h1), list(g1))
         assert_same(list(h2), list(g2))
         assert_same(t_kiln, t_eager)
+
+
+def test_paused_generator_returned_is_drained_when_pure():
+    # [Note: drained generators] a generator returned part-way (and a zip over one) gives the caller
+    # its remaining items and its return value; one whose remaining items have effects of their
+    # own makes the function run eagerly instead (the effects happen when the caller asks)
+    def sub(t):
+        yield t + 1
+        yield t + 2
+        return "sub done"
+
+    def main(t):
+        got = yield from sub(t)
+        yield t + 3
+        return got
+
+    def fn(t):
+        gen = main(t)
+        first = next(gen)
+        return gen, zip(range(2), main(t * 2)), first
+
+    def consume(out):
+        gen, z, first = out
+        items = []
+        while True:
+            try:
+                items.append(next(gen))
+            except StopIteration as stop:
+                return first, items, stop.value, list(z)
+
+    t = torch.rand(2)
+    expected = consume(fn(t))
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        assert_same(consume(kiln.compile(fn, backend=backend, fullgraph=True)(t)), expected)
+
+    log = []
+
+    def noisy(t):
+        yield t + 1
+        log.append("second")
+        yield t + 2
+
+    def returns_noisy(t):
+        gen = noisy(t)
+        next(gen)
+        return gen
+
+    kiln.reset()
+    with pytest.raises(kiln.errors.Unsupported, match="effects of its own"):
+        kiln.compile(returns_noisy, backend="eager", fullgraph=True)(t)
+    assert log == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gen = kiln.compile(returns_noisy, backend="eager")(t)
+    assert log == []
+    assert_same(list(gen), [t + 2])
+    assert log == ["second"]

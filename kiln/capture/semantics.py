@@ -347,6 +347,12 @@ def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False)
         return object_contains(tx, container, python_value(item))
     if isinstance(container, V.NewObjectVar) and hasattr(container.cls, "__contains__"):
         return truth(tx, tx.call(getattr_var(tx, container, "__contains__"), [item]))
+    if isinstance(container, V.ITERATORS):
+        # an iterator has no __contains__: Python steps it until an item equals (consuming it)
+        while (i := advance(tx, container)) is not None:
+            if items_equal(tx, i, item):
+                return True
+        return False
     raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
 
 

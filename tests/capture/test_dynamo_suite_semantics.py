@@ -1132,3 +1132,18 @@ def test_table_keyed_by_classes_and_functions_is_guarded_whole():
     finally:
         CONSTRUCTORS[list] = 2
         CONSTRUCTORS[_factory] = 11
+
+
+def in_on_iterators(x):
+    def gen(log):
+        for i in range(4):
+            log.append(i)
+            yield i
+    log = []
+    g = gen(log)
+    found = (1 in g, list(log), 3 in g, 9 in gen([]), 2 in iter([1, 2, 3]), 5 in zip([5], gen([])))
+    return x + 1, found, list(g)
+
+
+def test_in_steps_an_iterator_until_an_item_equals():
+    same_as_eager(in_on_iterators, lambda: (_vector(),))

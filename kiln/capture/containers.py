@@ -144,6 +144,10 @@ def _list_pop(tx, args, kwargs):
     index = python_value(args[1]) if len(args) > 1 else -1
     if not args[0].items:
         tx.raise_(IndexError, "pop from empty list")
+    if not isinstance(index, int):
+        tx.raise_(TypeError, f"'{type(index).__name__}' object cannot be interpreted as an integer")
+    if not -len(args[0].items) <= index < len(args[0].items):
+        tx.raise_(IndexError, "pop index out of range")
     out = args[0].items[index]
     mutate_list(tx, args[0], lambda items: items.pop(index))
     return out

@@ -805,6 +805,10 @@ def delitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False):
         return
     k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
+        try:   # the index's own errors (out of range, a zero step, a float), raised as Python does
+            list(obj.items).__delitem__(k)
+        except (IndexError, ValueError, TypeError) as e:
+            tx.raise_(type(e), *e.args)
         mutate_list(tx, obj, lambda items: items.__delitem__(k))
     elif isinstance(obj, V.MappingProxyVar):
         tx.raise_(TypeError, "'mappingproxy' object does not support item deletion")

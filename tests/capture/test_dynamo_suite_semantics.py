@@ -1147,3 +1147,20 @@ def in_on_iterators(x):
 
 def test_in_steps_an_iterator_until_an_item_equals():
     same_as_eager(in_on_iterators, lambda: (_vector(),))
+
+
+def list_pop_and_del_errors(x):
+    p = list("abcd")
+    out = []
+    for call in (lambda: p.pop(2, 3), lambda: p.pop(7), lambda: p.pop(1.5), lambda: p.__delitem__(slice(1, 1, 0)),
+                 lambda: p.__delitem__(), lambda: p.__delitem__(1.1), lambda: p.__delitem__(9)):
+        try:
+            call()
+        except (TypeError, IndexError, ValueError) as e:
+            out.append((type(e).__name__, str(e)))
+    del p[slice(1, 3)]
+    return x + 1, out, p, p.pop(-2)
+
+
+def test_list_pop_and_del_raise_as_python():
+    same_as_eager(list_pop_and_del_errors, lambda: (_vector(),))

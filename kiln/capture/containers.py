@@ -414,6 +414,15 @@ def _stops_early(fn, answer_on_hit: bool):
     return handle
 
 
+def _frozenset_copy(tx, args, kwargs):
+    """`fs.copy()` of an exact frozenset is `fs` itself (immutable: CPython hands the same object
+    back); a subclass's copy is a new plain frozenset."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], V.SetVar) and args[0].python_type() is frozenset:
+        return args[0]
+    return _algebra(frozenset.copy)(tx, args, kwargs)
+
+
+handles(frozenset.copy)(_frozenset_copy)
 for _cls in (set, frozenset):
     handles(_cls.isdisjoint)(_stops_early(_cls.isdisjoint, True))
     handles(_cls.issuperset)(_stops_early(_cls.issuperset, False))

@@ -1164,3 +1164,19 @@ def list_pop_and_del_errors(x):
 
 def test_list_pop_and_del_raise_as_python():
     same_as_eager(list_pop_and_del_errors, lambda: (_vector(),))
+
+
+class SubFrozenset(frozenset):
+    pass
+
+
+def ids_of_objects_made_here(x):
+    fs, sub, lst = frozenset("abc"), SubFrozenset("ab"), [1]
+    alias = lst
+    return x + 1, (id(fs) == id(fs.copy()), id(fs) == id(frozenset.copy(fs)), type(sub.copy()) is frozenset,
+                   id(sub.copy()) != id(sub), id(alias) == id(lst), id(lst) == id(list(lst)), fs.copy() is fs)
+
+
+def test_id_comparisons_of_objects_made_in_captured_code():
+    # [Note: id of an object made in captured code]
+    same_as_eager(ids_of_objects_made_here, lambda: (_vector(),))

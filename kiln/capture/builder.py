@@ -163,7 +163,16 @@ def _wrap_dict(out, value, source):
         from kiln.capture.sources import AttrSource
         factory = wrap(out, value.default_factory, AttrSource(source, "default_factory") if source else None)
         factory = None if isinstance(factory, V.Constant) and factory.value is None else factory
-    return V.DictVar(items, type(value), factory, source=source)
+    attrs = {}
+    if type(value) not in (dict, collections.OrderedDict, collections.defaultdict) and \
+            isinstance(getattr(value, "__dict__", None), dict):
+        # a user's subclass instance: its own attributes are read from the tracker (`sd.attr`), the
+        # names guarded whole so an attribute added or removed is seen
+        from kiln.capture.sources import AttrSource
+        instance = AttrSource(source, "__dict__") if source else None
+        _guard(out, GuardKind.DICT_KEYS, instance, tuple(value.__dict__))
+        attrs = {k: wrap(out, a, ItemSource(instance, k) if instance else None) for k, a in value.__dict__.items()}
+    return V.DictVar(items, type(value), factory, attrs=attrs, source=source)
 
 
 def _wrap_set(out, value, source):

@@ -1180,3 +1180,26 @@ def ids_of_objects_made_here(x):
 def test_id_comparisons_of_objects_made_in_captured_code():
     # [Note: id of an object made in captured code]
     same_as_eager(ids_of_objects_made_here, lambda: (_vector(),))
+
+
+class DictWithAttrs(dict):
+    pass
+
+
+def reads_attributes_of_a_dict_subclass(x, sd):
+    return x * sd["a"] * sd.scale, getattr(sd, "missing", 7)
+
+
+def test_attributes_of_a_dict_subclass_passed_in():
+    def make():
+        sd = DictWithAttrs(a=2)
+        sd.scale = 3
+        return _vector(), sd
+    same_as_eager(reads_attributes_of_a_dict_subclass, make)
+    # an attribute changed or added afterwards is seen (guarded), not the traced one
+    kiln.reset()
+    compiled = kiln.compile(reads_attributes_of_a_dict_subclass, fullgraph=True, backend="eager")
+    _, sd = make()
+    assert_same(compiled(_vector(), sd), reads_attributes_of_a_dict_subclass(_vector(), sd))
+    sd.scale, sd.missing = 5, 1
+    assert_same(compiled(_vector(), sd), reads_attributes_of_a_dict_subclass(_vector(), sd))

@@ -1203,3 +1203,26 @@ def test_attributes_of_a_dict_subclass_passed_in():
     assert_same(compiled(_vector(), sd), reads_attributes_of_a_dict_subclass(_vector(), sd))
     sd.scale, sd.missing = 5, 1
     assert_same(compiled(_vector(), sd), reads_attributes_of_a_dict_subclass(_vector(), sd))
+
+
+class Registered:
+    REGISTRY: dict = {}
+
+    def __init__(self, scale):
+        Registered.REGISTRY[self] = {"scale": scale}
+
+
+def writes_through_a_registry_keyed_by_instances(x, a):
+    entry = Registered.REGISTRY[a]
+    entry["seen"] = x
+    return x * entry["scale"]
+
+
+def test_dict_keyed_by_instances_read_by_an_argument():
+    kiln.reset()
+    compiled = kiln.compile(writes_through_a_registry_keyed_by_instances, fullgraph=True, backend="eager")
+    for scale in (2.0, 3.0, 3.0):
+        a, b = Registered(scale), Registered(scale)
+        expected = writes_through_a_registry_keyed_by_instances(_vector(), a)
+        assert_same(compiled(_vector(), b), expected)
+        assert_same(Registered.REGISTRY[b]["seen"], Registered.REGISTRY[a]["seen"])

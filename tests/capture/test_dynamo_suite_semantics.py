@@ -1226,3 +1226,22 @@ def test_dict_keyed_by_instances_read_by_an_argument():
         expected = writes_through_a_registry_keyed_by_instances(_vector(), a)
         assert_same(compiled(_vector(), b), expected)
         assert_same(Registered.REGISTRY[b]["seen"], Registered.REGISTRY[a]["seen"])
+
+
+def tee_over_a_generator_and_a_long_iterator(t):
+    import itertools
+    log = []
+
+    def gen():
+        for i in range(4):
+            log.append(i)
+            yield t + i
+    a, b = itertools.tee(gen())
+    first = next(a)
+    seen = list(log)                 # tee steps the generator only as its consumers ask
+    x, y, z = itertools.tee(iter(range(2000)), 3)
+    return first, seen, list(b), list(a), list(log), sum(x), next(y), len(list(z))
+
+
+def test_tee_steps_its_source_lazily():
+    same_as_eager(tee_over_a_generator_and_a_long_iterator, lambda: (_vector(),))

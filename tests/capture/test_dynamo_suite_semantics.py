@@ -4,6 +4,7 @@ arguments, under `fullgraph=True` with kiln's own backend and "eager"."""
 from __future__ import annotations
 
 import collections
+import warnings
 import types
 
 import pytest
@@ -1245,3 +1246,37 @@ def tee_over_a_generator_and_a_long_iterator(t):
 
 def test_tee_steps_its_source_lazily():
     same_as_eager(tee_over_a_generator_and_a_long_iterator, lambda: (_vector(),))
+
+
+def _reraise():
+    raise
+
+
+def bare_raises(x):
+    out = []
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError:
+            _reraise()          # a callee's bare raise re-raises the caller's handled exception
+    except KeyError as e:
+        out.append(str(e))
+    try:
+        raise
+    except RuntimeError as e:
+        out.append(str(e))      # none is handled: Python's RuntimeError
+    return x + 1, out
+
+
+def test_bare_raise_in_a_callee_and_with_nothing_handled():
+    same_as_eager(bare_raises, lambda: (_vector(),))
+    kiln.reset()
+    compiled = kiln.compile(bare_raises, backend="eager")
+    compiled(_vector())
+    try:
+        raise ValueError("outer")
+    except ValueError:          # now the caller handles one: eager re-raises it at the bare raise
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(ValueError, match="outer"):
+                compiled(_vector())

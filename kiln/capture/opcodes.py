@@ -678,20 +678,11 @@ def end_send(tx, inst):
 @handler("RAISE_VARARGS")
 def raise_varargs(tx, inst):
     if inst.arg == 0:
-        handling = tx   # the exception being handled is the nearest frame's, callers included
-        while handling is not None and not handling.exc_info:
-            handling = handling.parent
-        if handling is not None:
-            raise _reraised(handling.exc_info[-1])
-        import sys
-        if sys.exc_info() != (None, None, None):
-            raise tx.unsupported("bare `raise` of the exception the compiled function's caller is handling")
-        # none anywhere: Python's RuntimeError; the caller handling none is guarded, as an entry
-        # traced here must not serve a call made inside an `except` block
-        from kiln.capture.distributed import ProcessQuery
-        from kiln.capture.guards import Guard, GuardKind
-        tx.out.guard(Guard(GuardKind.PROCESS_GROUP, None, ProcessQuery(sys.exc_info, (), (None, None, None), False)))
-        tx.raise_(RuntimeError, "No active exception to reraise")
+        from kiln.capture.distributed import handled_exception
+        handled = handled_exception(tx)   # the nearest frame's, callers included
+        if handled is None:
+            tx.raise_(RuntimeError, "No active exception to reraise")
+        raise _reraised(handled)
     cause = tx.pop() if inst.arg == 2 else None
     exc = as_exception(tx, tx.pop())
     if cause is not None:   # `raise exc from cause`: a class is called, None clears the cause

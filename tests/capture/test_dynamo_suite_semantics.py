@@ -1280,3 +1280,26 @@ def test_bare_raise_in_a_callee_and_with_nothing_handled():
             warnings.simplefilter("ignore")
             with pytest.raises(ValueError, match="outer"):
                 compiled(_vector())
+
+
+def exception_state_after_handling(x):
+    import sys
+    try:
+        raise ValueError("handled")
+    except ValueError:
+        pass
+    return x + 1, sys.exc_info()[0] is None, sys.exc_info(), sys.exception() is None
+
+
+def test_sys_exc_info_with_nothing_handled():
+    same_as_eager(exception_state_after_handling, lambda: (_vector(),))
+    kiln.reset()
+    compiled = kiln.compile(exception_state_after_handling, backend="eager")
+    compiled(_vector())
+    try:
+        raise KeyError("the caller's")
+    except KeyError:    # the caller handles one now: the entry traced outside must not answer
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = compiled(_vector())
+        assert got[1:] == exception_state_after_handling(_vector())[1:] and got[1] is False

@@ -38,7 +38,7 @@ import types
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.interpreter import MAX_INLINE_DEPTH, PY312, GraphBreak, ObservedException
+from kiln.capture.interpreter import FRAME_RETURN_HOOKS, MAX_INLINE_DEPTH, PY312, GraphBreak, ObservedException
 from kiln.capture.views import advance as advance_list_iterator
 
 
@@ -235,28 +235,35 @@ def left_paused_in_cleanup(out) -> V.GeneratorVar | None:
     return None
 
 
-def close_collected_at_return(root, result: V.Variable) -> None:
-    """[Note: generators collected at return] A paused generator that a local variable of the root
-    frame holds at its return, and that nothing outlives the frame with (not the result, not
-    written anywhere by a side effect, not held by another generator still paused), dies with the
-    frame's locals: CPython closes it then, so its `finally`/`with` cleanup runs after the return
-    value is made and before the caller goes on. Kiln closes such a generator at the same point of
-    the trace, so the cleanup's effects are traced in their eager order. One no local holds was
-    dropped earlier (a `for` loop's that `break`s: closed right after the loop), at a moment kiln
-    does not follow, and one that may outlive the frame stays paused: both, paused in cleanup,
-    still make the function run eagerly."""
-    out = root.out
-    held = {id(v) for v in root.locals.values()}
-    paused = [g for g in out.generators if g.state == "suspended" and id(g) in held]
+def close_collected_at_return(frame, result: V.Variable) -> None:
+    """[Note: generators collected at return] A paused generator that a local variable of a frame
+    (the root, or one kiln inlined) holds at its return, and that nothing outlives the frame with
+    (not the value returned, not written anywhere by a side effect, not held by another generator
+    still paused nor by a calling frame), dies with the frame's locals: CPython closes it then, so
+    its `finally`/`with` cleanup runs after the return value is made and before the caller goes
+    on. Kiln closes such a generator at the same point of the trace, so the cleanup's effects are
+    traced in their eager order. One no local holds was dropped earlier (a `for` loop's that
+    `break`s: closed right after the loop), at a moment kiln does not follow, and one that may
+    outlive the frame stays paused: both, paused in cleanup, still make the function run eagerly."""
+    out = frame.out
+    held = {id(v) for v in frame.locals.values()}
+    paused = [g for g in out.generators if g.state == "suspended" and id(g) in held and g.frame is not frame]
     if not paused:
         return
     others = [g.frame for g in out.generators if g.state == "suspended" and g not in paused]
-    reached = _reached([result, out.side_effects, others])
+    callers, caller = [], frame.parent
+    while caller is not None:
+        callers.append(caller)
+        caller = caller.parent
+    reached = _reached([result, out.side_effects, others, callers])
     if reached is None:
         return
     for gen in paused:
         if id(gen) not in reached:
-            close(root, gen)
+            close(frame, gen)
+
+
+FRAME_RETURN_HOOKS.append(close_collected_at_return)
 
 
 DRAIN_LIMIT = 1000

@@ -348,3 +348,31 @@ def test_paused_generator_returned_is_drained_when_pure():
     assert log == []
     assert_same(list(gen), [t + 2])
     assert log == ["second"]
+
+
+def test_generator_held_by_an_inlined_callee_is_closed_when_it_returns():
+    # [Note: generators collected at return] in a callee kiln inlines too: the cleanup runs when
+    # the callee returns, before the caller goes on
+    def run(log):
+        def gen():
+            try:
+                yield 1
+            finally:
+                log.append("closed")
+        g = gen()
+        next(g)
+        log.append("returning")
+        return len(log)
+
+    def fn(x, log):
+        n = run(log)
+        log.append("after")
+        return x + n
+
+    expected_log = []
+    expected = fn(torch.ones(2), expected_log)
+    for backend in ("eager", "kiln"):
+        kiln.reset()
+        log = []
+        assert_same(kiln.compile(fn, backend=backend, fullgraph=True)(torch.ones(2), log), expected)
+        assert log == expected_log == ["returning", "closed", "after"]

@@ -14,10 +14,12 @@ class InvalidOption(KilnError, ValueError):
     """A `kiln.compile` argument or option has a value kiln does not accept."""
 
 
-class Unsupported(KilnError):
+class Unsupported(KilnError, RuntimeError):
     """Code that kiln cannot capture; a graph break, or an error under `fullgraph=True`.
 
-    `where` is the user's `file:line` when capture knows it.
+    `where` is the user's `file:line` when capture knows it. A RuntimeError, as torch.compile's
+    refusal is (its Unsupported derives from RuntimeError): code that guards a compiled call with
+    `except RuntimeError` sees kiln's refusal where it would have seen torch.compile's.
     """
 
     def __init__(self, reason: str, where: str | None = None):

@@ -18,7 +18,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
 from kiln.capture.output import AttrWrite
-from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource
+from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource
 
 _MISSING = object()
 
@@ -337,6 +337,7 @@ _GETATTR = {
     V.TupleVar: _getattr_tuple,
     V.ListVar: _getattr_container,
     V.DictVar: _getattr_container,
+    V.MappingProxyVar: _getattr_container,
     V.SetVar: _getattr_container,
     V.DictViewVar: _getattr_container,
     V.SuperVar: _getattr_super,
@@ -559,6 +560,10 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(obj, (dict, list, tuple)):
         k = python_value(key)
         if v.source is not None and not _literal(k):
+            if type(obj) is dict and key.source is not None and k in obj:
+                # the key is an object another source reads (an argument): the item is read through
+                # it, so a later call's key object finds its own item; a missing one fails the guards
+                return _wrap(tx, obj[k], KeyedItemSource(v.source, key.source))
             raise tx.unsupported(f"reading a {type(obj).__name__} of the program's by a {type(k).__name__} key")
         return builtin_getitem(tx, v, key)
     raise tx.unsupported(f"indexing a {cls.__name__}")

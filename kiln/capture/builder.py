@@ -163,7 +163,16 @@ def _wrap_dict(out, value, source):
         from kiln.capture.sources import AttrSource
         factory = wrap(out, value.default_factory, AttrSource(source, "default_factory") if source else None)
         factory = None if isinstance(factory, V.Constant) and factory.value is None else factory
-    return V.DictVar(items, type(value), factory, source=source)
+    attrs = {}
+    if type(value) not in (dict, collections.OrderedDict, collections.defaultdict) and \
+            isinstance(getattr(value, "__dict__", None), dict):
+        # a user's subclass instance: its own attributes are read from the tracker (`sd.attr`), the
+        # names guarded whole so an attribute added or removed is seen
+        from kiln.capture.sources import AttrSource
+        instance = AttrSource(source, "__dict__") if source else None
+        _guard(out, GuardKind.DICT_KEYS, instance, tuple(value.__dict__))
+        attrs = {k: wrap(out, a, ItemSource(instance, k) if instance else None) for k, a in value.__dict__.items()}
+    return V.DictVar(items, type(value), factory, attrs=attrs, source=source)
 
 
 def _wrap_set(out, value, source):
@@ -199,7 +208,10 @@ def _table_value(v) -> bool:
 def _constant_key(k) -> bool:
     if isinstance(k, tuple):
         return all(_constant_key(i) for i in k)
-    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum)) or \
+    # functions compare by identity: `==` against a copy still tells a changed key (namedtuple, a
+    # factory function, as keys of a table of constructors)
+    return isinstance(k, (type, str, int, float, type(None), torch.dtype, torch.device, enum.Enum,
+                          types.FunctionType, types.BuiltinFunctionType)) or \
         type(k).__module__ in ("typing", "types", "typing_extensions")
 
 
@@ -250,6 +262,21 @@ def _wrap_view(out, value, source):
     return V.DictViewVar(wrap(out, viewed, ViewDictSource(source) if source else None), kind, source=source)
 
 
+def _wrap_mapping_proxy(out, value, source):
+    """A real mappingproxy: a read-only view of its dict's tracker, reached as the view's one
+    referent (as a dict view's dict is), so its reads guard the dict's contents."""
+    import gc
+    from kiln.capture.sources import ViewDictSource
+    (viewed,) = gc.get_referents(value)
+    if type(viewed) is not dict:
+        return _wrap_object(out, value, source)
+    _guard(out, GuardKind.TYPE, source, type(value))
+    target = wrap(out, viewed, ViewDictSource(source) if source else None)
+    if not isinstance(target, V.DictVar):
+        return _wrap_object(out, value, source)
+    return V.MappingProxyVar(target.items, types.MappingProxyType, target=target, source=source)
+
+
 def _wrap_resume_iterator(out, value, source):
     from kiln.capture.sources import AttrSource
     _guard(out, GuardKind.TYPE, source, type(value))
@@ -286,6 +313,7 @@ _WRAPPERS: dict[type, Callable] = {
     types.ModuleType: _wrap_unguarded,
     torch.nn.Module: _wrap_identity,
     ResumeIterator: _wrap_resume_iterator,
+    types.MappingProxyType: _wrap_mapping_proxy,
     **{t: _wrap_view for t in (type({}.keys()), type({}.values()), type({}.items()))},
 }
 _MUTABLE_CONTAINERS = (list, dict, set, ResumeIterator)

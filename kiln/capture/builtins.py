@@ -164,7 +164,16 @@ def _callable(tx, args, kwargs):
 def _id(tx, args, kwargs):
     if isinstance(args[0], V.ObjectVar):
         return V.Constant(id(args[0].value))
+    if isinstance(args[0], _ONE_TRACKER_PER_OBJECT) and args[0].source is None:
+        # [Note: id of an object made in captured code] the object does not exist yet; its tracker
+        # stands for it alone (one tracker per object made), so the tracker's id answers what
+        # comparisons of ids ask (`id(s) == id(s.copy())`), as Dynamo's fake ids do. Only the
+        # number differs from eager's, which no program can rely on.
+        return V.Constant(id(args[0]))
     raise tx.unsupported("id() of a value made inside captured code")
+
+
+_ONE_TRACKER_PER_OBJECT = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar)
 
 
 # -- numbers and strings ----------------------------------------------------------------------------

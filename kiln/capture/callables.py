@@ -30,12 +30,16 @@ A method is keyed by its descriptor (`list.append`, `collections.deque.rotate`):
 from __future__ import annotations
 
 import importlib
+import types
 from typing import Callable
 
 CALLABLES: dict = {}
 CALLABLE_TYPES: dict = {}  # type -> handler(tx, value, args, kwargs), for callable instances
 PACKAGES: dict = {}  # top-level package -> handler(tx, value, args, kwargs), for its functions and classes
 ATTRIBUTES: dict = {}
+# (builtin class, name) -> make_handler(cls): a C classmethod (`dict.fromkeys`) reached through a
+# subclass (`MyDict.fromkeys` is a new bound method, not `dict.fromkeys`), its handler made for it
+CLASS_METHODS: dict = {}
 
 _FAMILIES = ("builtins", "containers", "collections_types", "iterators", "generators", "stdlib_functions",
              "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python", "run_time_checks")
@@ -147,6 +151,12 @@ def handler_for(value) -> Callable | None:
         handler = CALLABLES.get(value)
     except TypeError:
         return None
+    owner = getattr(value, "__self__", None)
+    if handler is None and isinstance(owner, type) and isinstance(value, types.BuiltinMethodType):
+        make = next((CLASS_METHODS[(base, value.__name__)] for base in owner.__mro__
+                     if (base, value.__name__) in CLASS_METHODS), None)
+        if make is not None:
+            handler = make(owner)
     if handler is None:
         package = PACKAGES.get((getattr(value, "__module__", None) or "").partition(".")[0])
         if package is not None:

@@ -355,7 +355,12 @@ def _torch_assert(tx, args, kwargs):
 
 
 def _set_grad_enabled_now(tx, args, kwargs):
-    set_grad_mode(tx, python_value(args[0]))
+    # torch._C._set_grad_enabled called directly is a node even when the mode already holds (as in
+    # Dynamo, which coalesces only its grad-mode context managers): op counts follow it
+    enabled = bool(python_value(args[0]))
+    tx.out.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+    torch._C._set_grad_enabled(enabled)
+    tx.out.grad_enabled = enabled
     return V.Constant(None)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import types
 
 import torch
@@ -74,6 +75,12 @@ _CLASS_CALLS = {
     torch.enable_grad: _grad_context(True),
     torch.autocast: _context("autocast", _autocast_args),
     torch.amp.autocast: _context("autocast", _autocast_args),
+    # the profilers record nothing of a compiled region: their `with` is an empty context, as in
+    # Dynamo (so a break inside one splits the graph where Dynamo's does)
+    torch.profiler.profile: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.profiler.record_function: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.autograd.profiler.profile: _context("nothing", lambda tx, args, kwargs: ()),
+    torch.autograd.profiler.record_function: _context("nothing", lambda tx, args, kwargs: ()),
     torch.device: _fold_class,
     torch.finfo: _fold_class,
     torch.iinfo: _fold_class,
@@ -185,7 +192,23 @@ def _legacy_tensor(tx, cls, args, kwargs):
     return call_torch(tx, "call_function", torch.tensor, [args[0]], {"dtype": V.Constant(cls.dtype), "device": device})
 
 
+def _enum_call(tx, cls, args, kwargs):
+    """`Color(1)` (a member by value) or `Enum("E", names)` (the functional API, a new class):
+    pure on constant arguments, so run now, as Dynamo folds them; the class made is one object for
+    every call of the compiled code, not a new one per call as in eager."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.constants import is_python_constant
+    if not all(is_python_constant(a) for a in (*args, *kwargs.values())):
+        raise tx.unsupported(f"calling the enum {cls.__name__} on values known only at run time")
+    try:
+        value = cls(*[_pv(a) for a in args], **{k: _pv(v) for k, v in kwargs.items()})
+    except (ValueError, TypeError, KeyError) as e:
+        tx.raise_(type(e), *e.args)
+    return wrap(tx.out, value, None)
+
+
 _CLASS_KINDS = [
+    (lambda c: isinstance(c, enum.EnumMeta), _enum_call),
     (is_model_output, construct_model_output),
     (is_legacy_tensor_type, _legacy_tensor),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),

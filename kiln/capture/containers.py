@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import collections
 import operator
+import types
 
 from kiln.capture import variables as V
-from kiln.capture.callables import handles
+from kiln.capture.attributes import class_lookup
+from kiln.capture.callables import ATTRIBUTES, CLASS_METHODS, handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
@@ -72,7 +74,15 @@ handles(collections.OrderedDict)(lambda tx, args, kwargs: dict_of(tx, collection
 
 def _fromkeys(cls):
     def handle(tx, args, kwargs):
-        value = args[1] if len(args) > 1 else kwargs.get("value", V.Constant(None))
+        if kwargs or not 1 <= len(args) <= 2:   # the arity error, worded by the class's own C code
+            try:
+                cls.fromkeys(*[()] * len(args), **dict.fromkeys(kwargs, ()))
+            except TypeError as e:
+                tx.raise_(TypeError, str(e))
+            args = [*args, kwargs["iterable"]] if "iterable" in kwargs else list(args)   # OrderedDict's names
+            if "value" in kwargs:
+                args.append(kwargs["value"])
+        value = args[1] if len(args) > 1 else V.Constant(None)
         d = V.DictVar({}, cls)
         for k in iterate(tx, args[0]):
             d.items[key_of(tx, k)] = value  # one value shared by every key, as in Python
@@ -80,8 +90,21 @@ def _fromkeys(cls):
     return handle
 
 
+def _subclass_fromkeys(base):
+    def make(cls):
+        """`Sub.fromkeys(...)` of a subclass of `base`: `cls()` filled by `__setitem__`, which are
+        `base`'s own unless the subclass overrides how it is made or filled (its Python would run:
+        refused, no handler)."""
+        if any(class_lookup(cls, name) is not class_lookup(base, name) for name in ("__new__", "__init__", "__setitem__")):
+            return None
+        return _fromkeys(cls)
+    return make
+
+
 for _cls in (dict, collections.OrderedDict, collections.defaultdict):
     handles(_cls.fromkeys)(_fromkeys(_cls))
+for _cls in (dict, collections.OrderedDict):
+    CLASS_METHODS[(_cls, "fromkeys")] = _subclass_fromkeys(_cls)
 
 
 @handles(dict.__init__, collections.OrderedDict.__init__)
@@ -121,6 +144,10 @@ def _list_pop(tx, args, kwargs):
     index = python_value(args[1]) if len(args) > 1 else -1
     if not args[0].items:
         tx.raise_(IndexError, "pop from empty list")
+    if not isinstance(index, int):
+        tx.raise_(TypeError, f"'{type(index).__name__}' object cannot be interpreted as an integer")
+    if not -len(args[0].items) <= index < len(args[0].items):
+        tx.raise_(IndexError, "pop index out of range")
     out = args[0].items[index]
     mutate_list(tx, args[0], lambda items: items.pop(index))
     return out
@@ -255,6 +282,33 @@ def _dict_copy(tx, args, kwargs):
     return V.DictVar(dict(d.items), d.cls, d.default_factory)
 
 
+# -- types.MappingProxyType: a read-only view of a dict tracker (`V.MappingProxyVar`) -------------------
+@handles(types.MappingProxyType)
+def _mapping_proxy(tx, args, kwargs):
+    target = args[0] if len(args) == 1 and not kwargs else None
+    if isinstance(target, V.MappingProxyVar):
+        target = target.target   # a proxy of a proxy reads the same dict
+    if not isinstance(target, V.DictVar):
+        if target is not None and target.python_type() in (list, tuple, V.ListVar):
+            tx.raise_(TypeError, f"mappingproxy() argument must be a mapping, not {target.python_type().__name__}")
+        raise tx.unsupported("a mappingproxy over something other than a dict made or read in captured code")
+    return V.MappingProxyVar(target.items, types.MappingProxyType, target=target)
+
+
+def _through_proxy(handler):
+    """A mappingproxy method: the dict method `handler` on the dict it shows (`copy` gives a copy
+    of that dict, `items()` a view of it, as Python's proxy does)."""
+    return lambda tx, args, kwargs: handler(tx, [args[0].target, *args[1:]], kwargs)
+
+
+for _name, _handler in (("get", _dict_get), ("items", _dict_items), ("keys", _dict_keys),
+                        ("values", _dict_values), ("copy", _dict_copy)):
+    handles(getattr(types.MappingProxyType, _name))(_through_proxy(_handler))
+for _view in V.VIEW_TYPES.values():   # `d.keys().mapping`: the view's dict, read-only
+    ATTRIBUTES[(_view, "mapping")] = lambda tx, view: V.MappingProxyVar(view.dict.items, types.MappingProxyType,
+                                                                         target=view.dict)
+
+
 @handles(dict.__contains__, list.__contains__, tuple.__contains__, set.__contains__, frozenset.__contains__)
 def _contains(tx, args, kwargs):
     return V.Constant(contains(tx, args[0], args[1], base=True))
@@ -360,6 +414,15 @@ def _stops_early(fn, answer_on_hit: bool):
     return handle
 
 
+def _frozenset_copy(tx, args, kwargs):
+    """`fs.copy()` of an exact frozenset is `fs` itself (immutable: CPython hands the same object
+    back); a subclass's copy is a new plain frozenset."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], V.SetVar) and args[0].python_type() is frozenset:
+        return args[0]
+    return _algebra(frozenset.copy)(tx, args, kwargs)
+
+
+handles(frozenset.copy)(_frozenset_copy)
 for _cls in (set, frozenset):
     handles(_cls.isdisjoint)(_stops_early(_cls.isdisjoint, True))
     handles(_cls.issuperset)(_stops_early(_cls.issuperset, False))

@@ -26,14 +26,15 @@ import torch
 from kiln import log
 from kiln.capture import variables as V
 from kiln.capture.builder import wrap
-from kiln.capture.generators import left_paused_in_cleanup, left_paused_reason
+from kiln.capture.generators import (close_collected_at_return, drain_escaping, left_paused_in_cleanup,
+                                     left_paused_reason)
 from kiln.capture.guards import Guard, GuardKind, compile_guards
 from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.constants import python_value
-from kiln.capture.distributed import PROCESS_STATE
+from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
 from kiln.capture.sources import ConstSource, LocalSource
 
 
@@ -114,8 +115,16 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
     # [Note: process state a trace's example run sets] (distributed.py)
     process_state = [(getter, setter, getter()) for getter, setter in PROCESS_STATE]
     out.process_state_before = {getter: before for getter, _, before in process_state}
+    # the default dtype is folded where code reads it, and creation ops without a dtype (torch.ones,
+    # torch.tensor of floats) follow it in the graph: every entry holds for the one it was traced
+    # with, as grad mode (Dynamo's global-state guard checks it alike)
+    out.guard(Guard(GuardKind.PROCESS_GROUP, None,
+                    ProcessQuery(torch.get_default_dtype, (), torch.get_default_dtype(), False)))
     try:
         result = tracer.run()
+        if tracer.stopped_at is None:
+            close_collected_at_return(tracer, result)
+            drain_escaping(tracer, result)
         paused = left_paused_in_cleanup(out)
         if paused is not None:
             raise GraphBreak(left_paused_reason(paused), paused.frame.where())
@@ -249,7 +258,11 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
 
 
 def _has_ops(out: OutputGraph) -> bool:
-    return any(n.op in ("call_function", "call_method", "call_module") for n in out.graph.nodes)
+    """Whether the graph computes anything. Grad-mode switches alone do not count: with no op between
+    them only the mode they leave matters, and the entry sets that itself (as Dynamo, whose graph
+    before a break inside `with torch.no_grad()` holds no grad-mode node and is not compiled)."""
+    return any(n.op in ("call_function", "call_method", "call_module")
+               and n.target is not torch._C._set_grad_enabled for n in out.graph.nodes)
 
 
 def _live_locals(tx: Tracer) -> list[tuple[str, V.Variable]]:
@@ -349,6 +362,8 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     else:
         reads, tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
     body, gm = [], None
+    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
+    out.drop_cancelling_grad_switches(entry_mode)
     if r.outputs or _has_ops(out):
         out.graph.output(tuple(r.outputs))
         gm = out.graph_module()
@@ -358,7 +373,6 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         example_inputs = read_inputs(*args, **kwargs)
         bindings["__graph"] = backend(gm, example_inputs)
         body.append(f"__out = __graph({', '.join(input_exprs)})")
-    entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
     if out.grad_enabled != entry_mode:
         # the code after the graph runs in the mode the graph left (`torch.set_grad_enabled(False)`
         # before a break): set here, as a backend that compiles the graph whole keeps its mode inside

@@ -198,3 +198,35 @@ def _state_read(getter: Callable):
 
 for _getter, _ in PROCESS_STATE[:-1]:   # the default dtype stays folded (torch_calls.FOLDED)
     handles(_getter)(_state_read(_getter))
+
+
+# -- the exception being handled (sys.exc_info) -------------------------------------------------------
+def handled_exception(tx):
+    """The exception the nearest traced frame is handling (callers included, as CPython's exception
+    state is per thread), or None where none is; an exception the compiled function's own caller
+    handles is beyond the trace: refused. With none anywhere, the entry is guarded on the caller
+    handling none, so it never serves a call made inside an `except` block."""
+    handling = tx
+    while handling is not None and not handling.exc_info:
+        handling = handling.parent
+    if handling is not None:
+        return handling.exc_info[-1]
+    if sys.exc_info() != (None, None, None):
+        raise tx.unsupported("reading the exception the compiled function's caller is handling")
+    tx.out.guard(Guard(GuardKind.PROCESS_GROUP, None, ProcessQuery(sys.exc_info, (), (None, None, None), False)))
+    return None
+
+
+@handles(sys.exc_info)
+def _exc_info(tx, args, kwargs):
+    exc = handled_exception(tx)
+    if exc is None:
+        return V.TupleVar([V.Constant(None)] * 3)
+    raise tx.unsupported("sys.exc_info() while an exception is handled (kiln keeps no tracebacks)")
+
+
+if hasattr(sys, "exception"):   # Python 3.11
+    @handles(sys.exception)
+    def _exception(tx, args, kwargs):
+        exc = handled_exception(tx)
+        return V.Constant(None) if exc is None else exc

@@ -18,7 +18,9 @@ paused generator does under torch.compile. One that has finished rebuilds as an 
 A generator left paused inside a `try`/`with` block (a loop over it that `break`s) runs that
 block's cleanup when Python collects it, at a moment kiln does not model; torch.compile drops the
 cleanup, kiln runs the function eagerly instead (`left_paused_in_cleanup`, checked at the end of
-each trace).
+each trace). One that a local of the root frame holds when the frame returns is collected then, a
+moment kiln does follow: it is closed at the end of the trace ([Note: generators collected at
+return], `close_collected_at_return`).
 
 Iterators that kiln builds over a generator (`zip`, `map`, `enumerate`, `filter`, itertools) are
 lazy too (`LazyIteratorVar`, `iterators.py`), so `for a, b in zip(g1, g2)` steps each generator
@@ -31,11 +33,12 @@ generator methods registered in `callables.CALLABLES` (`send`, `throw`, `close`,
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 
 from kiln.capture import variables as V
 from kiln.capture.callables import handles
-from kiln.capture.interpreter import MAX_INLINE_DEPTH, PY312, GraphBreak, ObservedException
+from kiln.capture.interpreter import FRAME_RETURN_HOOKS, MAX_INLINE_DEPTH, PY312, GraphBreak, ObservedException
 from kiln.capture.views import advance as advance_list_iterator
 
 
@@ -230,6 +233,121 @@ def left_paused_in_cleanup(out) -> V.GeneratorVar | None:
         if gen.state == "suspended" and (_cleanup_at(gen.frame) is not None or _closes_delegate(gen.frame)):
             return gen
     return None
+
+
+def close_collected_at_return(frame, result: V.Variable) -> None:
+    """[Note: generators collected at return] A paused generator that a local variable of a frame
+    (the root, or one kiln inlined) holds at its return, and that nothing outlives the frame with
+    (not the value returned, not written anywhere by a side effect, not held by another generator
+    still paused nor by a calling frame), dies with the frame's locals: CPython closes it then, so
+    its `finally`/`with` cleanup runs after the return value is made and before the caller goes
+    on. Kiln closes such a generator at the same point of the trace, so the cleanup's effects are
+    traced in their eager order. One no local holds was dropped earlier (a `for` loop's that
+    `break`s: closed right after the loop), at a moment kiln does not follow, and one that may
+    outlive the frame stays paused: both, paused in cleanup, still make the function run eagerly."""
+    out = frame.out
+    held = {id(v) for v in frame.locals.values()}
+    paused = [g for g in out.generators if g.state == "suspended" and id(g) in held and g.frame is not frame]
+    if not paused:
+        return
+    others = [g.frame for g in out.generators if g.state == "suspended" and g not in paused]
+    callers, caller = [], frame.parent
+    while caller is not None:
+        callers.append(caller)
+        caller = caller.parent
+    reached = _reached([result, out.side_effects, others, callers])
+    if reached is None:
+        return
+    for gen in paused:
+        if id(gen) not in reached:
+            close(frame, gen)
+
+
+FRAME_RETURN_HOOKS.append(close_collected_at_return)
+
+
+DRAIN_LIMIT = 1000
+
+
+def drain_escaping(root, result: V.Variable) -> None:
+    """[Note: drained generators] A generator paused mid-way (or a zip/map over one) that leaves the
+    frame, returned or stored where the caller sees it, cannot be carried out of kiln: its frame
+    exists only here. Dynamo runs such a generator to its end while tracing and hands the caller an
+    iterator over the items it had left; so does kiln, when that is safe: at most DRAIN_LIMIT items,
+    and no effect of its own (a write to an outside object, an in-place op in the graph), since
+    those would happen now, not when the caller asks for the items. The items are then computed by
+    the graph, from the values they had at the frame's return, and the caller gets a generator that
+    yields them and returns what the frame returned. Otherwise the function runs eagerly, as
+    before (rebuilding the paused generator refuses)."""
+    out = root.out
+    for it in _escaping_iterators([result, out.side_effects]):
+        effects, nodes = len(out.side_effects), set(out.graph.nodes)
+        items = []
+        while len(items) <= DRAIN_LIMIT and (item := advance(root, it)) is not None:
+            items.append(item)
+        if len(items) > DRAIN_LIMIT:
+            return
+        if len(out.side_effects) != effects or any(_mutates(n) for n in out.graph.nodes if n not in nodes):
+            raise GraphBreak("a generator made in captured code leaves the frame paused, and what it has left to "
+                             "yield has effects of its own, which kiln would run before the caller asks for them")
+        it.drained = items
+
+
+def _mutates(node) -> bool:
+    """A graph node that writes a tensor in place (`x.add_(1)`, `x[i] = v`, an `out=` argument)."""
+    import operator
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem or "out" in node.kwargs
+
+
+def _escaping_iterators(roots) -> list:
+    """Paused generators and iterators over generators reachable from `roots`, outermost first
+    (a generator's own frame and a lazy iterator's insides are not entered: draining the outer one
+    steps what it delegates to)."""
+    found, seen, todo = [], set(), list(roots)
+    while todo:
+        v = todo.pop(0)
+        if id(v) in seen or v is None or isinstance(v, (str, int, float, bool, bytes)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, V.GeneratorVar):
+            if v.state == "suspended":
+                found.append(v)
+        elif isinstance(v, V.LazyIteratorVar):
+            if v.drained is None:
+                found.append(v)
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo += list(v)
+        elif isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return found
+
+
+def _reached(roots) -> set | None:
+    """The ids of the trackers reachable from `roots`, or None where one hides what it holds."""
+    from kiln.capture.interpreter import Tracer
+    seen: set = set()
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if id(v) in seen or v is None or isinstance(v, (str, int, float, bool, bytes)):
+            continue
+        seen.add(id(v))
+        if isinstance(v, V.LazyIteratorVar):
+            return None   # a real iterator over trackers: what it holds cannot be listed
+        if isinstance(v, Tracer):
+            todo += [*v.locals.values(), *v.stack, *v.cells.values()]
+        elif isinstance(v, V.GeneratorVar):
+            todo.append(v.frame)
+        elif isinstance(v, (list, tuple, set, frozenset)):
+            todo += list(v)
+        elif isinstance(v, dict):
+            todo += [*v.keys(), *v.values()]
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return seen
 
 
 def left_paused_reason(gen: V.GeneratorVar) -> str:

@@ -32,6 +32,9 @@ MAX_INSTRUCTIONS = 2_000_000  # per capture: every loop is unrolled, so bound th
 
 HANDLERS: dict[str, Callable] = {}  # opcode name -> handler(tx, inst); filled by opcodes.py
 CALLS: dict[type, Callable] = {}  # tracker class -> handler(tx, fn, args, kwargs); filled by calls.py
+# run when an inlined frame returns: hook(frame, value returned); generators.py closes the paused
+# generators the frame's locals held ([Note: generators collected at return])
+FRAME_RETURN_HOOKS: list[Callable] = []
 
 
 class GraphBreak(Exception):
@@ -272,9 +275,12 @@ class Tracer:
             self.out.generators.append(generator)
             return generator
         try:
-            return child.run()
+            result = child.run()
         finally:
             self.out.current = self
+        for hook in FRAME_RETURN_HOOKS:
+            hook(child, result)
+        return result
 
     def root(self) -> "Tracer":
         tx = self

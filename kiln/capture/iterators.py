@@ -162,6 +162,22 @@ for _fn, (_spec, _kwspec) in _STRUCTURAL.items():
     handles(_fn)(_structural(_fn, _spec, _kwspec))
 
 
+@handles(itertools.tee)
+def _tee(tx, args, kwargs):
+    """`tee(it, n)`: n iterators sharing one buffer over `it`, which each steps only as far as its
+    consumer asks (a real tee over a stream of `it`'s trackers)."""
+    from kiln.capture.constants import python_value
+    if len(args) not in (1, 2) or kwargs:
+        tx.raise_(TypeError, f"tee expected at most 2 arguments, got {len(args) + len(kwargs)}")
+    n = python_value(args[1]) if len(args) > 1 else 2
+    if not isinstance(n, int):
+        tx.raise_(TypeError, f"'{type(n).__name__}' object cannot be interpreted as an integer")
+    if n < 0:
+        tx.raise_(ValueError, "n must be >= 0")
+    source = _stream(tx.out, get_iter(tx, args[0]))
+    return V.TupleVar([V.LazyIteratorVar(_guarded(tx.out, t), type(t)) for t in itertools.tee(source, n)])
+
+
 @handles(itertools.count, itertools.cycle)
 def _endless(tx, args, kwargs):
     raise tx.unsupported("an endless iterator (itertools.count/cycle) inside captured code")

@@ -678,9 +678,11 @@ def end_send(tx, inst):
 @handler("RAISE_VARARGS")
 def raise_varargs(tx, inst):
     if inst.arg == 0:
-        if not tx.exc_info:
-            raise tx.unsupported("bare `raise` outside an except block")
-        raise _reraised(tx.exc_info[-1])
+        from kiln.capture.distributed import handled_exception
+        handled = handled_exception(tx)   # the nearest frame's, callers included
+        if handled is None:
+            tx.raise_(RuntimeError, "No active exception to reraise")
+        raise _reraised(handled)
     cause = tx.pop() if inst.arg == 2 else None
     exc = as_exception(tx, tx.pop())
     if cause is not None:   # `raise exc from cause`: a class is called, None clears the cause

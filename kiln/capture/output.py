@@ -2,7 +2,9 @@
 
 `OutputGraph` is shared by a root `Tracer` and every frame it inlines. It owns:
 - the torch-level `torch.fx.Graph` (placeholders are tensors read from sources, parameters and
-  buffers of modules are `get_attr` nodes on the graph's root module);
+  buffers of modules are `get_attr` nodes on the graph's root module, and so is a constant argument
+  that FX could only print as an unreadable repr: `torch.nn.attention.SDPBackend.MATH`, a pybind
+  enum, would print as `<SDPBackend.MATH: 0>`);
 - the guards recorded while specializing;
 - side effects on objects that outlive the frame, replayed in program order after the graph runs;
 - the globals dicts that generated code reads (`__G` is the captured frame's).
@@ -10,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import operator
 import re
 from typing import Any
@@ -69,6 +72,7 @@ class OutputGraph:
         self.graph = torch.fx.Graph()
         self.attrs: dict[str, torch.Tensor] = {}  # get_attr target -> real tensor
         self._attr_names: dict[int, str] = {}
+        self.const_attrs: dict[str, Any] = {}  # get_attr target -> a constant FX cannot print
         self.inputs: list[tuple[Source, V.TensorVar]] = []
         self.input_values: dict[torch.fx.Node, torch.Tensor] = {}  # placeholder -> this call's tensor
         self.mask_verdicts: dict[torch.fx.Node, str | None] = {}  # [Note: mask elision] in masks.py
@@ -225,6 +229,7 @@ class OutputGraph:
     # -- ops ------------------------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict, example_fn=None) -> Any:
         """Add a node; returns (node, example result). `args` hold nodes and constants."""
+        args, kwargs = self._readable_constants(args), self._readable_constants(kwargs)
         node = self.graph.create_node(kind, target, args, kwargs)
         if self.current is not None:  # FX's convention: later stages name the user's line from it
             node.meta["stack_trace"] = self.current.stack_trace()
@@ -246,6 +251,43 @@ class OutputGraph:
         node.meta["example_value"] = result
         return node, result
 
+    def drop_cancelling_grad_switches(self, entry_mode: bool) -> None:
+        """Erase a grad-mode switch away from the mode in force followed at once by the switch back
+        (`with torch.no_grad(): pass`, a context exited with nothing inside): they do nothing, and
+        Dynamo erases them the same way, so graph and op counts agree with its."""
+        mode = entry_mode
+        nodes = list(self.graph.nodes)
+        erased: set = set()
+        for first, second in zip(nodes, nodes[1:]):
+            if first.target is torch._C._set_grad_enabled and first.args == (not mode,) and first not in erased:
+                mode = first.args[0]
+                if second.target is torch._C._set_grad_enabled and second.args == (not mode,):
+                    mode = second.args[0]
+                    erased.update((first, second))
+        for node in erased:
+            self.graph.erase_node(node)
+
+    def _readable_constants(self, value: Any) -> Any:
+        """`value` with each constant FX would print unreadably (its repr starts with `<`) replaced
+        by a `get_attr` node of the root holding it: the graph's code must compile and run."""
+        if isinstance(value, (torch.fx.Node, enum.Enum, str, int, float, complex, type(None))):
+            return value
+        if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+            items = [self._readable_constants(v) for v in value]
+            return value if all(a is b for a, b in zip(items, value)) else type(value)(items)
+        if isinstance(value, dict):
+            return {k: self._readable_constants(v) for k, v in value.items()}
+        if isinstance(value, (tuple, slice, torch.dtype, torch.device, torch.layout, torch.memory_format,
+                              torch.Tensor)) or not repr(value).startswith("<"):
+            return value
+        name = next((n for n, v in self.const_attrs.items() if v is value), None)
+        if name is None:
+            name = f"_const_{_identifier(type(value).__name__)}_{len(self.const_attrs)}"
+            self.const_attrs[name] = value
+        node = self.graph.get_attr(name)
+        node.meta["example_value"] = value
+        return node
+
     def getitem(self, node: torch.fx.Node, index: int, example: Any) -> torch.fx.Node:
         item = self.graph.call_function(operator.getitem, (node, index))
         item.meta["example_value"] = example
@@ -265,6 +307,8 @@ class OutputGraph:
                 mod.register_parameter(leaf, value)
             else:
                 mod.register_buffer(leaf, value)
+        for name, value in self.const_attrs.items():
+            setattr(root, name, value)
         gm = torch.fx.GraphModule(root, self.graph)
         return gm
 

@@ -47,6 +47,41 @@ class GradModeExit:
     __exit__ = __call__
 
 
+class NullContextExit:
+    """A context manager whose effect capture drops (the profilers, as Dynamo drops them) handed
+    over at a graph break: its __exit__ inside its block, the object itself in a variable."""
+
+    def __call__(self, *exc):
+        return False
+
+    def __enter__(self):
+        return None
+
+    __exit__ = __call__
+
+
+def restart_generator(code: types.CodeType, f_globals: dict, closure: tuple | None, args: dict):
+    """A generator made in captured code and never stepped, made again after the graph: its
+    function called with the arguments it was bound to (its body has not run, so nothing repeats)."""
+    fn = types.FunctionType(code, f_globals, code.co_name, None, closure)
+    names, n, k = code.co_varnames, code.co_argcount, code.co_kwonlyargcount
+    positional = [args[a] for a in names[:n]]
+    keywords = {a: args[a] for a in names[n:n + k]}
+    i = n + k
+    if code.co_flags & 0x04:   # *args
+        positional += list(args[names[i]])
+        i += 1
+    if code.co_flags & 0x08:   # **kwargs
+        keywords.update(args[names[i]])
+    return fn(*positional, **keywords)
+
+
+def replay_generator(items: tuple, result):
+    """A generator drained while tracing ([Note: drained generators]): its items left, then its return value."""
+    yield from items
+    return result
+
+
 class ResumeIterator:
     """The iterator of a loop a graph broke in, handed to the resume function. Unlike a builtin
     iterator, capture can read its remaining items without consuming it (`builder.py`)."""
@@ -251,6 +286,12 @@ def _dict(r, v):
     return f"{r.const(new_dict_from)}({r.const(v.cls)}, {{{inner}}}, {{{attrs}}})"
 
 
+def _mapping_proxy(r, v):
+    if v.source is not None:
+        return v.source.expr()
+    return f"{r.const(types.MappingProxyType)}({r.expr(v.target)})"
+
+
 def _set(r, v):
     if v.source is not None:
         return v.source.expr()
@@ -296,6 +337,16 @@ def _iterator(r, v):
 
 
 def _generator(r, v):
+    if v.drained is not None:   # [Note: drained generators]
+        result = r.expr(v.result) if v.result is not None else "None"
+        return f"{r.const(replay_generator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}), {result})"
+    if v.state == "created":   # never stepped: the same call again makes the same generator
+        closure = tuple(c if isinstance(c, types.CellType) else getattr(c, "real", None) for c in v.frame.closure)
+        if any(c is None for c in closure):
+            raise CannotRebuild("a generator made in captured code over a closure defined there")
+        args = ", ".join(f"{name!r}: {r.expr(value)}" for name, value in v.frame.locals.items())
+        return (f"{r.const(restart_generator)}({r.const(v.frame.code)}, {r.const(v.frame.f_globals)}, "
+                f"{r.const(closure) if closure else 'None'}, {{{args}}})")
     if v.state != "done":
         raise CannotRebuild("a generator made in captured code, paused at a `yield` where the graph breaks "
                             "(its frame exists only inside kiln)")
@@ -303,6 +354,8 @@ def _generator(r, v):
 
 
 def _lazy_iterator(r, v):
+    if v.drained is not None:   # [Note: drained generators]
+        return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}))"
     raise CannotRebuild(f"a {v.cls.__name__} iterator over a generator made in captured code, open where "
                         "the graph breaks")
 
@@ -331,6 +384,8 @@ def _context(r, v):
         return f"{r.const(GradModeExit)}(None, {v.args[0]!r})"
     if v.kind in ("grad", "grad_set"):
         return f"{r.const(GradModeExit)}({v.saved!r})"
+    if v.kind == "nothing":
+        return f"{r.const(NullContextExit)}()"
     raise CannotRebuild("an autocast region open across a graph break")
 
 
@@ -347,6 +402,7 @@ _PRINTERS = {
     V.TupleVar: _tuple,
     V.ListVar: _list,
     V.DictVar: _dict,
+    V.MappingProxyVar: _mapping_proxy,
     V.SetVar: _set,
     V.FunctionVar: _function,
     V.MethodVar: _method,

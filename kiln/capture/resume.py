@@ -67,7 +67,13 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
     new.argcount = len(new.argnames)
     new.posonlyargcount = 0
     new.kwonlyargcount = 0
-    result = new.to_code()
+    # The prologue rebuilds the stack the frame had at `offset`, so every exception-table entry
+    # keeps the depth CPython gave it in the original code, and the original stack size bounds
+    # the new one. Recomputing them instead fails when the target lies inside nested `try`
+    # regions (two `with` blocks): the `bytecode` package then sees the handlers entered from a
+    # jump that skipped their setup and computes a negative depth.
+    result = new.to_code(stacksize=max(code.co_stacksize, len(stack_nulls)) + 1,
+                         compute_exception_stack_depths=False)
     _CACHE[key] = result
     return result
 

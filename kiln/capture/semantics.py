@@ -162,6 +162,8 @@ def set_update(tx, s: V.SetVar, other: V.Variable):
 
 
 def dict_set(tx, d: V.Variable, key: V.Variable, value: V.Variable):
+    if isinstance(d, V.MappingProxyVar):
+        tx.raise_(TypeError, "'mappingproxy' object does not support item assignment")
     if not isinstance(d, V.DictVar):
         raise tx.unsupported(f"item assignment on a {d.python_type().__name__}")
     d.items[key_of(tx, key)] = value
@@ -345,6 +347,12 @@ def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False)
         return object_contains(tx, container, python_value(item))
     if isinstance(container, V.NewObjectVar) and hasattr(container.cls, "__contains__"):
         return truth(tx, tx.call(getattr_var(tx, container, "__contains__"), [item]))
+    if isinstance(container, V.ITERATORS):
+        # an iterator has no __contains__: Python steps it until an item equals (consuming it)
+        while (i := advance(tx, container)) is not None:
+            if items_equal(tx, i, item):
+                return True
+        return False
     raise tx.unsupported(f"`in` on a {container.python_type().__name__}")
 
 
@@ -611,7 +619,13 @@ def _or_home(cls: type) -> type:
 def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
     """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
     iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
-    if isinstance(v, (V.DictVar, V.ObjectVar)):
+    if isinstance(v, V.DictVar) or isinstance(v, V.ObjectVar) and isinstance(v.value, dict):
+        return dict_items(tx, v)
+    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys"):
+        # CPython's rule: an object with a `keys` attribute is a mapping, read as keys() then [k]
+        keys = iterate(tx, tx.call(getattr_var(tx, v, "keys"), []))
+        return [(key_of(tx, k), getitem(tx, v, k)) for k in keys]
+    if isinstance(v, V.ObjectVar):
         return dict_items(tx, v)
     pairs = []
     for pair in iterate(tx, v):
@@ -791,7 +805,13 @@ def delitem(tx, obj: V.Variable, key: V.Variable, *, base: bool = False):
         return
     k = python_value(key) if not isinstance(obj, (V.ObjectVar, V.NewObjectVar)) else None
     if isinstance(obj, V.ListVar):
+        try:   # the index's own errors (out of range, a zero step, a float), raised as Python does
+            list(obj.items).__delitem__(k)
+        except (IndexError, ValueError, TypeError) as e:
+            tx.raise_(type(e), *e.args)
         mutate_list(tx, obj, lambda items: items.__delitem__(k))
+    elif isinstance(obj, V.MappingProxyVar):
+        tx.raise_(TypeError, "'mappingproxy' object does not support item deletion")
     elif isinstance(obj, V.DictVar):
         obj.items.pop(k)
         _record_mutation(tx, obj)

@@ -74,6 +74,18 @@ class ItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class KeyedItemSource(Source):
+    """`base[key]` where the key is an object a guard cannot print but another source reads (a dict
+    keyed by instances, looked up by an argument: `REF[a]`): the lookup is made again with that
+    source's object, so a call with another key object reads its own item."""
+    base: Source
+    key: Source
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{self.key.expr()}]"
+
+
+@dataclasses.dataclass(frozen=True)
 class BuiltinItemSource(Source):
     """`base[key]` by the builtin container's own lookup (`dict.__getitem__(base, key)`), past a
     subclass's `__getitem__`, which may build a new object on each read (transformers' ACT2FN)."""

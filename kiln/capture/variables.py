@@ -149,6 +149,14 @@ class SetVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class MappingProxyVar(DictVar):
+    """`types.MappingProxyType(d)`: a read-only view of the dict tracker `target`, whose `items` it
+    shares (the same Python dict), so a write to `d` is seen through the proxy, as in Python; reads
+    go through every path a dict's do, writes through it raise TypeError (`semantics.dict_set`)."""
+    target: DictVar | None = None
+
+
+@dataclasses.dataclass(eq=False)
 class DictViewVar(Variable):
     """`d.keys()`, `d.values()` or `d.items()` of a dict tracker; live (see `views.py`)."""
     dict: DictVar
@@ -182,6 +190,7 @@ class GeneratorVar(Variable):
     frame: Any
     state: str = "created"   # "created" | "suspended" | "running" | "done" | "broken"
     result: Variable | None = None   # what the frame returned, once "done"
+    drained: list | None = None   # the items it had left when the frame returned it ([Note: drained generators])
 
     def python_type(self):
         return types.GeneratorType
@@ -194,6 +203,7 @@ class LazyIteratorVar(Variable):
     generator then (`iterators.py`). `cls` is the type Python's own iterator would have."""
     items: Any
     cls: type
+    drained: list | None = None   # the items it had left when the frame returned it ([Note: drained generators])
 
     def python_type(self):
         return self.cls

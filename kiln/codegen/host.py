@@ -219,7 +219,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             args += [py_index(s) for s in step.size_args]
             checks = ir.index_checks(step) if index_errors else ()
             if checks:
-                table = ", ".join(f"({kind!r}, {py_index(n)})" for kind, n in checks)
+                table = ", ".join(f"({c.kind!r}, {py_index(c.size)}, {c.origin.op if c.origin else ''!r}, "
+                                  f"{c.origin.where if c.origin else ''!r})" for c in checks)
                 lines += [f"    _failed = {step.name}({', '.join(args)})",
                           f"    if _failed: _index_error({step.name!r}, ({table},)[_failed - 1])"]
             else:
@@ -480,12 +481,10 @@ def _view(t: torch.Tensor, sizes: tuple, strides: tuple, offset: int) -> torch.T
 
 
 def _index_error(kernel: str, check: tuple) -> None:
-    """Raise for a kernel's failed index check ([Note: index bounds checks] in lowering_reduce)."""
-    kind, size = check
-    what = ("a gather (embedding, x[idx], index_select, gather) read" if kind == "gather" else
-            "a scatter (x[idx] = v, index_put, index_copy, index_add) wrote")
-    raise IndexError(f"index out of range: {what} at an index outside a dim of size {size} (kiln kernel "
-                     f"{kernel}); eager raises here too ('index out of range in self')")
+    """Raise for a kernel's failed index check ([Note: index bounds checks] in lowering_reduce):
+    `check` is (kind, the dim's size, the user's op, their line), as `plan_host` prints it."""
+    kind, size, op, where = check
+    raise ir.IndexCheck(kind, size, ir.CheckOrigin(op, where)).error(kernel, size)
 
 
 def _one(result):

@@ -198,7 +198,7 @@ def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, ou
         raise LoweringError("gather from an empty dim (every index is out of range; ATen raises)")
     binds = tuple((syms[d], _wrap(e, table.sizes[d])) for d, e in zip(dims, exprs))
     bounds = index_bounds_to_check(ctx, [(syms[d], e, table.sizes[d]) for d, e in zip(dims, exprs)], out_sizes)
-    return Load(shifted.buffer, shifted.index, shifted.dtype, binds, bounds)
+    return Load(shifted.buffer, shifted.index, shifted.dtype, binds, bounds, ctx.check_origin if bounds else None)
 
 
 # [Note: index bounds checks] An index tensor's values are data, and eager raises on one outside

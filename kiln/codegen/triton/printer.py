@@ -224,7 +224,7 @@ class KernelPrinter:
             self.index.names[sym.name] = v.text
             size = dict(e.bounds).get(sym)
             if size is not None:
-                ok = self.check_index(v, size)
+                ok = self.check_index(v, size, ir.IndexCheck("gather", sympy.sympify(size), e.origin))
                 if sym in used:
                     inside.append(ok)
         try:
@@ -341,7 +341,7 @@ class KernelPrinter:
             index_deps |= iv.deps
             self.index.names[sym.name] = iv.text
             if sym in bounds:          # an index outside its dim asserts, and writes nothing
-                inside.append(self.check_index(iv, bounds[sym]))
+                inside.append(self.check_index(iv, bounds[sym], ir.IndexCheck("scatter", sympy.sympify(bounds[sym]), s.origin)))
         try:
             offset = self.index.offset(s.index)
         finally:
@@ -369,7 +369,7 @@ class KernelPrinter:
         if not s.indirect:
             self.stored[(s.buffer, offset)] = (value, frozenset(deps))
 
-    def check_index(self, v: Value, size) -> str:
+    def check_index(self, v: Value, size, check: ir.IndexCheck) -> str:
         """Assert that the index value `v` lies in [0, size) where its block is not masked off, and
         return the in-range condition's name, for the access's mask ([Note: index bounds checks]
         in lowering_reduce: `decorator` compiles the assert in)."""
@@ -378,7 +378,7 @@ class KernelPrinter:
             return self.out.cse[rhs]
         ok = self.out.let(rhs)
         mask = self.mask(v.deps)
-        self.out.line(f'tl.device_assert({ok}, "index out of bounds"{f", mask={mask}" if mask else ""})')
+        self.out.line(f'tl.device_assert({ok}, {check.message()!r}{f", mask={mask}" if mask else ""})')
         return ok
 
     # -- structure

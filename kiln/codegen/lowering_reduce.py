@@ -212,6 +212,14 @@ def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, ou
 # the hot paths that compute their indices (argmax, a clamp, `%`, an arange) pay nothing:
 # `_value_range` follows the index expression by interval arithmetic; a load of anything but an
 # argmax/argmin result is unknown (a graph input such as a KV cache's `cache_position` is checked).
+# The error is eager's for the op: a bound carries the user's op and line (`ir.CheckOrigin`, from
+# the node's [Note: an op's origin] in kiln/aot/trace.py), and `ir.IndexCheck.error` raises
+# RuntimeError for the ops whose ATen kernels do (gather, index_add, scatter), IndexError for the
+# rest, with a message naming the op and line ("index out of range in index_select at model.py:12
+# in forward: ..."). Ops that run as externs (scatter, scatter_add, scatter_reduce) raise ATen's
+# own error, as eager; index_reduce, an extern scatter_reduce, raises its RuntimeError where eager
+# raises IndexError. What the user's tensors hold after the error: [Note: a scatter into an input
+# checks before it writes] in kiln/codegen/cpp.py.
 
 def index_bounds_to_check(ctx, indices, out_sizes) -> tuple:
     """The (symbol, size) pairs of `indices` ((symbol, raw index expression, size) each, the

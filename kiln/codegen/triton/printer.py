@@ -233,6 +233,12 @@ class KernelPrinter:
             self.index.names = saved
         deps |= self.index.dims(e.index)
         buf = self.buffers.get(e.buffer)
+        if buf is not None and sympy.sympify(buf.numel) == 0 and not e.indirect:
+            # an empty buffer has no element to read: the loops over it run zero times, or mask the
+            # value off. Its index may have simplified to a constant (a size-0 dim's strides drop
+            # out), and an unmasked load at that offset read unowned memory (SIGSEGV under the
+            # interpreter: fuzz seed 510290, `x.isnan().flatten().any()` of a (2, 2, 1, 0) input)
+            return self.constant(ir.Constant(False if e.dtype == torch.bool else 0, e.dtype))
         dtype = buf.dtype if buf is not None else e.dtype
         forwarded = self.stored.get((e.buffer, offset)) if not e.indirect else None
         if forwarded is not None and forwarded[1] == frozenset(deps | {"x"}):

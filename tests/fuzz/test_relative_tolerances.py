@@ -34,3 +34,14 @@ def test_one_determined_failing_leaf_is_enough_to_be_wrong():
     exact = torch.randn(8, dtype=torch.float64)
     eager = exact.float()
     assert _undetermined([noise, eager], [noise * 3, eager + 1e-2], [noise_exact, exact], GRAD_TOL) is None
+
+
+def test_without_a_float64_run_a_wrong_result_of_a_stable_program_is_not_excused():
+    """The no-float64 second opinion compares kiln's difference with eager's own spread under one
+    rounding of the inputs: an error of 1e-3 on batch norm's well-determined output stays wrong."""
+    from kiln.testing.fuzz import _unstable, eager_run
+    from tests.fuzz.test_fuzz_2610_cancelling_gradient import PROGRAM
+    ref = eager_run(PROGRAM)
+    wrong = [t + 1e-3 for t in ref[0]]
+    assert _unstable(PROGRAM, 0, wrong, None, 1e-4, ref=ref[0]) is None
+    assert _unstable(PROGRAM, 0, [t.clone() for t in ref[0]], None, 1e-4, ref=ref[0]) is not None

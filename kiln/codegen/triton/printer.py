@@ -238,7 +238,7 @@ class KernelPrinter:
             # value off. Its index may have simplified to a constant (a size-0 dim's strides drop
             # out), and an unmasked load at that offset read unowned memory (SIGSEGV under the
             # interpreter: fuzz seed 510290, `x.isnan().flatten().any()` of a (2, 2, 1, 0) input)
-            return self.constant(ir.Constant(False if e.dtype == torch.bool else 0, e.dtype))
+            return Value(f"tl.full([1], 0, {ops.tl_dtype(ops.compute_dtype(e.dtype))})", frozenset(), e.dtype)
         dtype = buf.dtype if buf is not None else e.dtype
         forwarded = self.stored.get((e.buffer, offset)) if not e.indirect else None
         if forwarded is not None and forwarded[1] == frozenset(deps | {"x"}):

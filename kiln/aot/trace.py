@@ -124,6 +124,7 @@ class _Recorder(TorchDispatchMode):
         # id -> (node, position in a tuple record or None): nodes whose record is that fake itself
         self._records: dict[int, list[tuple[fx.Node, int | None]]] = {}
         self._decomposing: list = []    # the ATen ops whose decompositions are running, outermost first
+        self._where: dict[tuple[int, int], str] = {}   # (graph code, line) -> the user's "file:line in fn"
 
     def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
         self._nodes[id(t)] = (t, node)
@@ -224,7 +225,12 @@ class _Recorder(TorchDispatchMode):
         frame = sys._getframe(2)
         while frame is not None and not frame.f_code.co_filename.startswith("<eval_with_key>"):
             frame = frame.f_back
-        return name, (fx_node_location(frame) or "") if frame is not None else ""
+        if frame is None:
+            return name, ""
+        key = (id(frame.f_code), frame.f_lineno)     # a node's location lists the graph's nodes: once a line
+        if key not in self._where:
+            self._where[key] = fx_node_location(frame) or ""
+        return name, self._where[key]
 
     def _bind_outputs(self, func, node: fx.Node, args, kwargs, out) -> None:
         effects = schema.effects(func)

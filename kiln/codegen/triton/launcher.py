@@ -353,11 +353,11 @@ def _interpreter_asserts():
         yield
     except Exception as e:      # the interpreter's InterpreterError holding the AssertionError
         # the assert's message is the check's (`ir.IndexCheck.message`): its op gives eager's type
-        found = re.search(r"(index out of range in (\w*).*?)'?\)*$", str(e).strip().splitlines()[-1]) if str(e).strip() else None
+        found = re.search(r"index out of range in (\w*).*?outside a dim of size [^\s')]+", str(e))
         if isinstance(e, (IndexError, RuntimeError)) or found is None:
             raise
-        cls = ir.IndexCheck.error_type(found.group(2))
-        raise cls(f"{found.group(1)} (Triton kernel's device_assert); eager raises {cls.__name__} here too") from e
+        cls = ir.IndexCheck.error_type(found.group(1))
+        raise cls(f"{found.group(0)} (Triton kernel's device_assert); eager raises {cls.__name__} here too") from e
     finally:
         interpreter_builder.options = before
 

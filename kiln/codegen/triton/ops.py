@@ -426,8 +426,23 @@ def _float_only(text: str) -> Printer:
     return _by_kind(_template(text), _template("{0}"))
 
 
+def _is_literal(text: str) -> bool:
+    """Whether printed `text` is a Python literal (a 32-bit constant: `Printer.constant`)."""
+    if text in ("True", "False") or text.startswith('float("'):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _to_dtype(args, dtypes, out):
     src = dtypes[0]
+    if _is_literal(args[0]):
+        # a literal has no `.to`: a typed block of one does (a float16 zero under autocast,
+        # `(0.0).to(tl.float16)`, failed: fuzz seed 560045 of --triton-interpret)
+        args = [f"tl.full([1], {args[0]}, {tl_dtype(compute_dtype(src))})"] + list(args[1:])
     if out == torch.bool:
         return f"({args[0]} != 0)"
     if out in HALF_DTYPES:

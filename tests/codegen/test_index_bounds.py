@@ -246,6 +246,19 @@ def test_an_index_out_of_range_raises_eagers_exception_naming_the_op(name, optio
             assert str(got) == str(want)
 
 
+@pytest.mark.parametrize("name, index", [("index_fill", [-1, 0]), ("index_fill_", [-4, 2]), ("take", [-12, 0]),
+                                         ("put_", [-1, 3]), ("index_put_", [-4, 0]), ("setitem", [-1, -2]),
+                                         ("index_put_accumulate_", [-1, -1])])
+def test_negative_indices_in_range_give_eagers_values(name, index, options):
+    """index_fill, take, put_ and index_put count a negative index from the end, as eager."""
+    _, fn, (good, *_) = ERRORS[name]
+    compiled = kiln.compile(fn, options=options)
+    compiled(_x(), torch.as_tensor(good))
+    x, y = _x(), _x()
+    torch.testing.assert_close(compiled(x, torch.tensor(index)), fn(y, torch.tensor(index)))
+    torch.testing.assert_close(x, y)
+
+
 @pytest.mark.parametrize("name", [n for n in ERRORS if n.endswith("_") or n == "setitem"])
 def test_an_in_place_op_with_a_bad_index_leaves_its_input_unwritten_on_the_cpp_printer(name):
     """[Note: a scatter into an input checks before it writes] in kiln/codegen/cpp.py: where eager

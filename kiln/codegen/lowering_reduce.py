@@ -217,9 +217,9 @@ def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, ou
 # RuntimeError for the ops whose ATen kernels do (gather, index_add, scatter), IndexError for the
 # rest, with a message naming the op and line ("index out of range in index_select at model.py:12
 # in forward: ..."). Ops that run as externs (scatter, scatter_add, scatter_reduce) raise ATen's
-# own error, as eager; index_reduce, an extern scatter_reduce, raises its RuntimeError where eager
-# raises IndexError. What the user's tensors hold after the error: [Note: a scatter into an input
-# checks before it writes] in kiln/codegen/cpp.py.
+# own error, as eager; index_reduce, an extern scatter_reduce too, reads its index through a checked
+# gather first, for eager's IndexError. What the user's tensors hold after the error: [Note: a
+# scatter into an input checks before it writes] in kiln/codegen/cpp.py.
 
 def index_bounds_to_check(ctx, indices, out_sizes) -> tuple:
     """The (symbol, size) pairs of `indices` ((symbol, raw index expression, size) each, the

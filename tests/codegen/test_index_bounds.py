@@ -286,18 +286,22 @@ def test_an_out_of_place_op_with_a_bad_index_leaves_its_input_unwritten(options)
             assert error is not None and torch.equal(x, _x())
 
 
-@pytest.mark.xfail(reason="index_reduce runs as ATen's scatter_reduce (an extern), which raises RuntimeError "
-                          "('index 4 is out of bounds for dimension 0 with size 4') where eager's index_reduce "
-                          "raises IndexError ('index out of range in self')", strict=True)
-def test_index_reduce_raises_eagers_index_error():
-    def fn(x, i):
-        return x.index_reduce(0, i, torch.ones(2, 3), "prod") * 2
-    compiled = kiln.compile(fn)
-    compiled(_x(), torch.tensor([0, 2]))
-    with pytest.raises(IndexError):
-        fn(_x(), torch.tensor([1, 4]))
-    with pytest.raises(IndexError):
-        compiled(_x(), torch.tensor([1, 4]))
+def _index_reduce(x, i):
+    return x.index_reduce(0, i, torch.ones(2, 3), "prod") * 2
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+def test_index_reduce_raises_eagers_index_error(options):
+    """index_reduce runs as ATen's scatter_reduce, whose RuntimeError is not eager's IndexError:
+    its decomposition reads the index through a checked gather first."""
+    compiled = kiln.compile(_index_reduce, options=options)
+    for good in ([0, 2], [3, 3]):
+        torch.testing.assert_close(compiled(_x(), torch.tensor(good)), _index_reduce(_x(), torch.tensor(good)))
+    for bad in ([1, 4], [-1, 0]):
+        with pytest.raises(IndexError):
+            _index_reduce(_x(), torch.tensor(bad))
+        with pytest.raises(IndexError, match=r"in index_reduce at .*test_index_bounds.py:\d+ in _index_reduce"):
+            compiled(_x(), torch.tensor(bad))
 
 
 # ---------------------------------------------------------------------------- no check where none is needed

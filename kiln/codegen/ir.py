@@ -227,8 +227,9 @@ SCAN_OPS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")
 class CheckOrigin:
     """Whose index a bounds check guards: the user's op as ATen names it ("index_select",
     "embedding", "index_put_" for `x[i] = v`) and "file:line in function" of its call, or ""
-    ([Note: an op's origin] in kiln/aot/trace.py). Printed by no kernel: a failed check's error
-    names it ([Note: index bounds checks] in lowering_reduce)."""
+    ([Note: an op's origin] in kiln/aot/trace.py). A failed check's error names it ([Note: index
+    bounds checks] in lowering_reduce): the C++ host program raises it, a Triton kernel's
+    `tl.device_assert` carries it as its message."""
     op: str = ""
     where: str = ""
 

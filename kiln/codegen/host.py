@@ -239,11 +239,17 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                 args.append(f"out={outs[0]}")
             call = f"{gname}({', '.join(args)})"
             if len(outs) == 1:
-                lines.append(f"    {outs[0]} = _one({call})")
+                calling = [f"    {outs[0]} = _one({call})"]
             else:
-                lines.append(f"    {', '.join(outs)} = {call}")
+                calling = [f"    {', '.join(outs)} = {call}"]
                 if "_" in outs:   # results nobody reads are released at once
-                    lines.append("    del _")
+                    calling.append("    del _")
+            if step.origin is not None:    # ATen's index error, with the user's op and line as a note
+                o = step.origin
+                calling = (["    try:"] + ["    " + line for line in calling] +
+                           ["    except (IndexError, RuntimeError) as _e:",
+                            f"        _extern_error(_e, {o.op!r}, {o.where!r})"])
+            lines += calling
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
                 lines += _bind_unbacked(buffers[o], unbound, unbacked)
                 lines += _layout_check(buffers[o], may_be_none=True)
@@ -487,6 +493,13 @@ def _index_error(kernel: str, check: tuple) -> None:
     raise ir.IndexCheck(kind, size, ir.CheckOrigin(op, where)).error(kernel, size)
 
 
+def _extern_error(e: BaseException, op: str, where: str) -> None:
+    """Re-raise ATen's error of an indexing extern with a note naming the user's op and line
+    (the message and type stay ATen's, as eager's)."""
+    e.add_note(f"kiln: raised by ATen's kernel for {op or 'an indexing op'}" + (f" at {where}" if where else ""))
+    raise e
+
+
 def _one(result):
     return result[0] if isinstance(result, (tuple, list)) else result
 
@@ -526,7 +539,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_strides_differ": _strides_differ,
-           "_one": _one, "_view": _view, "_index_error": _index_error,
+           "_one": _one, "_view": _view, "_index_error": _index_error, "_extern_error": _extern_error,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update({name: _binding(op) for name, op in program.externs})

@@ -95,8 +95,8 @@ Change log (keep this stable; note every change here)
   `Store.bounds`, `Store.accumulate`; `body_exprs` / `map_body` / `stmt_exprs` / `map_stmt`.
 - v8: `Load.bounds`; an indirect index outside its bounds is an error, not a masked write
   (`index_checks`, [Note: index bounds checks]).
-- v9: `CheckOrigin` on `Load`, `Store` and `Scatter` (`origin`): the user's op and line a failed
-  bounds check names; `index_checks` entries are `IndexCheck`s.
+- v9: `CheckOrigin` on `Load`, `Store`, `Scatter` and `ExternKernel` (`origin`): the user's op and
+  line a failed bounds check names; `index_checks` entries are `IndexCheck`s.
 """
 from __future__ import annotations
 
@@ -504,6 +504,9 @@ class ExternKernel:
     op: Any
     args: tuple
     kwargs: tuple[tuple[str, Any], ...] = ()
+    # an indexing extern's (scatter, scatter_reduce, ...): the user's op and line, which the host
+    # program adds as a note to the error ATen raises for an index out of range
+    origin: CheckOrigin | None = None
 
     def __str__(self):
         kw = "".join(f", {k}={v}" for k, v in self.kwargs)

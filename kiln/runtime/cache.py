@@ -70,8 +70,9 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     return h.hexdigest()[:32]
 
 
-# the prims whose kernels check their indices at run time and name the user's op when one fails
-CHECKED_INDEX_PRIMS = frozenset({"index", "gather", "index_put", "index_put_"})
+# the prims whose kernels (or ATen's, as externs) check their indices at run time, and whose
+# error names the user's op and line ([Note: index bounds checks] in kiln/codegen/lowering_reduce.py)
+CHECKED_INDEX_PRIMS = frozenset({"index", "gather", "index_put", "index_put_", "scatter", "scatter_reduce"})
 
 
 def _op_name(target) -> str:

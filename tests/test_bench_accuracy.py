@@ -68,3 +68,38 @@ def test_outputs_are_walked_as_trees():
 
 def test_tolerances_are_looser_for_training_and_bf16():
     assert tolerance("zoo", "infer", "fp32") < tolerance("zoo", "train", "fp32") < tolerance("zoo", "train", "bf16")
+
+
+# ---------------------------------------------------------------------------- relative=True (the fuzzer's rule)
+
+def test_a_small_wrong_gradient_passes_the_absolute_rule_and_fails_the_relative_one():
+    torch.manual_seed(0)
+    exact = 1e-5 * torch.randn(100, dtype=torch.float64)
+    eager = exact.float()
+    wrong = -eager                                      # every value wrong, all below the atol
+    assert same(eager, wrong, exact, tol=1e-3).ok      # PyTorch's rule: allclose at atol 1e-3
+    verdict = same(eager, wrong, exact, tol=1e-3, relative=True)
+    assert not verdict.ok and "RMSE" in verdict.detail
+    assert not same(eager, wrong, tol=1e-3, relative=True).ok          # no float64 run: allclose alone
+
+
+def test_the_relative_rule_accepts_rounding_at_any_scale():
+    torch.manual_seed(0)
+    for scale in (1e-8, 1.0, 1e6):
+        exact = scale * torch.randn(256, 512, dtype=torch.float64)
+        eager = exact.float().sum(1)                                    # one summation order
+        reordered = exact.float().view(256, 8, 64).sum(1).sum(1)        # another (a split reduction)
+        assert not torch.equal(eager, reordered)
+        assert same(eager, reordered, exact.sum(1), tol=1e-4, relative=True).ok
+
+
+def test_the_relative_rule_on_zeros_nonfinite_values_and_floats():
+    zeros = torch.zeros(5)
+    assert same(zeros, zeros.clone(), zeros.double(), relative=True).ok
+    assert not same(zeros, zeros + 1e-9, zeros.double(), relative=True).ok
+    inf = torch.tensor([float("inf"), 1.0, float("nan")])
+    assert same(inf, inf.clone(), inf.double(), relative=True).ok
+    assert not same(inf, torch.tensor([float("inf"), 2.0, float("nan")]), inf.double(), relative=True).ok
+    assert same(1e-9, 1e-9 * (1 + 1e-7), 1e-9, relative=True).ok
+    assert not same(1e-9, 2e-9, 1e-9, relative=True).ok
+    assert same(1e-9, 2e-9).ok                                   # the absolute rule's abs_tol

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import operator
+import sys
 from typing import Any, Callable, Mapping
 
 import sympy
@@ -38,6 +39,7 @@ from kiln.aot.symbols import SymbolTable
 from kiln.errors import NotYetImplemented
 from kiln.symbolic import arguments
 from kiln.symbolic.fake import METADATA_MUTATING, FakeTensor
+from kiln.symbolic.shape_env import fx_node_location
 
 aten = torch.ops.aten
 
@@ -121,6 +123,8 @@ class _Recorder(TorchDispatchMode):
         self.symbols = SymbolTable(graph)
         # id -> (node, position in a tuple record or None): nodes whose record is that fake itself
         self._records: dict[int, list[tuple[fx.Node, int | None]]] = {}
+        self._decomposing: list = []    # the ATen ops whose decompositions are running, outermost first
+        self._where: dict[tuple[int, int], str] = {}   # (graph code, line) -> the user's "file:line in fn"
 
     def bind(self, t: torch.Tensor, node: fx.Node, root: fx.Node | None = None) -> None:
         self._nodes[id(t)] = (t, node)
@@ -189,10 +193,14 @@ class _Recorder(TorchDispatchMode):
         if func in METADATA_MUTATING:      # [Note: traced fakes as their own records]
             self.snapshot(args[0] if args else kwargs["self"])
         if func in self.decompositions:
-            with self, log.stage("decompose"):
-                result = self.decompositions[func](*args, **kwargs)
-                if result is not NotImplemented:
-                    result = _eager_layout(func, args, kwargs, result)
+            self._decomposing.append(func)
+            try:
+                with self, log.stage("decompose"):
+                    result = self.decompositions[func](*args, **kwargs)
+                    if result is not NotImplemented:
+                        result = _eager_layout(func, args, kwargs, result)
+            finally:
+                self._decomposing.pop()
             if result is not NotImplemented:
                 return result
         if func in RANDOM_REPLACEMENTS:
@@ -201,8 +209,28 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         node_args, node_kwargs = arguments.map_args(self._arg, args, kwargs)
         node = self.graph.call_function(func, node_args, node_kwargs)
+        node.meta["kiln_origin"] = self._origin(func)
         self._bind_outputs(func, node, args, kwargs, out)
         return out
+
+    def _origin(self, func) -> tuple[str, str]:
+        """[Note: an op's origin] (the user's op, where in their code): the ATen op this node's is,
+        or whose decomposition made it (`embedding` for the gather a decomposition records), and
+        "file:line in function" of the torch-level graph's node being run (its `stack_trace`, which
+        capture records), or "" (the backward, a graph without one). Passes that rebuild a node copy
+        its meta; codegen names both in an index error raised at run time ([Note: index bounds
+        checks] in kiln/codegen/lowering_reduce.py)."""
+        outer = self._decomposing[0] if self._decomposing else func
+        name = getattr(getattr(outer, "overloadpacket", None), "__name__", None) or getattr(outer, "__name__", str(outer))
+        frame = sys._getframe(2)
+        while frame is not None and not frame.f_code.co_filename.startswith("<eval_with_key>"):
+            frame = frame.f_back
+        if frame is None:
+            return name, ""
+        key = (id(frame.f_code), frame.f_lineno)     # a node's location lists the graph's nodes: once a line
+        if key not in self._where:
+            self._where[key] = fx_node_location(frame) or ""
+        return name, self._where[key]
 
     def _bind_outputs(self, func, node: fx.Node, args, kwargs, out) -> None:
         effects = schema.effects(func)

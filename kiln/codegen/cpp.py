@@ -201,12 +201,17 @@ class _Context:
     upper: Mapping
     buffers: Mapping[str, ir.Buffer]
     checks: Mapping = dataclasses.field(default_factory=dict)   # ir.index_checks entry -> its code
+    dry: bool = False     # the check pass of [Note: a scatter into an input checks before it writes]
 
-    def in_range(self, kind: str, bounds) -> str:
+    def in_range(self, kind: str, bounds, origin) -> str:
         """The C++ condition that every bound holds, recording the first that fails in the kernel's
         error slot ([Note: index bounds checks] in lowering_reduce)."""
-        return " && ".join(f"kiln_in_bounds({t}, {index_str(n)}, kiln_error, {self.checks[(kind, sympy.sympify(n))]})"
+        return " && ".join(f"kiln_in_bounds({t}, {index_str(n)}, kiln_error, {self.code(kind, n, origin)})"
                            for t, n in bounds)
+
+    def code(self, kind: str, size, origin) -> int:
+        """The error code of a check: its position in `ir.index_checks` + 1."""
+        return self.checks[ir.IndexCheck(kind, sympy.sympify(size), origin)]
 
     def in_bounds(self, ld: Load) -> bool:
         buf = self.buffers.get(ld.buffer)
@@ -243,7 +248,7 @@ def expr_str(e: ir.ScalarExpr, ctx: _Context | None = None, unrounded: bool = Fa
                 if ctx is None:
                     raise CppUnsupported("a checked gather printed without its kernel")
                 binds += "".join(f" {t} = kiln_checked({t}, {index_str(n)}, kiln_error, "
-                                 f"{ctx.checks[('gather', sympy.sympify(n))]});" for t, n in e.bounds)
+                                 f"{ctx.code('gather', n, e.origin)});" for t, n in e.bounds)
             text = f"({{ {binds} {text}; }})"
         return f"{WIDEN[dtype]}({text})" if dtype in HALF_DTYPES else text
     if isinstance(e, Constant):
@@ -282,7 +287,9 @@ def _scatter_lines(s: Store, ctx: _Context | None, exact: frozenset) -> list[str
     binds = " ".join(f"int64_t {t} = {expr_str(x, ctx)};" for t, x in s.indirect)
     if s.bounds and ctx is None:
         raise CppUnsupported("a checked scatter printed without its kernel")
-    inside = ctx.in_range("scatter", s.bounds) if s.bounds else "true"
+    inside = ctx.in_range("scatter", s.bounds, s.origin) if s.bounds else "true"
+    if ctx is not None and ctx.dry:
+        return [f"{{ {binds} (void)({inside}); }}"]
     target = f"{s.buffer}[{index_str(s.index)}]"
     if not s.accumulate:
         return [f"{{ {binds} if ({inside}) {target} = {_stored_value(s, ctx, exact)}; }}"]
@@ -500,6 +507,51 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
                       (b, f"{b}_t", f"std::min<int64_t>({b}_t + {TILE}, {rb})", "1")]
         parallel_ranges = parallel_ranges[:-2] + [-(-int(kernel.ranges[-2]) // TILE)]
     m = len(loops)
+    if _checks_before_writing(kernel):
+        lines += _loop_nest(kernel, buffers, checks, loops, parallel_ranges, total, only_once, scalar, dry=True)
+        lines.append("  if (kiln_error) return kiln_error;")
+    lines += _loop_nest(kernel, buffers, checks, loops, parallel_ranges, total, only_once, scalar)
+    if checks:
+        lines.append("  return kiln_error;")
+    lines.append("}")
+    options = ['"no-tree-vectorize"'] if scalar else []
+    if only_once and any("kiln_where<" in line for line in lines):
+        # g++'s tree-PRE, once float compares may be speculated (-fno-trapping-math), turns a
+        # pointwise nest of selects between loads (max pooling's padded window) into loads it no
+        # longer sees as affine, and the loop stays scalar (10x slower); reductions keep PRE (it
+        # is worth 30% to a masked softmax)
+        options.insert(0, '"no-tree-pre"')
+    if options:
+        lines[1] = lines[1].replace('extern "C" ', f'extern "C" __attribute__((optimize({", ".join(options)}))) ', 1)
+    return "\n".join(lines)
+
+
+# [Note: a scatter into an input checks before it writes] A scatter kernel skips an element whose
+# index is out of range and the host raises after it, so the elements in range are written. Eager
+# on the CPU writes in order up to the first bad index (none if it is the first); kiln's kernel,
+# in parallel, has no order to follow. Where the scatter is the user's in-place op (its ATen name
+# ends in `_`: `x[i] = v` is `index_put_`, and `index_copy_`, `index_fill_`, `index_add_`,
+# `put_`), which writes their tensor, and the kernel writes nothing else, the C++ kernel first
+# runs its loops without the stores (the indices and their checks only) and returns the error
+# before any write: the user's tensor is unchanged after the error, where eager's holds the writes
+# before the bad index. A scatter of an out-of-place op writes a fresh buffer, which no one sees
+# when the program raises, and gets no check pass (embedding's backward scatters every token).
+# Not covered: a kernel that writes other buffers too, and the Triton printer, whose
+# `tl.device_assert` fails a block before its store but not the blocks before it (on a GPU the
+# assert ends the process's CUDA context, as eager's does). Earlier ops' writes into inputs (an
+# `x.add_(1)` before the bad `x[i] = v`) stand, as they do in eager.
+def _checks_before_writing(kernel: ir.Kernel) -> bool:
+    stores = [s for st in kernel.stages for s in st.body if isinstance(s, Store)]
+    return bool(stores) and all(s.indirect and s.bounds for s in stores) and any(
+        s.origin is not None and s.origin.op.endswith("_") for s in stores)
+
+
+def _loop_nest(kernel, buffers, checks, loops, parallel_ranges, total, only_once, scalar, dry=False) -> list[str]:
+    """The kernel's loops over its stages; `dry`: the stores only check their indices."""
+    lines: list[str] = []
+    ind = "  "
+    n = len(kernel.ranges)
+    m = len(loops)
     for k, (var, first, bound, step) in enumerate(loops):
         parallel = k == 0 and not (total.is_number and int(total) < PARALLEL_MIN_WORK)
         simd = k == m - 1 and only_once and not scalar and not checks and not any(isinstance(x, ScanAccumulate) for st in kernel.stages
@@ -525,23 +577,11 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> str:
     outer_upper = {ir.loop_var(k): sympy.sympify(r) for k, r in enumerate(kernel.ranges)}
     for st in kernel.stages:
         upper = {**outer_upper, **{ir.reduction_var(k): sympy.sympify(r) for k, r in enumerate(st.reduction_ranges)}}
-        lines += _stage_lines(st, ind, _Context(upper, buffers, checks), simd=not scalar)
+        lines += _stage_lines(st, ind, _Context(upper, buffers, checks, dry), simd=not scalar)
     for _ in loops:
         ind = ind[:-2]
         lines.append(ind + "}")
-    if checks:
-        lines.append("  return kiln_error;")
-    lines.append("}")
-    options = ['"no-tree-vectorize"'] if scalar else []
-    if only_once and any("kiln_where<" in line for line in lines):
-        # g++'s tree-PRE, once float compares may be speculated (-fno-trapping-math), turns a
-        # pointwise nest of selects between loads (max pooling's padded window) into loads it no
-        # longer sees as affine, and the loop stays scalar (10x slower); reductions keep PRE (it
-        # is worth 30% to a masked softmax)
-        options.insert(0, '"no-tree-pre"')
-    if options:
-        lines[1] = lines[1].replace('extern "C" ', f'extern "C" __attribute__((optimize({", ".join(options)}))) ', 1)
-    return "\n".join(lines)
+    return lines
 
 
 def print_module(kernels: Sequence[ir.Kernel], buffers: Mapping[str, ir.Buffer]) -> str:

@@ -219,7 +219,8 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
             args += [py_index(s) for s in step.size_args]
             checks = ir.index_checks(step) if index_errors else ()
             if checks:
-                table = ", ".join(f"({kind!r}, {py_index(n)})" for kind, n in checks)
+                table = ", ".join(f"({c.kind!r}, {py_index(c.size)}, {c.origin.op if c.origin else ''!r}, "
+                                  f"{c.origin.where if c.origin else ''!r})" for c in checks)
                 lines += [f"    _failed = {step.name}({', '.join(args)})",
                           f"    if _failed: _index_error({step.name!r}, ({table},)[_failed - 1])"]
             else:
@@ -238,11 +239,17 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                 args.append(f"out={outs[0]}")
             call = f"{gname}({', '.join(args)})"
             if len(outs) == 1:
-                lines.append(f"    {outs[0]} = _one({call})")
+                calling = [f"    {outs[0]} = _one({call})"]
             else:
-                lines.append(f"    {', '.join(outs)} = {call}")
+                calling = [f"    {', '.join(outs)} = {call}"]
                 if "_" in outs:   # results nobody reads are released at once
-                    lines.append("    del _")
+                    calling.append("    del _")
+            if step.origin is not None:    # ATen's index error, with the user's op and line as a note
+                o = step.origin
+                calling = (["    try:"] + ["    " + line for line in calling] +
+                           ["    except (IndexError, RuntimeError) as _e:",
+                            f"        _extern_error(_e, {o.op!r}, {o.where!r})"])
+            lines += calling
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
                 lines += _bind_unbacked(buffers[o], unbound, unbacked)
                 lines += _layout_check(buffers[o], may_be_none=True)
@@ -480,12 +487,17 @@ def _view(t: torch.Tensor, sizes: tuple, strides: tuple, offset: int) -> torch.T
 
 
 def _index_error(kernel: str, check: tuple) -> None:
-    """Raise for a kernel's failed index check ([Note: index bounds checks] in lowering_reduce)."""
-    kind, size = check
-    what = ("a gather (embedding, x[idx], index_select, gather) read" if kind == "gather" else
-            "a scatter (x[idx] = v, index_put, index_copy, index_add) wrote")
-    raise IndexError(f"index out of range: {what} at an index outside a dim of size {size} (kiln kernel "
-                     f"{kernel}); eager raises here too ('index out of range in self')")
+    """Raise for a kernel's failed index check ([Note: index bounds checks] in lowering_reduce):
+    `check` is (kind, the dim's size, the user's op, their line), as `plan_host` prints it."""
+    kind, size, op, where = check
+    raise ir.IndexCheck(kind, size, ir.CheckOrigin(op, where)).error(kernel, size)
+
+
+def _extern_error(e: BaseException, op: str, where: str) -> None:
+    """Re-raise ATen's error of an indexing extern with a note naming the user's op and line
+    (the message and type stay ATen's, as eager's)."""
+    e.add_note(f"kiln: raised by ATen's kernel for {op or 'an indexing op'}" + (f" at {where}" if where else ""))
+    raise e
 
 
 def _one(result):
@@ -527,7 +539,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_strides_differ": _strides_differ,
-           "_one": _one, "_view": _view, "_index_error": _index_error,
+           "_one": _one, "_view": _view, "_index_error": _index_error, "_extern_error": _extern_error,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update({name: _binding(op) for name, op in program.externs})

@@ -19,7 +19,8 @@ Vocabulary
   that occur in `index` to scalar expressions computed first (already cast to int64, wrapped);
   its `bounds` pair each symbol with the size of the dim it indexes, for the symbols that may
   fall outside it (an index from the program's inputs; lowering leaves out the ones it proves in
-  range). [Note: index bounds checks]
+  range), and its `origin` (a `CheckOrigin`) names the user's op and line an error blames.
+  [Note: index bounds checks]
 
 Graph-level nodes (lowering's output, the scheduler's input)
 ------------------------------------------------------------
@@ -30,7 +31,7 @@ Graph-level nodes (lowering's output, the scheduler's input)
   reduce the same `expr`).
 - `Scan(ranges, scan_range, op, expr)`: the output has dims `ranges + (scan_range,)` in that order
   (`r0` walks the scan axis); `op` in `SCAN_OPS` (inclusive).
-- `Scatter(ranges, into, index, indirect, bounds, expr, accumulate)`: element `x` of `expr` is
+- `Scatter(ranges, into, index, indirect, bounds, expr, accumulate, origin)`: element `x` of `expr` is
   written (or, `accumulate`, atomically added) at the flat offset `index` of the buffer named
   `into`, whose indirect symbols `t0, t1, ...` `indirect` binds as a `Load`'s does (the values
   of an index tensor, wrapped, cast to int64); `bounds` pairs each with the size of the dim it
@@ -58,9 +59,9 @@ A `Kernel` is one fused loop nest: an outer loop over `ranges` (`x...`), and in 
 of `Stage`s run in order for each outer index. A stage with `reduction_ranges == ()` runs its body
 once per outer index; otherwise it loops `r...` over them. Statements:
 - `Assign(name, expr)`: a local value, readable as `Var(name)` later in the same stage iteration.
-- `Store(buffer, index, expr, indirect, bounds, accumulate)`: write memory; a scatter's store
-  binds indirect symbols in `index` as a `Load` does, checks them against `bounds` as a `Load`
-  does, and adds atomically where `accumulate`.
+- `Store(buffer, index, expr, indirect, bounds, accumulate, origin)`: write memory; a scatter's
+  store binds indirect symbols in `index` as a `Load` does, checks them against `bounds` as a
+  `Load` does, and adds atomically where `accumulate`.
 - `Accumulate(name, op, expr)`: fold `expr` into accumulator `name` (a reduction op); after the
   stage, `Var(name)` holds the result for this outer index. argmax/argmin track the flat `r` index.
 - `ScanAccumulate(name, op, expr)`: running inclusive scan; `Var(name)` is the value so far, inside
@@ -94,6 +95,8 @@ Change log (keep this stable; note every change here)
   `Store.bounds`, `Store.accumulate`; `body_exprs` / `map_body` / `stmt_exprs` / `map_stmt`.
 - v8: `Load.bounds`; an indirect index outside its bounds is an error, not a masked write
   (`index_checks`, [Note: index bounds checks]).
+- v9: `CheckOrigin` on `Load`, `Store`, `Scatter` and `ExternKernel` (`origin`): the user's op and
+  line a failed bounds check names; `index_checks` entries are `IndexCheck`s.
 """
 from __future__ import annotations
 
@@ -221,12 +224,24 @@ SCAN_OPS = ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp")
 
 
 @dataclass(frozen=True)
+class CheckOrigin:
+    """Whose index a bounds check guards: the user's op as ATen names it ("index_select",
+    "embedding", "index_put_" for `x[i] = v`) and "file:line in function" of its call, or ""
+    ([Note: an op's origin] in kiln/aot/trace.py). A failed check's error names it ([Note: index
+    bounds checks] in lowering_reduce): the C++ host program raises it, a Triton kernel's
+    `tl.device_assert` carries it as its message."""
+    op: str = ""
+    where: str = ""
+
+
+@dataclass(frozen=True)
 class Load:
     buffer: str
     index: sympy.Expr
     dtype: torch.dtype
     indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...] = ()
     bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...] = ()
+    origin: CheckOrigin | None = None        # with `bounds`: whose index they check
 
     def __str__(self):
         ind = "".join(f", {s}={e}" for s, e in self.indirect)
@@ -412,6 +427,7 @@ class Scatter:
     bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...]
     expr: ScalarExpr
     accumulate: bool = False
+    origin: CheckOrigin | None = None
 
     def __str__(self):
         ind = "".join(f", {s}={e}" for s, e in self.indirect)
@@ -488,6 +504,9 @@ class ExternKernel:
     op: Any
     args: tuple
     kwargs: tuple[tuple[str, Any], ...] = ()
+    # an indexing extern's (scatter, scatter_reduce, ...): the user's op and line, which the host
+    # program adds as a note to the error ATen raises for an index out of range
+    origin: CheckOrigin | None = None
 
     def __str__(self):
         kw = "".join(f", {k}={v}" for k, v in self.kwargs)
@@ -604,6 +623,7 @@ class Store:
     indirect: tuple[tuple[sympy.Symbol, "ScalarExpr"], ...] = ()
     bounds: tuple[tuple[sympy.Symbol, sympy.Expr], ...] = ()
     accumulate: bool = False
+    origin: CheckOrigin | None = None
 
     def __str__(self):
         ind = "".join(f", {s}={e}" for s, e in self.indirect)
@@ -677,19 +697,52 @@ class Kernel:
         return "\n".join([head] + template + [str(s) for s in self.stages])
 
 
-def index_checks(kernel: Kernel) -> tuple[tuple[str, sympy.Expr], ...]:
-    """The distinct index checks of `kernel`: ("gather", size) for each bound of an indirect load,
-    ("scatter", size) for each of an indirect store, in a fixed order. A C++ kernel reports a
-    check it failed (the last in this order, if several) by its position + 1 ([Note: index
-    bounds checks] in lowering_reduce)."""
+# ATen ops whose CPU kernels raise RuntimeError, not IndexError, for an index outside its dim
+# (embedding, index_select, x[i], index_copy, index_fill, index_put, take and put raise IndexError)
+RUNTIME_ERROR_OPS = frozenset({"gather", "index_add", "index_add_", "scatter", "scatter_", "scatter_add",
+                               "scatter_add_", "scatter_reduce", "scatter_reduce_"})
+
+
+@dataclass(frozen=True)
+class IndexCheck:
+    """One distinct check of a kernel: a gather's read or a scatter's write (`kind`) at an index
+    that must lie in [0, size), for the user's op `origin`."""
+    kind: str                      # "gather" | "scatter"
+    size: sympy.Expr
+    origin: CheckOrigin | None = None
+
+    def message(self, size=None) -> str:
+        """What failed, for the user: the op, their line, the dim's size (`size`: its value)."""
+        o = self.origin or CheckOrigin()
+        op = o.op or ("a gather (embedding, x[idx], index_select, gather)" if self.kind == "gather"
+                      else "a scatter (x[idx] = v, index_put, index_copy, index_add)")
+        where = f" at {o.where}" if o.where else ""
+        what = "read" if self.kind == "gather" else "write"
+        return f"index out of range in {op}{where}: an index {what} outside a dim of size {self.size if size is None else size}"
+
+    @staticmethod
+    def error_type(op: str) -> type:
+        return RuntimeError if op in RUNTIME_ERROR_OPS else IndexError
+
+    def error(self, kernel: str, size=None) -> Exception:
+        """The exception the program raises when this check failed: eager's type for the op."""
+        cls = self.error_type(self.origin.op if self.origin else "")
+        return cls(f"{self.message(size)} (kiln kernel {kernel}); eager raises {cls.__name__} here too")
+
+
+def index_checks(kernel: Kernel) -> tuple[IndexCheck, ...]:
+    """The distinct index checks of `kernel`: one for each bound of an indirect load ("gather") or
+    store ("scatter") with its origin, in a fixed order. A C++ kernel reports a check it failed
+    (the last in this order, if several) by its position + 1 ([Note: index bounds checks] in
+    lowering_reduce)."""
     out: dict = {}
     for stage in kernel.stages:
         for s in stage.body:
             if isinstance(s, Store):
-                out.update(dict.fromkeys(("scatter", sympy.sympify(n)) for _, n in s.bounds))
+                out.update(dict.fromkeys(IndexCheck("scatter", sympy.sympify(n), s.origin) for _, n in s.bounds))
             for e in stmt_exprs(s):
                 for ld in loads_of(e):
-                    out.update(dict.fromkeys(("gather", sympy.sympify(n)) for _, n in ld.bounds))
+                    out.update(dict.fromkeys(IndexCheck("gather", sympy.sympify(n), ld.origin) for _, n in ld.bounds))
     return tuple(out)
 
 

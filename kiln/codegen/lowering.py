@@ -150,6 +150,9 @@ class LoweringContext:
         # the fake values of the tensor arguments of the node being lowered, in order: their strides
         # and storage offsets, which a TensorValue does not carry (the `as_strided` rule needs them)
         self.arg_metas: tuple = ()
+        # the user's op and line of the node being lowered: its gathers' and scatters' bounds
+        # checks name them ([Note: an op's origin] in kiln/aot/trace.py)
+        self.check_origin: ir.CheckOrigin | None = None
         # [Note: one buffer per value]
         self.realized: dict[tuple[TensorValue, tuple], ir.Buffer] = {}
         self.realized_any: dict[TensorValue, ir.Buffer] = {}
@@ -636,6 +639,8 @@ def lower_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
             continue
         meta = values.get(node)
         ctx.arg_metas = tuple(values.get(a) for a in node.args if isinstance(a, torch.fx.Node))
+        origin = node.meta.get("kiln_origin")
+        ctx.check_origin = ir.CheckOrigin(*origin) if origin else None
         if node.target in _NUMBER_OPS and type(meta) in (int, float, bool):
             # size arithmetic the trace specialized (`8 * 8` of two sizes guarded static): its
             # number, not an extern run by the host program, whose value no lowering rule sees

@@ -15,7 +15,7 @@ from kiln.codegen import ir
 from kiln.codegen.indexing import _bounds as index_range, simplify_index
 from kiln.codegen.ir import Load, Op, indirect_var, loop_var
 from kiln.codegen.lowering import (LoweringContext, LoweringError, TensorValue, broadcast_to, cast, constant,
-                                   register, reindex, size_scalar, to_sympy)
+                                   op_name, register, reindex, size_scalar, to_sympy)
 from kiln.codegen.lowering_rules import _dims, _operand, _out, _value
 from kiln.symbolic.decide import is_unbacked
 
@@ -198,7 +198,7 @@ def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, ou
         raise LoweringError("gather from an empty dim (every index is out of range; ATen raises)")
     binds = tuple((syms[d], _wrap(e, table.sizes[d])) for d, e in zip(dims, exprs))
     bounds = index_bounds_to_check(ctx, [(syms[d], e, table.sizes[d]) for d, e in zip(dims, exprs)], out_sizes)
-    return Load(shifted.buffer, shifted.index, shifted.dtype, binds, bounds)
+    return Load(shifted.buffer, shifted.index, shifted.dtype, binds, bounds, ctx.check_origin if bounds else None)
 
 
 # [Note: index bounds checks] An index tensor's values are data, and eager raises on one outside
@@ -212,6 +212,14 @@ def _gather_load(ctx, table: TensorValue, dim, index_expr, other_index: list, ou
 # the hot paths that compute their indices (argmax, a clamp, `%`, an arange) pay nothing:
 # `_value_range` follows the index expression by interval arithmetic; a load of anything but an
 # argmax/argmin result is unknown (a graph input such as a KV cache's `cache_position` is checked).
+# The error is eager's for the op: a bound carries the user's op and line (`ir.CheckOrigin`, from
+# the node's [Note: an op's origin] in kiln/aot/trace.py), and `ir.IndexCheck.error` raises
+# RuntimeError for the ops whose ATen kernels do (gather, index_add, scatter), IndexError for the
+# rest, with a message naming the op and line ("index out of range in index_select at model.py:12
+# in forward: ..."). Ops that run as externs (scatter, scatter_add, scatter_reduce) raise ATen's
+# own error, as eager, with the op and line added as a note (`INDEXING_EXTERNS`); index_reduce, an extern scatter_reduce too, reads its index through a checked
+# gather first, for eager's IndexError. What the user's tensors hold after the error: [Note: a
+# scatter into an input checks before it writes] in kiln/codegen/cpp.py.
 
 def index_bounds_to_check(ctx, indices, out_sizes) -> tuple:
     """The (symbol, size) pairs of `indices` ((symbol, raw index expression, size) each, the
@@ -544,8 +552,15 @@ def extern_fallback(ctx: LoweringContext, target, args, kwargs, meta) -> Any:
         else:
             raise LoweringError(f"extern {target} returns {type(m).__name__}, which kiln can hold neither "
                                 "in a buffer nor as a Python value")
-    ctx.nodes.append(ir.ExternKernel(tuple(names), target, call_args, call_kwargs))
+    origin = ctx.check_origin if op_name(target) in INDEXING_EXTERNS else None
+    ctx.nodes.append(ir.ExternKernel(tuple(names), target, call_args, call_kwargs, origin))
     return tuple(values) if isinstance(meta, (tuple, list)) else values[0]
+
+
+# Prims that read or write at indices from their data when they run as ATen kernels: ATen checks
+# the indices and raises eager's error, to which the host program adds the user's op and line
+# ([Note: index bounds checks])
+INDEXING_EXTERNS = frozenset({"scatter", "scatter_reduce", "gather", "index", "index_put", "index_put_"})
 
 
 @register("addmm")

@@ -77,10 +77,11 @@ def _scatter(ctx: LoweringContext, target: TensorValue, into: ir.Buffer, indices
     rest = len(shape)
     address = {loop_var(d): syms[d] if d < k else loop_var(rest + d - k) for d in range(target.ndim)}
     written = ctx.add_buffer(dataclasses.replace(into, name=ctx.new_name()))
+    bounds = index_bounds_to_check(ctx, [(s, e, target.sizes[d]) for d, (s, e) in enumerate(zip(syms, exprs))],
+                                   ranges)
     body = ir.Scatter(ranges, into.name, ir.subs_index(target.expr, address).index,
                       tuple((s, _wrap(e, target.sizes[d])) for d, (s, e) in enumerate(zip(syms, exprs))),
-                      index_bounds_to_check(ctx, [(s, e, target.sizes[d]) for d, (s, e) in enumerate(zip(syms, exprs))],
-                                            ranges),
-                      cast(values.expr, target.dtype), bool(accumulate))
+                      bounds, cast(values.expr, target.dtype), bool(accumulate),
+                      ctx.check_origin if bounds else None)
     ctx.nodes.append(ir.ComputedBuffer(written.name, body))
     return dataclasses.replace(target, expr=dataclasses.replace(target.expr, buffer=written.name))

@@ -583,7 +583,7 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner, templ
             binds = tuple((t, _localize(_inline_earlier(_simplify_expr(ir.subs_index(x, p.mapping), upper), recompute,
                                                         stage_scope), {**in_scope, **stage_scope}))
                           for t, x in body.indirect)
-            body_list.append(Store(buf.name, p.store_index, expr, binds, body.bounds, body.accumulate))
+            body_list.append(Store(buf.name, p.store_index, expr, binds, body.bounds, body.accumulate, body.origin))
             continue
         is_local = buf.name not in holders and \
             planner.is_local(p, plan, recomputable=again is not None or keep_in is not None)

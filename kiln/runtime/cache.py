@@ -63,7 +63,22 @@ def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
             v = attribute(gm, node.target)
             if isinstance(v, torch.Tensor):
                 h.update(repr((node.target, v.dtype, tuple(v.shape), v.stride())).encode())
+        elif node.op == "call_function" and _op_name(node.target) in CHECKED_INDEX_PRIMS:
+            # the op and line a failed index check names ([Note: an op's origin] in kiln/aot/trace.py):
+            # `x[i] = v` and `x.index_put_((i,), v)` make one graph, and the other's error named the wrong line
+            h.update(repr(node.meta.get("kiln_origin")).encode())
     return h.hexdigest()[:32]
+
+
+# the prims whose kernels (or ATen's, as externs) check their indices at run time, and whose
+# error names the user's op and line ([Note: index bounds checks] in kiln/codegen/lowering_reduce.py)
+CHECKED_INDEX_PRIMS = frozenset({"index", "gather", "index_put", "index_put_", "scatter", "scatter_reduce"})
+
+
+def _op_name(target) -> str:
+    """`kiln_prims.index_put.default` -> "index_put"."""
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, "__name__", "") if packet is not None else ""
 
 
 def attribute(gm, target: str):

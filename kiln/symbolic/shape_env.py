@@ -135,7 +135,7 @@ def _locate() -> tuple[str | None, str | None]:
         if filename.startswith("<eval_with_key>"):
             # an FX GraphModule's forward (a later stage tracing a captured graph): the node being
             # run says where in the user's program its op came from, when it kept a stack trace
-            user = _fx_node_location(frame)
+            user = fx_node_location(frame)
             if user is not None:
                 return user, kernel
         if filename.startswith(_TORCH_DIR):
@@ -148,19 +148,23 @@ def _locate() -> tuple[str | None, str | None]:
     return None, kernel
 
 
-def _fx_node_location(frame) -> str | None:
+def fx_node_location(frame) -> str | None:
     """"file:line" from the `stack_trace` of the FX node whose generated line `frame` runs."""
     gm = frame.f_locals.get("self")
     lines = getattr(gm, "_lineno_map", None)
-    if not lines or frame.f_lineno not in lines or lines[frame.f_lineno] is None:
+    # the map counts lines from the prologue (`def forward(...)`), after the generated imports
+    line = frame.f_lineno - getattr(gm, "_prologue_start", 0)
+    if not lines or lines.get(line) is None:
         return None
     try:
-        node = list(gm.graph.nodes)[lines[frame.f_lineno]]
+        node = list(gm.graph.nodes)[lines[line]]
     except (AttributeError, IndexError):
         return None
     trace = node.meta.get("stack_trace") or ""
     found = re.findall(r'File "(.+)", line (\d+), in (.+)', trace)
-    return f"{found[-1][0]}:{found[-1][1]} in {found[-1][2]}" if found else None
+    # the innermost frame outside torch and kiln: the user's call of `nn.Embedding`, not its forward
+    users = [f for f in found if not f[0].startswith((_TORCH_DIR, _KILN_DIR))] or found
+    return f"{users[-1][0]}:{users[-1][1]} in {users[-1][2]}" if users else None
 
 
 class ShapeEnv(TorchHelperProtocol):

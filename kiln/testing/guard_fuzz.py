@@ -257,7 +257,7 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
             x4, xs4 = _inputs(s64, seed * 100 + step)
             m64 = copy.deepcopy(module).double() if as_module else None
             fp64 = _call(m64 if as_module else SUBJECT, x4, xs4, s64, m64)
-        verdict = same(ref, res, fp64, tol=1e-2 if state.autocast else 1e-4)
+        verdict = same(ref, res, fp64, tol=1e-2 if state.autocast else 1e-4, relative=True)
         if not verdict.ok:
             failures.append(("wrong", mutation, f"{state}: {verdict.detail}"))
         if recorder.compiled == before and recorder.ran:   # a cached entry ran: would a fresh compile agree?

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import operator
 import os
+import re
 import time
 import warnings
 import weakref
@@ -351,10 +352,12 @@ def _interpreter_asserts():
     try:
         yield
     except Exception as e:      # the interpreter's InterpreterError holding the AssertionError
-        if isinstance(e, IndexError) or "index out of bounds" not in str(e):
+        # the assert's message is the check's (`ir.IndexCheck.message`): its op gives eager's type
+        found = re.search(r"index out of range in (\w*).*?outside a dim of size [^\s')]+", str(e))
+        if isinstance(e, (IndexError, RuntimeError)) or found is None:
             raise
-        raise IndexError(f"index out of range: a gather or scatter index is outside its dim "
-                         f"(Triton kernel's device_assert: {e}); eager raises here too") from e
+        cls = ir.IndexCheck.error_type(found.group(1))
+        raise cls(f"{found.group(0)} (Triton kernel's device_assert); eager raises {cls.__name__} here too") from e
     finally:
         interpreter_builder.options = before
 

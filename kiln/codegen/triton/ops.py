@@ -288,10 +288,14 @@ def _k_round(x):
 """, """
 @triton.jit
 def _k_round(x):
-    r = tl.floor(x + 0.5)
-    tie = (r - x) == 0.5
-    odd = (r % 2.0) != 0.0
-    return tl.where(tie & odd, r - 1.0, r)
+    # half to even, as nearbyint. From floor(x), whose distance to x is exact: floor(x + 0.5)
+    # rounded x + 0.5 first (0.49999997 went to 1, 2**23 + 1 to 2**23 + 2). A zero keeps x's sign:
+    # round(-0.3) is -0.0, and copysign(1, it) -1 (fuzz seed 560033 of --triton-interpret)
+    r = tl.floor(x)
+    d = x - r
+    up = (d > 0.5) | ((d == 0.5) & ((r % 2.0) != 0.0))
+    r = tl.where(up, r + 1.0, r)
+    return tl.where(r == 0.0, x * 0.0, r)
 """)
 _libdevice_1("_k_exp", "exp", "tl.exp(x)")   # libdevice's expf, as eager's kernels: [Note: eager's CUDA math]
 _libdevice_1("_k_rcp", "rcp_rn", "1.0 / x")    # 1 / x rounded once, as div_rn(1, x), in fewer instructions
@@ -422,8 +426,23 @@ def _float_only(text: str) -> Printer:
     return _by_kind(_template(text), _template("{0}"))
 
 
+def _is_literal(text: str) -> bool:
+    """Whether printed `text` is a Python literal (a 32-bit constant: `Printer.constant`)."""
+    if text in ("True", "False") or text.startswith('float("'):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _to_dtype(args, dtypes, out):
     src = dtypes[0]
+    if _is_literal(args[0]):
+        # a literal has no `.to`: a typed block of one does (a float16 zero under autocast,
+        # `(0.0).to(tl.float16)`, failed: fuzz seed 560045 of --triton-interpret)
+        args = [f"tl.full([1], {args[0]}, {tl_dtype(compute_dtype(src))})"] + list(args[1:])
     if out == torch.bool:
         return f"({args[0]} != 0)"
     if out in HALF_DTYPES:

@@ -224,7 +224,7 @@ class KernelPrinter:
             self.index.names[sym.name] = v.text
             size = dict(e.bounds).get(sym)
             if size is not None:
-                ok = self.check_index(v, size)
+                ok = self.check_index(v, size, ir.IndexCheck("gather", sympy.sympify(size), e.origin))
                 if sym in used:
                     inside.append(ok)
         try:
@@ -233,6 +233,12 @@ class KernelPrinter:
             self.index.names = saved
         deps |= self.index.dims(e.index)
         buf = self.buffers.get(e.buffer)
+        if buf is not None and sympy.sympify(buf.numel) == 0 and not e.indirect:
+            # an empty buffer has no element to read: the loops over it run zero times, or mask the
+            # value off. Its index may have simplified to a constant (a size-0 dim's strides drop
+            # out), and an unmasked load at that offset read unowned memory (SIGSEGV under the
+            # interpreter: fuzz seed 510290, `x.isnan().flatten().any()` of a (2, 2, 1, 0) input)
+            return Value(f"tl.full([1], 0, {ops.tl_dtype(ops.compute_dtype(e.dtype))})", frozenset(), e.dtype)
         dtype = buf.dtype if buf is not None else e.dtype
         forwarded = self.stored.get((e.buffer, offset)) if not e.indirect else None
         if forwarded is not None and forwarded[1] == frozenset(deps | {"x"}):
@@ -341,7 +347,7 @@ class KernelPrinter:
             index_deps |= iv.deps
             self.index.names[sym.name] = iv.text
             if sym in bounds:          # an index outside its dim asserts, and writes nothing
-                inside.append(self.check_index(iv, bounds[sym]))
+                inside.append(self.check_index(iv, bounds[sym], ir.IndexCheck("scatter", sympy.sympify(bounds[sym]), s.origin)))
         try:
             offset = self.index.offset(s.index)
         finally:
@@ -369,7 +375,7 @@ class KernelPrinter:
         if not s.indirect:
             self.stored[(s.buffer, offset)] = (value, frozenset(deps))
 
-    def check_index(self, v: Value, size) -> str:
+    def check_index(self, v: Value, size, check: ir.IndexCheck) -> str:
         """Assert that the index value `v` lies in [0, size) where its block is not masked off, and
         return the in-range condition's name, for the access's mask ([Note: index bounds checks]
         in lowering_reduce: `decorator` compiles the assert in)."""
@@ -378,7 +384,7 @@ class KernelPrinter:
             return self.out.cse[rhs]
         ok = self.out.let(rhs)
         mask = self.mask(v.deps)
-        self.out.line(f'tl.device_assert({ok}, "index out of bounds"{f", mask={mask}" if mask else ""})')
+        self.out.line(f'tl.device_assert({ok}, {check.message()!r}{f", mask={mask}" if mask else ""})')
         return ok
 
     # -- structure

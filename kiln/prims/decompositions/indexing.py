@@ -211,7 +211,12 @@ def index_reduce(a, dim, index, source, reduce, *, include_self=True):
     dim = canonical_dim(dim, a.ndim)
     shape = [1] * a.ndim
     shape[dim] = index.shape[0] if index.ndim else 1
-    idx = broadcast_to(p.broadcast_in_dim(reshape(index, [-1]), list(source.shape), [dim]), source.shape)
+    # ATen's scatter_reduce (an extern) raises RuntimeError for an index outside the dim, where
+    # eager's index_reduce raises IndexError: the index is read through a checked gather of the
+    # positions first, which raises eager's error and names the op ([Note: index bounds checks])
+    positions = p.iota(a.shape[dim], start=0, step=1, dtype=torch.int64, device=a.device)
+    index = p.index(positions, [convert(reshape(index, [-1]), torch.int64)])
+    idx = broadcast_to(p.broadcast_in_dim(index, list(source.shape), [dim]), source.shape)
     return p.scatter_reduce(a, dim, contiguous(idx), convert(source, a.dtype), reduce, include_self)
 
 

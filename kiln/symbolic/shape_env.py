@@ -45,6 +45,7 @@ import math
 import os
 import re
 import sys
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import sympy
@@ -148,17 +149,33 @@ def _locate() -> tuple[str | None, str | None]:
     return None, kernel
 
 
+# generated forward code -> its GraphModule: reading `frame.f_locals` copies every local of the
+# frame (a graph's forward has one per node), so a graph's module is read from its frame once
+_MODULE_OF_CODE: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
 def fx_node_location(frame) -> str | None:
     """"file:line" from the `stack_trace` of the FX node whose generated line `frame` runs."""
-    gm = frame.f_locals.get("self")
+    gm = _MODULE_OF_CODE.get(frame.f_code)
+    if gm is None:
+        gm = frame.f_locals.get("self")
+        try:
+            _MODULE_OF_CODE[frame.f_code] = gm
+        except TypeError:      # not weakly referable: no module, or not one
+            pass
     lines = getattr(gm, "_lineno_map", None)
     # the map counts lines from the prologue (`def forward(...)`), after the generated imports
     line = frame.f_lineno - getattr(gm, "_prologue_start", 0)
     if not lines or lines.get(line) is None:
         return None
+    # the graph's nodes as a list, kept with the line map they index (a recompile makes a new map):
+    # listing them on every lookup made a 32-layer model's trace quadratic (4 s of its compile)
+    cached = gm.__dict__.get("_kiln_nodes_for_lines")
+    if cached is None or cached[0] is not lines:
+        cached = gm.__dict__["_kiln_nodes_for_lines"] = (lines, list(gm.graph.nodes))
     try:
-        node = list(gm.graph.nodes)[lines[line]]
-    except (AttributeError, IndexError):
+        node = cached[1][lines[line]]
+    except IndexError:
         return None
     trace = node.meta.get("stack_trace") or ""
     found = re.findall(r'File "(.+)", line (\d+), in (.+)', trace)

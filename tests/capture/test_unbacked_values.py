@@ -177,14 +177,14 @@ def test_torch_compile_keeps_these_in_one_graph(fn):
 
 # Captured in one graph (backend="eager" passes), but kiln's own backend cannot compile the graph yet:
 # aot's functionalization turns the write into select_scatter / slice_scatter / index_put, whose
-# decompositions branch on the sign of the unbacked index (or on the mask's count being 0 or 1).
+# decompositions branch on the sign of the unbacked index. (A boolean mask's write, `y[y > 0] = v`,
+# compiles: its count's layout questions answer the general case, `definitely_contiguous`.)
 _WRITE_THROUGH_DATA_INDEX = "aot: the scatter of a write at an index read from data branches on its sign"
 KILN_BACKEND_FAILS = {
     setitem_unbacked_int: _WRITE_THROUGH_DATA_INDEX,
     setitem_negative_unbacked_int: _WRITE_THROUGH_DATA_INDEX,
     slice_bounds_from_tensor: _WRITE_THROUGH_DATA_INDEX,
     block_mask_from_tensor: _WRITE_THROUGH_DATA_INDEX,
-    setitem_mask: "aot: index_put with a boolean mask branches on Eq(u0, 0) | Eq(u0, 1) (before this branch too)",
 }
 
 

@@ -34,6 +34,11 @@ Without a timer (Triton's interpreter on CPU tensors neither times nor autotunes
 interpreter switch]) the first tiling is kept, as before the autotuner, and the decision says so.
 Tests inject a deterministic timer by replacing `device_timer`.
 
+Status (2026-12-07): exercised under the interpreter with an injected timer (tests/codegen/
+test_matmul_autotune.py); its GPU path (kiln's timer, compiled tilings, the new large tilings and
+unmasked loads) has not yet run on a GPU: `python bench/matmul_template_probe.py --autotune` and
+tests/codegen/test_gpu_matmul_autotune.py are the first things to run there.
+
 Hands on: `tune_matmuls(graph, configs_for, timer=None) -> (graph, [MatmulDecision])`,
 `device_timer(device)`.
 """

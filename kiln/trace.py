@@ -18,7 +18,8 @@ was imported), `pid` and the kind's fields. The kinds and who emits them:
     stage      stage, seconds                                      aot's and codegen's pass timers
     backend    name, seconds (one call of the backend on a graph)  kiln/backends.py
     schedule   printer, ir (the loop IR), kernels [{name, source, origins, launch}], refused
-               [{node, group, reason}], externs, host              codegen/trace_events.py
+               [{node, group, reason}], externs, host, matmuls (max-autotune's product choices)
+                                                                   codegen/trace_events.py
     cache      cache ("graph program" | "C++ library"), hit, key   codegen, runtime
 
 Events of one frame lie between its `frame_start` and its `frame`; a graph's kernels follow its

@@ -282,3 +282,24 @@ def test_kernel_categories_by_name(name, category):
 def test_busy_time_counts_overlapping_kernels_once():
     from kiln.bench.attribution import _union_us
     assert _union_us([(0, 10), (5, 15), (20, 25), (21, 22)]) == 20
+
+
+def test_the_max_autotune_compilers_are_built_in(monkeypatch):
+    """`kiln bench --compilers ...,inductor-max-autotune,kiln-max-autotune`: both names resolve, and
+    kiln's compiles with mode="max-autotune" (a matmul template kernel is built, here under Triton's
+    interpreter) and equals eager."""
+    from kiln.bench.compilers import GraphCounter, get_compiler
+    from kiln.codegen.triton import launcher
+    import kiln
+    assert "max-autotune" in get_compiler("inductor-max-autotune").description
+    monkeypatch.setenv("KILN_TRITON_INTERPRET", "1")
+    kiln.reset()
+    before = {id(k) for k in launcher.BUILT}
+    model = torch.nn.Sequential(torch.nn.Linear(23, 45), torch.nn.ReLU())
+    x = torch.randn(37, 23)
+    counter = GraphCounter()
+    with torch.no_grad():
+        got = get_compiler("kiln-max-autotune").compile(model, counter)(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+    assert counter.graphs == 1
+    assert any(id(k) not in before and k.template is not None for k in launcher.BUILT)

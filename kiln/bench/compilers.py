@@ -2,7 +2,7 @@
 
 A compiler turns a model into the callable that is timed: `compile(model, counter) -> callable`.
 Built in: `eager` (the model itself), `inductor` (torch.compile, the thing to beat), `kiln`
-(kiln.compile's own backend) and `kiln-aot_eager` (kiln's capture and AOT autograd, graphs run as
+(kiln.compile's own backend), their `-reduce-overhead` and `-max-autotune` modes, and `kiln-aot_eager` (kiln's capture and AOT autograd, graphs run as
 FX Python). Any `module:function` names a custom compiler taking the model (and the counter, if
 it accepts two arguments); the harness tests use this for a deliberately wrong and a crashing
 one. Graph counts come from wrapping the backend, so every captured graph is seen once
@@ -83,6 +83,10 @@ COMPILERS: dict[str, Compiler] = {c.name: c for c in (
              description="torch.compile(mode='reduce-overhead'): Inductor with CUDA graphs"),
     Compiler("kiln-reduce-overhead", _kiln_backend("kiln", "reduce-overhead"),
              description="kiln.compile(mode='reduce-overhead'): kiln with CUDA graphs"),
+    Compiler("inductor-max-autotune", _inductor("max-autotune"),
+             description="torch.compile(mode='max-autotune'): Inductor's timed matmul templates, CUDA graphs"),
+    Compiler("kiln-max-autotune", _kiln_backend("kiln", "max-autotune"),
+             description="kiln.compile(mode='max-autotune'): kiln's timed matmul templates, CUDA graphs"),
     Compiler("kiln-aot_eager", _kiln_backend("aot_eager"), description="kiln capture + AOT autograd, run as FX"),
 )}
 

@@ -1,7 +1,8 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
     lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
-    -> matmul templates (matmul_templates.py; max-autotune, printers that tile products) -> schedule (scheduler.py)
+    -> matmul templates (matmul_templates.py; max-autotune, printers that tile products; the Triton
+       printer times them: triton/matmul_autotune.py) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -86,9 +87,14 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
     with log.stage("layouts"):
         graph = optimize_layouts(graph, _saved_outputs(graph, gm.meta.get("kiln_user_outputs")))
     configs_for = getattr(policy, "matmul_configs", None)
+    decisions = []       # the timed choice of each product ([Note: matmul autotuning])
     if max_autotune and configs_for is not None:
         with log.stage("matmul templates"):
-            graph = use_matmul_templates(graph, configs_for)
+            tune = getattr(policy, "tune_matmuls", None)
+            if tune is not None:
+                graph, decisions = tune(graph, configs_for)
+            else:
+                graph = use_matmul_templates(graph, configs_for)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))
@@ -109,7 +115,7 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
         built = save_kernels(printer, kernels, buffers, size_hints(example_inputs)) if kernels else None
     if trace.active():
         from kiln.codegen.trace_events import schedule_event
-        schedule_event(printer, graph, sched, buffers, program.source)
+        schedule_event(printer, graph, sched, buffers, program.source, [d.as_json() for d in decisions])
     if log.enabled("kernels"):
         log.emit("kernels", "kernel source", printer.print_module(kernels, buffers) if kernels else "")
     log.emit("kernels", "host program", program.source)

@@ -12,11 +12,13 @@ fusion is.
 
 Whether the extern or a template, and which tiling, is faster is a question for the GPU:
 `candidates` lists the choices for one product (the extern first, then a template per tiling the
-printer offers) and `use_matmul_templates` takes the one its `choose` picks. Until the autotuner
-times them, `first_template` picks the printer's first tiling whenever a template may be used at
-all: static sizes and strides, float16, bfloat16 or float32 operands of one dtype, and (addmm)
-beta = alpha = 1. Without max-autotune, and for printers with no `matmul_configs` (C++), this
-pass does not run.
+printer offers) and `use_matmul_templates` takes the one its `choose` picks. A template may be used
+at all for static sizes and strides, float16, bfloat16 or float32 operands of one dtype, and
+(addmm) beta = alpha = 1. A printer that can time its kernels says which is faster: the Triton
+printer's `tune_matmuls` ([Note: matmul autotuning] in triton/matmul_autotune.py) times every
+candidate on the device and passes its pick as `choose`; `first_template` (the printer's first
+tiling whenever a template may be used) is the choice where nothing is timed. Without
+max-autotune, and for printers with no `matmul_configs` (C++), this pass does not run.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from kiln.codegen.matmul_padding import extern_name
 TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # op -> (bias position or None, A position, B position)
-_PRODUCTS = {"mm": (None, 0, 1), "bmm": (None, 0, 1), "addmm": (0, 1, 2)}
+PRODUCTS = {"mm": (None, 0, 1), "bmm": (None, 0, 1), "addmm": (0, 1, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +92,9 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
     the autotuner will time them (issue #40, item 2)."""
     extern = [ExternChoice(node)]
     name = extern_name(node)
-    if name not in _PRODUCTS or len(node.outputs) != 1 or node.outputs[0] not in buffers:
+    if name not in PRODUCTS or len(node.outputs) != 1 or node.outputs[0] not in buffers:
         return extern
-    bias_at, a_at, b_at = _PRODUCTS[name]
+    bias_at, a_at, b_at = PRODUCTS[name]
     scale = list(node.args[3:]) + [v for k, v in node.kwargs if k in ("beta", "alpha")]
     if any(s != 1 for s in scale):
         return extern
@@ -125,7 +127,7 @@ def _to(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
 
 
 def first_template(choices: Sequence[MatmulChoice]) -> MatmulChoice:
-    """Today's choice: the printer's first tiling whenever a template may be used, else the extern."""
+    """The untimed choice: the printer's first tiling whenever a template may be used, else the extern."""
     return next((c for c in choices if isinstance(c, ir.MatmulTemplate)), choices[0])
 
 
@@ -135,7 +137,7 @@ def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
     buffers = graph.buffer_map()
     nodes = []
     for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel) and extern_name(node) in _PRODUCTS:
+        if isinstance(node, ir.ExternKernel) and extern_name(node) in PRODUCTS:
             choice = choose(candidates(node, buffers, configs_for))
             node = choice.node if isinstance(choice, ExternChoice) else choice
         nodes.append(node)

@@ -2,8 +2,9 @@
 
 `compile.py` calls `schedule_event` once per compiled prim graph, only when the log is on: the
 loop IR, each kernel (name, the graph nodes fused into it, its source as the printer prints it,
-how it is launched), every fusion the scheduler refused with its reason, the extern calls, and the
-host program.
+how it is launched), every fusion the scheduler refused with its reason, the extern calls, the
+host program, and under max-autotune each matrix product's timed choice (`matmuls`: the
+`MatmulDecision`s of [Note: matmul autotuning], as JSON).
 
 How a kernel is launched is the printer's business, so it is one function per printer module in
 `LAUNCH`: the C++ printer's OpenMP loops, the Triton printer's grid and block sizes.
@@ -52,7 +53,8 @@ LAUNCH: dict[str, Callable[[ir.Kernel, Mapping[str, ir.Buffer], str], str]] = {
 }
 
 
-def schedule_event(printer, graph: ir.Graph, sched, buffers: Mapping[str, ir.Buffer], host: str = "") -> None:
+def schedule_event(printer, graph: ir.Graph, sched, buffers: Mapping[str, ir.Buffer], host: str = "",
+                   matmuls: list | None = None) -> None:
     launch = LAUNCH.get(printer.__name__, lambda kernel, buffers, source: "")
     kernels, externs = [], []
     for step in sched.steps:
@@ -67,4 +69,4 @@ def schedule_event(printer, graph: ir.Graph, sched, buffers: Mapping[str, ir.Buf
             externs.append({"outputs": [o for o in step.outputs if o], "op": str(step.op)})
     refused = [{"node": w.node, "group": list(w.group), "reason": w.reason} for w in sched.refused]
     trace.emit("schedule", printer=printer.__name__, ir=str(graph), kernels=kernels, refused=refused,
-               externs=externs, host=host)
+               externs=externs, host=host, matmuls=matmuls or [])

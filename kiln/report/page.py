@@ -199,9 +199,29 @@ def _program(i: int, j: int, s: dict) -> str:
                         for op, n in Counter(e["op"] for e in s["externs"]).most_common())
     return (f'<div class="program"><p>{len(s["kernels"])} kernels ({escape(s["printer"])}): {links or "none"}'
             + (f'; extern calls: {externs}' if externs else "") + f'; {len(s["refused"])} refused fusions</p>'
+            + _matmuls(s.get("matmuls") or []) +
             f'<details class="ir"><summary>loop IR</summary><pre><code>{escape(s["ir"])}</code></pre></details>'
             f'<details class="host"><summary>host program</summary><pre><code>{escape(s["host"])}</code></pre></details>'
             '</div>')
+
+
+def _matmuls(decisions: list) -> str:
+    """max-autotune's choice for each matrix product ([Note: matmul autotuning]): what won, how many
+    configurations this compile benchmarked (0 when the choice came from the cache), the timings."""
+    if not decisions:
+        return ""
+    items = []
+    for d in decisions:
+        choice = "extern" if d["choice"] == "extern" else f'template {d["choice"]}'
+        epilogue = f' + {", ".join(d["epilogue"])}' if d["epilogue"] else ""
+        times = "; ".join(f"{label} {ms:.4f} ms" for label, ms in d["timings"].items())
+        items.append(f'<li><code>{escape(d["product"])}</code> = {escape(d["op"])} {escape(d["shape"])} '
+                     f'{escape(d["dtype"])}{escape(epilogue)}: <b>{escape(choice)}</b> ({escape(d["how"])}; '
+                     f'<span class="benchmarked">{d["benchmarked"]}</span> configurations benchmarked)'
+                     + (f'<br><span class="timings">{escape(times)}</span>' if times else "") + "</li>")
+    total = sum(d["benchmarked"] for d in decisions)
+    return (f'<details class="matmuls" open><summary>max-autotune: {len(decisions)} matrix products, '
+            f'{total} configurations benchmarked</summary><ul>{"".join(items)}</ul></details>')
 
 
 # --------------------------------------------------------------------------------------- kernels

@@ -41,7 +41,7 @@ def _code_hash() -> str:
     return _CODE_HASH[0]
 
 
-def _versions() -> str:
+def versions() -> str:
     kiln = sys.modules.get("kiln")     # the package this module belongs to, loaded before it
     return (f"kiln={getattr(kiln, '__version__', '0')} code={_code_hash()} torch={torch.__version__} "
             f"format={FORMAT}")
@@ -49,7 +49,7 @@ def _versions() -> str:
 
 def graph_key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     h = hashlib.sha256()
-    h.update(_versions().encode())
+    h.update(versions().encode())
     h.update(gm.code.encode())
     for x in example_inputs:
         if isinstance(x, torch.Tensor):

@@ -8,7 +8,9 @@
 - `heuristics`: block sizes per launch, `autotune`: max-autotune's timed choice, cached on disk;
 - `matmul`: the matmul template's kernels, and `matmul_configs(m, n, k, dtype)`, the tilings it
   offers: a printer with `matmul_configs` gets max-autotune's products as templates
-  ([Note: matmul templates] in kiln/codegen/matmul_templates.py);
+  ([Note: matmul templates] in kiln/codegen/matmul_templates.py), and `matmul_autotune.tune_matmuls`,
+  which times the extern against each tiling on the device and keeps the fastest ([Note: matmul
+  autotuning]);
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
 - `binaries`: a static kernel's compiled binary found again on a warm start, without Triton's JIT;
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
@@ -21,6 +23,7 @@ import torch
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
 from kiln.codegen.triton.heuristics import matmul_configs
 from kiln.codegen.triton.launcher import TritonKernel, build, restore, saved
+from kiln.codegen.triton.matmul_autotune import tune_matmuls
 from kiln.codegen.triton.printer import print_kernel, print_module
 
 # The host program passes tensors (Triton takes them as pointers itself), not data_ptr() ints.
@@ -36,4 +39,4 @@ KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 SPLIT_REDUCTIONS = True
 
 __all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "matmul_configs",
-           "print_kernel", "print_module", "restore", "saved"]
+           "print_kernel", "print_module", "restore", "saved", "tune_matmuls"]

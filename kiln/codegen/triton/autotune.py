@@ -11,6 +11,7 @@ Hands on: `tune(kernel, numels, args, timer=None) -> LaunchConfig`, `cache_name(
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import warnings
 from typing import Callable, Sequence
 
@@ -33,10 +34,40 @@ def _read(kernel) -> dict:
     return store.read_json("autotune", cache_name(kernel)) or {}
 
 
-def gpu_timer(fn: Callable[[], None]) -> float:
-    """Median milliseconds of `fn` on the GPU (Triton's benchmark: flushes L2 between runs)."""
-    import triton.testing
-    return float(triton.testing.do_bench(fn, warmup=5, rep=25, return_mode="median"))
+# [Note: kiln's GPU timer] One small loop, as Triton's `do_bench` times: the call once (compiles,
+# allocates), a first estimate over 5 calls, then enough calls to fill about `rep_ms` (5 at least,
+# 500 at most) after `warmup_ms` of warm-up, each between a pair of CUDA events and each after a
+# write of 256 MiB (more than any GPU's L2), so no call finds its operands in cache that the model
+# would not; the median of the calls, in milliseconds. Used by `tune` (launch configs of ordinary
+# kernels) and `matmul_autotune` (the extern against each template tiling).
+L2_FLUSH_BYTES = 256 * 2 ** 20
+
+
+def gpu_timer(fn: Callable[[], None], warmup_ms: float = 5.0, rep_ms: float = 25.0) -> float:
+    """Median milliseconds of `fn` on the current CUDA device ([Note: kiln's GPU timer])."""
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    estimate = max(start.elapsed_time(end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    n = min(500, max(5, int(rep_ms / estimate)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for i in range(n):
+        flush.zero_()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 def tune(kernel, numels: tuple[int, ...], args: Sequence, timer: Timer | None = None) -> LaunchConfig:

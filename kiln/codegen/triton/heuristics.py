@@ -152,25 +152,38 @@ def autotune_candidates(kind: str, xnumel: int, rnumel: int = 1,
 
 # ---------------------------------------------------------------------------- matmul templates
 
-# Tilings of a product (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), the first the one used
-# until max-autotune times them (issue #40, item 2): square 64 x 64 tiles, K in steps of 32, a
-# 3-stage pipeline, then larger tiles for large products and narrower ones for skinny products.
+# Tilings of a product (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages). The first is the one
+# used where nothing is timed (Triton's interpreter): square 64 x 64 tiles, K in steps of 32, a
+# 3-stage pipeline. Then larger tiles, and narrower ones for skinny products; then the tilings of
+# large products (issue #40: with only 128 x 128 x 32 the template reached half of cuBLAS at
+# 4096^3 on an H100): 128 x 128, 128 x 256 and 256 x 128 tiles with K in steps of 64, 8 warps and 3
+# or 4 stages, as Inductor's and Triton's tutorials' H100 configs. Programs walk the tiles in
+# groups of `MatmulConfig.GROUP_M` row tiles (8: the grouped, "swizzled" order), so a group's
+# programs share tiles of A and B in L2. `max-autotune` times every one ([Note: matmul autotuning]).
 MATMUL_TILINGS = ((64, 64, 32, 4, 3), (128, 128, 32, 8, 3), (128, 64, 32, 4, 4), (64, 128, 32, 4, 4),
-                  (32, 64, 64, 4, 4), (64, 32, 64, 4, 4), (16, 64, 128, 4, 4))
+                  (32, 64, 64, 4, 4), (64, 32, 64, 4, 4), (16, 64, 128, 4, 4),
+                  (128, 128, 64, 4, 4), (128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3),
+                  (128, 256, 64, 8, 4), (128, 256, 32, 8, 4))
 # tl.dot takes no block dim under 16
 MIN_DOT_BLOCK = 16
+# The shared memory a tiling's pipeline may take: its stages' tiles of A and B, (BLOCK_M + BLOCK_N)
+# x BLOCK_K elements each. An H100 gives a block 227 KiB; the rest is left to the epilogue's
+# layout conversions. A tiling over it would fail to launch (float32's 128 x 256 x 64 tiles).
+MATMUL_SHARED_MEMORY = 200 * 1024
 
 
 def matmul_configs(m: int, n: int, k: int, dtype) -> list:
     """The tilings the Triton matmul template offers for an `[M, K] @ [K, N]` product, the one to
     use first: `MATMUL_TILINGS` with each block no larger than its dim needs (a product of 20 rows
-    gets 32-row tiles), distinct."""
+    gets 32-row tiles), distinct, within `MATMUL_SHARED_MEMORY` for the operands' dtype."""
     from kiln.codegen.ir import MatmulConfig
+    itemsize = getattr(dtype, "itemsize", 4)
     found = []
     for block_m, block_n, block_k, warps, stages in MATMUL_TILINGS:
         config = MatmulConfig(BLOCK_M=_fit(block_m, m), BLOCK_N=_fit(block_n, n), BLOCK_K=_fit(block_k, k),
                               num_warps=warps, num_stages=stages)
-        if config not in found:
+        smem = (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * itemsize * config.num_stages
+        if config not in found and smem <= MATMUL_SHARED_MEMORY:
             found.append(config)
     return found
 

@@ -2,8 +2,11 @@
 
 A program computes one `BLOCK_M x BLOCK_N` tile of the product (of one batch element): it walks K
 `BLOCK_K` at a time, loading a `[BLOCK_M, BLOCK_K]` tile of A and a `[BLOCK_K, BLOCK_N]` tile of
-B under masks (M, N and K need not be multiples of the blocks: masked elements load as 0, which
-adds nothing), and accumulates `tl.dot` of them in float32. Then the kernel's stage (the product's
+B, and accumulates `tl.dot` of them in float32. M, N and K need not be multiples of the blocks
+([Note: unmasked operand loads]): the last K step loads under a mask (masked elements load as 0,
+which adds nothing), and is the only masked load; rows past M and columns past N are read at
+their index modulo M (N), a valid element whose sums are never stored. So where K is a multiple
+of BLOCK_K the loop's loads carry no mask, and pipeline as Triton's own matmul tutorial's do. Then the kernel's stage (the product's
 body and its fused epilogue, [Note: matmul template epilogues] in the scheduler) runs on the tile,
 printed by the same statement printer as every kernel, with the tile's rows as its `x` dim and its
 columns as its `r` dim: a load indexed by n only (a bias) is a `[1, BLOCK_N]` row, a store is
@@ -125,13 +128,21 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
         "rindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_DTYPE)[None, :]",
         f"xmask = xindex < {m}",
         f"rmask0 = rindex < {n}",
-        f"a_rows = {a} + ({a_start} + xindex * {a_m})",
-        f"b_columns = {b} + ({b_start} + rindex * {b_n})",
+        "# [Note: unmasked operand loads] a partial tile's rows (columns) past M (N) load row M - 1's",
+        "# neighbours again (index modulo M), and are never stored",
+        f"a_rows = {a} + ({a_start} + (xindex % {m}) * {a_m})",
+        f"b_columns = {b} + ({b_start} + (rindex % {n}) * {b_n})",
         f"{ir.ACCUMULATOR} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)",
         f"for k0 in range(0, {k}, BLOCK_K):",
         "    kindex = k0 + tl.arange(0, BLOCK_K).to(INDEX_DTYPE)",
-        f"    a_tile = tl.load(a_rows + kindex[None, :] * {a_k}, xmask & (kindex[None, :] < {k}), other=0){widen}",
-        f"    b_tile = tl.load(b_columns + kindex[:, None] * {b_k}, (kindex[:, None] < {k}) & rmask0, other=0){widen}",
+    ]
+    if k % product.config.BLOCK_K == 0:    # every K step is whole: no mask at all
+        lines += [f"    a_tile = tl.load(a_rows + kindex[None, :] * {a_k}){widen}",
+                  f"    b_tile = tl.load(b_columns + kindex[:, None] * {b_k}){widen}"]
+    else:
+        lines += [f"    a_tile = tl.load(a_rows + kindex[None, :] * {a_k}, kindex[None, :] < {k}, other=0){widen}",
+                  f"    b_tile = tl.load(b_columns + kindex[:, None] * {b_k}, kindex[:, None] < {k}, other=0){widen}"]
+    lines += [
         f"    {ir.ACCUMULATOR} = tl.dot(a_tile, b_tile, {ir.ACCUMULATOR}{precision})",
     ]
     params = [tile.ptr(name) for name in kernel.buffer_args]

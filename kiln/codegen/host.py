@@ -248,7 +248,7 @@ def plan_host(graph: ir.Graph, sched: Schedule, takes_pointers: bool = True,
                 o = step.origin
                 calling = (["    try:"] + ["    " + line for line in calling] +
                            ["    except (IndexError, RuntimeError) as _e:",
-                            f"        _extern_error(_e, {o.op!r}, {o.where!r})"])
+                            f"        _note_extern_error(_e, {o.op!r}, {o.where!r})"])
             lines += calling
             for o in writes(step):   # an undefined optional result (cuDNN attention's logsumexp) is None
                 lines += _bind_unbacked(buffers[o], unbound, unbacked)
@@ -493,7 +493,7 @@ def _index_error(kernel: str, check: tuple) -> None:
     raise ir.IndexCheck(kind, size, ir.CheckOrigin(op, where)).error(kernel, size)
 
 
-def _extern_error(e: BaseException, op: str, where: str) -> None:
+def _note_extern_error(e: BaseException, op: str, where: str) -> None:
     """Re-raise ATen's error of an indexing extern with a note naming the user's op and line
     (the message and type stay ATen's, as eager's)."""
     e.add_note(f"kiln: raised by ATen's kernel for {op or 'an indexing op'}" + (f" at {where}" if where else ""))
@@ -539,7 +539,7 @@ def link(program: HostProgram, kernels: dict, constants: dict, binds: dict | Non
     """Make the `call` function: the generated source with kernels, externs and constants bound."""
     import math
     env = {"torch": torch, "_empty": torch.empty_strided, "_restride": _restride, "_strides_differ": _strides_differ,
-           "_one": _one, "_view": _view, "_index_error": _index_error, "_extern_error": _extern_error,
+           "_one": _one, "_view": _view, "_index_error": _index_error, "_note_extern_error": _note_extern_error,
            "_keep": _KeptStorage().keep, "math": math}
     env.update(kernels)
     env.update({name: _binding(op) for name, op in program.externs})

@@ -185,9 +185,39 @@ class _JointParts:
         return values | {o for o in self.bw_outputs if isinstance(o, fx.Node) and o not in self.backward}
 
 
-def min_cut_partition(joint: JointGraph, recomputable_ops: frozenset = frozenset()):
+def _materialized_on_both_sides(node: fx.Node, parts: "_JointParts", materializing_ops: frozenset) -> bool:
+    """[Note: values materialized on both sides] A cheap value (a ReLU's output, a layer norm's, a
+    weight's bf16 cast) that an extern reads in the forward (the next convolution or matrix
+    product) is written to memory there anyway; if an extern reads it in the backward too (that
+    product's weight gradient), recomputing it there costs a pass that reads its inputs and writes
+    it again, before the extern reads it back, where saving it costs one read and no extra write in
+    the forward. So such a value is saved, not recomputed, as Inductor's partitioner decides
+    (`is_materialized_backwards`): DenseNet's concatenated features, recomputed before every
+    convolution's weight gradient, held its training step at eager's speed. A view is recomputed
+    still (it moves nothing). The price is memory: what eager keeps for those values."""
+    if node.op != "call_function" or schema.effects(node.target).view or node.target is operator.getitem:
+        return False
+    forward = backward = False
+    users = list(node.users)
+    while users:                  # through views: `x.view(...)` read by the extern reads x's memory
+        user = users.pop()
+        if user.op != "call_function":
+            continue
+        if user.target in materializing_ops:
+            if user in parts.backward:
+                backward = True
+            else:
+                forward = True
+        elif schema.effects(user.target).view:
+            users.extend(user.users)
+    return forward and backward
+
+
+def min_cut_partition(joint: JointGraph, recomputable_ops: frozenset = frozenset(),
+                      materializing_ops: frozenset = frozenset()):
     """Split `joint` (functional) into (fw_gm, bw_gm, SavedInfo); see [Note: min-cut partition].
-    `recomputable_ops` are ops to treat as cheap besides the built-in rule."""
+    `recomputable_ops` are ops to treat as cheap besides the built-in rule; `materializing_ops`
+    read their operands from memory ([Note: values materialized on both sides])."""
     import networkx as nx    # a second to import: only a cold compile partitions (a warm start reads SavedInfo)
     parts = _JointParts.of(joint)
     drains = {n for n in parts.needed_by_bw if n in parts.backward}
@@ -200,7 +230,8 @@ def min_cut_partition(joint: JointGraph, recomputable_ops: frozenset = frozenset
         flow.add_edge(f"{n.name}_in", f"{n.name}_out", capacity=nbytes(n))
         if n in drains:
             flow.add_edge(f"{n.name}_out", "sink")
-        if n.op == "placeholder" or not recomputable(n, recomputable_ops):
+        if n.op == "placeholder" or not recomputable(n, recomputable_ops) \
+                or _materialized_on_both_sides(n, parts, materializing_ops):
             flow.add_edge("source", f"{n.name}_in")
         for user in n.users:
             if user in parts.needed_by_bw:

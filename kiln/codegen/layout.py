@@ -221,7 +221,49 @@ def plan_channels_last(graph: ir.Graph, free_outputs: frozenset = frozenset()) -
             source = producer.get(a)
             if isinstance(source, ir.ComputedBuffer) and isinstance(source.body, ir.Pointwise):
                 relay(a)
+    if plan:
+        _relay_sideways(graph, buffers, producer, plan, relayable, nhwc, relay)
     return plan
+
+
+def _relay_sideways(graph: ir.Graph, buffers: dict, producer: dict, plan: dict, relayable, nhwc, relay) -> None:
+    """Sideways, to a fixed point: a 4-d buffer computed elementwise from buffers of its batch and
+    channels whose layout is decided (inputs, planned buffers; the ones still undecided left out)
+    and all channels-last goes channels-last too; one with no decided source (a pooling window's
+    validity mask, computed from indices alone) follows its readers once every reader is planned. So the kernels beside channels-last gradients read
+    every operand at unit stride along the channels (max pooling's gradient in a training step whose
+    pool output was saved, [Note: values materialized on both sides] in kiln/aot/partition.py)."""
+    readers: dict[str, list] = {}
+    for node in graph.nodes:
+        if isinstance(node, ir.ComputedBuffer):
+            for ld in ir.body_loads(node.body):
+                readers.setdefault(ld.buffer, []).append(node)
+
+    def undecided(name: str) -> bool:
+        """A 4-d elementwise buffer this pass may still lay out: it follows, and is not followed."""
+        source = producer.get(name)
+        return name not in plan and relayable(name) and isinstance(source, ir.ComputedBuffer) \
+            and isinstance(source.body, ir.Pointwise)
+
+    changed = True
+    while changed:
+        changed = False
+        for node in graph.nodes:
+            if not isinstance(node, ir.ComputedBuffer) or not isinstance(node.body, ir.Pointwise) \
+                    or node.buffer in plan or not relayable(node.buffer):
+                continue
+            nc = buffers[node.buffer].sizes[:2]
+            sources = {ld.buffer for ld in ir.body_loads(node.body)
+                       if len(buffers[ld.buffer].sizes) == 4 and buffers[ld.buffer].sizes[:2] == nc
+                       and not undecided(ld.buffer)}
+            if sources:
+                follow = all(nhwc(ir.BufferArg(a)) for a in sources)
+            else:
+                users = readers.get(node.buffer, [])
+                follow = bool(users) and all(u.buffer in plan for u in users)
+            if follow:
+                relay(node.buffer)
+                changed = changed or node.buffer in plan
 
 
 def _views_by_buffer(graph: ir.Graph) -> dict[str, list[ir.ViewArg]]:

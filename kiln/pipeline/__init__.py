@@ -169,12 +169,13 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
         compile_pool.prestart()
     with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
         from kiln.aot import aot_compile, min_cut_partition
-        from kiln.prims import RECOMPUTABLE_MOVEMENT, decompositions_for
+        from kiln.prims import EXTERN_OPS, RECOMPUTABLE_MOVEMENT, decompositions_for
         decompositions = decompositions_for(set(BACKEND_OPS), options.numerics)
     compiler = _compiler(options)
     runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
                           decompositions=decompositions,
-                          partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT),
+                          partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT,
+                                                      materializing_ops=EXTERN_OPS),
                           numerics=options.numerics)
     if hasattr(runtime, "fw"):         # an AotRuntime: link both halves now, errors included
         runtime.fw = _finished(runtime.fw)

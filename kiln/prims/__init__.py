@@ -8,6 +8,7 @@ Public API (names kept stable for aot/ and codegen/):
     DECOMPOSITIONS: dict[OpOverload, Callable]   ATen overload -> Python function over prims
     decompositions_for(backend_ops)    the table minus the ops a backend implements itself
     is_prim(op), is_extern(op)
+    EXTERN_OPS                         the extern prims' graph targets (their operands are in memory)
     RECOMPUTABLE_MOVEMENT              movement prims that copy (cat, pad, flip, copy_strided) or
                                        gather (gather, index): cheap to recompute in a backward
     PrimEvaluator                      TorchDispatchMode: decompose every ATen op, run prim references
@@ -40,5 +41,10 @@ def is_extern(op) -> bool:
 RECOMPUTABLE_MOVEMENT = frozenset(p.op for p in PRIMS.values()
                                   if p.name in ("cat", "copy_strided", "flip", "pad", "gather", "index"))
 
-__all__ = ["RECOMPUTABLE_MOVEMENT", "PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
+# Externs (matrix products, convolutions, attention) read their operands from memory: a value one
+# consumes is written out by whatever computes it, never fused into the extern (aot's min cut asks,
+# [Note: values materialized on both sides] in kiln/aot/partition.py).
+EXTERN_OPS = frozenset(p.op for p in PRIMS.values() if p.category is Category.EXTERN)
+
+__all__ = ["RECOMPUTABLE_MOVEMENT", "EXTERN_OPS", "PRIMS", "Prim", "Category", "ops", "DECOMPOSITIONS", "decompositions_for", "is_prim", "is_extern",
            "PrimEvaluator", "UndecomposedOp", "undecomposed_ops", "PrimArgumentError"]

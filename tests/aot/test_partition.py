@@ -180,3 +180,30 @@ def test_the_gradient_of_a_maximum_over_vector_math_equals_eagers(shape):
                 out = f(a)
                 grads.append(torch.autograd.grad(out, a, torch.ones_like(out))[0])
             torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+
+
+def _conv_relu_conv(x, w1, w2):
+    h = torch.nn.functional.batch_norm(torch.nn.functional.conv2d(x, w1, padding=1), None, None, training=True)
+    return torch.nn.functional.conv2d(h.relu(), w2, padding=1).square().sum()
+
+
+@pytest.mark.parametrize("materializing", [False, True])
+def test_a_value_both_convolutions_read_is_saved_not_recomputed(materializing):
+    """[Note: values materialized on both sides]: the ReLU's output is the second convolution's
+    input in the forward and its weight gradient's in the backward; with the externs named, the
+    min cut saves it instead of rebuilding it (normalization and ReLU) from the first convolution's
+    output, which batch norm's gradient reads anyway."""
+    import functools
+    from kiln.prims import EXTERN_OPS, RECOMPUTABLE_MOVEMENT, decompositions_for
+    x = torch.randn(2, 3, 8, 8)
+    w1, w2 = torch.randn(4, 3, 3, 3, requires_grad=True), torch.randn(4, 4, 3, 3, requires_grad=True)
+    partition = functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT,
+                                  materializing_ops=EXTERN_OPS if materializing else frozenset())
+    compiled = aot_compile(torch.fx.symbolic_trace(_conv_relu_conv), [x, w1, w2], fw_compiler=lambda g, _: g.forward,
+                           bw_compiler=lambda g, _: g.forward, decompositions=decompositions_for(set()),
+                           partition=partition)
+    expected = torch.autograd.grad(_conv_relu_conv(x, w1, w2), (w1, w2))
+    got = torch.autograd.grad(compiled(x, w1, w2), (w1, w2))
+    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-4)   # batch norm's gradient, summed in another order
+    recomputed = {name.rsplit("_", 1)[0] if name[-1].isdigit() else name for name in compiled.info.recomputed}
+    assert ("maximum_default" in recomputed or "maximum" in recomputed) is not materializing, compiled.info.recomputed

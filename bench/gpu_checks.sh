@@ -10,7 +10,8 @@
 #   bash bench/gpu_checks.sh dynamic    # BERT lengths, past the cache limit, dolly generate (~300 s)
 #   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
 #   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts (~200 s)
-#   bash bench/gpu_checks.sh decode     # issue #36: decoding bench (dolly, LLaMA-1.1B; b1, b16), dolly profile (~450 s)
+#   bash bench/gpu_checks.sh decode     # issue #36: decoding bench (dolly, LLaMA-1.1B; b1, b16), dolly profile, GEMV probe (~540 s)
+#   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
 set -u
@@ -71,7 +72,13 @@ decode)     # issue #36: the decoding figures, then where a dolly token's GPU an
             --forms eager,inductor-static,kiln-static,kiln-dynamic --rounds 3 --out "$OUT/generate" > "$OUT/decoding_$m.txt" 2>&1
     done
     timeout 110 $py bench/decode_profile.py dolly --new 20 --top 16 --out "$OUT" 2>&1 | grep -v USDT > "$OUT/decode_profile.txt"
-    tail -24 "$OUT/decode_profile.txt"; grep -h "^|" "$OUT"/decoding_*.txt
+    timeout 90 $py bench/gemv_probe.py --out "$OUT" > "$OUT/gemv.txt" 2>&1
+    grep -h "unprofiled\|recordings\|a token (profiled" "$OUT/decode_profile.txt"; grep -v "^  " "$OUT/gemv.txt" | tail -6
+    grep -h "^|" "$OUT"/decoding_*.txt
+    ;;
+convtrain)  # issue #35: the conv nets whose training trailed Inductor, after saving values materialized on both sides
+    $py -m kiln.bench --device cuda --suite pt2-vision --models resnet18,resnet50,densenet121,shufflenet_v2_x1_0 \
+        --precisions bf16 --modes train --prewarm 4 --timeout 150 --out "$OUT/pt2" 2>&1 | tail -14
     ;;
 cold)       # issue #20: cold compiles against Inductor's in the same run, e.g. `cold hf GPT2LMHeadModel,BertForMaskedLM`
     $py -m kiln.bench --device cuda --suite "$2" --models "$3" --precisions bf16 --modes infer,train --steps 3 \

@@ -26,7 +26,7 @@ from kiln.capture.callables import ATTRIBUTES, handles
 from kiln.capture.containers import dict_of
 from kiln.capture.generators import advance
 from kiln.capture.iterators import Token
-from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate
+from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate, key_of
 from kiln.capture.constants import python_value
 
 deque = collections.deque
@@ -135,10 +135,12 @@ ATTRIBUTES[(collections.defaultdict, "default_factory")] = \
 @handles(collections.OrderedDict.move_to_end)
 def _move_to_end(tx, args, kwargs):
     d = args[0]
-    key = python_value(args[1])
+    key = key_of(tx, args[1])
     last = python_value(kwargs.get("last", args[2] if len(args) > 2 else V.Constant(True)))
     if key not in d.items:
         tx.raise_(KeyError, key)
+    # the entry keeps its own key object, as Python's does (an equal key looked it up)
+    key = next(k for k in d.items if k is key or hash(k) == hash(key) and k == key)
     value = d.items.pop(key)
     d.items = {key: value, **d.items} if not last else {**d.items, key: value}
     _record_mutation(tx, d)

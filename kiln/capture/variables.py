@@ -130,6 +130,41 @@ class DictVar(Variable):
         return self.cls
 
 
+class ValueKey:
+    """A dict key or set member that Python hashes by value but kiln cannot fold to a constant: an
+    object of a user's class with its own `__hash__`/`__eq__` (a frozen dataclass), or a tuple (a
+    namedtuple) holding an object hashed by identity. `shadow` is a real Python value standing for
+    it (the same class, its constant attributes; an identity-hashed part is its tracker), so the
+    class's own `__hash__` and `__eq__` run on it as Python runs them, at capture time. `var` is the
+    tracker the program holds: iterating the dict gives it back, and a lookup with the same tracker
+    is found by identity first, as CPython's dict compares `is` before `==`. `fail(exc)` turns an
+    exception of the user's `__eq__`/`__hash__` into one raised in the traced code."""
+    __slots__ = ("var", "shadow", "hash", "fail")
+
+    def __init__(self, var: Variable, shadow: Any, hash_: int, fail):
+        self.var, self.shadow, self.hash, self.fail = var, shadow, hash_, fail
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        if isinstance(other, ValueKey):
+            if other.var is self.var:
+                return True
+            other = other.shadow
+        try:
+            return self.shadow == other
+        except Exception as e:
+            self.fail(e)
+
+
+def key_var(k: Any) -> Variable:
+    """The tracker for a key of `DictVar.items` (or `SetVar.keys`): a constant's, or the tracker itself."""
+    if isinstance(k, ValueKey):
+        return k.var
+    return k if isinstance(k, Variable) else Constant(k)
+
+
 @dataclasses.dataclass(eq=False)
 class SetVar(Variable):
     """A set or frozenset. `keys` is a real set of the members' keys (Python values; a tensor is keyed

@@ -1303,3 +1303,22 @@ def test_sys_exc_info_with_nothing_handled():
             warnings.simplefilter("ignore")
             got = compiled(_vector())
         assert got[1:] == exception_state_after_handling(_vector())[1:] and got[1] is False
+
+
+# -- copies of dicts keep the class Python's copy gives -----------------------------------------------
+class PlainDictSubclass(dict):
+    pass
+
+
+def dict_copies(x):
+    d = collections.defaultdict(list, {1: 1, 2: 2})
+    c1, c2 = d.copy(), d.__copy__()
+    s = PlainDictSubclass(a=1)
+    o = collections.OrderedDict(a=1)
+    return (x + 1, c1.default_factory is list, c2.default_factory is list, dict(c2), c2 == d, c2[5],
+            type(s.copy()) is dict, type(o.copy()) is collections.OrderedDict,
+            type(types.MappingProxyType(s).copy()) is dict)
+
+
+def test_dict_copies_keep_the_class_python_gives():
+    same_as_eager(dict_copies, lambda: (_vector(),))

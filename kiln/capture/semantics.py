@@ -88,20 +88,24 @@ def _value_key(tx, v: V.Variable) -> V.ValueKey:
     return V.ValueKey(v, shadow, h, fail)
 
 
-def _shadow(tx, v: V.Variable, refuse):
-    """A real value hashing and comparing as `v`'s object does (see [Note: keys hashed by value])."""
+def _shadow(tx, v: V.Variable, refuse, trackers: bool = True):
+    """A real value hashing and comparing as `v`'s object does (see [Note: keys hashed by value]).
+    An identity-hashed part stays its tracker only inside a tuple (whose C hash and == use only its
+    items' hash and identity); a user's `__hash__`/`__eq__` would see a tracker: refused."""
     if isinstance(v, V.TensorVar) or _hashed_by_identity(v):
+        if not trackers:
+            raise refuse()
         return v
     if is_python_constant(v):
         return python_value(v)
     if isinstance(v, V.TupleVar) and not v.attrs and (v.cls is tuple or hasattr(v.cls, "_fields")):
-        items = [_shadow(tx, i, refuse) for i in v.items]
+        items = [_shadow(tx, i, refuse, trackers) for i in v.items]
         return tuple(items) if v.cls is tuple else v.cls(*items)
     if isinstance(v, V.NewObjectVar) and isinstance(class_lookup(v.cls, "__hash__"), types.FunctionType) \
             and not _has_slots(v.cls):
         obj = object.__new__(v.cls)
         for name, attr in v.attrs.items():
-            obj.__dict__[name] = _shadow(tx, attr, refuse)
+            obj.__dict__[name] = _shadow(tx, attr, refuse, trackers=False)
         return obj
     raise refuse()
 

@@ -154,3 +154,29 @@ def ordered_dict_of_points(t):
 
 def test_ordered_dict_with_value_keys():
     same_as_eager(ordered_dict_of_points, torch.randn(4))
+
+
+class HoldsTensor:
+    def __init__(self, t):
+        self.t = t
+
+    def __hash__(self):
+        return 0
+
+    def __eq__(self, other):
+        return bool((self.t == other.t).all())
+
+
+def key_holding_a_tensor(t):
+    d = {HoldsTensor(t): 1}
+    return t + d[HoldsTensor(t)]
+
+
+def test_user_key_holding_a_tensor_is_refused_not_misread():
+    """Its `__eq__` would see a tracker in kiln's shadow: refused under fullgraph, eager otherwise."""
+    kiln.reset()
+    with pytest.raises(kiln.errors.Unsupported, match="used as a dict key"):
+        kiln.compile(key_holding_a_tensor, fullgraph=True)(torch.randn(4))
+    kiln.reset()
+    t = torch.randn(4)
+    assert_same(kiln.compile(key_holding_a_tensor)(t), key_holding_a_tensor(t))

@@ -513,6 +513,13 @@ def _guard_members(tx, v: V.ObjectVar) -> None:
     tx.out.guard(Guard(GuardKind.MEMBER_IDS, v.source, tuple(map(id, members))))
 
 
+def _input_tensor(tx, key: V.TensorVar) -> Any:
+    """The real tensor an input's tracker stands for (a dict of the program's keyed by it); the
+    tracker itself where it is none (a tensor the graph computes: no real key finds it)."""
+    return next((t for t in tx.out.keepalive if isinstance(t, torch.Tensor) and tx.out.tensor_by_id.get(id(t)) is key),
+                key)
+
+
 _TYPING_MODULES = ("typing", "typing_extensions", "types")
 
 
@@ -558,11 +565,14 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(entry, types.FunctionType):
         return tx.call(V.MethodVar(_function(entry), v), [key])
     if isinstance(obj, (dict, list, tuple)):
-        k = python_value(key)
+        k = _input_tensor(tx, key) if isinstance(key, V.TensorVar) else python_value(key)
         if v.source is not None and not _literal(k):
             if type(obj) is dict and key.source is not None and k in obj:
                 # the key is an object another source reads (an argument): the item is read through
-                # it, so a later call's key object finds its own item; a missing one fails the guards
+                # it, so a later call's key object finds its own item; a missing one fails the guards.
+                # The keys are guarded in order, as Dynamo specializes a dict's key order (a dict
+                # keyed by tensors is keyed by their identity)
+                _guard_members(tx, v)
                 return _wrap(tx, obj[k], KeyedItemSource(v.source, key.source))
             raise tx.unsupported(f"reading a {type(obj).__name__} of the program's by a {type(k).__name__} key")
         return builtin_getitem(tx, v, key)

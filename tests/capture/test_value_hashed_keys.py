@@ -180,3 +180,25 @@ def test_user_key_holding_a_tensor_is_refused_not_misread():
     kiln.reset()
     t = torch.randn(4)
     assert_same(kiln.compile(key_holding_a_tensor)(t), key_holding_a_tensor(t))
+
+
+# -- a dict of the program's keyed by tensors: keyed by identity, its key order guarded --------------
+def reads_by_a_tensor_key(d, x):
+    return d[x] + 3
+
+
+def test_dict_keyed_by_tensors_read_by_an_argument():
+    x, y, z = torch.randn(4), torch.randn(4), torch.randn(4)
+    first = {x: y, 3: z}
+    counted = []
+    kiln.reset()
+    compiled = kiln.compile(reads_by_a_tensor_key, fullgraph=True,
+                            backend=lambda gm, example_inputs: counted.append(gm) or gm.forward)
+    assert_same(compiled(first, x), reads_by_a_tensor_key(first, x))
+    compiled(first, x)
+    assert len(counted) == 1
+    reordered = {3: z, x: y}            # another key order: compiled again, as torch.compile does
+    assert_same(compiled(reordered, x), reads_by_a_tensor_key(reordered, x))
+    assert len(counted) == 2
+    other = {x: z, 3: y}                # the same key objects: read through the argument
+    assert_same(compiled(other, x), reads_by_a_tensor_key(other, x))

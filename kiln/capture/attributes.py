@@ -364,7 +364,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return setattr_field(tx, obj, name, value)
     plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
         not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
-    if keeps_attributes(obj) or plain_object:
+    program_subclass = _program_dict_subclass(obj)
+    if keeps_attributes(obj) or plain_object or program_subclass:
         cls = obj.python_type()
         hook = class_lookup(cls, "__setattr__")
         if not base and isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
@@ -380,6 +381,10 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
             raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
     if keeps_attributes(obj):
         obj.attrs[name] = value
+        return
+    if program_subclass:   # read back from the tracker's attrs, written to the real object after the graph
+        obj.attrs[name] = value
+        tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
         if name == "__name__":
@@ -421,6 +426,13 @@ def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variabl
         exc.args = list(tx.call(V.ObjectVar(tuple), [value]).items)   # what tuple(value) holds
         return
     exc.attrs[name] = value
+
+
+def _program_dict_subclass(v: V.Variable) -> bool:
+    """A program's instance of a user's dict subclass, held as a dict tracker whose `attrs` were read
+    from its `__dict__` (`builder._wrap_dict`)."""
+    return isinstance(v, V.DictVar) and v.source is not None and v.cls.__module__ not in _BUILTIN_HOMES and \
+        not v.cls.__module__.startswith("torch") and v.cls.__dictoffset__ != 0 and not is_model_output(v.cls)
 
 
 def keeps_attributes(v: V.Variable) -> bool:

@@ -202,3 +202,32 @@ def test_dict_keyed_by_tensors_read_by_an_argument():
     assert len(counted) == 2
     other = {x: z, 3: y}                # the same key objects: read through the argument
     assert_same(compiled(other, x), reads_by_a_tensor_key(other, x))
+
+
+# -- a program's dict subclass with its own __getitem__, written to and read through it --------------
+class CountingDict(dict):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = 0
+
+    def __getitem__(self, key):
+        self.calls += 1
+        return super().__getitem__(key) + 1
+
+
+def writes_then_reads_a_counting_dict(x, d):
+    d["d"] = 4
+    return x * d["a"] + d["b"] + d["d"], d.get("a"), sorted(d.items())
+
+
+def test_dict_subclass_with_own_getitem_written_and_read():
+    kiln.reset()
+    graphs = []
+    compiled = kiln.compile(writes_then_reads_a_counting_dict, fullgraph=True,
+                            backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    for _ in range(3):                # the guards read items past the subclass's __getitem__
+        expected_d, got_d = CountingDict(a=2, b=3), CountingDict(a=2, b=3)
+        expected = writes_then_reads_a_counting_dict(torch.ones(2), expected_d)
+        assert_same(compiled(torch.ones(2), got_d), expected)
+        assert got_d.calls == expected_d.calls == 3 and dict(got_d) == dict(expected_d)
+    assert len(graphs) == 1           # the guards hold on the later calls: no recompile

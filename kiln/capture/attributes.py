@@ -9,6 +9,7 @@ later reads through an overlay.
 """
 from __future__ import annotations
 
+import operator
 import os
 import types
 from typing import Any
@@ -321,6 +322,8 @@ def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
     import builtins
     if name in ("__iter__", "__next__"):
         return V.MethodVar(V.ObjectVar(builtins.iter if name == "__iter__" else builtins.next), v)
+    if name == "__length_hint__" and isinstance(v, V.IteratorVar) and v.hinted:
+        return V.MethodVar(V.ObjectVar(operator.length_hint), v)
     raise tx.unsupported(f"reading attribute {name!r} of a {v.python_type().__name__}")
 
 

@@ -321,7 +321,15 @@ def get_iter(tx, v: V.Variable, *, base: bool = False) -> V.Variable:
         if is_user_iterator(it):   # stepped lazily, as the loop asks
             return it
         return get_iter(tx, it)
-    return V.IteratorVar(iterate(tx, v, base=True))
+    if isinstance(v, V.DictVar) and not is_model_output(v.cls):
+        # CPython's dict iterator: it sees the dict change size (RuntimeError, a length hint of 0)
+        return view_iter(V.DictViewVar(v, "keys"))
+    hinted = v.python_type() in _HINTED or isinstance(v, V.Constant) and type(v.value) in _HINTED
+    return V.IteratorVar(iterate(tx, v, base=True), hinted=hinted)
+
+
+# containers whose iterators have `__length_hint__` (a generator, zip, map, enumerate have none)
+_HINTED = (list, tuple, set, frozenset, dict, collections.OrderedDict, collections.defaultdict, range, str, bytes)
 
 
 # -- truth, identity, membership ----------------------------------------------------------------

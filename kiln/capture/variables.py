@@ -213,6 +213,7 @@ class IteratorVar(Variable):
     index: int = 0
     view: DictViewVar | None = None
     size: int = 0  # the dict's length when the iterator over its view was made
+    hinted: bool = False  # over a builtin container (list, tuple, set, dict, range, str): has `__length_hint__`
 
     def python_type(self):
         return types.GeneratorType

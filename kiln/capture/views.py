@@ -29,7 +29,15 @@ def items_of(view: V.DictViewVar) -> list[V.Variable]:
 
 
 def view_iter(view: V.DictViewVar) -> V.IteratorVar:
-    return V.IteratorVar([V.key_var(k) for k in view.dict.items], view=view, size=len(view.dict.items))
+    return V.IteratorVar([V.key_var(k) for k in view.dict.items], view=view, size=len(view.dict.items), hinted=True)
+
+
+def length_hint(it: V.IteratorVar) -> int:
+    """`it.__length_hint__()` of an iterator over a builtin container: the items not yet reached
+    (none once its dict changed size, as CPython's dict iterators answer)."""
+    if it.view is not None and len(it.view.dict.items) != it.size:
+        return 0
+    return max(len(it.items) - it.index, 0)
 
 
 def advance(tx, it: V.IteratorVar) -> V.Variable | None:

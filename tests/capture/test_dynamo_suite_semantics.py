@@ -1322,3 +1322,28 @@ def dict_copies(x):
 
 def test_dict_copies_keep_the_class_python_gives():
     same_as_eager(dict_copies, lambda: (_vector(),))
+
+
+# -- iterators over builtin containers answer __length_hint__ -----------------------------------------
+def iterator_length_hints(x):
+    import operator
+    results = []
+    for obj in ({1, 2, 3}, {1: "a", 2: "b"}, {1: "a"}.values(), [1, 2], (1,), range(3), "ab"):
+        it = iter(obj)
+        results.append(it.__length_hint__())
+        next(it)
+        results.append(it.__length_hint__())
+    d = {1: 2, 3: 4}
+    it = iter(d)
+    d[5] = 6                            # a dict iterator that saw its dict grow hints 0
+    results.append(it.__length_hint__())
+    try:
+        next(it)
+    except RuntimeError as e:
+        results.append(str(e))
+    results.append(operator.length_hint(iter([1, 2, 3])))
+    return x.sin(), results
+
+
+def test_iterator_length_hints():
+    same_as_eager(iterator_length_hints, lambda: (_vector(),))

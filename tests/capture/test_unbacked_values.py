@@ -184,7 +184,6 @@ KILN_BACKEND_FAILS = {
     setitem_negative_unbacked_int: _WRITE_THROUGH_DATA_INDEX,
     slice_bounds_from_tensor: _WRITE_THROUGH_DATA_INDEX,
     block_mask_from_tensor: _WRITE_THROUGH_DATA_INDEX,
-    setitem_mask: "aot: index_put with a boolean mask branches on Eq(u0, 0) | Eq(u0, 1) (before this branch too)",
 }
 
 

@@ -107,6 +107,10 @@ def _wrap_constant(out, value, source):
 def _wrap_sequence(out, value, source):
     if isinstance(value, list) and _overrides_items(type(value), list):
         return _wrap_object(out, value, source)
+    if hasattr(type(value), "n_sequence_fields") and all(type(v) in (int, str, float, bool) for v in value):
+        # a struct sequence of constants (sys.version_info, sys.flags): its class cannot always be
+        # called to remake it, so it stays the real value, guarded equal
+        return _wrap_constant(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]

@@ -870,6 +870,11 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable, *, base: bo
 
         if isinstance(k, slice) and issubclass(obj.cls, collections.deque):
             tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
+        if isinstance(k, slice) and isinstance(value, V.Constant) and not hasattr(type(value.value), "__iter__"):
+            try:   # a non-iterable assigned to a slice: the running CPython's own message (it changed in 3.11.15)
+                ([None] * len(obj.items))[k] = value.value
+            except TypeError as e:
+                tx.raise_(TypeError, str(e))
 
         def assign(items):
             items[k] = value if not isinstance(k, slice) else iterate(tx, value)

@@ -1347,3 +1347,30 @@ def iterator_length_hints(x):
 
 def test_iterator_length_hints():
     same_as_eager(iterator_length_hints, lambda: (_vector(),))
+
+
+# -- sys.version_info is compared as Python compares it; a non-iterable assigned to a slice -----------
+def version_checks(x):
+    import sys
+    v = sys.version_info
+    return x + 1, v[:2] == (3, 11) and v < (3, 11, 15), v.major, v >= (3, 0), tuple(v)[:2]
+
+
+def test_sys_version_info_comparisons():
+    same_as_eager(version_checks, lambda: (_vector(),))
+
+
+def slice_assigned_a_non_iterable(x):
+    p = list("abcdef")
+    messages = []
+    for k in (slice(1, 3), slice(1, 5, 2)):
+        try:
+            p[k] = 1
+        except TypeError as e:
+            messages.append(str(e))
+    p[1:3] = ["x", "y"]
+    return x + 1, messages, p
+
+
+def test_slice_assigned_a_non_iterable_raises_pythons_message():
+    same_as_eager(slice_assigned_a_non_iterable, lambda: (_vector(),))

@@ -181,4 +181,10 @@ def _namedtuple_class(tx, args, kwargs):
 def _tuple_new(tx, args, kwargs):
     """`tuple.__new__(cls, iterable)`, which a namedtuple's `_make` and `__new__` call."""
     cls = python_value(args[0])
+    if kwargs or len(args) > 2:   # the arity or keyword error, worded by tuple's own C code
+        try:
+            tuple.__new__(cls, *[()] * (len(args) - 1), **dict.fromkeys(kwargs))
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
+    # (a subclass with its own __init__ takes keywords, which tuple.__new__ then ignores)
     return V.TupleVar(iterate(tx, args[1]) if len(args) > 1 else [], cls)

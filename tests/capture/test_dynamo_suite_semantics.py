@@ -1374,3 +1374,23 @@ def slice_assigned_a_non_iterable(x):
 
 def test_slice_assigned_a_non_iterable_raises_pythons_message():
     same_as_eager(slice_assigned_a_non_iterable, lambda: (_vector(),))
+
+
+class TupleTakingKeywords(tuple):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+def tuple_new_keywords(x):
+    messages = []
+    for call in (lambda: tuple.__new__(tuple, [1, 2], extra=1), lambda: tuple.__new__(tuple, [1], [2])):
+        try:
+            call()
+        except TypeError as e:
+            messages.append(str(e))
+    t = tuple.__new__(TupleTakingKeywords, [1, 2], extra=1)    # its own __init__: keywords ignored
+    return x + 1, messages, type(t) is TupleTakingKeywords, tuple(t)
+
+
+def test_tuple_new_rejects_keywords_as_python():
+    same_as_eager(tuple_new_keywords, lambda: (_vector(),))

@@ -208,8 +208,21 @@ def _remove(tx, args, kwargs):
 @handles(list.sort)
 def _sort(tx, args, kwargs):
     from kiln.capture.iterators import sorted_items
-    ordered = sorted_items(tx, [args[0]], kwargs).items
-    mutate_list(tx, args[0], lambda items: items.__setitem__(slice(None), ordered))
+    lst = args[0]
+    if not isinstance(lst, V.ListVar):
+        raise tx.unsupported(f"list.sort of a {lst.python_type().__name__}")
+    # CPython empties the list while it sorts: a key function sees it empty, and a write to it
+    # during the sort is dropped for the sorted items and raises ValueError afterwards
+    saved, lst.items[:] = list(lst.items), []
+    try:
+        ordered = sorted_items(tx, [V.ListVar(saved)], kwargs).items
+    except BaseException:
+        lst.items[:] = saved
+        raise
+    modified = bool(lst.items)
+    mutate_list(tx, lst, lambda items: items.__setitem__(slice(None), ordered))
+    if modified:
+        tx.raise_(ValueError, "list modified during sort")
     return V.Constant(None)
 
 

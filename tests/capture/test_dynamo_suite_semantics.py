@@ -1394,3 +1394,59 @@ def tuple_new_keywords(x):
 
 def test_tuple_new_rejects_keywords_as_python():
     same_as_eager(tuple_new_keywords, lambda: (_vector(),))
+
+
+def sort_sees_the_list_empty(x):
+    p = [1, 3, 2]
+    sizes = []
+
+    def key(v):
+        sizes.append(len(p))
+        return v
+    p.sort(key=key)
+    q = [2, 1]
+    try:
+        q.sort(key=lambda v: q.append(v) or v)
+    except ValueError as e:
+        return x + 1, p, sizes, q, str(e)
+    return x, p, sizes, q, None
+
+
+def test_list_sort_empties_the_list_while_sorting():
+    same_as_eager(sort_sees_the_list_empty, lambda: (_vector(),))
+
+
+# -- sorting by keys made in traced code: CPython's own sort, each `<` traced --------------------------
+class OrderedByV:
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        return self.v < other.v
+
+
+def sorts_by_traced_comparisons(x):
+    import functools
+    calls = []
+
+    def cmp(a, b):
+        calls.append((a, b))
+        return (a > b) - (a < b)
+    p = [3, 1, 2, 5, 4]
+    p.sort(key=functools.cmp_to_key(cmp))
+    q = sorted([OrderedByV(3), OrderedByV(1), OrderedByV(2)])
+    r = sorted([4, 1, 3], key=functools.cmp_to_key(cmp), reverse=True)
+    s = [1, 3, 2]
+
+    def appending(a, b):
+        s.append(4)
+        return (a > b) - (a < b)
+    try:
+        s.sort(key=functools.cmp_to_key(appending))
+    except ValueError as e:
+        return x + 1, p, calls, [k.v for k in q], r, s, str(e)
+    return x, p, calls, [k.v for k in q], r, s, None
+
+
+def test_sort_by_user_comparisons_and_cmp_to_key():
+    same_as_eager(sorts_by_traced_comparisons, lambda: (_vector(),))

@@ -219,8 +219,8 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
     fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None)  # namedtuple, structseq
     if fields and name in fields:
         return v.items[fields.index(name)]
-    if v.cls is torch.Size or name in ("count", "index"):
-        from kiln.capture.constants import python_value
+    from kiln.capture.constants import is_python_constant, python_value
+    if v.cls is torch.Size or name in ("count", "index") and is_python_constant(v):
         return _getattr_constant(tx, V.Constant(python_value(v)), name)
     entry = class_lookup(v.cls, name)
     if entry is not _MISSING:

@@ -1450,3 +1450,21 @@ def sorts_by_traced_comparisons(x):
 
 def test_sort_by_user_comparisons_and_cmp_to_key():
     same_as_eager(sorts_by_traced_comparisons, lambda: (_vector(),))
+
+
+class NeverEqual:
+    def __eq__(self, other):
+        return False
+
+
+def index_in_a_tuple_of_objects(x):
+    t = (NeverEqual(), 3)
+    try:
+        t.index("z")
+    except ValueError as e:
+        return x + t.index(3), t.count(3), str(e)
+    return x, None, None
+
+
+def test_index_and_count_of_a_tuple_holding_objects():
+    same_as_eager(index_in_a_tuple_of_objects, lambda: (_vector(),))

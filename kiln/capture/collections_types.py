@@ -26,7 +26,8 @@ from kiln.capture.callables import ATTRIBUTES, handles
 from kiln.capture.containers import dict_of
 from kiln.capture.generators import advance
 from kiln.capture.iterators import Token
-from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate, key_of
+from kiln.capture.keys import key_of
+from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate
 from kiln.capture.constants import python_value
 
 deque = collections.deque
@@ -150,7 +151,7 @@ def _move_to_end(tx, args, kwargs):
 @handles(collections._count_elements)
 def _count_elements(tx, args, kwargs):
     """Counter.update's C helper: `mapping[item] = mapping.get(item, 0) + 1` for each item."""
-    from kiln.capture.semantics import binary_op, dict_set, key_of
+    from kiln.capture.semantics import binary_op, dict_set
     counts, items = args[0], iterate(tx, args[1])
     for item in items:
         old = counts.items.get(key_of(tx, item), V.Constant(0))

@@ -20,9 +20,9 @@ from kiln.capture.attributes import class_lookup
 from kiln.capture.callables import ATTRIBUTES, CLASS_METHODS, handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
+from kiln.capture.keys import key_of, refuse_identity_member, set_member_key
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
-                                    items_equal, iterate, key_of, mapping_pairs, mutate_list, refuse_identity_member, set_add,
-                                    set_member_key)
+                                    items_equal, iterate, mapping_pairs, mutate_list, set_add)
 
 
 def _none(tx, args, kwargs):

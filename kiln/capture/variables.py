@@ -117,7 +117,8 @@ class TupleVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class DictVar(Variable):
-    """Keys are Python values (constants or objects hashed by identity); values are trackers.
+    """Keys are Python values (constants, trackers of objects hashed by identity, `ValueKey`s: see
+    `keys.py`; `key_var` gives a key's tracker back); values are trackers.
     `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's);
     `attrs` are the instance attributes of a user's subclass made in traced code (`self.x = x` in
     its `__init__`)."""

@@ -1,7 +1,7 @@
 """Dict keys and set members that Python hashes by value but kiln cannot fold to a constant
 (issue #39, test_dicts.py): objects of a user's class with their own `__hash__`/`__eq__` made in
 traced code, frozen dataclasses, namedtuples holding a functools.partial. Each is compared with
-eager under `fullgraph=True` ([Note: keys hashed by value] in kiln/capture/semantics.py)."""
+eager under `fullgraph=True` ([Note: keys hashed by value] in kiln/capture/keys.py)."""
 from __future__ import annotations
 
 import collections

@@ -11,7 +11,8 @@ How it works, in pipeline order: `frame.py` (the wrapper and its cache of entrie
 `interpreter.py` + `opcodes.py` (the symbolic bytecode interpreter) -> `semantics.py`,
 `attributes.py`, `calls.py`, `classes.py`, `torch_calls.py`, `constants.py` (the Python data model
 over trackers from `variables.py`, built by `builder.py` with guards from `guards.py`; `views.py`
-keeps dict views live, `autograd_function.py` follows `Function.apply`); one module per family of values
+keeps dict views live, `keys.py` says what a dict key or set member is keyed by,
+`autograd_function.py` follows `Function.apply`); one module per family of values
 registers its callables and methods in `callables.py`'s table (`builtins.py`, `containers.py`,
 `collections_types.py`, `iterators.py`, `stdlib_functions.py`, `numpy_calls.py`, `pytree_calls.py`,
 `model_outputs.py`) ->
@@ -27,7 +28,7 @@ torch's compiler state, never importing it.
 An interpreter's handlers call each other in a circle (a call reads an attribute, which iterates,
 which calls), but its modules do not import each other in one. From the bottom: `interpreter.py`
 (the Tracer and its two dispatch tables, `HANDLERS` by opcode and `CALLS` by tracker class) ->
-`constants.py` -> `torch_calls.py`, `masks.py`, `distributed.py` -> `attributes.py` -> `semantics.py`
+`constants.py` -> `torch_calls.py`, `masks.py`, `distributed.py` -> `attributes.py` -> `keys.py` -> `semantics.py`
 -> `iterators.py`, `containers.py`, `classes.py`, `builtins.py`, `autograd_function.py` -> `calls.py`
 (which fills `CALLS`) -> `opcodes.py` (which fills `HANDLERS`). A module calls one above it only
 through `tx.call` and those tables; `tests/test_import_layers.py` fails on an import circle.

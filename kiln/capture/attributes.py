@@ -9,6 +9,7 @@ later reads through an overlay.
 """
 from __future__ import annotations
 
+import operator
 import os
 import types
 from typing import Any
@@ -218,8 +219,8 @@ def _getattr_tuple(tx, v: V.TupleVar, name: str) -> V.Variable:
     fields = getattr(v.cls, "_fields", None) or getattr(v.cls, "__match_args__", None)  # namedtuple, structseq
     if fields and name in fields:
         return v.items[fields.index(name)]
-    if v.cls is torch.Size or name in ("count", "index"):
-        from kiln.capture.constants import python_value
+    from kiln.capture.constants import is_python_constant, python_value
+    if v.cls is torch.Size or name in ("count", "index") and is_python_constant(v):
         return _getattr_constant(tx, V.Constant(python_value(v)), name)
     entry = class_lookup(v.cls, name)
     if entry is not _MISSING:
@@ -321,6 +322,8 @@ def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
     import builtins
     if name in ("__iter__", "__next__"):
         return V.MethodVar(V.ObjectVar(builtins.iter if name == "__iter__" else builtins.next), v)
+    if name == "__length_hint__" and isinstance(v, V.IteratorVar) and v.hinted:
+        return V.MethodVar(V.ObjectVar(operator.length_hint), v)
     raise tx.unsupported(f"reading attribute {name!r} of a {v.python_type().__name__}")
 
 
@@ -364,7 +367,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return setattr_field(tx, obj, name, value)
     plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
         not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
-    if keeps_attributes(obj) or plain_object:
+    program_subclass = _program_dict_subclass(obj)
+    if keeps_attributes(obj) or plain_object or program_subclass:
         cls = obj.python_type()
         hook = class_lookup(cls, "__setattr__")
         if not base and isinstance(hook, types.FunctionType):  # the class's own, which ends in object.__setattr__
@@ -380,6 +384,10 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
             raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
     if keeps_attributes(obj):
         obj.attrs[name] = value
+        return
+    if program_subclass:   # read back from the tracker's attrs, written to the real object after the graph
+        obj.attrs[name] = value
+        tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     if isinstance(obj, V.FunctionVar) and obj.fn is None:  # made in traced code (a wrapper functools.wraps names)
         if name == "__name__":
@@ -421,6 +429,13 @@ def set_exception_attribute(tx, exc: V.ExceptionVar, name: str, value: V.Variabl
         exc.args = list(tx.call(V.ObjectVar(tuple), [value]).items)   # what tuple(value) holds
         return
     exc.attrs[name] = value
+
+
+def _program_dict_subclass(v: V.Variable) -> bool:
+    """A program's instance of a user's dict subclass, held as a dict tracker whose `attrs` were read
+    from its `__dict__` (`builder._wrap_dict`)."""
+    return isinstance(v, V.DictVar) and v.source is not None and v.cls.__module__ not in _BUILTIN_HOMES and \
+        not v.cls.__module__.startswith("torch") and v.cls.__dictoffset__ != 0 and not is_model_output(v.cls)
 
 
 def keeps_attributes(v: V.Variable) -> bool:
@@ -513,6 +528,13 @@ def _guard_members(tx, v: V.ObjectVar) -> None:
     tx.out.guard(Guard(GuardKind.MEMBER_IDS, v.source, tuple(map(id, members))))
 
 
+def _input_tensor(tx, key: V.TensorVar) -> Any:
+    """The real tensor an input's tracker stands for (a dict of the program's keyed by it); the
+    tracker itself where it is none (a tensor the graph computes: no real key finds it)."""
+    return next((t for t in tx.out.keepalive if isinstance(t, torch.Tensor) and tx.out.tensor_by_id.get(id(t)) is key),
+                key)
+
+
 _TYPING_MODULES = ("typing", "typing_extensions", "types")
 
 
@@ -558,11 +580,14 @@ def object_getitem(tx, v: V.Variable, key: V.Variable) -> V.Variable:
     if isinstance(entry, types.FunctionType):
         return tx.call(V.MethodVar(_function(entry), v), [key])
     if isinstance(obj, (dict, list, tuple)):
-        k = python_value(key)
+        k = _input_tensor(tx, key) if isinstance(key, V.TensorVar) else python_value(key)
         if v.source is not None and not _literal(k):
             if type(obj) is dict and key.source is not None and k in obj:
                 # the key is an object another source reads (an argument): the item is read through
-                # it, so a later call's key object finds its own item; a missing one fails the guards
+                # it, so a later call's key object finds its own item; a missing one fails the guards.
+                # The keys are guarded in order, as Dynamo specializes a dict's key order (a dict
+                # keyed by tensors is keyed by their identity)
+                _guard_members(tx, v)
                 return _wrap(tx, obj[k], KeyedItemSource(v.source, key.source))
             raise tx.unsupported(f"reading a {type(obj).__name__} of the program's by a {type(k).__name__} key")
         return builtin_getitem(tx, v, key)

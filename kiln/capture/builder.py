@@ -20,7 +20,7 @@ from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.output import OutputGraph
 from kiln.capture.rebuild import ResumeIterator
-from kiln.capture.sources import ItemSource, Source
+from kiln.capture.sources import BuiltinItemSource, ItemSource, Source
 
 CONSTANT_TYPES = (int, float, bool, str, bytes, type(None), complex, torch.dtype, torch.device, range, slice,
                   type(Ellipsis), type(NotImplemented), torch.memory_format, torch.layout, enum.Enum)
@@ -107,6 +107,10 @@ def _wrap_constant(out, value, source):
 def _wrap_sequence(out, value, source):
     if isinstance(value, list) and _overrides_items(type(value), list):
         return _wrap_object(out, value, source)
+    if hasattr(type(value), "n_sequence_fields") and all(type(v) in (int, str, float, bool) for v in value):
+        # a struct sequence of constants (sys.version_info, sys.flags): its class cannot always be
+        # called to remake it, so it stays the real value, guarded equal
+        return _wrap_constant(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
     items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
@@ -136,6 +140,18 @@ def _overrides_items(cls: type, base: type) -> bool:
     return False
 
 
+def _overrides_getitem_only(cls: type) -> bool:
+    """A plain dict's subclass whose one item method of its own is `__getitem__` (counting its reads,
+    adjusting what it returns): a dict tracker, so the program can write it too, and each read runs
+    the subclass's `__getitem__` (`attributes.overridden`). An OrderedDict's subclass stays an object
+    (transformers' ACT2FN builds a module in its `__getitem__`)."""
+    if issubclass(cls, collections.OrderedDict) or cls.__module__ in ("builtins", "collections"):
+        return False
+    own = {name for klass in cls.__mro__[:cls.__mro__.index(dict)] for name in _ITEM_METHODS
+           if isinstance(klass.__dict__.get(name), types.FunctionType)}
+    return own == {"__getitem__"}
+
+
 _ITEM_METHODS = ("__getitem__", "__iter__", "__contains__", "__len__", "get", "keys", "values", "items")
 
 
@@ -153,11 +169,15 @@ def _wrap_dict(out, value, source):
         # keys a guard cannot print, so the whole dict is guarded equal to a copy of it
         _guard(out, GuardKind.CONST, source, dict(value))
         return V.DictVar({k: wrap(out, v, None) for k, v in value.items()}, dict, None, source=source)
-    if not all(_plain_key(k) for k in value) or _overrides_items(type(value), dict):
+    if not all(_plain_key(k) for k in value) or _overrides_items(type(value), dict) and \
+            not _overrides_getitem_only(type(value)):
         return _wrap_object(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
-    items = {k: wrap(out, v, ItemSource(source, k) if source else None) for k, v in value.items()}
+    # a subclass's own __getitem__ is not what a guard or a later read of an item should run
+    item = (lambda k: BuiltinItemSource(source, k, "dict")) if _overrides_items(type(value), dict) else \
+        (lambda k: ItemSource(source, k))
+    items = {k: wrap(out, v, item(k) if source else None) for k, v in value.items()}
     factory = None
     if isinstance(value, collections.defaultdict):  # its factory, guarded (identity, or None)
         from kiln.capture.sources import AttrSource

@@ -26,6 +26,7 @@ from kiln.capture.callables import ATTRIBUTES, handles
 from kiln.capture.containers import dict_of
 from kiln.capture.generators import advance
 from kiln.capture.iterators import Token
+from kiln.capture.keys import key_of
 from kiln.capture.semantics import SEQUENCE_OPS, _record_mutation, iterate
 from kiln.capture.constants import python_value
 
@@ -135,10 +136,12 @@ ATTRIBUTES[(collections.defaultdict, "default_factory")] = \
 @handles(collections.OrderedDict.move_to_end)
 def _move_to_end(tx, args, kwargs):
     d = args[0]
-    key = python_value(args[1])
+    key = key_of(tx, args[1])
     last = python_value(kwargs.get("last", args[2] if len(args) > 2 else V.Constant(True)))
     if key not in d.items:
         tx.raise_(KeyError, key)
+    # the entry keeps its own key object, as Python's does (an equal key looked it up)
+    key = next(k for k in d.items if k is key or hash(k) == hash(key) and k == key)
     value = d.items.pop(key)
     d.items = {key: value, **d.items} if not last else {**d.items, key: value}
     _record_mutation(tx, d)
@@ -148,7 +151,7 @@ def _move_to_end(tx, args, kwargs):
 @handles(collections._count_elements)
 def _count_elements(tx, args, kwargs):
     """Counter.update's C helper: `mapping[item] = mapping.get(item, 0) + 1` for each item."""
-    from kiln.capture.semantics import binary_op, dict_set, key_of
+    from kiln.capture.semantics import binary_op, dict_set
     counts, items = args[0], iterate(tx, args[1])
     for item in items:
         old = counts.items.get(key_of(tx, item), V.Constant(0))
@@ -179,4 +182,10 @@ def _namedtuple_class(tx, args, kwargs):
 def _tuple_new(tx, args, kwargs):
     """`tuple.__new__(cls, iterable)`, which a namedtuple's `_make` and `__new__` call."""
     cls = python_value(args[0])
+    if kwargs or len(args) > 2:   # the arity or keyword error, worded by tuple's own C code
+        try:
+            tuple.__new__(cls, *[()] * (len(args) - 1), **dict.fromkeys(kwargs))
+        except TypeError as e:
+            tx.raise_(TypeError, str(e))
+    # (a subclass with its own __init__ takes keywords, which tuple.__new__ then ignores)
     return V.TupleVar(iterate(tx, args[1]) if len(args) > 1 else [], cls)

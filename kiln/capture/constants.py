@@ -46,6 +46,8 @@ def python_value(v: V.Variable) -> Any:
     if isinstance(v, V.ListVar):
         return [python_value(i) for i in v.items]
     if isinstance(v, V.DictVar):
+        if any(isinstance(k, V.ValueKey) for k in v.items):
+            raise NotConstant(v)
         return {k: python_value(i) for k, i in v.items.items()}
     if isinstance(v, V.SetVar):
         return v.cls(python_value(i) for i in v.items)

@@ -20,9 +20,9 @@ from kiln.capture.attributes import class_lookup
 from kiln.capture.callables import ATTRIBUTES, CLASS_METHODS, handles
 from kiln.capture.constants import constant_of, is_python_constant, python_value
 from kiln.capture.generators import advance
+from kiln.capture.keys import key_of, refuse_identity_member, set_member_key
 from kiln.capture.semantics import (SEQUENCE_OPS, _record_mutation, contains, dict_items, dict_set, extend_list,
-                                    items_equal, iterate, key_of, mapping_pairs, mutate_list, refuse_identity_member, set_add,
-                                    set_member_key)
+                                    items_equal, iterate, mapping_pairs, mutate_list, set_add)
 
 
 def _none(tx, args, kwargs):
@@ -208,8 +208,21 @@ def _remove(tx, args, kwargs):
 @handles(list.sort)
 def _sort(tx, args, kwargs):
     from kiln.capture.iterators import sorted_items
-    ordered = sorted_items(tx, [args[0]], kwargs).items
-    mutate_list(tx, args[0], lambda items: items.__setitem__(slice(None), ordered))
+    lst = args[0]
+    if not isinstance(lst, V.ListVar):
+        raise tx.unsupported(f"list.sort of a {lst.python_type().__name__}")
+    # CPython empties the list while it sorts: a key function sees it empty, and a write to it
+    # during the sort is dropped for the sorted items and raises ValueError afterwards
+    saved, lst.items[:] = list(lst.items), []
+    try:
+        ordered = sorted_items(tx, [V.ListVar(saved)], kwargs).items
+    except BaseException:
+        lst.items[:] = saved
+        raise
+    modified = bool(lst.items)
+    mutate_list(tx, lst, lambda items: items.__setitem__(slice(None), ordered))
+    if modified:
+        tx.raise_(ValueError, "list modified during sort")
     return V.Constant(None)
 
 
@@ -265,7 +278,7 @@ def _dict_popitem(tx, args, kwargs):
     last = python_value(kwargs.get("last", args[1] if len(args) > 1 else V.Constant(True)))
     key = next(reversed(d.items)) if last else next(iter(d.items))
     _record_mutation(tx, d)
-    return V.TupleVar([V.Constant(key), d.items.pop(key)])
+    return V.TupleVar([V.key_var(key), d.items.pop(key)])
 
 
 @handles(dict.setdefault, collections.OrderedDict.setdefault)
@@ -276,10 +289,21 @@ def _dict_setdefault(tx, args, kwargs):
     return d.items[key]
 
 
-@handles(dict.copy, collections.OrderedDict.copy, collections.defaultdict.copy)
+@handles(collections.OrderedDict.copy, collections.defaultdict.copy, collections.defaultdict.__copy__)
 def _dict_copy(tx, args, kwargs):
+    """OrderedDict's and defaultdict's copies are of the receiver's class (defaultdict's with its
+    `default_factory`: `type(self)(self.default_factory, self)`)."""
     d = args[0]
     return V.DictVar(dict(d.items), d.cls, d.default_factory)
+
+
+@handles(dict.copy)
+def _plain_dict_copy(tx, args, kwargs):
+    """dict.copy gives a plain dict, whatever subclass of dict it copies."""
+    d = args[0]
+    if not isinstance(d, V.DictVar):
+        raise tx.unsupported(f"dict.copy of a {d.python_type().__name__}")
+    return V.DictVar(dict(d.items), dict)
 
 
 # -- types.MappingProxyType: a read-only view of a dict tracker (`V.MappingProxyVar`) -------------------
@@ -295,6 +319,13 @@ def _mapping_proxy(tx, args, kwargs):
     return V.MappingProxyVar(target.items, types.MappingProxyType, target=target)
 
 
+def _mapping_copy(tx, args, kwargs):
+    """`proxy.copy()` is the shown mapping's own `copy()`."""
+    d = args[0]
+    own = class_lookup(d.cls, "copy") if isinstance(d, V.DictVar) else None
+    return (_plain_dict_copy if own is dict.copy else _dict_copy)(tx, args, kwargs)
+
+
 def _through_proxy(handler):
     """A mappingproxy method: the dict method `handler` on the dict it shows (`copy` gives a copy
     of that dict, `items()` a view of it, as Python's proxy does)."""
@@ -302,7 +333,7 @@ def _through_proxy(handler):
 
 
 for _name, _handler in (("get", _dict_get), ("items", _dict_items), ("keys", _dict_keys),
-                        ("values", _dict_values), ("copy", _dict_copy)):
+                        ("values", _dict_values), ("copy", _mapping_copy)):
     handles(getattr(types.MappingProxyType, _name))(_through_proxy(_handler))
 for _view in V.VIEW_TYPES.values():   # `d.keys().mapping`: the view's dict, read-only
     ATTRIBUTES[(_view, "mapping")] = lambda tx, view: V.MappingProxyVar(view.dict.items, types.MappingProxyType,
@@ -348,7 +379,7 @@ def _keys(tx, v: V.Variable, pool: dict):
 
 
 def _tracker(pool, key):
-    return pool.get(id(key)) or (key if isinstance(key, V.Variable) else V.Constant(key))
+    return pool.get(id(key)) or V.key_var(key)
 
 
 def _set_result(tx, pool, result):

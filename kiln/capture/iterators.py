@@ -18,6 +18,7 @@ written out below, calling it through the tracer.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 
@@ -320,9 +321,58 @@ def sorted_items(tx, args, kwargs):
     items = iterate(tx, args[0])
     key = kwargs.get("key")
     reverse = python_value(kwargs.get("reverse", V.Constant(False)))
-    keys = [python_value(tx.call(key, [x]) if key is not None and not _is_none(key) else x) for x in items]
+    keys = [tx.call(key, [x]) if key is not None and not _is_none(key) else x for x in items]
+    if all(is_python_constant(k) for k in keys):
+        keys = [python_value(k) for k in keys]
+    elif all(isinstance(k, (V.NewObjectVar, V.Constant)) for k in keys):
+        keys = [_TracedOrder(tx, k) for k in keys]
+    else:
+        raise tx.unsupported("sorting by keys known only at run time")
     order = sorted(range(len(items)), key=lambda i: keys[i], reverse=reverse)
     return V.ListVar([items[i] for i in order])
+
+
+class _TracedOrder:
+    """A sort key made in traced code (a user's object with `__lt__`, functools.cmp_to_key's): Python's
+    own sort runs over these, so it makes the comparisons CPython's would, in the same order, and
+    each `<` is the traced code's (inlined, its side effects recorded)."""
+    __slots__ = ("tx", "var")
+
+    def __init__(self, tx, var: V.Variable):
+        self.tx, self.var = tx, var
+
+    def __lt__(self, other: "_TracedOrder") -> bool:
+        return truth(self.tx, binary_op(self.tx, operator.lt, self.var, other.var))
+
+
+class CmpKey:
+    """functools.cmp_to_key's key object, written in Python so captured code inlines its comparisons
+    (CPython's is C: `functools.KeyWrapper`)."""
+    __hash__ = None
+
+    def __init__(self, obj, mycmp):
+        self.obj, self.mycmp = obj, mycmp
+
+    def __lt__(self, other):
+        return self.mycmp(self.obj, other.obj) < 0
+
+    def __gt__(self, other):
+        return self.mycmp(self.obj, other.obj) > 0
+
+    def __le__(self, other):
+        return self.mycmp(self.obj, other.obj) <= 0
+
+    def __ge__(self, other):
+        return self.mycmp(self.obj, other.obj) >= 0
+
+    def __eq__(self, other):
+        return self.mycmp(self.obj, other.obj) == 0
+
+
+@handles(functools.cmp_to_key)
+def _cmp_to_key(tx, args, kwargs):
+    mycmp = args[0] if args else kwargs.get("mycmp")
+    return V.PartialVar(V.ObjectVar(CmpKey), [], {"mycmp": mycmp})
 
 
 # -- reductions over an iterable ----------------------------------------------------------------------

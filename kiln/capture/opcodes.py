@@ -336,7 +336,7 @@ def dict_update(tx, inst):
     other = tx.pop()
     target = tx.stack[-inst.arg]
     for k, v in S.dict_items(tx, other):
-        S.dict_set(tx, target, V.Constant(k), v)
+        S.dict_set(tx, target, V.key_var(k), v)
 
 
 @handler("LIST_TO_TUPLE")  # 3.11

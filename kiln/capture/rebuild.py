@@ -145,6 +145,8 @@ class Rebuilder:
 
     def key(self, k: Any) -> str:
         """A dict key: a Python value, or a tracker (tensors and objects are keyed by identity)."""
+        if isinstance(k, V.ValueKey):
+            return self.expr(k.var)
         return self.expr(k) if isinstance(k, V.Variable) else self.const(k)
 
     def output(self, node: torch.fx.Node) -> str:

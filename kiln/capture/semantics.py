@@ -19,7 +19,8 @@ from kiln.capture.attributes import (_function, call_overridden, class_lookup, d
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
-from kiln.capture.interpreter import NotConstant, call_variable
+from kiln.capture.interpreter import call_variable
+from kiln.capture.keys import key_of, refuse_identity_member, set_member_key
 from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
 from kiln.capture.sources import GlobalSource
@@ -43,48 +44,6 @@ _REFLECTED = {operator.add: "__radd__", operator.mul: "__rmul__", operator.sub: 
 # object that answers the data model for it: `binary(tx, op, a, b)`, `unary(tx, op, v)`,
 # `getitem(tx, obj, key)`, `setitem(tx, obj, key, value)`, `iterate(tx, v)`, `truth(tx, v)`.
 VALUE_MODELS: dict[type, Any] = {}
-
-
-def key_of(tx, v: V.Variable) -> Any:
-    """A dict key or set element as a Python value; a tensor is its own tracker (one tracker per
-    real tensor, so identity is the tensor's identity, as `Tensor.__hash__` is)."""
-    if isinstance(v, V.TensorVar) or _hashed_by_identity(v):
-        return v
-    try:
-        key = python_value(v)
-    except NotConstant:
-        raise tx.unsupported(f"a {v.python_type().__name__} used as a dict key or set element") from None
-    try:
-        hash(key)
-    except TypeError:
-        tx.raise_(TypeError, f"unhashable type: '{type(key).__name__}'")
-    return key
-
-
-def refuse_identity_member(tx, key):
-    """A set iterates in the order of its members' hashes; an object hashed by identity has the
-    tracker's id in kiln and the object's in Python, so its order would differ: refused."""
-    if isinstance(key, (V.NewObjectVar, V.PartialVar)):
-        raise tx.unsupported(f"a {key.python_type().__name__} (hashed by identity) as a set member: the set's "
-                             "order would follow kiln's ids, not the program's")
-
-
-def _hashed_by_identity(v: V.Variable) -> bool:
-    """An object made in traced code whose hash and == are object's own (a user's instance with no
-    `__hash__`/`__eq__` of its class, a functools.partial): its tracker is its key, as one tracker
-    stands for one object."""
-    if isinstance(v, V.PartialVar):
-        return True
-    return isinstance(v, V.NewObjectVar) and class_lookup(v.cls, "__hash__") is object.__hash__ and \
-        class_lookup(v.cls, "__eq__") is object.__eq__
-
-
-def set_member_key(tx, v: V.Variable) -> Any:
-    """The key `x in s`, `s.remove(x)` and `s.discard(x)` look up: a set (unhashable) is looked up
-    as the frozenset of its members, as CPython's set does."""
-    if isinstance(v, V.SetVar) and issubclass(v.cls, set) and class_lookup(v.cls, "__hash__") is None:
-        return frozenset(v.keys)
-    return key_of(tx, v)
 
 
 # -- globals ------------------------------------------------------------------------------------
@@ -208,7 +167,7 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
     if isinstance(v, V.DictViewVar):
         return items_of(v)
     if isinstance(v, V.DictVar):
-        return [V.Constant(k) if not isinstance(k, V.Variable) else k for k in v.items]
+        return [V.key_var(k) for k in v.items]
     if isinstance(v, V.SetVar):
         return list(v.items)
     if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
@@ -249,7 +208,15 @@ def get_iter(tx, v: V.Variable, *, base: bool = False) -> V.Variable:
         if is_user_iterator(it):   # stepped lazily, as the loop asks
             return it
         return get_iter(tx, it)
-    return V.IteratorVar(iterate(tx, v, base=True))
+    if isinstance(v, V.DictVar) and not is_model_output(v.cls):
+        # CPython's dict iterator: it sees the dict change size (RuntimeError, a length hint of 0)
+        return view_iter(V.DictViewVar(v, "keys"))
+    hinted = v.python_type() in _HINTED or isinstance(v, V.Constant) and type(v.value) in _HINTED
+    return V.IteratorVar(iterate(tx, v, base=True), hinted=hinted)
+
+
+# containers whose iterators have `__length_hint__` (a generator, zip, map, enumerate have none)
+_HINTED = (list, tuple, set, frozenset, dict, collections.OrderedDict, collections.defaultdict, range, str, bytes)
 
 
 # -- truth, identity, membership ----------------------------------------------------------------
@@ -639,7 +606,7 @@ def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
 
 def _dict_ior(tx, a, b):
     for k, v in mapping_pairs(tx, b):   # `d |= pairs` takes what update() takes
-        dict_set(tx, a, V.Constant(k), v)
+        dict_set(tx, a, V.key_var(k), v)
     return a
 
 
@@ -790,6 +757,11 @@ def setitem(tx, obj: V.Variable, key: V.Variable, value: V.Variable, *, base: bo
 
         if isinstance(k, slice) and issubclass(obj.cls, collections.deque):
             tx.raise_(TypeError, "sequence index must be integer, not 'slice'")
+        if isinstance(k, slice) and isinstance(value, V.Constant) and not hasattr(type(value.value), "__iter__"):
+            try:   # a non-iterable assigned to a slice: the running CPython's own message (it changed in 3.11.15)
+                ([None] * len(obj.items))[k] = value.value
+            except TypeError as e:
+                tx.raise_(TypeError, str(e))
 
         def assign(items):
             items[k] = value if not isinstance(k, slice) else iterate(tx, value)

@@ -210,6 +210,16 @@ def _methodcaller(tx, args, kwargs):
     return V.PartialVar(_function(_call_method), [args[0], V.TupleVar(list(args[1:])), V.DictVar(dict(kwargs))], {})
 
 
+@handles(operator.length_hint)
+def _length_hint(tx, args, kwargs):
+    """`it.__length_hint__()` of an iterator over a builtin container (`operator.length_hint(it)`)."""
+    from kiln.capture.views import length_hint
+    it = args[0] if args else None
+    if not (isinstance(it, V.IteratorVar) and it.hinted) or kwargs:
+        raise tx.unsupported("operator.length_hint of something other than an iterator over a builtin container")
+    return V.Constant(length_hint(it))
+
+
 # -- re ---------------------------------------------------------------------------------------------------
 @handles(re._compile)
 def _re_compile(tx, args, kwargs):

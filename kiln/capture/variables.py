@@ -117,7 +117,8 @@ class TupleVar(Variable):
 
 @dataclasses.dataclass(eq=False)
 class DictVar(Variable):
-    """Keys are Python values (constants or objects hashed by identity); values are trackers.
+    """Keys are Python values (constants, trackers of objects hashed by identity, `ValueKey`s: see
+    `keys.py`; `key_var` gives a key's tracker back); values are trackers.
     `cls` is dict or a subclass (OrderedDict, defaultdict with its `default_factory`, a user's);
     `attrs` are the instance attributes of a user's subclass made in traced code (`self.x = x` in
     its `__init__`)."""
@@ -128,6 +129,41 @@ class DictVar(Variable):
 
     def python_type(self):
         return self.cls
+
+
+class ValueKey:
+    """A dict key or set member that Python hashes by value but kiln cannot fold to a constant: an
+    object of a user's class with its own `__hash__`/`__eq__` (a frozen dataclass), or a tuple (a
+    namedtuple) holding an object hashed by identity. `shadow` is a real Python value standing for
+    it (the same class, its constant attributes; an identity-hashed part is its tracker), so the
+    class's own `__hash__` and `__eq__` run on it as Python runs them, at capture time. `var` is the
+    tracker the program holds: iterating the dict gives it back, and a lookup with the same tracker
+    is found by identity first, as CPython's dict compares `is` before `==`. `fail(exc)` turns an
+    exception of the user's `__eq__`/`__hash__` into one raised in the traced code."""
+    __slots__ = ("var", "shadow", "hash", "fail")
+
+    def __init__(self, var: Variable, shadow: Any, hash_: int, fail):
+        self.var, self.shadow, self.hash, self.fail = var, shadow, hash_, fail
+
+    def __hash__(self):
+        return self.hash
+
+    def __eq__(self, other):
+        if isinstance(other, ValueKey):
+            if other.var is self.var:
+                return True
+            other = other.shadow
+        try:
+            return self.shadow == other
+        except Exception as e:
+            self.fail(e)
+
+
+def key_var(k: Any) -> Variable:
+    """The tracker for a key of `DictVar.items` (or `SetVar.keys`): a constant's, or the tracker itself."""
+    if isinstance(k, ValueKey):
+        return k.var
+    return k if isinstance(k, Variable) else Constant(k)
 
 
 @dataclasses.dataclass(eq=False)
@@ -178,6 +214,7 @@ class IteratorVar(Variable):
     index: int = 0
     view: DictViewVar | None = None
     size: int = 0  # the dict's length when the iterator over its view was made
+    hinted: bool = False  # over a builtin container (list, tuple, set, dict, range, str): has `__length_hint__`
 
     def python_type(self):
         return types.GeneratorType

@@ -16,24 +16,28 @@ from __future__ import annotations
 
 from kiln.capture import variables as V
 
-def _key_var(k) -> V.Variable:
-    return k if isinstance(k, V.Variable) else V.Constant(k)
-
-
-def _item(view: V.DictViewVar, key: V.Variable) -> V.Variable:
+def _item(view: V.DictViewVar, k) -> V.Variable:
     if view.kind == "keys":
-        return key
-    value = view.dict.items[key.value if isinstance(key, V.Constant) else key]
-    return value if view.kind == "values" else V.TupleVar([key, value])
+        return V.key_var(k)
+    value = view.dict.items[k]
+    return value if view.kind == "values" else V.TupleVar([V.key_var(k), value])
 
 
 def items_of(view: V.DictViewVar) -> list[V.Variable]:
     """What iterating the view yields now."""
-    return [_item(view, _key_var(k)) for k in view.dict.items]
+    return [_item(view, k) for k in view.dict.items]
 
 
 def view_iter(view: V.DictViewVar) -> V.IteratorVar:
-    return V.IteratorVar([_key_var(k) for k in view.dict.items], view=view, size=len(view.dict.items))
+    return V.IteratorVar([V.key_var(k) for k in view.dict.items], view=view, size=len(view.dict.items), hinted=True)
+
+
+def length_hint(it: V.IteratorVar) -> int:
+    """`it.__length_hint__()` of an iterator over a builtin container: the items not yet reached
+    (none once its dict changed size, as CPython's dict iterators answer)."""
+    if it.view is not None and len(it.view.dict.items) != it.size:
+        return 0
+    return max(len(it.items) - it.index, 0)
 
 
 def advance(tx, it: V.IteratorVar) -> V.Variable | None:
@@ -45,4 +49,13 @@ def advance(tx, it: V.IteratorVar) -> V.Variable | None:
         return None
     it.index += 1
     key = it.items[it.index - 1]
-    return key if it.view is None else _item(it.view, key)
+    return key if it.view is None else _item(it.view, _raw_key(it.view.dict, key))
+
+
+def _raw_key(d: V.DictVar, key: V.Variable):
+    """The entry of `d.items` a key tracker yielded by `V.key_var` stands for."""
+    if isinstance(key, V.Constant):
+        return key.value
+    if key in d.items:
+        return key
+    return next((k for k in d.items if isinstance(k, V.ValueKey) and k.var is key), key)

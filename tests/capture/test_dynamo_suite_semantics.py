@@ -1303,3 +1303,168 @@ def test_sys_exc_info_with_nothing_handled():
             warnings.simplefilter("ignore")
             got = compiled(_vector())
         assert got[1:] == exception_state_after_handling(_vector())[1:] and got[1] is False
+
+
+# -- copies of dicts keep the class Python's copy gives -----------------------------------------------
+class PlainDictSubclass(dict):
+    pass
+
+
+def dict_copies(x):
+    d = collections.defaultdict(list, {1: 1, 2: 2})
+    c1, c2 = d.copy(), d.__copy__()
+    s = PlainDictSubclass(a=1)
+    o = collections.OrderedDict(a=1)
+    return (x + 1, c1.default_factory is list, c2.default_factory is list, dict(c2), c2 == d, c2[5],
+            type(s.copy()) is dict, type(o.copy()) is collections.OrderedDict,
+            type(types.MappingProxyType(s).copy()) is dict)
+
+
+def test_dict_copies_keep_the_class_python_gives():
+    same_as_eager(dict_copies, lambda: (_vector(),))
+
+
+# -- iterators over builtin containers answer __length_hint__ -----------------------------------------
+def iterator_length_hints(x):
+    import operator
+    results = []
+    for obj in ({1, 2, 3}, {1: "a", 2: "b"}, {1: "a"}.values(), [1, 2], (1,), range(3), "ab"):
+        it = iter(obj)
+        results.append(it.__length_hint__())
+        next(it)
+        results.append(it.__length_hint__())
+    d = {1: 2, 3: 4}
+    it = iter(d)
+    d[5] = 6                            # a dict iterator that saw its dict grow hints 0
+    results.append(it.__length_hint__())
+    try:
+        next(it)
+    except RuntimeError as e:
+        results.append(str(e))
+    results.append(operator.length_hint(iter([1, 2, 3])))
+    return x.sin(), results
+
+
+def test_iterator_length_hints():
+    same_as_eager(iterator_length_hints, lambda: (_vector(),))
+
+
+# -- sys.version_info is compared as Python compares it; a non-iterable assigned to a slice -----------
+def version_checks(x):
+    import sys
+    v = sys.version_info
+    return x + 1, v[:2] == (3, 11) and v < (3, 11, 15), v.major, v >= (3, 0), tuple(v)[:2]
+
+
+def test_sys_version_info_comparisons():
+    same_as_eager(version_checks, lambda: (_vector(),))
+
+
+def slice_assigned_a_non_iterable(x):
+    p = list("abcdef")
+    messages = []
+    for k in (slice(1, 3), slice(1, 5, 2)):
+        try:
+            p[k] = 1
+        except TypeError as e:
+            messages.append(str(e))
+    p[1:3] = ["x", "y"]
+    return x + 1, messages, p
+
+
+def test_slice_assigned_a_non_iterable_raises_pythons_message():
+    same_as_eager(slice_assigned_a_non_iterable, lambda: (_vector(),))
+
+
+class TupleTakingKeywords(tuple):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+
+def tuple_new_keywords(x):
+    messages = []
+    for call in (lambda: tuple.__new__(tuple, [1, 2], extra=1), lambda: tuple.__new__(tuple, [1], [2])):
+        try:
+            call()
+        except TypeError as e:
+            messages.append(str(e))
+    t = tuple.__new__(TupleTakingKeywords, [1, 2], extra=1)    # its own __init__: keywords ignored
+    return x + 1, messages, type(t) is TupleTakingKeywords, tuple(t)
+
+
+def test_tuple_new_rejects_keywords_as_python():
+    same_as_eager(tuple_new_keywords, lambda: (_vector(),))
+
+
+def sort_sees_the_list_empty(x):
+    p = [1, 3, 2]
+    sizes = []
+
+    def key(v):
+        sizes.append(len(p))
+        return v
+    p.sort(key=key)
+    q = [2, 1]
+    try:
+        q.sort(key=lambda v: q.append(v) or v)
+    except ValueError as e:
+        return x + 1, p, sizes, q, str(e)
+    return x, p, sizes, q, None
+
+
+def test_list_sort_empties_the_list_while_sorting():
+    same_as_eager(sort_sees_the_list_empty, lambda: (_vector(),))
+
+
+# -- sorting by keys made in traced code: CPython's own sort, each `<` traced --------------------------
+class OrderedByV:
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        return self.v < other.v
+
+
+def sorts_by_traced_comparisons(x):
+    import functools
+    calls = []
+
+    def cmp(a, b):
+        calls.append((a, b))
+        return (a > b) - (a < b)
+    p = [3, 1, 2, 5, 4]
+    p.sort(key=functools.cmp_to_key(cmp))
+    q = sorted([OrderedByV(3), OrderedByV(1), OrderedByV(2)])
+    r = sorted([4, 1, 3], key=functools.cmp_to_key(cmp), reverse=True)
+    s = [1, 3, 2]
+
+    def appending(a, b):
+        s.append(4)
+        return (a > b) - (a < b)
+    try:
+        s.sort(key=functools.cmp_to_key(appending))
+    except ValueError as e:
+        return x + 1, p, calls, [k.v for k in q], r, s, str(e)
+    return x, p, calls, [k.v for k in q], r, s, None
+
+
+def test_sort_by_user_comparisons_and_cmp_to_key():
+    same_as_eager(sorts_by_traced_comparisons, lambda: (_vector(),))
+
+
+class NeverEqual:
+    def __eq__(self, other):
+        return False
+
+
+def index_in_a_tuple_of_objects(x):
+    t = (NeverEqual(), 3)
+    try:
+        t.index("z")
+    except ValueError as e:
+        return x + t.index(3), t.count(3), str(e)
+    return x, None, None
+
+
+def test_index_and_count_of_a_tuple_holding_objects():
+    same_as_eager(index_in_a_tuple_of_objects, lambda: (_vector(),))

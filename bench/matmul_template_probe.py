@@ -45,6 +45,16 @@ def _fn(x, w, b, r):
     return torch.nn.functional.gelu(torch.addmm(b, x, w)) + r
 
 
+def _inputs(m: int, n: int, k: int, dtype: torch.dtype) -> tuple:
+    """(x, w, bias, residual) for an m x n x k product, the same numbers for every form."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(m, k, device="cuda", generator=g).to(dtype)
+    w = (torch.randn(k, n, device="cuda", generator=g) / k ** 0.5).to(dtype)
+    b = torch.randn(n, device="cuda", generator=g).to(dtype)
+    r = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+    return x, w, b, r
+
+
 def _time(fn, args, reps=30) -> float:
     for _ in range(3):
         fn(*args)
@@ -76,12 +86,7 @@ def autotune_main(args, dtype) -> None:
     fn = _fn if args.epilogue else _mm
     rows = []
     for m, n, k in AUTOTUNE_SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(m, k, device="cuda", generator=g).to(dtype)
-        w = (torch.randn(k, n, device="cuda", generator=g) / k ** 0.5).to(dtype)
-        b = torch.randn(n, device="cuda", generator=g).to(dtype)
-        r = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-        inputs = (x, w, b, r)
+        inputs = _inputs(m, n, k, dtype)
         row = {"shape": f"{m}x{n}x{k}", "dtype": args.dtype, "fn": fn.__name__}
         for attempt in ("cold", "warm"):
             kiln.reset()
@@ -151,12 +156,7 @@ def main() -> None:
     }
     rows = []
     for m, n, k in SHAPES:
-        g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(m, k, device="cuda", generator=g).to(dtype)
-        w = (torch.randn(k, n, device="cuda", generator=g) / k ** 0.5).to(dtype)
-        b = torch.randn(n, device="cuda", generator=g).to(dtype)
-        r = torch.randn(m, n, device="cuda", generator=g).to(dtype)
-        inputs = (x, w, b, r)
+        inputs = _inputs(m, n, k, dtype)
         ref = _fn(*(t.double() for t in inputs))
         row = {"shape": f"{m}x{n}x{k}", "dtype": args.dtype}
         for name, fn in forms.items():

@@ -300,6 +300,17 @@ def _mutates(node) -> bool:
     return (name.endswith("_") and not name.endswith("__")) or node.target is operator.setitem or "out" in node.kwargs
 
 
+def _held(v) -> list:
+    """What a plain container (list, tuple, set, dict, dataclass instance) holds; [] for anything else."""
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return list(v)
+    if isinstance(v, dict):
+        return [*v.keys(), *v.values()]
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return [getattr(v, f.name) for f in dataclasses.fields(v)]
+    return []
+
+
 def _escaping_iterators(roots) -> list:
     """Paused generators and iterators over generators reachable from `roots`, outermost first
     (a generator's own frame and a lazy iterator's insides are not entered: draining the outer one
@@ -316,12 +327,8 @@ def _escaping_iterators(roots) -> list:
         elif isinstance(v, V.LazyIteratorVar):
             if v.drained is None:
                 found.append(v)
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            todo += list(v)
-        elif isinstance(v, dict):
-            todo += [*v.keys(), *v.values()]
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+        else:
+            todo += _held(v)
     return found
 
 
@@ -341,12 +348,8 @@ def _reached(roots) -> set | None:
             todo += [*v.locals.values(), *v.stack, *v.cells.values()]
         elif isinstance(v, V.GeneratorVar):
             todo.append(v.frame)
-        elif isinstance(v, (list, tuple, set, frozenset)):
-            todo += list(v)
-        elif isinstance(v, dict):
-            todo += [*v.keys(), *v.values()]
-        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            todo += [getattr(v, f.name) for f in dataclasses.fields(v)]
+        else:
+            todo += _held(v)
     return seen
 
 

@@ -68,7 +68,7 @@ def gemv(x, w, out, tiling):
     N = w.shape[0]
     grid = (triton.cdiv(N, tiling["BLOCK_N"]),)
     kernel = _gemv if M < 16 else _gemv_dot
-    kernel[grid](x, w, out, M, N, K, BLOCK_M=max(M, 16) if M >= 16 else M, BLOCK_N=tiling["BLOCK_N"],
+    kernel[grid](x, w, out, M, N, K, BLOCK_M=M, BLOCK_N=tiling["BLOCK_N"],
                  BLOCK_K=tiling["BLOCK_K"], num_warps=tiling["num_warps"])
 
 

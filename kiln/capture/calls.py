@@ -30,7 +30,7 @@ from kiln.capture.distributed import native_reason
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
-from kiln.capture.sources import AttrSource
+from kiln.capture.sources import AttrSource, GlobalSource
 from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method, to_fx
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
@@ -238,6 +238,12 @@ CALLS.update({
 
 
 # -- nn.Module calls -------------------------------------------------------------------------------
+_GLOBAL_HOOK_TABLES = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                       "_global_backward_pre_hooks")
+_NATIVE_HOOK_TABLES = ("_backward_hooks", "_backward_pre_hooks", "_forward_hooks_with_kwargs",
+                       "_forward_pre_hooks_with_kwargs")
+
+
 def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variable:
     """`module(*args)`: forward pre-hooks, forward, forward hooks, as `nn.Module._call_impl` runs them."""
     mod = mod_var.value
@@ -247,16 +253,20 @@ def module_call(tx, mod_var: V.ObjectVar, args: list, kwargs: dict) -> V.Variabl
     if type(mod).__call__ is not torch.nn.Module.__call__:
         return tx.inline(_fn_of(type(mod).__call__), [mod_var, *args], kwargs)
     m = torch.nn.modules.module
-    if m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks \
-            or getattr(m, "_global_backward_pre_hooks", None):
+    if any(getattr(m, table, None) for table in _GLOBAL_HOOK_TABLES):
         raise tx.unsupported("global nn.Module hooks are registered; kiln does not capture through them")
-    if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None) or \
-            getattr(mod, "_forward_hooks_with_kwargs", None) or getattr(mod, "_forward_pre_hooks_with_kwargs", None):
+    if any(getattr(mod, table, None) for table in _NATIVE_HOOK_TABLES):
         raise _run_natively(tx, f"{type(mod).__name__} has backward hooks or hooks with kwargs, which kiln does "
                                 "not capture: they run natively around its forward, captured on its own")
+    # every table read empty here is guarded empty: a hook registered after the compile is a miss,
+    # not a hook the compiled call leaves out ([Note: hook tables by registration count])
+    globals_name = tx.out.globals_name(vars(m))
+    for table in _GLOBAL_HOOK_TABLES:
+        if hasattr(m, table):
+            tx.out.guard(Guard(GuardKind.EMPTY, GlobalSource(table, globals_name)))
     if mod_var.source is not None:
-        for table in ("_forward_pre_hooks", "_forward_hooks"):
-            if not getattr(mod, table):
+        for table in ("_forward_pre_hooks", "_forward_hooks", *_NATIVE_HOOK_TABLES):
+            if hasattr(mod, table) and not getattr(mod, table):
                 tx.out.guard(Guard(GuardKind.EMPTY, AttrSource(mod_var.source, table)))
     for key, hook in list(mod._forward_pre_hooks.items()):
         hook_var = wrap(tx.out, hook, None)

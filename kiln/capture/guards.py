@@ -14,8 +14,9 @@ import enum
 from typing import Any, Callable
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
-from kiln.capture.sources import Source
+from kiln.capture.sources import AttrSource, DictEntrySource, GlobalSource, Source
 
 
 class GuardKind(enum.Enum):
@@ -249,6 +250,39 @@ def share_reads(conditions: list[str], params: list[str]) -> list[str]:
     return [chain.sub(rewrite, cond) for cond in conditions]
 
 
+# [Note: hook tables by registration count] A module's guards check that each of its hook tables
+# (`_forward_hooks`, `_forward_pre_hooks`, ... of every submodule the frame calls, and the global ones
+# of torch.nn.modules.module) is still empty: a quarter of a transformer's guard conditions, paid on
+# every call. Every way PyTorch adds a hook (`register_forward_hook`, `register_module_forward_hook`,
+# `Tensor.register_hook`, ...) first makes a `RemovableHandle`, whose class counter `next_id` only
+# grows. So an entry keeps the counter's value at its last full check, and while the counter has not
+# moved, no table empty then can have gained a hook: the tables' checks run only when some hook was
+# registered since (anywhere), and a check that passes takes the new value. The counter is read
+# before the tables, so a hook registered while they are read is seen on the next call. Not covered:
+# a hook written into a table by hand (`m._forward_hooks[k] = f`, private API), which Dynamo does not
+# guard at all (its `skip_nnmodule_hook_guards`).
+HOOK_TABLES = frozenset({
+    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+    "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_global_forward_hooks", "_global_forward_hooks_with_kwargs", "_global_forward_hooks_always_called",
+    "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks",
+    "_global_module_registration_hooks", "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks"})
+
+
+def _empty_hook_table(guard: Guard) -> bool:
+    """A guard that a hook table is empty (or is of its type): one the registration count stands for."""
+    s = guard.source
+    name = s.attr if isinstance(s, AttrSource) else s.name if isinstance(s, GlobalSource) \
+        else s.key if isinstance(s, DictEntrySource) else None
+    if name not in HOOK_TABLES:
+        return False
+    kind, x = guard.kind, guard.expected
+    return kind in (GuardKind.EMPTY, GuardKind.TYPE) or (kind is GuardKind.DICT_KEYS and not x) \
+        or (kind is GuardKind.LEN and x == 0) or (kind is GuardKind.TRUTH and not x)
+
+
 def autocast_state() -> tuple:
     """What a traced graph's casts depend on: autocast on CPU and on CUDA, each enabled and its dtype
     (a graph traced under autocast holds bf16 casts a call without it must not run)."""
@@ -266,10 +300,17 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
             consts[id(value)] = (f"__c{len(consts)}", value)
         return consts[id(value)][0]
 
-    conditions = [c for g in sort_guards(guards) for c in guard_code(g, const)] or ["True"]
-    conditions = share_reads(conditions, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
-    body = " and\n            ".join(conditions)
-    names = ["__grad_enabled", "__autocast_state", *bindings, *(n for n, _ in consts.values())]
+    ordered = sort_guards(guards)
+    tables = [c for g in ordered if _empty_hook_table(g) for c in guard_code(g, const)]
+    conditions = [c for g in ordered if not _empty_hook_table(g) for c in guard_code(g, const)]
+    # the tables' conditions go last, so the reads they bind (`:=`) are used by none of the others
+    conditions = share_reads(conditions + tables, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
+    if tables:     # [Note: hook tables by registration count]
+        tables = conditions[len(conditions) - len(tables):]
+        conditions = conditions[:len(conditions) - len(tables)] + [
+            f"((__hooks_n := __handles.next_id) == __stamp[0] or ({' and '.join(tables)}) and __stamp.__setitem__(0, __hooks_n) is None)"]
+    body = " and\n            ".join(conditions or ["True"])
+    names = ["__grad_enabled", "__autocast_state", "__handles", "__stamp", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def {name}({params}):\n"
            f"        try:\n"
@@ -279,7 +320,7 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
            f"    return {name}\n")
     namespace: dict[str, Any] = {"torch": torch}   # item sources name dtype keys as torch.<dtype>
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
-    fn = namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
+    fn = namespace["__make"](torch.is_grad_enabled, autocast_state, RemovableHandle, [-1], *bindings.values(),
                              *[v for _, v in consts.values()])
     fn.__kiln_source__ = src
     return fn

@@ -154,6 +154,62 @@ def test_hook_added_after_compile_runs():
     assert len(rec.graphs) == 2
 
 
+def test_hook_added_to_a_submodule_after_warm_calls_runs():
+    # [Note: hook tables by registration count]: calls after the first full check skip the
+    # tables' checks until a hook is registered anywhere; this one must still be seen
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3))
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        check(cf, m, x)
+    handle = m[2].register_forward_hook(lambda mod, args, out: out * 10)
+    check(cf, m, x)
+    assert len(rec.graphs) == 2
+    handle.remove()
+    check(cf, m, x)           # the first entry's tables are empty again: it is found, nothing compiles
+    assert len(rec.graphs) == 2
+
+
+def test_global_hook_added_after_warm_calls_runs():
+    m = nn.Linear(3, 3)
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        check(cf, m, x)
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda mod, args, out: out + 1)
+    try:
+        check(cf, m, x)     # the entry misses; with a global hook the call runs as torch wrote it
+    finally:
+        handle.remove()
+    check(cf, m, x)
+    assert len(rec.graphs) == 1
+
+
+def test_backward_hook_added_after_compile_runs():
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    check(cf, m, x)
+    check(cf, m, x)
+    seen = []
+    m[0].register_full_backward_hook(lambda mod, gin, gout: seen.append(gout[0].shape))
+    cf(x).sum().backward()
+    assert seen == [torch.Size([2, 3])]
+
+
+def test_a_hook_registered_elsewhere_does_not_recompile():
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    cf, rec = compiled(m)
+    x = torch.randn(2, 3)
+    check(cf, m, x)
+    other = nn.Linear(2, 2)
+    other.register_forward_hook(lambda mod, args, out: out)      # the count moves: one full check
+    torch.randn(2, requires_grad=True).register_hook(lambda g: g)
+    for _ in range(2):
+        check(cf, m, x)
+    assert len(rec.graphs) == 1
+
+
 def test_dict_keys_and_list_length_are_guarded():
     def f(d, items):
         return sum(v for v in d.values()) + len(items)

@@ -139,14 +139,18 @@ def step(tx, gen: V.GeneratorVar, sent: V.Variable | None = None,
 
 def _throw_at_yield(frame, exc: V.ExceptionVar) -> V.Variable | None:
     """Raise `exc` where the frame is paused: its exception table decides where it lands. A frame
-    paused in `yield from` hands the exception to the generator it delegates to first, as CPython's
-    `gen.throw` does; if that one yields again, so does this frame (the value is returned)."""
+    paused in `yield from` hands the exception to the iterator it delegates to first, as CPython's
+    `gen.throw` does; if that one yields again, so does this frame (the value is returned); if it
+    finishes instead, its return value is the value of the `yield from` (`_yield_from_returned`)."""
     receiver = _delegate(frame)
     if is_user_iterator(receiver):
         thrown = _throw_into_user_iterator(frame, receiver, exc)
-        if not isinstance(thrown, V.ExceptionVar):
+        if isinstance(thrown, V.ExceptionVar):
+            exc = thrown
+        elif isinstance(thrown, _Returned):
+            return _yield_from_returned(frame, thrown.value)
+        else:
             return thrown        # it yielded a value instead: so does this frame
-        exc = thrown
     elif isinstance(receiver, V.GeneratorVar):
         if issubclass(exc.cls, GeneratorExit):
             close(frame, receiver)
@@ -156,20 +160,48 @@ def _throw_at_yield(frame, exc: V.ExceptionVar) -> V.Variable | None:
             except ObservedException as e:   # not handled inside: it surfaces at the outer `yield from`
                 exc = e.exc
             else:
-                if value is None:
-                    raise frame.unsupported("throw() into `yield from` a generator that returns on it")
-                return value
-        if PY312:   # 3.12 routes it through CLEANUP_THROW, which kiln does not model
-            raise frame.unsupported("throw() into a generator paused in `yield from`")
+                if value is not None:
+                    return value
+                return _yield_from_returned(frame, receiver.result)
+    _raise_at_yield(frame, exc)
+    return None
+
+
+def _raise_at_yield(frame, exc: V.ExceptionVar) -> None:
+    """Route `exc` to the handler of the frame's paused `yield`, above the value sent in (None), as
+    CPython's `gen.throw` pushes it: 3.12's CLEANUP_THROW reads the stack so."""
+    frame.push(V.Constant(None))
     frame.handle_exception(ObservedException(exc))
+
+
+@dataclasses.dataclass
+class _Returned:
+    """What a delegate's `throw` did when it finished (raised StopIteration) instead of yielding."""
+    value: V.Variable
+
+
+def _yield_from_returned(frame, value: V.Variable | None) -> None:
+    """The delegate of the frame's paused `yield from` finished on a thrown exception, returning
+    `value`: the frame goes on after the `yield from` with it. 3.12 raises the delegate's
+    StopIteration at the `yield`, where CLEANUP_THROW turns it into the value; 3.11 does it in C:
+    pops the delegate and resumes at the SEND's target with the value pushed."""
+    value = value if value is not None else V.Constant(None)
+    if PY312:
+        _raise_at_yield(frame, V.ExceptionVar(StopIteration, [value]))
+        return None
+    send = frame.insts[frame.ip - 2]   # SEND, YIELD_VALUE, RESUME 2 <- ip
+    frame.pop()
+    frame.jump(send.argval)
+    frame.push(value)
     return None
 
 
 def _throw_into_user_iterator(frame, receiver: V.NewObjectVar, exc: V.ExceptionVar):
     """CPython's `yield from` handing an exception to an iterator that is not a generator: its
     `close()` for GeneratorExit (then GeneratorExit goes on), its `throw(type, value, None)` for
-    others (a value it returns is yielded); without the method the exception is raised at the
-    `yield from`. Returns the value to yield, or the exception to raise there."""
+    others (a value it returns is yielded, a StopIteration it raises finishes the `yield from`);
+    without the method the exception is raised at the `yield from`. Returns the value to yield,
+    `_Returned`, or the exception to raise there."""
     from kiln.capture.attributes import class_lookup
     has = lambda name: class_lookup(receiver.cls, name) is not None and hasattr(receiver.cls, name)
     if issubclass(exc.cls, GeneratorExit):
@@ -182,9 +214,7 @@ def _throw_into_user_iterator(frame, receiver: V.NewObjectVar, exc: V.ExceptionV
         value, result = user_next(frame, receiver, "throw", [V.ObjectVar(exc.cls), exc, V.Constant(None)])
     except ObservedException as e:
         return e.exc
-    if value is None:
-        raise frame.unsupported("throw() into `yield from` an iterator that finishes on it")
-    return value
+    return _Returned(result) if value is None else value
 
 
 def _delegate(frame):
@@ -368,13 +398,21 @@ def _closes_delegate(frame) -> bool:
 
 def _cleanup_at(frame):
     """The handler an exception raised at the frame's paused `yield` lands on, unless it is 3.12's
-    own StopIteration-to-RuntimeError handler around every generator body (PEP 479)."""
+    own StopIteration-to-RuntimeError handler around every generator body (PEP 479). 3.12's
+    CLEANUP_THROW, where one raised at a `yield from` lands first, only passes it on (GeneratorExit
+    is no StopIteration): the handler is the one around the CLEANUP_THROW."""
     offset = frame.inst.offset
+    while (target := _handler_at(frame, offset)) is not None and target.opname == "CLEANUP_THROW":
+        offset = target.offset
+    pep479 = target is not None and target.opname == "CALL_INTRINSIC_1" and target.arg == 3
+    return None if pep479 else target
+
+
+def _handler_at(frame, offset: int):
+    """The first instruction of the handler that covers `offset` in the frame's exception table."""
     for entry in frame.exc_table:   # flat: the first entry that covers an offset is its innermost
         if entry.start <= offset < entry.end:
-            target = frame.insts[frame.index[entry.target]]
-            pep479 = target.opname == "CALL_INTRINSIC_1" and target.arg == 3
-            return None if pep479 else target
+            return frame.insts[frame.index[entry.target]]
     return None
 
 

@@ -674,6 +674,19 @@ def end_send(tx, inst):
     tx.push(value)
 
 
+@handler("CLEANUP_THROW")  # 3.12
+def cleanup_throw(tx, inst):
+    """An exception thrown in at a `yield from`'s paused YIELD_VALUE lands here, below it the
+    receiver and the value sent in (None: `generators._raise_at_yield`). The
+    StopIteration of a delegate that finished on a `throw` ends the `yield from` with its value
+    (the jump that follows goes to END_SEND); any other exception goes on to the frame's handlers."""
+    exc, _sent, _receiver = tx.pop(), tx.pop(), tx.pop()
+    if not issubclass(exc.cls, StopIteration):
+        raise _reraised(exc)
+    tx.push(V.Constant(None))
+    tx.push(exc.args[0] if exc.args else V.Constant(None))
+
+
 # -- exceptions and with-blocks --------------------------------------------------------------------
 @handler("RAISE_VARARGS")
 def raise_varargs(tx, inst):
@@ -822,7 +835,7 @@ def convert_value(tx, inst):
     tx.push(V.Constant(S.format_value(tx, tx.pop(), conv, "")))
 
 
-@handler("CLEANUP_THROW", "LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
+@handler("LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
          "DELETE_GLOBAL", "DELETE_DEREF", "GET_AWAITABLE", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT")
 def refuse(tx, inst):
     raise tx.unsupported(f"the bytecode instruction {inst.opname} is not supported by kiln")

@@ -588,6 +588,43 @@ def test_user_iterators_are_stepped_as_the_consumer_asks():
     same_as_eager(user_iterators, lambda: (_vector(), []))
 
 
+class FinishesOnThrow(Delegate):
+    def throw(self, typ, val=None, tb=None):
+        self.log.append("finishes on throw")
+        raise StopIteration(30)
+
+
+def throws_that_finish_or_escape_a_yield_from(x, log):
+    def returns_on_throw():
+        try:
+            yield 1
+        except KeyError:
+            log.append("inner caught")
+            return 20
+
+    def raises_on_throw():
+        yield 1
+
+    def outer(inner):
+        try:
+            result = yield from inner
+        except KeyError as e:
+            result = ("outer caught", e.args)
+        log.append(result)
+        yield 3
+    for inner in (returns_on_throw(), FinishesOnThrow(log), raises_on_throw()):
+        g = outer(inner)
+        log.append((next(g), g.throw(KeyError("k")), next(g, "end")))
+    return x + 1
+
+
+def test_a_throw_that_finishes_or_escapes_the_delegate_of_a_yield_from():
+    # the delegate's return value (a generator's `return`, an iterator's StopIteration) becomes the
+    # value of the `yield from` (3.12: through CLEANUP_THROW), an exception it does not handle is
+    # raised at the `yield from`
+    same_as_eager(throws_that_finish_or_escape_a_yield_from, lambda: (_vector(), []))
+
+
 def _paused_in_yield_from_user_iterator(x, log):
     def outer():
         yield from Delegate(log)

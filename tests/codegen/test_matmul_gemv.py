@@ -7,6 +7,8 @@ The rule's size thresholds (a weight of 1 MiB, 132 column blocks) would make eve
 slow under the interpreter, so most tests lower them (`any_size`); `test_a_decode_shape_...` keeps
 them and compiles a real 1 MiB layer. M, N and K are no multiples of the blocks (3 rows in a
 4-row block, 77 columns in blocks of 4, K = 300 in steps of 256), so the masked paths run."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -220,3 +222,24 @@ def test_max_autotune_times_the_gemv_against_the_extern(graphs, monkeypatch, tmp
     assert "extern" in timed and any(t.startswith("gemv") for t in timed) and any(t.startswith("BLOCK_M") for t in timed)
     assert "_extern" not in program.host_source
     torch.testing.assert_close(program(*inputs)[0], _gelu_residual(*inputs), **FP32)
+
+
+# -- the GPU text, compiled for sm_90 without a GPU
+
+@pytest.mark.parametrize("m, dtype", [(1, torch.bfloat16), (4, torch.bfloat16), (1, torch.float32)])
+def test_the_gemv_compiles_for_sm90_with_vector_loads_and_no_spills(graphs, m, dtype):
+    """dolly's qkv product with its epilogue at the rule's tiling: Triton's compiler for an H100
+    takes the printed GEMV (the interpreter never checks that), reads the weight in 128-bit loads
+    and keeps every row's sums in registers."""
+    pytest.importorskip("triton.backends.nvidia")
+    from kiln.codegen.triton.offline import compile_for_gpu
+    k, n = 2560, 7680
+    inputs = [torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype), torch.randn(n).to(dtype), torch.randn(m, n).to(dtype)]
+    sched, gm, examples = _schedule(graphs, _gelu_residual, *inputs)
+    (kernel,) = sched.steps
+    assert kernel.template.config == gemv_config(m, n, k, dtype), str(sched)
+    graph, _ = lower_graph(gm, examples, triton_printer.KERNEL_DTYPES, triton_printer.SPLIT_REDUCTIONS)
+    config = heuristics.template_launch(dataclasses.asdict(kernel.template.config))
+    build = compile_for_gpu(kernel, graph.buffer_map(), [], config=config)
+    assert build.vector_loads, sorted(build.memory_ops())
+    assert build.spill_bytes in (0, None), build.spill_bytes

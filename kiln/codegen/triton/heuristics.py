@@ -206,13 +206,18 @@ def _fit(block: int, size: int) -> int:
 # anything (`default_matmul_configs`) where that measurement speaks for it, and keeps cuBLAS
 # elsewhere:
 #
-# - M <= GEMV_DEFAULT_ROWS (4). Measured at M = 1 only. The form loads each weight tile once and
-#   multiplies it by each row of A from registers, so its memory traffic does not grow with M,
-#   and its arithmetic (M fused multiply-adds and row sums per weight element) stays well under
-#   the H100's float32 rate per byte of HBM bandwidth up to a few rows; 4 is a guess to confirm on
-#   the GPU (`--tokens 1,2,4,8` in the probe). Up to GEMV_MAX_ROWS (8) the form is only offered
-#   to max-autotune, which times it against cuBLAS. At M = 16 the probe's tensor-core GEMV was no
-#   faster than cuBLAS (154 vs 157 us for dolly), so the form stops below 16.
+# - M <= GEMV_DEFAULT_ROWS (4). Measured at M = 1 only (where the printed kernel is the probe's
+#   loop). The form loads each weight tile once and multiplies it by each row of A from registers,
+#   so its memory traffic does not grow with M; its arithmetic does: M fused multiply-adds per
+#   weight element, at 3.35 TB/s of bf16 weight about 1.7e12 M FMA/s, 20% of the H100's float32
+#   rate at M = 4 and 40% at 8, besides each row's cross-warp row sum every K step (sm_90 text:
+#   7 barriers an iteration at M = 1, 28 at 4). So 4, a guess to confirm on the GPU
+#   (`python bench/gemv_probe.py --kiln --tokens 1,2,3,4`); up to GEMV_MAX_ROWS (8) the form is
+#   only offered to max-autotune, which times it against cuBLAS. At M = 16 the probe's
+#   tensor-core GEMV was no faster than cuBLAS (154 vs 157 us for dolly), so the form stops below
+#   16. (On CUDA a product of 2^27 multiply-adds or more is padded to aligned sizes before this
+#   rule sees it, [Note: aligned matmuls]: dolly's head at 3 or 4 rows becomes an 8-row product and
+#   keeps cuBLAS; at one token no decoding product here is that large.)
 # - the weight B is `GEMV_MIN_WEIGHT_BYTES` (1 MiB) or more, with N / 4 >= `GEMV_MIN_COLUMN_BLOCKS`
 #   (132, an H100's SMs) column blocks: the probe's shapes are 8-100 MiB with N >= 2048; smaller
 #   products are launch-bound, narrow ones leave SMs idle where cuBLAS splits K.

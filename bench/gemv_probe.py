@@ -5,7 +5,14 @@ plain Triton GEMV (each program a block of output features over all of K, the we
 no split-K pass) over a few tilings. A probe: it says whether a kiln GEMV template has headroom
 over cuBLAS at these shapes, before one is built.
 
-    python bench/gemv_probe.py [--out DIR]
+    python bench/gemv_probe.py [--out DIR] [--tokens 1,16]
+    python bench/gemv_probe.py --kiln [--tokens 1,2,4,8]
+
+`--kiln` times what a decoding layer runs, linear + GELU + residual add in bfloat16 (`kiln_layer`),
+compiled by kiln in the default mode (`dynamic=False`): with its GEMV form ([Note: GEMV by default]
+in kiln/codegen/triton/heuristics.py), one kernel; with the form turned off (`GEMV_DEFAULT_ROWS =
+0`: cuBLAS, then one fused pointwise kernel, kiln before the form); and eagerly (cuBLAS and two
+pointwise kernels), next to cuBLAS's product alone and the floor. It says which form kiln chose.
 
 Times are CUDA-graph replays of 20 calls (launch cost out), median of 15, per call."""
 from __future__ import annotations
@@ -94,14 +101,82 @@ def per_call_us(fn, calls: int = 20, reps: int = 15) -> float:
     return statistics.median(times)
 
 
+def kiln_layer(x, w, b, r):
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b)) + r
+
+
+def _kiln_compiled(gemv: bool, inputs):
+    """kiln_layer compiled in the default mode, with or without the GEMV form; and the forms of the
+    template kernels it built. Each compile gets an empty cache folder, so neither program is the
+    other's from the disk cache."""
+    import tempfile
+    import kiln
+    from kiln.codegen.triton import heuristics, launcher
+    saved = heuristics.GEMV_DEFAULT_ROWS
+    heuristics.GEMV_DEFAULT_ROWS = saved if gemv else 0
+    os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-gemv-probe-")
+    try:
+        kiln.reset()
+        before = {id(k) for k in launcher.BUILT}
+        fn = kiln.compile(kiln_layer, dynamic=False)
+        fn(*inputs)
+        torch.cuda.synchronize()
+    finally:
+        heuristics.GEMV_DEFAULT_ROWS = saved
+    built = [k for k in launcher.BUILT if id(k) not in before]
+    return fn, [k.template["form"] for k in built if k.template] or ["extern"], len(built)
+
+
+def kiln_rows(tokens, bandwidth) -> list[dict]:
+    """--kiln: the layer compiled by kiln with and without the GEMV form, eager, cuBLAS alone."""
+    rows = []
+    for (name, (K, N)), M in itertools.product(SHAPES.items(), tokens):
+        torch.manual_seed(0)
+        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16) / K ** 0.5
+        x, b, r = (torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((M, K), (N,), (M, N)))
+        inputs = (x, w, b, r)
+        floor_us = (w.numel() + x.numel() + b.numel() + 2 * r.numel()) * 2 / bandwidth * 1e6
+        ref = kiln_layer(*(t.double() for t in inputs))
+        row = dict(shape=name, M=M, K=K, N=N, floor_us=floor_us,
+                   cublas_us=per_call_us(lambda: torch.nn.functional.linear(x, w)),
+                   eager_us=per_call_us(lambda: kiln_layer(*inputs)))
+        for label, gemv in (("kiln_gemv", True), ("kiln_extern", False)):
+            fn, forms, kernels = _kiln_compiled(gemv, inputs)
+            err = ((fn(*inputs).double() - ref).abs().max() / ref.abs().max()).item()
+            row[label + "_us"], row[label + "_forms"], row[label + "_kernels"], row[label + "_err"] = (
+                per_call_us(lambda: fn(*inputs)), forms, kernels, err)
+        rows.append(row)
+        print(f"{name:14s} M={M:2d}: floor {floor_us:6.1f} us  cuBLAS alone {row['cublas_us']:6.1f}  "
+              f"eager layer {row['eager_us']:6.1f}  kiln extern+epilogue {row['kiln_extern_us']:6.1f}  "
+              f"kiln default {row['kiln_gemv_us']:6.1f} ({'+'.join(row['kiln_gemv_forms'])}, "
+              f"{row['kiln_gemv_kernels']} kernel(s), rel err {row['kiln_gemv_err']:.1e}; "
+              f"{floor_us / row['kiln_gemv_us']:4.0%} of floor)")
+    for M in tokens:
+        for model in ("dolly", "llama"):
+            part = [r for r in rows if r["M"] == M and r["shape"].startswith(model)]
+            print(f"| {model} M={M} | floor {sum(r['floor_us'] for r in part):.0f} us "
+                  f"| eager {sum(r['eager_us'] for r in part):.0f} us "
+                  f"| kiln extern+epilogue {sum(r['kiln_extern_us'] for r in part):.0f} us "
+                  f"| kiln default {sum(r['kiln_gemv_us'] for r in part):.0f} us |")
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
     p.add_argument("--tokens", default="1,16")
+    p.add_argument("--kiln", action="store_true", help="time kiln's compiled linear + GELU + residual")
     a = p.parse_args()
     dev = "cuda"
     bandwidth = copy_bandwidth(dev)
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write)")
+    if a.kiln:
+        rows = kiln_rows(list(map(int, a.tokens.split(","))), bandwidth)
+        if a.out:
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, "gemv_probe_kiln.json"), "w") as f:
+                json.dump(dict(device=torch.cuda.get_device_name(), bandwidth=bandwidth, rows=rows), f, indent=1)
+        return
     rows = []
     for (name, (K, N)), M in itertools.product(SHAPES.items(), map(int, a.tokens.split(","))):
         w = torch.randn(N, K, device=dev, dtype=torch.bfloat16) / K ** 0.5

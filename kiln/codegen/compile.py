@@ -1,8 +1,9 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
     lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
-    -> matmul templates (matmul_templates.py; max-autotune, printers that tile products; the Triton
-       printer times them: triton/matmul_autotune.py) -> schedule (scheduler.py)
+    -> matmul templates (matmul_templates.py; printers that tile products: every product under
+       max-autotune, which the Triton printer times (triton/matmul_autotune.py), else only the
+       printer's `default_matmul_configs`, decoding's GEMVs) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -87,6 +88,7 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
     with log.stage("layouts"):
         graph = optimize_layouts(graph, _saved_outputs(graph, gm.meta.get("kiln_user_outputs")))
     configs_for = getattr(policy, "matmul_configs", None)
+    default_configs = getattr(policy, "default_matmul_configs", None)
     decisions = []       # the timed choice of each product ([Note: matmul autotuning])
     if max_autotune and configs_for is not None:
         with log.stage("matmul templates"):
@@ -95,6 +97,9 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
                 graph, decisions = tune(graph, configs_for)
             else:
                 graph = use_matmul_templates(graph, configs_for)
+    elif default_configs is not None:    # untimed: only where a template surely wins (GEMVs)
+        with log.stage("matmul templates"):
+            graph = use_matmul_templates(graph, default_configs)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))

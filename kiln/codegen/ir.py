@@ -97,6 +97,8 @@ Change log (keep this stable; note every change here)
   (`index_checks`, [Note: index bounds checks]).
 - v9: `CheckOrigin` on `Load`, `Store`, `Scatter` and `ExternKernel` (`origin`): the user's op and
   line a failed bounds check names; `index_checks` entries are `IndexCheck`s.
+- v10: `MatmulConfig.form`: "dot" (tiles of `tl.dot`) or "gemv" (a product of a few rows: each
+  program a block of columns over all of K, multiplies and row sums).
 """
 from __future__ import annotations
 
@@ -108,7 +110,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 8
+IR_VERSION = 10
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -522,7 +524,11 @@ ACCUMULATOR = "acc"
 class MatmulConfig:
     """How a template tiles a product: a `BLOCK_M x BLOCK_N` tile of the result a program, K walked
     `BLOCK_K` at a time, programs ordered `GROUP_M` row tiles at a time (neighbouring programs then
-    share tiles of both operands in cache), and the launch's warps and software-pipeline stages."""
+    share tiles of both operands in cache), and the launch's warps and software-pipeline stages.
+    `form`: "dot", tiles multiplied by the tensor cores; or "gemv", for a product of a few rows
+    (decoding's): `BLOCK_M` covers every row, each program a block of `BLOCK_N` columns over all
+    of K, as multiplies and row sums in float32, so B (the weight) is read once
+    ([Note: the GEMV form] in kiln/codegen/triton/matmul.py)."""
 
     BLOCK_M: int
     BLOCK_N: int
@@ -530,9 +536,15 @@ class MatmulConfig:
     GROUP_M: int = 8
     num_warps: int = 4
     num_stages: int = 2
+    form: str = "dot"
+
+    def __post_init__(self):
+        if self.form not in ("dot", "gemv"):
+            raise ValueError(f"matmul form {self.form!r}; kiln's templates are 'dot' or 'gemv'")
 
     def __str__(self):
-        return (f"BLOCK_M={self.BLOCK_M} BLOCK_N={self.BLOCK_N} BLOCK_K={self.BLOCK_K} GROUP_M={self.GROUP_M} "
+        return (("gemv " if self.form == "gemv" else "")
+                + f"BLOCK_M={self.BLOCK_M} BLOCK_N={self.BLOCK_N} BLOCK_K={self.BLOCK_K} GROUP_M={self.GROUP_M} "
                 f"warps={self.num_warps} stages={self.num_stages}")
 
 

@@ -1,4 +1,5 @@
-"""max-autotune's matrix products: extern calls that become template kernels (`ir.MatmulTemplate`).
+"""Matrix products as template kernels (`ir.MatmulTemplate`) instead of extern calls: max-autotune's,
+and decoding's GEMVs by default.
 
 [Note: matmul templates] Lowering leaves every matrix product (mm, bmm, addmm) to ATen: cuBLAS on a
 GPU, one extern call whose result is written to memory and read back by the kernel that applies
@@ -17,8 +18,14 @@ at all for static sizes and strides, float16, bfloat16 or float32 operands of on
 (addmm) beta = alpha = 1. A printer that can time its kernels says which is faster: the Triton
 printer's `tune_matmuls` ([Note: matmul autotuning] in triton/matmul_autotune.py) times every
 candidate on the device and passes its pick as `choose`; `first_template` (the printer's first
-tiling whenever a template may be used) is the choice where nothing is timed. Without
-max-autotune, and for printers with no `matmul_configs` (C++), this pass does not run.
+tiling whenever a template may be used) is the choice where nothing is timed. For printers with
+no `matmul_configs` (C++), this pass does not run.
+
+Without max-autotune the pass runs, untimed, on the printer's `default_matmul_configs` where it
+has them: tilings only where a template is known to beat the extern without timing, none elsewhere
+(the extern kept). The Triton printer offers its GEMV form there for products of a few rows and
+a large weight, decoding's ([Note: GEMV by default] in triton/heuristics.py). A GEMV tiling
+(`MatmulConfig.form == "gemv"`) is offered only for B contiguous along K.
 """
 from __future__ import annotations
 
@@ -119,7 +126,14 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
     (m, n), k = sizes[-2:], a.sizes[-1]
     precision = _precision(out.dtype, out.device)
     return extern + [ir.MatmulTemplate(out.name, body, ir.MatmulProduct(a, b, precision, config))
-                     for config in configs_for(int(m), int(n), int(k), out.dtype)]
+                     for config in configs_for(int(m), int(n), int(k), out.dtype)
+                     if config.form != "gemv" or _along_k(b)]
+
+
+def _along_k(b: ir.ViewArg) -> bool:
+    """Whether B (`[.., K, N]`) is contiguous along K, as `F.linear`'s weight read as `w.t()` is: the
+    GEMV form reads B in runs along K ([Note: the GEMV form] in triton/matmul.py)."""
+    return int(b.strides[-2]) == 1 or int(b.sizes[-2]) == 1
 
 
 def _to(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:

@@ -175,10 +175,11 @@ MATMUL_SHARED_MEMORY = 200 * 1024
 def matmul_configs(m: int, n: int, k: int, dtype) -> list:
     """The tilings the Triton matmul template offers for an `[M, K] @ [K, N]` product, the one to
     use first: `MATMUL_TILINGS` with each block no larger than its dim needs (a product of 20 rows
-    gets 32-row tiles), distinct, within `MATMUL_SHARED_MEMORY` for the operands' dtype."""
+    gets 32-row tiles), distinct, within `MATMUL_SHARED_MEMORY` for the operands' dtype; for a
+    product of a few rows, the GEMV form's tilings first (`gemv_configs`)."""
     from kiln.codegen.ir import MatmulConfig
     itemsize = getattr(dtype, "itemsize", 4)
-    found = []
+    found = gemv_configs(m, n, k, dtype)
     for block_m, block_n, block_k, warps, stages in MATMUL_TILINGS:
         config = MatmulConfig(BLOCK_M=_fit(block_m, m), BLOCK_N=_fit(block_n, n), BLOCK_K=_fit(block_k, k),
                               num_warps=warps, num_stages=stages)
@@ -190,6 +191,91 @@ def matmul_configs(m: int, n: int, k: int, dtype) -> list:
 
 def _fit(block: int, size: int) -> int:
     return max(MIN_DOT_BLOCK, min(block, next_power_of_2(size)))
+
+
+# ---------------------------------------------------------------------------- the GEMV form
+
+# [Note: GEMV by default] A product of a few rows (decoding at batch 1: M = 1 token) reads its
+# weight and little else; bench/gemv_probe.py measured on an H100 (bench/results/diagnostics/
+# 20261207-1630_cuda_gemv_probe.txt) that a plain Triton GEMV ([Note: the GEMV form] in matmul.py)
+# reads the weights of dolly-v2-3b's layers at M = 1 in 139 us where cuBLAS takes 156 (the
+# copy-bandwidth floor: 140), and LLaMA-1.1B's in 76 us against 88: faster on all ten layer shapes
+# but one tie (dolly fc2, 23.0 vs 23.1 us), taking 5-34% less time (each shape at its best of 16
+# tilings; the rule below picks that tiling for 6 of the 10 shapes, and one the probe also ran for
+# the others). So the Triton printer uses the GEMV form without max-autotune and without timing
+# anything (`default_matmul_configs`) where that measurement speaks for it, and keeps cuBLAS
+# elsewhere:
+#
+# - M <= GEMV_DEFAULT_ROWS (4). Measured at M = 1 only (where the printed kernel is the probe's
+#   loop). The form loads each weight tile once and multiplies it by each row of A from registers,
+#   so its memory traffic does not grow with M; its arithmetic does: M fused multiply-adds per
+#   weight element, at 3.35 TB/s of bf16 weight about 1.7e12 M FMA/s, 20% of the H100's float32
+#   rate at M = 4 and 40% at 8, besides each row's cross-warp row sum every K step (sm_90 text:
+#   7 barriers an iteration at M = 1, 28 at 4). So 4, a guess to confirm on the GPU
+#   (`python bench/gemv_probe.py --kiln --tokens 1,2,3,4`); up to GEMV_MAX_ROWS (8) the form is
+#   only offered to max-autotune, which times it against cuBLAS. At M = 16 the probe's
+#   tensor-core GEMV was no faster than cuBLAS (154 vs 157 us for dolly), so the form stops below
+#   16. (On CUDA a product of 2^27 multiply-adds or more is padded to aligned sizes before this
+#   rule sees it, [Note: aligned matmuls]: dolly's head at 3 or 4 rows becomes an 8-row product and
+#   keeps cuBLAS; at one token no decoding product here is that large.)
+# - the weight B is `GEMV_MIN_WEIGHT_BYTES` (1 MiB) or more, with N / 4 >= `GEMV_MIN_COLUMN_BLOCKS`
+#   (132, an H100's SMs) column blocks: the probe's shapes are 8-100 MiB with N >= 2048; smaller
+#   products are launch-bound, narrow ones leave SMs idle where cuBLAS splits K.
+# - B contiguous along K (`F.linear`'s weight, read as `w.t()`), which `candidates` checks.
+# - float16, bfloat16 or float32, one dtype (any template's rule); the probe ran bfloat16.
+#
+# The tiling is the probe's best ones, as a rule: BLOCK_N the widest of 16, 8, 4 that still makes
+# `MIN_WIDE_PROGRAMS` (512, four a SM) programs, else 4 (the probe: 4 for N = 2048-2560, 8 for 7680,
+# 16 for 10240-11264 and LLaMA's head; it preferred 4 for dolly's head, where 16 is the rule's);
+# BLOCK_K 1 KiB of weight row a step when a row is longer than 4 KiB (512 bf16 elements for
+# K = 2560-10240), else 512 B (256 for K = 2048), as 8 of the probe's 10 winners; 4 warps (8 won
+# twice: LLaMA's down projection and head). Whether the four shapes off the rule lose much by it
+# is for the GPU to say (`python bench/gemv_probe.py --kiln`).
+GEMV_DEFAULT_ROWS = 4
+GEMV_MAX_ROWS = 8
+GEMV_MIN_WEIGHT_BYTES = 1 << 20
+GEMV_MIN_COLUMN_BLOCKS = 132
+GEMV_BLOCK_N = (16, 8, 4)
+# (BLOCK_N, BLOCK_K, num_warps) max-autotune times besides the rule's: the probe's winners
+GEMV_TILINGS = ((4, 256, 4), (4, 512, 4), (8, 512, 4), (16, 256, 4), (16, 512, 4), (4, 512, 8), (16, 512, 8))
+
+
+def gemv_config(m: int, n: int, k: int, dtype, block_n: int | None = None, block_k: int | None = None,
+                num_warps: int = 4):
+    """The GEMV form's tiling for an `[M, K] @ [K, N]` product ([Note: GEMV by default]), or the one
+    with the blocks given, each no larger than its dim needs."""
+    from kiln.codegen.ir import MatmulConfig
+    itemsize = getattr(dtype, "itemsize", 4)
+    if block_n is None:
+        block_n = next((b for b in GEMV_BLOCK_N if -(-n // b) >= MIN_WIDE_PROGRAMS), GEMV_BLOCK_N[-1])
+    if block_k is None:
+        block_k = (1024 if k * itemsize > 4096 else 512) // itemsize
+    return MatmulConfig(BLOCK_M=next_power_of_2(m), BLOCK_N=min(block_n, next_power_of_2(n)),
+                        BLOCK_K=min(block_k, next_power_of_2(k)), GROUP_M=1, num_warps=num_warps,
+                        num_stages=3, form="gemv")     # 3: Triton's default, under which the probe ran
+
+
+def gemv_configs(m: int, n: int, k: int, dtype) -> list:
+    """The GEMV tilings max-autotune times for a product of `GEMV_MAX_ROWS` rows or fewer: the rule's
+    first, then the probe's winners."""
+    if m > GEMV_MAX_ROWS:
+        return []
+    found = [gemv_config(m, n, k, dtype)]
+    for block_n, block_k, warps in GEMV_TILINGS:
+        config = gemv_config(m, n, k, dtype, block_n, block_k, warps)
+        if config not in found:
+            found.append(config)
+    return found
+
+
+def default_matmul_configs(m: int, n: int, k: int, dtype) -> list:
+    """The tilings used without max-autotune, untimed: the GEMV form's where it is confidently
+    faster than cuBLAS ([Note: GEMV by default]), else none (the extern call)."""
+    itemsize = getattr(dtype, "itemsize", 4)
+    if (m > GEMV_DEFAULT_ROWS or k * n * itemsize < GEMV_MIN_WEIGHT_BYTES
+            or -(-n // GEMV_BLOCK_N[-1]) < GEMV_MIN_COLUMN_BLOCKS):
+        return []
+    return [gemv_config(m, n, k, dtype)]
 
 
 def template_launch(config: dict) -> LaunchConfig:

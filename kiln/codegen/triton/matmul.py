@@ -22,6 +22,10 @@ with `XBLOCK = 1`. Its tiling is fixed in its source (`BLOCK_M`, ... as module c
 any kernel. Sizes and strides are static (`kiln.codegen.matmul_templates` makes templates of
 static products only) and printed as numbers.
 
+That is the "dot" form of `ir.MatmulConfig`; a product of a few rows (decoding's) has a "gemv" form
+too, with no `tl.dot`: each program all of A's rows and a block of columns over all of K, its
+weight tile read once ([Note: the GEMV form]), and the same epilogue.
+
 Under Triton's interpreter `tl.dot` of bfloat16 tiles computes garbage (Triton 3.6 multiplies
 their bits), so there the half tiles are widened to float32 first: exact, since a product of two
 half values fits a float32, and summed in float32 as on a GPU.
@@ -92,6 +96,11 @@ def _on_tile(kernel: ir.Kernel) -> ir.Stage:
     return ir.Stage((), tuple(stmt(s) for s in stage.body))
 
 
+def _plus(*terms) -> str:
+    """`terms` (text or ints) as the start of a sum, zeros left out: `_plus("0", 300)` is `"300 + "`."""
+    return "".join(f"{t} + " for t in terms if str(t) != "0")
+
+
 def _pointer_terms(view: ir.ViewArg) -> tuple[str, str, str]:
     """The start of a matrix operand's batch element, and its row and column strides (as text)."""
     *batch, row_stride, column_stride = (int(s) for s in view.strides)
@@ -102,22 +111,34 @@ def _pointer_terms(view: ir.ViewArg) -> tuple[str, str, str]:
 def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     product = kernel.template
     batch, grid_m, grid_n = _grid(kernel)
-    m, n = (int(r) for r in kernel.ranges[-2:])
-    k = int(product.k)
     tile = _TilePrinter(kernel, buffers, interpret)
     epilogue = tile.epilogue(_on_tile(kernel))
-    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
-    a_start, a_m, a_k = _pointer_terms(product.a)
-    b_start, b_k, b_n = _pointer_terms(product.b)
-    widen = ".to(tl.float32)" if interpret and buffers[product.a.name].dtype in ops.HALF_DTYPES else ""
-    precision = f', input_precision="{product.precision}"' if buffers[product.a.name].dtype == torch.float32 else ""
     tiles = grid_m * grid_n
     lines = ["pid = tl.program_id(0)"]
     if batch > 1:
         lines += [f"batch = (pid // {tiles}).to(INDEX_DTYPE)", f"tile = pid % {tiles}"]
     else:
         lines += ["batch = 0", "tile = pid"]
-    lines += [
+    form = _gemv_lines if product.config.form == "gemv" else _dot_lines
+    lines += form(kernel, tile, buffers, interpret)
+    params = [tile.ptr(name) for name in kernel.buffer_args]
+    params += ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
+    body = "\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue)
+    return f"@triton.jit\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+
+
+def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
+    """The tile's sum over K as `tl.dot`s of `[BLOCK_M, BLOCK_K]` and `[BLOCK_K, BLOCK_N]` tiles."""
+    product = kernel.template
+    _, grid_m, grid_n = _grid(kernel)
+    m, n = (int(r) for r in kernel.ranges[-2:])
+    k = int(product.k)
+    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
+    a_start, a_m, a_k = _pointer_terms(product.a)
+    b_start, b_k, b_n = _pointer_terms(product.b)
+    widen = ".to(tl.float32)" if interpret and buffers[product.a.name].dtype in ops.HALF_DTYPES else ""
+    precision = f', input_precision="{product.precision}"' if buffers[product.a.name].dtype == torch.float32 else ""
+    lines = [
         f"# programs in groups of GROUP_M row tiles, column tile by column tile: a group's programs share",
         f"# tiles of A and B in cache",
         f"group_first = (tile // (GROUP_M * {grid_n})) * GROUP_M",
@@ -145,10 +166,61 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     lines += [
         f"    {ir.ACCUMULATOR} = tl.dot(a_tile, b_tile, {ir.ACCUMULATOR}{precision})",
     ]
-    params = [tile.ptr(name) for name in kernel.buffer_args]
-    params += ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
-    body = "\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue)
-    return f"@triton.jit\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+    return lines
+
+
+def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
+    """[Note: the GEMV form] A product of a few rows (decoding's `x @ w.t()` at one token) moves
+    the weight and little else, so its time is the weight's bytes over the memory bandwidth, if
+    the weight is read once, in long runs, by enough programs. The GEMV form gives a program
+    `BLOCK_N` columns of B (rows of the weight) and all of A's M rows (`BLOCK_M >= M`, one row
+    tile): it walks K `BLOCK_K` at a time, loads a `[BLOCK_N, BLOCK_K]` tile of B (contiguous along
+    K in the `F.linear` layout, which `matmul_templates.candidates` asks of it) and, for each row
+    m of A, adds the row sums of the tile times that row's `[BLOCK_K]` slice into a float32
+    `[BLOCK_N]` sum of its own. Each tile of B is loaded once and used for all M rows, from
+    registers; no `tl.dot` (whose blocks are 16 rows at least), no split-K pass. After the loop
+    the rows' sums are placed in the `[BLOCK_M, BLOCK_N]` accumulator that the epilogue reads, as
+    the dot form's: the epilogue is the same. Rows of B past N are read at their index modulo N,
+    as the dot form reads them ([Note: unmasked operand loads]); only a last partial K step is
+    masked. bench/gemv_probe.py measured this loop at M = 1 (its `_gemv`, reading B once per row
+    of A) against cuBLAS on an H100."""
+    product = kernel.template
+    m, n = (int(r) for r in kernel.ranges[-2:])
+    k = int(product.k)
+    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
+    a_start, a_m, a_k = _pointer_terms(product.a)
+    b_start, b_k, b_n = _pointer_terms(product.b)
+    whole = k % product.config.BLOCK_K == 0
+    mask = "" if whole else f", kindex < {k}, other=0"
+    mask_b = "" if whole else f", kindex[None, :] < {k}, other=0"
+    lines = [
+        "# [Note: the GEMV form] one program: BLOCK_N columns over all of K, for every row of A",
+        "pid_n = tile",
+        "xindex = tl.arange(0, BLOCK_M).to(INDEX_DTYPE)[:, None]",
+        "nindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_DTYPE)",
+        "rindex = nindex[None, :]",
+        f"xmask = xindex < {m}",
+        f"rmask0 = rindex < {n}",
+        f"b_rows = {b} + ({_plus(b_start)}(nindex % {n})[:, None] * {b_n})",
+    ]
+    lines += [f"{ir.ACCUMULATOR}_{i} = tl.full([BLOCK_N], 0, tl.float32)" for i in range(m)]
+    lines += [
+        f"for k0 in range(0, {k}, BLOCK_K):",
+        "    kindex = k0 + tl.arange(0, BLOCK_K).to(INDEX_DTYPE)",
+        f"    b_tile = tl.load(b_rows + kindex[None, :] * {b_k}{mask_b}).to(tl.float32)",
+    ]
+    for i in range(m):
+        lines += [f"    a_{i} = tl.load({a} + ({_plus(a_start, i * int(a_m))}kindex * {a_k}){mask}).to(tl.float32)",
+                  f"    {ir.ACCUMULATOR}_{i} += tl.reduce(b_tile * a_{i}[None, :], 1, tl.standard._sum_combine)"]
+    if product.config.BLOCK_M < m:
+        raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={product.config.BLOCK_M} < M={m}")
+    if product.config.BLOCK_M == 1:
+        lines.append(f"{ir.ACCUMULATOR} = {ir.ACCUMULATOR}_0[None, :]")
+    else:
+        lines.append(f"{ir.ACCUMULATOR} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
+        lines += [f"{ir.ACCUMULATOR} = tl.where(xindex == {i}, {ir.ACCUMULATOR}_{i}[None, :], {ir.ACCUMULATOR})"
+                  for i in range(m)]
+    return lines
 
 
 def print_template(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:

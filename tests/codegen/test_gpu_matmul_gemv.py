@@ -1,0 +1,74 @@
+"""The GEMV form on a real GPU ([Note: GEMV by default] in kiln/codegen/triton/heuristics.py): in the
+default mode a decoding layer's product at a few tokens compiles to one GEMV kernel with its bias,
+GELU and residual add fused (no cuBLAS call), its result eager's (bf16/fp16 by the benchmark's rule
+against float64, float32 closely); at many tokens the extern stays. Skipped without CUDA;
+`bash bench/gpu_checks.sh tests` runs it on the GPU machine."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.bench.accuracy import same
+from kiln.codegen.triton import launcher
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _linear_gelu_residual(x, w, b, r):
+    return F.gelu(F.linear(x, w, b)) + r
+
+
+def _compiled(fn, *inputs):
+    """fn compiled in the default mode, its result, and the kernels it built."""
+    kiln.reset()
+    before = {id(k) for k in launcher.BUILT}
+    got = kiln.compile(fn, dynamic=False)(*inputs)
+    torch.cuda.synchronize()
+    return got, [k for k in launcher.BUILT if id(k) not in before]
+
+
+@pytest.mark.parametrize("m, k, n, dtype", [
+    (1, 2560, 7680, torch.bfloat16),      # dolly's qkv at one token
+    (3, 2560, 10240, torch.bfloat16),     # dolly's fc1 at three tokens: three rows of a 4-row block
+    (1, 10240, 2560, torch.float16),      # dolly's fc2
+    (1, 2048, 2048, torch.float32),       # LLaMA's o, float32
+    (2, 2000, 3001, torch.bfloat16),      # K and N no multiples of any block
+])
+def test_decode_products_are_fused_gemvs(m, k, n, dtype):
+    torch.manual_seed(0)
+    x, r = torch.randn(m, k, device="cuda").to(dtype), torch.randn(m, n, device="cuda").to(dtype)
+    w, b = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dtype), torch.randn(n, device="cuda").to(dtype)
+    got, built = _compiled(_linear_gelu_residual, x, w, b, r)
+    assert [k.template["form"] for k in built if k.template] == ["gemv"], built
+    assert len(built) == 1, built         # bias, GELU and residual in the GEMV's epilogue
+    want = _linear_gelu_residual(x, w, b, r)
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        verdict = same(want, got, _linear_gelu_residual(x.double(), w.double(), b.double(), r.double()), tol=1e-2)
+        assert verdict.ok, verdict.detail
+
+
+def test_many_tokens_keep_cublas():
+    torch.manual_seed(0)
+    x, w, b, r = (torch.randn(*s, device="cuda").to(torch.bfloat16) for s in ((64, 2560), (7680, 2560), (7680,), (64, 7680)))
+    got, built = _compiled(_linear_gelu_residual, x, w, b, r)
+    assert not [k for k in built if k.template], built
+    verdict = same(_linear_gelu_residual(x, w, b, r), got,
+                   _linear_gelu_residual(x.double(), w.double(), b.double(), r.double()), tol=1e-2)
+    assert verdict.ok, verdict.detail
+
+
+def test_a_compiled_decoder_layer_stack_matches_eager():
+    """An MLP block of dolly's sizes at one token, bf16: both products GEMVs, eager's answer."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(2560, 10240), torch.nn.GELU(), torch.nn.Linear(10240, 2560))
+    mlp = mlp.to("cuda", torch.bfloat16)
+    x = torch.randn(1, 2560, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        got, built = _compiled(lambda x: mlp(x) + x, x)
+        want = mlp(x) + x
+        ref = mlp.to(torch.float64)(x.double()) + x.double()
+    assert [k.template["form"] for k in built if k.template] == ["gemv", "gemv"], built
+    verdict = same(want, got, ref, tol=1e-2)
+    assert verdict.ok, verdict.detail

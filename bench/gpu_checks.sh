@@ -12,6 +12,7 @@
 #   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts (~200 s)
 #   bash bench/gpu_checks.sh decode     # issue #36: decoding bench (dolly, LLaMA-1.1B; b1, b16), dolly profile, GEMV probe (~540 s)
 #   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
+#   bash bench/gpu_checks.sh partition_ab  # issue #35: resnet18/50 training with and without saving values both passes' externs read (~300 s)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
 set -u
@@ -80,6 +81,16 @@ decode)     # issue #36: the decoding figures, then where a dolly token's GPU an
 convtrain)  # issue #35: the conv nets whose training trailed Inductor, after saving values materialized on both sides
     $py -m kiln.bench --device cuda --suite pt2-vision --models resnet18,resnet50,densenet121,shufflenet_v2_x1_0 \
         --precisions bf16 --modes train --prewarm 4 --timeout 150 --out "$OUT/pt2" 2>&1 | tail -14
+    ;;
+partition_ab)  # issue #35: conv nets' training with and without [Note: values materialized on both sides], one call
+    # (the 16:36 run had resnet18 at 0.76x Inductor against 0.88x at 11:33, before that change: an A/B on one card decides)
+    ab=$(mktemp -d); printf 'import os\nif os.environ.get("KILN_AB_NO_MATERIALIZED"):\n    import kiln.prims\n    kiln.prims.EXTERN_OPS = frozenset()\n' > "$ab/sitecustomize.py"
+    for off in 1 ""; do
+        KILN_AB_NO_MATERIALIZED=$off PYTHONPATH="${PYTHONPATH:-}:$ab" $py -m kiln.bench --device cuda --suite pt2-vision \
+            --models resnet18,resnet50 --compilers eager,inductor,kiln --precisions bf16 --modes train --prewarm 3 \
+            --timeout 120 --out "$OUT/ab${off:+_without}" > "$OUT/ab${off:+_without}.txt" 2>&1
+    done
+    grep -h "| train | bf16 | \(kiln\|inductor\)" "$OUT"/ab*/*.md
     ;;
 cold)       # issue #20: cold compiles against Inductor's in the same run, e.g. `cold hf GPT2LMHeadModel,BertForMaskedLM`
     $py -m kiln.bench --device cuda --suite "$2" --models "$3" --precisions bf16 --modes infer,train --steps 3 \

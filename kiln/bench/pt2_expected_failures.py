@@ -20,6 +20,9 @@ CAUSES: dict[str, str] = {
                    "other sessions (load average 6-11): eager, kiln's compile and the float64 reference of a large "
                    "model at a large input; not known to be a failure, rerun on a quiet machine or with a longer "
                    "--timeout",
+    "cpu-memory": "the case process (eager, the float64 reference and kiln's compiled model in one process, as "
+                  "the interleaved method runs them) passed this 23 GiB machine's memory and the OOM killer ended "
+                  "it (exit code -9): eager's own rows died with it; not known to be a kiln failure",
 }
 
 
@@ -43,6 +46,9 @@ _UNAVAILABLE = {
     ("pt2-hf", "GPTJForQuestionAnswering"): "5.84B parameters: too large for a 23 GiB CPU machine",
     ("pt2-hf", "GPTNeoForCausalLM"): "1.32B parameters: too large for a 23 GiB CPU machine",
     ("pt2-hf", "GPTNeoForSequenceClassification"): "1.32B parameters: too large for a 23 GiB CPU machine",
+    ("pt2-hf", "DebertaV2ForMaskedLM"): "0.88B parameters: too large for a 23 GiB CPU machine",
+    ("pt2-hf", "DebertaV2ForQuestionAnswering"): "0.88B parameters: too large for a 23 GiB CPU machine",
+    ("pt2-hf", "XGLMForCausalLM"): "0.56B parameters: too large for a 23 GiB CPU machine",
 }
 
 EXPECTED: dict[tuple[str, str, str], ExpectedFailure] = {
@@ -51,6 +57,22 @@ EXPECTED: dict[tuple[str, str, str], ExpectedFailure] = {
     # 271M parameters at 384x384: eager's float32 and float64 training steps alone take minutes here
     ("pt2-timm", "cait_m36_384", "train"): ExpectedFailure(
         "fail_to_run", "cpu-timeout", "timed out after 600 s in the cold run (raise --timeout)"),
+    # AlbertConfig's defaults are albert-xxlarge's (hidden 4096, FFN 16384, 64 heads), one layer's weights
+    # shared by all 12: 223M parameters, but the compute of a 2.7B model. Measured alone on this machine
+    # (2026-12-07, batch 2 x 512, inference): eager's step 56.7 s, 97.6% of it aten::mm; kiln's compile
+    # 1.3-1.6 s and its step 56.5-60.5 s (the same products, MKL's). Eager, kiln and the float64
+    # reference of one case do not fit 600 s (nor 900 s for training)
+    **{("pt2-hf", model, mode): ExpectedFailure(
+        "fail_to_run", "cpu-timeout", "timed out after 600 s in the cold run (raise --timeout)")
+       for model in ("AlbertForMaskedLM", "AlbertForQuestionAnswering") for mode in ("infer", "train")},
+    # bart-large-sized encoder-decoders (406M-611M parameters) training at 2 x 1024 tokens. Measured alone
+    # (2026-12-07, BartForConditionalGeneration): eager's step peaks at 8.5 GB, kiln's (compile and step,
+    # two graph breaks at data-dependent branches) at 10.4 GB; with the float64 reference beside them
+    # one process needs more than the machine's 23 GiB (MBart's case grew to 23.0 GB and was killed)
+    **{("pt2-hf", model, "train"): ExpectedFailure(
+        "fail_to_run", "cpu-memory", "the case process died (exit code -9): entry = self._compile(args, kwargs)")
+       for model in ("BartForConditionalGeneration", "MBartForConditionalGeneration",
+                     "PegasusForConditionalGeneration")},
 }
 
 

@@ -86,6 +86,7 @@ class OutputGraph:
         self.changing_sizes = changing_sizes  # [Note: sizes that change together] in frame.py
         self.dynamic_ints = dynamic_ints  # int sources seen to change: [Note: ints that change]
         self.token_dims = token_dims      # [Note: token dims of a model-calling method] in api.py
+        self._requires_grad_guards: list[Guard] = []   # [Note: requires_grad under no_grad]
         self.grad_enabled = torch.is_grad_enabled()
         self.getitem_to_index = 0  # open TransformGetItemToIndex regions (`semantics.getitem`)
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
@@ -203,6 +204,19 @@ class OutputGraph:
                                  + (f" at {where}" if where else ""))
         return found
 
+    @property
+    def grad_enabled(self) -> bool:
+        """The grad mode at this point of the trace."""
+        return self._grad_enabled
+
+    @grad_enabled.setter
+    def grad_enabled(self, enabled: bool) -> None:
+        self._grad_enabled = enabled
+        if enabled:       # [Note: requires_grad under no_grad]: from here on the flags decide the graph
+            for guard in self._requires_grad_guards:
+                self.guard(guard)
+            self._requires_grad_guards.clear()
+
     def parameter(self, value: torch.Tensor, source: Source) -> V.TensorVar:
         """A parameter or buffer of a module: a `get_attr` node sharing the real tensor. Its
         identity is guarded where it is read (attributes.py), and its `requires_grad` here: a
@@ -211,7 +225,17 @@ class OutputGraph:
         from then on, as a parameter frozen with `requires_grad_(False)` stops."""
         from kiln.capture.sources import AttrSource, ConstSource
         if not isinstance(source, ConstSource):
-            self.guard(Guard(GuardKind.CONST, AttrSource(source, "requires_grad"), value.requires_grad))
+            # [Note: requires_grad under no_grad] With grad mode off, no op records a backward, so
+            # the parameters' flags change nothing the graph computes: a trace that never turns grad
+            # mode on guards none of them (a decoding step's 200 conditions of a 22-layer LLaMA, paid
+            # on every token); one that does (`torch.enable_grad()` inside) guards them from then on,
+            # every parameter read before included. The entry's grad-mode guard keeps the rest
+            # honest, and a user's own read of `p.requires_grad` is guarded where it is read.
+            guard = Guard(GuardKind.CONST, AttrSource(source, "requires_grad"), value.requires_grad)
+            if self.grad_enabled:
+                self.guard(guard)
+            else:
+                self._requires_grad_guards.append(guard)
         name = self._attr_names.get(id(value))
         if name is None:
             name = _identifier(source.expr().replace("._parameters[", ".").replace("._buffers[", ".")

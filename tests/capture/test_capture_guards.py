@@ -210,6 +210,46 @@ def test_a_hook_registered_elsewhere_does_not_recompile():
     assert len(rec.graphs) == 1
 
 
+def test_no_grad_entries_do_not_guard_the_parameters_flags():
+    # [Note: requires_grad under no_grad]: freezing a parameter changes nothing a no_grad graph computes
+    m = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2))
+    cf, rec = compiled(m)
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        check(cf, m, x)
+        m[0].weight.requires_grad_(False)
+        check(cf, m, x)
+    assert len(rec.graphs) == 1
+    check(cf, m, x)                     # with grad mode on, a graph of its own, the flag guarded
+    m[0].weight.requires_grad_(True)
+    out = cf(x)
+    out.sum().backward()
+    assert m[0].weight.grad is not None
+    assert len(rec.graphs) == 3
+
+
+def test_enable_grad_inside_no_grad_guards_the_flags_read_before():
+    lin = nn.Linear(3, 3)
+
+    def f(x):
+        y = lin(x)                      # read with grad mode off
+        with torch.enable_grad():
+            return lin(y).sum()
+
+    cf, rec = compiled(f)
+    x = torch.randn(2, 3)
+    with torch.no_grad():
+        assert cf(x).requires_grad and f(x).requires_grad
+        lin.weight.requires_grad_(False)
+        lin.bias.requires_grad_(False)
+        out = cf(x)
+        assert not out.requires_grad and not f(x).requires_grad
+        assert_same(out, f(x))
+    lin.weight.requires_grad_(True)
+    lin.bias.requires_grad_(True)
+    assert len(rec.graphs) == 2
+
+
 def test_dict_keys_and_list_length_are_guarded():
     def f(d, items):
         return sum(v for v in d.values()) + len(items)

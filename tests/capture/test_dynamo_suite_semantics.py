@@ -1505,3 +1505,22 @@ def index_in_a_tuple_of_objects(x):
 
 def test_index_and_count_of_a_tuple_holding_objects():
     same_as_eager(index_in_a_tuple_of_objects, lambda: (_vector(),))
+
+
+# -- keywords named like the callee's *args/**kwargs -------------------------------------------------
+def _keyword_sink(self, func, args, kwds):
+    return func + args * kwds
+
+
+def _forward(*args, **kwds):
+    return _keyword_sink(*args, **kwds)
+
+
+def keywords_named_like_star_parameters(x):
+    # `args=` and `kwds=` go into `_forward`'s **kwds, not onto its *args (contextlib's helper
+    # forwards a @contextmanager's keywords this way)
+    return x + _forward(self=1, func=2, args=3, kwds=4), x * _forward(1, 2, args=5, kwds=6)
+
+
+def test_keywords_named_like_star_parameters():
+    same_as_eager(keywords_named_like_star_parameters, lambda: (_vector(),))

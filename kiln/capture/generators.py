@@ -109,6 +109,12 @@ def step(tx, gen: V.GeneratorVar, sent: V.Variable | None = None,
         if sent is not None and not (isinstance(sent, V.Constant) and sent.value is None):
             tx.raise_(TypeError, "can't send non-None value to a just-started generator")
     frame.parent, frame.depth = tx, tx.depth + 1   # the consumer is the frame's caller now, as in CPython
+    if first:
+        root = tx
+        while root.parent is not None:
+            root = root.parent
+        if root.inst is not None:
+            gen.first_step = (root.inst.offset, root.where())
     if frame.depth > MAX_INLINE_DEPTH:
         raise GraphBreak("inlining went deeper than 64 calls (recursion?)")
     gen.state = "running"

@@ -19,7 +19,7 @@ from kiln.capture.attributes import (_function, call_overridden, class_lookup, d
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
-from kiln.capture.interpreter import call_variable
+from kiln.capture.interpreter import ObservedException, call_variable
 from kiln.capture.keys import key_of, refuse_identity_member, set_member_key
 from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
@@ -583,13 +583,27 @@ def _or_home(cls: type) -> type:
     return next(home for home in (collections.defaultdict, collections.OrderedDict, dict) if issubclass(cls, home))
 
 
+def _own_keys(tx, v: V.Variable) -> bool:
+    """Whether an object made in captured code has an instance attribute `keys`."""
+    if not isinstance(v, V.NewObjectVar):
+        return False
+    try:
+        getattr_var(tx, v, "keys")
+        return True
+    except ObservedException as e:
+        if issubclass(e.exc.cls, AttributeError):
+            return False
+        raise
+
+
 def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
     """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
     iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
     if isinstance(v, V.DictVar) or isinstance(v, V.ObjectVar) and isinstance(v.value, dict):
         return dict_items(tx, v)
-    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys"):
+    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys") or _own_keys(tx, v):
         # CPython's rule: an object with a `keys` attribute is a mapping, read as keys() then [k]
+        # (an attribute of the instance counts: `self.keys = lambda: [...]`)
         keys = iterate(tx, tx.call(getattr_var(tx, v, "keys"), []))
         return [(key_of(tx, k), getitem(tx, v, k)) for k in keys]
     if isinstance(v, V.ObjectVar):

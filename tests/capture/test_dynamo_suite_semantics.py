@@ -1524,3 +1524,32 @@ def keywords_named_like_star_parameters(x):
 
 def test_keywords_named_like_star_parameters():
     same_as_eager(keywords_named_like_star_parameters, lambda: (_vector(),))
+
+
+# -- dict() of an object whose `keys` is an instance attribute ---------------------------------------
+class _KeysOnTheInstance:
+    def __init__(self, value):
+        self.value = value
+        self.keys = lambda: ["a", "b"]   # CPython asks the object, not its class, for `keys`
+
+    def __getitem__(self, key):
+        return self.value * (2 if key == "b" else 1)
+
+
+class _NoKeys:
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __iter__(self):
+        return iter(self.pairs)
+
+
+def dict_from_objects_made_here(x):
+    d = dict(_KeysOnTheInstance(x), c=x + 1)
+    e = {}
+    e.update(_KeysOnTheInstance(x - 1))
+    return d, e, dict(_NoKeys([("k", x)]))
+
+
+def test_dict_from_an_object_whose_keys_is_an_instance_attribute():
+    same_as_eager(dict_from_objects_made_here, lambda: (_vector(),))

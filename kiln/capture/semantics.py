@@ -643,11 +643,25 @@ def unary_op(tx, op, v: V.Variable) -> V.Variable:
     raise tx.unsupported(f"operator {op.__name__} on a {v.python_type().__name__}")
 
 
+def exception_text(e: V.Variable, fn) -> str | None:
+    """str()/repr() (`fn`) of an exception whose arguments are constants, by BaseException's own
+    text (a builtin's: KeyError's repr of the key, AttributeError's message); None otherwise."""
+    plain = isinstance(e, V.ExceptionVar) and (e.cls.__module__ == "builtins" or (
+        e.cls.__str__ is BaseException.__str__ and e.cls.__repr__ is BaseException.__repr__))
+    if not (plain and all(is_python_constant(a) for a in e.args)):
+        return None
+    return fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args]))
+
+
 def format_value(tx, v: V.Variable, conv, spec: str) -> str:
     if isinstance(v, V.NewObjectVar) and not spec and conv in (None, str, repr):
         text = _own_text(tx, v, "__repr__" if conv is repr else "__str__")
         if text is not None:
             return text
+    if isinstance(v, V.ExceptionVar) and conv in (None, str, repr):   # f"caught {e}" in an except block
+        text = exception_text(v, repr if conv is repr else str)
+        if text is not None:
+            return format(text, spec)
     if not is_python_constant(v) or isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType)):
         raise tx.unsupported(f"formatting a {v.python_type().__name__} into a string needs its runtime value")
     value = python_value(v)

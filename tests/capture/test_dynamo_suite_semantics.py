@@ -1553,3 +1553,21 @@ def dict_from_objects_made_here(x):
 
 def test_dict_from_an_object_whose_keys_is_an_instance_attribute():
     same_as_eager(dict_from_objects_made_here, lambda: (_vector(),))
+
+
+# -- a caught exception formatted into an f-string ----------------------------------------------------
+def exception_in_fstrings(x):
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        a = f"caught {e}"
+        b = f"{e!r}|{e!s:>20}|"
+    try:
+        {}["k"]
+    except KeyError as e:
+        c = f"missing {e}"
+    return x + len(a), a, b, c
+
+
+def test_caught_exceptions_format_into_fstrings_as_python():
+    same_as_eager(exception_in_fstrings, lambda: (_vector(),))

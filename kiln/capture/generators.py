@@ -408,10 +408,20 @@ def _cleanup_at(frame):
     CLEANUP_THROW, where one raised at a `yield from` lands first, only passes it on (GeneratorExit
     is no StopIteration): the handler is the one around the CLEANUP_THROW."""
     offset = frame.inst.offset
-    while (target := _handler_at(frame, offset)) is not None and target.opname == "CLEANUP_THROW":
+    while (target := _handler_at(frame, offset)) is not None and (target.opname == "CLEANUP_THROW"
+                                                                   or _only_reraises(frame, target)):
         offset = target.offset
     pep479 = target is not None and target.opname == "CALL_INTRINSIC_1" and target.arg == 3
     return None if pep479 else target
+
+
+def _only_reraises(frame, target) -> bool:
+    """Whether the handler at `target` is an `except` block's own exit on an exception (`COPY 3,
+    POP_EXCEPT, RERAISE 1`): it restores the exception being handled and passes the new one on,
+    running no code of the program's (a generator paused inside `except ...:` with no `finally`)."""
+    i = frame.index[target.offset]
+    ops = [(inst.opname, inst.arg) for inst in frame.insts[i:i + 3]]
+    return ops == [("COPY", 3), ("POP_EXCEPT", None), ("RERAISE", 1)]
 
 
 def _handler_at(frame, offset: int):

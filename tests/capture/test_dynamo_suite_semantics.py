@@ -1598,3 +1598,26 @@ def close_of_a_generator_that_ignores_generator_exit(x, log):
 
 def test_generator_paused_in_an_except_block_is_not_refused():
     same_as_eager(close_of_a_generator_that_ignores_generator_exit, lambda: (_vector(), []))
+
+
+# -- torch.cond -----------------------------------------------------------------------------------------
+def cond_on_a_python_bool(x, flag):
+    # a constant predicate picks the branch, as torch.cond does outside a compiler
+    return torch.cond(flag, lambda a: a + 1, lambda a: a.sin(), (x,)) * 2, \
+        torch.cond(not flag, lambda a, b: a * b, lambda a, b: a - b, operands=(x, x + 1))
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_cond_with_a_constant_predicate_inlines_its_branch(flag):
+    same_as_eager(cond_on_a_python_bool, lambda: (_vector(), flag))
+
+
+def cond_on_a_tensor(x):
+    return torch.cond(x.sum() > 0, lambda a: a + 1, lambda a: a - 1, (x,)) * 2
+
+
+def test_cond_with_a_tensor_predicate_breaks_the_graph():
+    same_as_eager(cond_on_a_tensor, lambda: (_vector(),), fullgraph=False)
+    with pytest.raises(kiln.errors.Unsupported, match="torch.cond with a tensor predicate"):
+        kiln.reset()
+        kiln.compile(cond_on_a_tensor, fullgraph=True, backend="eager")(_vector())

@@ -406,6 +406,46 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
     return reads, lines
 
 
+# [Note: inputs written in place that share memory] A graph that writes into one of its tensor
+# inputs is compiled (by kiln's aot, by any functionalizing backend) as if each input owned its
+# memory: `x.add_(1); y.add_(1)` on two views of one tensor adds 2 in eager, 1 compiled. So where
+# a traced graph writes into an input (its fake tensor's version counter moved), the entry is
+# guarded on which of its tensor inputs share storage, as they did when it was traced: another
+# pattern recompiles. Traced with such inputs sharing memory, the entry runs the function eagerly
+# (under those same guards), as kiln's aot cannot compile the write; separate inputs compile.
+class SharedInputsWritten(Exception):
+    """The traced graph writes into a tensor input that shares memory with another: the frame runs
+    eagerly under `check` (the trace's guards, the storage pattern among them)."""
+
+    def __init__(self, check, guards):
+        super().__init__("tensor inputs written in place share memory (views of one tensor), which kiln's "
+                         "compiled graphs do not model: the function runs eagerly for inputs sharing memory so")
+        self.check, self.guards = check, guards
+
+
+def _storage_pattern(*tensors) -> tuple:
+    """For each tensor, the index of the first one sharing its storage (itself where none does)."""
+    first: dict = {}
+    return tuple(first.setdefault(t.untyped_storage().data_ptr(), i) if t.numel() else i
+                 for i, t in enumerate(tensors))
+
+
+def _guard_input_aliasing(out: OutputGraph) -> bool:
+    """Add the Note's guard where the graph writes into a tensor input; True when inputs written
+    in place share memory with another input (the entry must then run eagerly)."""
+    tensors = [(src, var) for src, var in out.inputs if isinstance(var, V.TensorVar)
+               and isinstance(out.input_values.get(var.node), torch.Tensor)]
+    # (an inference tensor keeps no version counter: its writes are not seen here)
+    written = [i for i, (_, var) in enumerate(tensors) if not var.example.is_inference() and var.example._version != 0]
+    if not written or len(tensors) < 2:
+        return False
+    pattern = _storage_pattern(*[out.input_values[var.node] for _, var in tensors])
+    sources = tuple(src for src, _ in tensors)
+    out.guard(Guard(GuardKind.VALUE, None, (lambda *values: _storage_pattern(*values) == pattern, sources,
+                                            f"the tensor inputs share storage as traced ({pattern})")))
+    return any(pattern[i] != i or pattern.count(i) > 1 for i in written)
+
+
 def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, args: tuple, kwargs: dict,
                 make_resume: Callable, wrap_fn: Callable, wrap_callee: bool) -> Entry:
     """Print the trace as an entry: the graph compiled by `backend`, guards, generated code."""
@@ -420,6 +460,9 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
         reads, tail = [f"__result = {r.expr(trace.result)}"], ["return __result"]
     else:
         reads, tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
+    if _guard_input_aliasing(out):   # [Note: inputs written in place that share memory]
+        with log.stage("guards"):
+            raise SharedInputsWritten(*_guards(fn, out, params))
     body, gm = [], None
     entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
     out.drop_cancelling_grad_switches(entry_mode)

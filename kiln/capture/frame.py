@@ -25,7 +25,7 @@ import torch
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
-from kiln.capture.convert import Entry, bind_frame, build_entry, params_text, trace_frame
+from kiln.capture.convert import Entry, SharedInputsWritten, bind_frame, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -278,6 +278,14 @@ class CompiledFunction:
                                     wrap_callee=nested)
             except CannotRebuild as e:
                 return self._eager_entry(args, kwargs, str(e), reason.where if reason else None)
+            except SharedInputsWritten as e:   # [Note: inputs written in place that share memory]
+                if self.config.fullgraph:
+                    raise Unsupported(str(e), None) from None
+                _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {e}", None))
+                _warn_break(self.fn, f"running the whole function eagerly: {e}", None)
+                e.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
+                                             **{k: v for k, v in trace.out.globals_dicts.items()}}
+                return Entry(e.check, self._run_eagerly, e.guards, None, None, "<eager>")
             if entry.graph is not None:
                 _emit(Event("graph", _name(self.fn), entry.graph))
             if reason is not None:

@@ -1621,3 +1621,34 @@ def test_cond_with_a_tensor_predicate_breaks_the_graph():
     with pytest.raises(kiln.errors.Unsupported, match="torch.cond with a tensor predicate"):
         kiln.reset()
         kiln.compile(cond_on_a_tensor, fullgraph=True, backend="eager")(_vector())
+
+
+# -- tensor inputs written in place that share memory ----------------------------------------------------
+def _writes_both(x, y):
+    x.add_(1)
+    y.mul_(2)
+    return x + y
+
+
+def _views_of_one(n=3):
+    base = torch.arange(float(n))
+    return base, base[None], base[None]
+
+
+@pytest.mark.parametrize("backend", ["kiln", "aot_eager"])
+def test_inputs_sharing_memory_written_in_place_give_eagers_values(backend):
+    # [Note: inputs written in place that share memory]: separate inputs first, then two views of
+    # one tensor (the compiled graph would add 1 and double separately), then the reverse order
+    def run(compiled, make):
+        base, x, y = make()
+        out = compiled(x, y)
+        return out, base, x, y
+    for order in ((lambda: (None, torch.ones(1, 3), torch.ones(1, 3)), _views_of_one),
+                  (_views_of_one, lambda: (None, torch.ones(1, 3), torch.ones(1, 3)))):
+        kiln.reset()
+        compiled = kiln.compile(_writes_both, backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for make in order + order:
+                got, expected = run(compiled, make), run(_writes_both, make)
+                assert_same([t for t in got if t is not None], [t for t in expected if t is not None])

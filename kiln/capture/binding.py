@@ -63,8 +63,9 @@ def bind_arguments(tx, fn: V.FunctionVar, args: list, kwargs: dict) -> dict:
         bound[varargs_name] = V.TupleVar(list(extra))
     extra_kw = {}
     posonly = set(pos_names[:code.co_posonlyargcount])
+    filled = set(pos_names[:len(args)])   # a keyword named like *args or **kwargs is an ordinary key
     for key, value in kwargs.items():
-        if key in bound and key not in posonly:
+        if key in filled and key not in posonly:
             _refuse(tx, fn, args, kwargs, f"{fn.name}() got multiple values for argument '{key}'")
         if (key in pos_names and key not in posonly) or key in kwonly_names:
             bound[key] = value

@@ -21,7 +21,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, PACKAGES, handles as builtin
 from kiln.capture.interpreter import ObservedException
-from kiln.capture.semantics import binary_op, contains, iterate, truth
+from kiln.capture.semantics import binary_op, contains, exception_text, iterate, truth
 from kiln.capture.constants import fold_call, is_python_constant, python_value
 
 def _all_constant(args, kwargs):
@@ -198,12 +198,9 @@ def _exception_text(fn):
     """str()/repr() of a caught exception whose arguments are constants, by BaseException's own
     text (`errors.append(str(e))` in a validator's `except TypeError as e`)."""
     def otherwise(tx, args, kwargs):
-        e = args[0] if len(args) == 1 and not kwargs else None
-        plain = isinstance(e, V.ExceptionVar) and (e.cls.__module__ == "builtins" or (
-            e.cls.__str__ is BaseException.__str__ and e.cls.__repr__ is BaseException.__repr__))
-        if plain and all(is_python_constant(a) for a in e.args):
-            # a builtin exception's own text (KeyError's repr of the key, AttributeError's message)
-            return V.Constant(fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args])))
+        text = exception_text(args[0], fn) if len(args) == 1 and not kwargs else None
+        if text is not None:
+            return V.Constant(text)
         raise tx.unsupported(f"{fn.__name__}() on values known only at run time")
     return otherwise
 

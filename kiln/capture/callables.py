@@ -11,6 +11,7 @@ Each family of values registers the callables it owns here, next to their handle
 - `pytree_calls.py`: `torch.utils._pytree`, inlined with its specs as constants;
 - `distributed.py`: torch.distributed's process-group queries (`get_rank`, `get_world_size`, ...);
 - `vmap.py`: `torch.vmap`, unrolled per example;
+- `higher_order.py`: `torch.cond` (a constant predicate picks the branch; a tensor one breaks the graph);
 - `torch_python.py`: torch functions whose ATen kernels decide on tensor data (`cov`, `corrcoef`), in Python;
 - `calls.py`: grad mode, RNG regions, `torch._assert`, `torch._is_all_true`, `kl_divergence`,
   `inspect.signature`, model outputs, SDPA.
@@ -42,7 +43,8 @@ ATTRIBUTES: dict = {}
 CLASS_METHODS: dict = {}
 
 _FAMILIES = ("builtins", "containers", "collections_types", "iterators", "generators", "stdlib_functions",
-             "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python", "run_time_checks")
+             "numpy_calls", "pytree_calls", "vmap", "calls", "distributed", "torch_python", "run_time_checks",
+             "higher_order")
 _loaded = False
 
 

@@ -33,6 +33,7 @@ from kiln.capture.interpreter import PY312, PY313, GraphBreak, Tracer
 from kiln.capture.opcodes import call_slots
 from kiln.capture.output import ContainerMutation, OutputGraph
 from kiln.capture.rebuild import CannotRebuild, Rebuilder
+from kiln.capture.resume import resume_parameters
 from kiln.capture.constants import python_value
 from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
 from kiln.capture.sources import ConstSource, LocalSource
@@ -126,6 +127,9 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
             close_collected_at_return(tracer, result)
             drain_escaping(tracer, result)
         paused = left_paused_in_cleanup(out)
+        started = _start_natively(tracer, out, paused)
+        if started is not None:
+            raise started
         if paused is not None:
             raise GraphBreak(left_paused_reason(paused), paused.frame.where())
     finally:
@@ -141,6 +145,56 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
         for _, setter, before in process_state:
             setter(before)
     return TraceResult(out, tracer, result, tracer.stopped_at, None)
+
+
+# [Note: a paused generator started natively] A generator made in captured code and paused where
+# the graph breaks cannot be carried into generated code: its frame exists only inside kiln. One
+# paused inside a try/with block cannot be left behind either (Python runs its cleanup when it
+# collects the generator). The typical one is a `@contextmanager`'s, paused at its `yield` while
+# the `with` body breaks the graph (`with sdpa_kernel(...)`, a user's manager around a print). Not
+# yet stepped, such a generator can be rebuilt (the same call again, `rebuild._generator`). So when
+# a `with` statement of the root frame first stepped it, the capture is redone stopping at that
+# BEFORE_WITH: it runs natively on the rebuilt manager, the real generator runs there, and the
+# resume function continues inside the block, whose exception-table handler calls the manager's
+# `__exit__` as Python does (normally or with the body's exception), which finishes the generator.
+# A generator first stepped elsewhere (`next(g)`, a `for` loop) still makes the function run
+# eagerly: its cleanup would depend on when the real generator is collected, and on the compiling
+# call the trace's own objects hold it for a while.
+STARTS_NATIVELY = ("BEFORE_WITH",)
+
+
+def _start_natively(tracer: Tracer, out: OutputGraph, paused) -> GraphBreak | None:
+    """The graph break that makes a paused generator start natively, or None (see the Note)."""
+    candidates = [paused] if paused is not None else []
+    if tracer.stopped_at is not None:
+        candidates += [g for g in out.generators if g.state == "suspended"]
+    by_offset = {i.offset: i for i in tracer.insts}
+    starts = [(g.first_step[0], i, g) for i, g in enumerate(candidates) if g.first_step is not None
+              and by_offset.get(g.first_step[0]) is not None
+              and by_offset[g.first_step[0]].opname in STARTS_NATIVELY
+              and (tracer.stopped_at is None or g.first_step[0] < tracer.stopped_at.offset)]
+    if not starts:
+        return None
+    offset, _, gen = min(starts)
+    reason = left_paused_reason(gen) if gen is paused else \
+        "a generator made in captured code, paused at a `yield` where the graph breaks"
+    brk = GraphBreak(f"{reason}: it starts natively, at the instruction that first steps it", gen.frame.where())
+    brk.root_offset = offset
+    brk.native_start = True   # that instruction runs as Python: its callee's frames are not captured
+    return brk
+
+
+def _before_with(mgr, wrap=None):
+    """BEFORE_WITH as Python: the manager's `__exit__` bound, and what its `__enter__` returns
+    (`wrap` captures the frames `__enter__` runs, where the graph broke inside it)."""
+    cls = type(mgr)
+    try:
+        enter, exit_ = cls.__enter__, cls.__exit__
+    except AttributeError:
+        raise TypeError(f"'{cls.__name__}' object does not support the context manager protocol") from None
+    exit_bound = exit_.__get__(mgr, cls) if hasattr(exit_, "__get__") else exit_
+    enter_bound = enter.__get__(mgr, cls) if hasattr(enter, "__get__") else enter
+    return exit_bound, (wrap(enter_bound) if wrap is not None else enter_bound)()
 
 
 # -- the native step at a graph break ------------------------------------------------------------
@@ -172,6 +226,8 @@ def native_step(tx: Tracer, inst: dis.Instruction, wrap_callee: bool) -> tuple[S
         self_arg = f"s[{self_at}], " if self_at is not None else ""
         kw = ", **s[3]" if has_kw else ""
         return Step(3 + has_kw, (f"{callee.format(fn_at)}({self_arg}*s[2]{kw})",)), []
+    if op == "BEFORE_WITH":   # pushes the manager's __exit__, then what __enter__ returned
+        return Step(1, ("__bw[0]", "__bw[1]")), [f"__bw = __before_with(s[0]{', __wrap' if wrap_callee else ''})"]
     if op == "BINARY_OP":
         return Step(2, (f"__ops[{inst.arg}](s[0], s[1])",)), []
     if op == "COMPARE_OP":
@@ -296,7 +352,9 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
         fn = make_resume(offset, nulls, local_names)
         name = f"__resume{len([k for k in bindings if k.startswith('__resume')])}"
         bindings[name] = fn
-        args = [e for e, null in zip(pushed_exprs, nulls) if not null] + local_exprs
+        stack_exprs = [e for e, null in zip(pushed_exprs, nulls) if not null]
+        by_name = dict(zip(resume_parameters(tx.code, nulls, ()), stack_exprs)) | dict(zip(local_names, local_exprs))
+        args = [by_name[p] for p in resume_parameters(tx.code, nulls, local_names)]
         return f"return {name}({', '.join(args)})"
 
     def exprs(values):
@@ -348,6 +406,46 @@ def _break_tail(trace: TraceResult, r: Rebuilder, bindings: dict, make_resume,
     return reads, lines
 
 
+# [Note: inputs written in place that share memory] A graph that writes into one of its tensor
+# inputs is compiled (by kiln's aot, by any functionalizing backend) as if each input owned its
+# memory: `x.add_(1); y.add_(1)` on two views of one tensor adds 2 in eager, 1 compiled. So where
+# a traced graph writes into an input (its fake tensor's version counter moved), the entry is
+# guarded on which of its tensor inputs share storage, as they did when it was traced: another
+# pattern recompiles. Traced with such inputs sharing memory, the entry runs the function eagerly
+# (under those same guards), as kiln's aot cannot compile the write; separate inputs compile.
+class SharedInputsWritten(Exception):
+    """The traced graph writes into a tensor input that shares memory with another: the frame runs
+    eagerly under `check` (the trace's guards, the storage pattern among them)."""
+
+    def __init__(self, check, guards):
+        super().__init__("tensor inputs written in place share memory (views of one tensor), which kiln's "
+                         "compiled graphs do not model: the function runs eagerly for inputs sharing memory so")
+        self.check, self.guards = check, guards
+
+
+def _storage_pattern(*tensors) -> tuple:
+    """For each tensor, the index of the first one sharing its storage (itself where none does)."""
+    first: dict = {}
+    return tuple(first.setdefault(t.untyped_storage().data_ptr(), i) if t.numel() else i
+                 for i, t in enumerate(tensors))
+
+
+def _guard_input_aliasing(out: OutputGraph) -> bool:
+    """Add the Note's guard where the graph writes into a tensor input; True when inputs written
+    in place share memory with another input (the entry must then run eagerly)."""
+    tensors = [(src, var) for src, var in out.inputs if isinstance(var, V.TensorVar)
+               and isinstance(out.input_values.get(var.node), torch.Tensor)]
+    # (an inference tensor keeps no version counter: its writes are not seen here)
+    written = [i for i, (_, var) in enumerate(tensors) if not var.example.is_inference() and var.example._version != 0]
+    if not written or len(tensors) < 2:
+        return False
+    pattern = _storage_pattern(*[out.input_values[var.node] for _, var in tensors])
+    sources = tuple(src for src, _ in tensors)
+    out.guard(Guard(GuardKind.VALUE, None, (lambda *values: _storage_pattern(*values) == pattern, sources,
+                                            f"the tensor inputs share storage as traced ({pattern})")))
+    return any(pattern[i] != i or pattern.count(i) > 1 for i in written)
+
+
 def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, args: tuple, kwargs: dict,
                 make_resume: Callable, wrap_fn: Callable, wrap_callee: bool) -> Entry:
     """Print the trace as an entry: the graph compiled by `backend`, guards, generated code."""
@@ -355,12 +453,16 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     out = trace.out
     params, _ = params_text(fn.__code__)
     r = Rebuilder()
-    bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn}
+    bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn,
+                                "__before_with": _before_with}
     effects = [line for e in _effect_order(out.side_effects) for line in r.side_effect(e)]
     if trace.stopped_at is None:
         reads, tail = [f"__result = {r.expr(trace.result)}"], ["return __result"]
     else:
         reads, tail = _break_tail(trace, r, bindings, make_resume, wrap_callee)
+    if _guard_input_aliasing(out):   # [Note: inputs written in place that share memory]
+        with log.stage("guards"):
+            raise SharedInputsWritten(*_guards(fn, out, params))
     body, gm = [], None
     entry_mode = next(g.expected for g in out.guards if g.kind is GuardKind.GRAD_MODE)
     out.drop_cancelling_grad_switches(entry_mode)

@@ -25,7 +25,7 @@ import torch
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
-from kiln.capture.convert import Entry, bind_frame, build_entry, params_text, trace_frame
+from kiln.capture.convert import Entry, SharedInputsWritten, bind_frame, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
 from kiln.capture.interpreter import GraphBreak, ObservedException
@@ -256,7 +256,8 @@ class CompiledFunction:
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
                 stop_at, reason = e.root_offset, e
-                nested = e.wrap_callee or _is_nested_break(self.fn.__code__, e.root_offset, e.where)
+                nested = not e.native_start and (e.wrap_callee or _is_nested_break(self.fn.__code__, e.root_offset,
+                                                                                    e.where))
                 continue
             except ObservedException as e:
                 # [Note: an exception escapes the frame] The function raises on these inputs as
@@ -277,6 +278,14 @@ class CompiledFunction:
                                     wrap_callee=nested)
             except CannotRebuild as e:
                 return self._eager_entry(args, kwargs, str(e), reason.where if reason else None)
+            except SharedInputsWritten as e:   # [Note: inputs written in place that share memory]
+                if self.config.fullgraph:
+                    raise Unsupported(str(e), None) from None
+                _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {e}", None))
+                _warn_break(self.fn, f"running the whole function eagerly: {e}", None)
+                e.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
+                                             **{k: v for k, v in trace.out.globals_dicts.items()}}
+                return Entry(e.check, self._run_eagerly, e.guards, None, None, "<eager>")
             if entry.graph is not None:
                 _emit(Event("graph", _name(self.fn), entry.graph))
             if reason is not None:
@@ -365,7 +374,7 @@ def _is_nested_break(code, offset, where) -> bool:
     """Did the break happen inside a function called at `offset` (not at that instruction itself)?"""
     import dis
     inst = next(i for i in dis.get_instructions(code) if i.offset == offset)
-    if inst.opname not in ("CALL", "CALL_KW", "CALL_FUNCTION_EX"):  # CALL_KW: 3.13
+    if inst.opname not in ("CALL", "CALL_KW", "CALL_FUNCTION_EX", "BEFORE_WITH"):  # CALL_KW: 3.13
         return False
     line = inst.positions.lineno if inst.positions else None
     return not (where or "").startswith(f"{code.co_filename}:{line} in {code.co_name}")
@@ -400,6 +409,8 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
     if compiled_original(target) is not None or controls.disabled(target) is not None:
         return target
     if isinstance(target, types.MethodType):
+        if isinstance(target.__self__, contextlib._GeneratorContextManager):
+            return target   # __enter__/__exit__ step a real generator, which runs as Python anyway
         inner = wrap_callable(target.__func__, backend=backend, config=config)
         return types.MethodType(inner, target.__self__) if inner is not target.__func__ else target
     if isinstance(target, torch.nn.Module):

@@ -109,6 +109,12 @@ def step(tx, gen: V.GeneratorVar, sent: V.Variable | None = None,
         if sent is not None and not (isinstance(sent, V.Constant) and sent.value is None):
             tx.raise_(TypeError, "can't send non-None value to a just-started generator")
     frame.parent, frame.depth = tx, tx.depth + 1   # the consumer is the frame's caller now, as in CPython
+    if first:
+        root = tx
+        while root.parent is not None:
+            root = root.parent
+        if root.inst is not None:
+            gen.first_step = (root.inst.offset, root.where())
     if frame.depth > MAX_INLINE_DEPTH:
         raise GraphBreak("inlining went deeper than 64 calls (recursion?)")
     gen.state = "running"
@@ -402,10 +408,20 @@ def _cleanup_at(frame):
     CLEANUP_THROW, where one raised at a `yield from` lands first, only passes it on (GeneratorExit
     is no StopIteration): the handler is the one around the CLEANUP_THROW."""
     offset = frame.inst.offset
-    while (target := _handler_at(frame, offset)) is not None and target.opname == "CLEANUP_THROW":
+    while (target := _handler_at(frame, offset)) is not None and (target.opname == "CLEANUP_THROW"
+                                                                   or _only_reraises(frame, target)):
         offset = target.offset
     pep479 = target is not None and target.opname == "CALL_INTRINSIC_1" and target.arg == 3
     return None if pep479 else target
+
+
+def _only_reraises(frame, target) -> bool:
+    """Whether the handler at `target` is an `except` block's own exit on an exception (`COPY 3,
+    POP_EXCEPT, RERAISE 1`): it restores the exception being handled and passes the new one on,
+    running no code of the program's (a generator paused inside `except ...:` with no `finally`)."""
+    i = frame.index[target.offset]
+    ops = [(inst.opname, inst.arg) for inst in frame.insts[i:i + 3]]
+    return ops == [("COPY", 3), ("POP_EXCEPT", None), ("RERAISE", 1)]
 
 
 def _handler_at(frame, offset: int):

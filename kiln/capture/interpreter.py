@@ -48,6 +48,8 @@ class GraphBreak(Exception):
         # the call that broke runs natively through `frame.wrap_callable`, which captures the frames
         # it calls (a module whose hooks run as torch wrote them, DDP's forward)
         self.wrap_callee = False
+        # a paused generator's first step, run natively ([Note: a paused generator started natively])
+        self.native_start = False
 
 
 class ObservedException(Exception):

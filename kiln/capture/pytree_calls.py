@@ -184,3 +184,17 @@ handles(pytree.tree_all)(_all_any(all, False))
 handles(pytree.tree_any)(_all_any(any, False))
 handles(pytree.tree_all_only)(_all_any(all, True))
 handles(pytree.tree_any_only)(_all_any(any, True))
+
+
+@handles(pytree.tree_iter)
+def _tree_iter(tx, args, kwargs):
+    # pytree's generator over the leaves: its items are the leaves, in tree_leaves' order
+    _no_is_leaf(tx, kwargs)
+    return V.IteratorVar(_leaves(tx, args[0])[0])
+
+
+@handles(pytree.arg_tree_leaves)
+def _arg_tree_leaves(tx, args, kwargs):
+    # the leaves of each positional argument, then of each keyword's value (pytree's fast path)
+    leaves = [leaf for a in [*args, *kwargs.values()] for leaf in _leaves(tx, a)[0]]
+    return V.ListVar(leaves)

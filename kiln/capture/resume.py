@@ -29,6 +29,19 @@ def _instruction_positions(bc: Bytecode) -> list[int]:
     return [i for i, ins in enumerate(bc) if isinstance(ins, Instr)]
 
 
+def resume_parameters(code: types.CodeType, stack_nulls: tuple[bool, ...], local_names: tuple[str, ...]) -> list[str]:
+    """The resume function's parameters, in order: the stack values (`__kiln_s<i>`, NULLs left out),
+    then the live locals. A method's first parameter (`self`) stays first, where zero-argument
+    `super()` reads it (the first local slot), when the function uses `super`'s `__class__` cell."""
+    stack_args = [f"__kiln_s{i}" for i, null in enumerate(stack_nulls) if not null]
+    names = [*stack_args, *local_names]
+    first = code.co_varnames[0] if code.co_argcount else None
+    if first is not None and "__class__" in code.co_freevars and first in local_names:
+        names.remove(first)
+        names.insert(0, first)
+    return names
+
+
 def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...],
                 local_names: tuple[str, ...]) -> types.CodeType:
     key = (code, offset, stack_nulls, local_names)
@@ -36,7 +49,7 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
     if cached is not None:
         return cached
     dis_insts = [i for i in dis.get_instructions(code) if i.opname not in ("EXTENDED_ARG", "CACHE")]
-    bc = Bytecode.from_code(code)
+    bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)   # the handlers' own depths
     positions = _instruction_positions(bc)
     if len(positions) != len(dis_insts):
         raise RuntimeError(f"kiln could not map the bytecode of {code.co_name} ({len(positions)} vs {len(dis_insts)})")
@@ -63,7 +76,7 @@ def resume_code(code: types.CodeType, offset: int, stack_nulls: tuple[bool, ...]
     if hasattr(bc, "qualname"):
         new.qualname = new.name
     new.flags = bc.flags & ~(_CO_VARARGS | _CO_VARKEYWORDS)
-    new.argnames = [*stack_args, *local_names]
+    new.argnames = resume_parameters(code, stack_nulls, local_names)
     new.argcount = len(new.argnames)
     new.posonlyargcount = 0
     new.kwonlyargcount = 0

@@ -19,7 +19,7 @@ from kiln.capture.attributes import (_function, call_overridden, class_lookup, d
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
-from kiln.capture.interpreter import call_variable
+from kiln.capture.interpreter import ObservedException, call_variable
 from kiln.capture.keys import key_of, refuse_identity_member, set_member_key
 from kiln.capture.model_outputs import getitem_position, is_model_output
 from kiln.capture.output import ContainerMutation, DeferredCall, GlobalWrite
@@ -583,13 +583,27 @@ def _or_home(cls: type) -> type:
     return next(home for home in (collections.defaultdict, collections.OrderedDict, dict) if issubclass(cls, home))
 
 
+def _own_keys(tx, v: V.Variable) -> bool:
+    """Whether an object made in captured code has an instance attribute `keys`."""
+    if not isinstance(v, V.NewObjectVar):
+        return False
+    try:
+        getattr_var(tx, v, "keys")
+        return True
+    except ObservedException as e:
+        if issubclass(e.exc.cls, AttributeError):
+            return False
+        raise
+
+
 def mapping_pairs(tx, v: V.Variable) -> list[tuple]:
     """The (key, value) pairs `dict(v)` and `d.update(v)` read: a mapping's items, else the pairs an
     iterable yields (`[("a", x), ["b", y]]`, `zip(keys, values)`)."""
     if isinstance(v, V.DictVar) or isinstance(v, V.ObjectVar) and isinstance(v.value, dict):
         return dict_items(tx, v)
-    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys"):
+    if isinstance(v, (V.NewObjectVar, V.ObjectVar)) and hasattr(v.python_type(), "keys") or _own_keys(tx, v):
         # CPython's rule: an object with a `keys` attribute is a mapping, read as keys() then [k]
+        # (an attribute of the instance counts: `self.keys = lambda: [...]`)
         keys = iterate(tx, tx.call(getattr_var(tx, v, "keys"), []))
         return [(key_of(tx, k), getitem(tx, v, k)) for k in keys]
     if isinstance(v, V.ObjectVar):
@@ -629,11 +643,25 @@ def unary_op(tx, op, v: V.Variable) -> V.Variable:
     raise tx.unsupported(f"operator {op.__name__} on a {v.python_type().__name__}")
 
 
+def exception_text(e: V.Variable, fn) -> str | None:
+    """str()/repr() (`fn`) of an exception whose arguments are constants, by BaseException's own
+    text (a builtin's: KeyError's repr of the key, AttributeError's message); None otherwise."""
+    plain = isinstance(e, V.ExceptionVar) and (e.cls.__module__ == "builtins" or (
+        e.cls.__str__ is BaseException.__str__ and e.cls.__repr__ is BaseException.__repr__))
+    if not (plain and all(is_python_constant(a) for a in e.args)):
+        return None
+    return fn(BaseException.__new__(e.cls, *[python_value(a) for a in e.args]))
+
+
 def format_value(tx, v: V.Variable, conv, spec: str) -> str:
     if isinstance(v, V.NewObjectVar) and not spec and conv in (None, str, repr):
         text = _own_text(tx, v, "__repr__" if conv is repr else "__str__")
         if text is not None:
             return text
+    if isinstance(v, V.ExceptionVar) and conv in (None, str, repr):   # f"caught {e}" in an except block
+        text = exception_text(v, repr if conv is repr else str)
+        if text is not None:
+            return format(text, spec)
     if not is_python_constant(v) or isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType)):
         raise tx.unsupported(f"formatting a {v.python_type().__name__} into a string needs its runtime value")
     value = python_value(v)

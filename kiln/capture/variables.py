@@ -228,6 +228,9 @@ class GeneratorVar(Variable):
     state: str = "created"   # "created" | "suspended" | "running" | "done" | "broken"
     result: Variable | None = None   # what the frame returned, once "done"
     drained: list | None = None   # the items it had left when the frame returned it ([Note: drained generators])
+    # (offset, where) of the root frame's instruction that first stepped it ([Note: a paused
+    # generator started natively] in convert.py)
+    first_step: tuple | None = None
 
     def python_type(self):
         return types.GeneratorType

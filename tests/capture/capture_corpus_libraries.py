@@ -50,6 +50,15 @@ def pytree_map_inplace(x):
     return box["a"][0]
 
 
+@program()
+def pytree_leaf_iterators(x):
+    tree = {"a": [x, x * 2], "b": (3, x - 1)}
+    out = []
+    out.extend(pytree.tree_iter(tree))            # pytree's generator over the leaves
+    leaves = pytree.arg_tree_leaves(tree, [x + 1], k=(x * 4,))
+    return out, leaves, sum(1 for leaf in pytree.tree_iter(tree) if isinstance(leaf, torch.Tensor))
+
+
 # -- NumPy on tensors: traced as torch ops ----------------------------------------------------------------
 @program()
 def numpy_sum_from_numpy(x):

@@ -4,6 +4,7 @@ counted) and under kiln's capture; both must give eager's values, and kiln as ma
 torch.compile where the count is the point of the case."""
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -376,3 +377,169 @@ def test_generator_held_by_an_inlined_callee_is_closed_when_it_returns():
         log = []
         assert_same(kiln.compile(fn, backend=backend, fullgraph=True)(torch.ones(2), log), expected)
         assert log == expected_log == ["returning", "closed", "after"]
+
+
+# -- a `with` block resumed after a graph break, its body raising ------------------------------------
+class _Logging:
+    def __init__(self, log, suppress):
+        self.log, self.suppress = log, suppress
+
+    def __enter__(self):
+        self.log.append("enter")
+        return 2
+
+    def __exit__(self, typ, value, tb):
+        self.log.append(("exit", typ))
+        return self.suppress
+
+
+def _raises_in_resumed_with(x, log, fail, suppress):
+    y = x.sin()
+    with _Logging(log, suppress) as z:
+        y = y + z
+        torch._dynamo.graph_break()
+        if fail:
+            raise ValueError("boom")
+        y = y * 2
+    return y.cos()
+
+
+@contextlib.contextmanager
+def _logging_cm(x, log):
+    log.append("enter")
+    try:
+        yield x + 1
+    except ValueError as e:
+        log.append(f"caught {e}")
+    finally:
+        log.append("exit")
+
+
+def _break_inside_contextmanager(x, log, fail):
+    y = x.sin()
+    with _logging_cm(x, log) as z:
+        y = y + z
+        torch._dynamo.graph_break()
+        if fail:
+            raise ValueError("boom")
+        y = y * 2
+    return y.cos(), torch.is_grad_enabled()
+
+
+def _run_twice(fn, *args):
+    """Eager and kiln on fresh logs: (eager's result and log, kiln's result and log, kiln's recorder)."""
+    kiln.reset()
+    rec = Recorder()
+    expected_log, got_log = [], []
+    try:
+        expected = fn(torch.ones(3), expected_log, *args)
+    except Exception as e:
+        expected = type(e)
+    compiled = kiln.capture.capture(fn, rec, CaptureConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            got = compiled(torch.ones(3), got_log, *args)
+        except Exception as e:
+            got = type(e)
+    return (expected, expected_log), (got, got_log), rec
+
+
+@pytest.mark.parametrize("fail,suppress", [(False, False), (True, True), (True, False)])
+def test_exception_in_a_with_block_resumed_after_a_break(fail, suppress):
+    # the resume function's exception table keeps the with block's handler depth: the body's
+    # exception reaches __exit__ (this crashed the interpreter when the depths were recomputed)
+    (expected, expected_log), (got, got_log), _ = _run_twice(_raises_in_resumed_with, fail, suppress)
+    if isinstance(expected, type):
+        assert got is expected
+    else:
+        assert_same(got, expected)
+    assert got_log == expected_log
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_graph_break_inside_a_contextmanager_block_compiles_around_it(fail):
+    # [Note: a paused generator started natively] the manager's generator starts natively at the
+    # `with`; graphs before and inside the block, not the whole function eagerly
+    (expected, expected_log), (got, got_log), rec = _run_twice(_break_inside_contextmanager, fail)
+    assert_same(got, expected)
+    assert got_log == expected_log
+    assert len(rec.graphs) >= 2
+
+
+def _sdpa_math_with_break(x):
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        a = torch.nn.functional.scaled_dot_product_attention(x, x, x)
+        torch._dynamo.graph_break()
+        b = torch.nn.functional.scaled_dot_product_attention(x, x, x) * 2
+    return a + b
+
+
+def test_sdpa_kernel_block_with_a_break_is_compiled():
+    x = torch.randn(2, 2, 3, 4)
+    before = torch.nn.attention._cur_sdpa_kernel_backends()
+    theirs, ours = both(_sdpa_math_with_break, (x,))
+    assert torch.nn.attention._cur_sdpa_kernel_backends() == before
+    assert len(ours.graphs) >= 2
+
+
+def _steps(x, log):
+    try:
+        yield x.sin()
+        yield x.cos()
+    finally:
+        log.append("closed")
+
+
+def _next_started_natively(x, log):
+    it = _steps(x, log)
+    a = next(it)
+    torch._dynamo.graph_break()
+    return a + next(it), list(log)
+
+
+def test_generator_stepped_by_next_across_a_break_still_runs_eagerly():
+    # its `finally` runs when Python collects it: only a `with` statement starts one natively
+    (expected, expected_log), (got, got_log), rec = _run_twice(_next_started_natively)
+    assert_same(got, expected)
+    assert got_log == expected_log == ["closed"]
+    assert rec.graphs == []
+
+
+# -- zero-argument super() in a method resumed after a graph break ------------------------------------
+class _Base:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("base enter")
+        return 3
+
+    def __exit__(self, *exc):
+        self.log.append("base exit")
+
+    def scale(self, x):
+        return x * 2
+
+
+class _BreaksThenSuper(_Base):
+    def __enter__(self):
+        torch._dynamo.graph_break()
+        return super().__enter__()
+
+    def scale(self, x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return super().scale(y) + 1   # super() reads `self` from the resume function's first slot
+
+
+def _super_after_break(x, log):
+    with _BreaksThenSuper(log) as k:
+        y = x * k
+    return _BreaksThenSuper(log).scale(y)
+
+
+def test_zero_argument_super_in_a_method_resumed_after_a_break():
+    (expected, expected_log), (got, got_log), rec = _run_twice(_super_after_break)
+    assert_same(got, expected)
+    assert got_log == expected_log

@@ -1505,3 +1505,150 @@ def index_in_a_tuple_of_objects(x):
 
 def test_index_and_count_of_a_tuple_holding_objects():
     same_as_eager(index_in_a_tuple_of_objects, lambda: (_vector(),))
+
+
+# -- keywords named like the callee's *args/**kwargs -------------------------------------------------
+def _keyword_sink(self, func, args, kwds):
+    return func + args * kwds
+
+
+def _forward(*args, **kwds):
+    return _keyword_sink(*args, **kwds)
+
+
+def keywords_named_like_star_parameters(x):
+    # `args=` and `kwds=` go into `_forward`'s **kwds, not onto its *args (contextlib's helper
+    # forwards a @contextmanager's keywords this way)
+    return x + _forward(self=1, func=2, args=3, kwds=4), x * _forward(1, 2, args=5, kwds=6)
+
+
+def test_keywords_named_like_star_parameters():
+    same_as_eager(keywords_named_like_star_parameters, lambda: (_vector(),))
+
+
+# -- dict() of an object whose `keys` is an instance attribute ---------------------------------------
+class _KeysOnTheInstance:
+    def __init__(self, value):
+        self.value = value
+        self.keys = lambda: ["a", "b"]   # CPython asks the object, not its class, for `keys`
+
+    def __getitem__(self, key):
+        return self.value * (2 if key == "b" else 1)
+
+
+class _NoKeys:
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __iter__(self):
+        return iter(self.pairs)
+
+
+def dict_from_objects_made_here(x):
+    d = dict(_KeysOnTheInstance(x), c=x + 1)
+    e = {}
+    e.update(_KeysOnTheInstance(x - 1))
+    return d, e, dict(_NoKeys([("k", x)]))
+
+
+def test_dict_from_an_object_whose_keys_is_an_instance_attribute():
+    same_as_eager(dict_from_objects_made_here, lambda: (_vector(),))
+
+
+# -- a caught exception formatted into an f-string ----------------------------------------------------
+def exception_in_fstrings(x):
+    try:
+        1 / 0
+    except ZeroDivisionError as e:
+        a = f"caught {e}"
+        b = f"{e!r}|{e!s:>20}|"
+    try:
+        {}["k"]
+    except KeyError as e:
+        c = f"missing {e}"
+    return x + len(a), a, b, c
+
+
+def test_caught_exceptions_format_into_fstrings_as_python():
+    same_as_eager(exception_in_fstrings, lambda: (_vector(),))
+
+
+# -- a generator left paused inside an `except` block, with no `finally` ------------------------------
+def _ignores_exit(log):
+    try:
+        yield 1
+    except GeneratorExit:
+        log.append("caught")
+        yield 2          # paused here after close(): collecting it later runs nothing of the program's
+
+
+def _delegates(log):
+    yield from _ignores_exit(log)
+
+
+def close_of_a_generator_that_ignores_generator_exit(x, log):
+    g = _delegates(log)
+    next(g)
+    try:
+        g.close()
+    except RuntimeError as e:
+        return x + 1, str(e), list(log)
+    return x, None, list(log)
+
+
+def test_generator_paused_in_an_except_block_is_not_refused():
+    same_as_eager(close_of_a_generator_that_ignores_generator_exit, lambda: (_vector(), []))
+
+
+# -- torch.cond -----------------------------------------------------------------------------------------
+def cond_on_a_python_bool(x, flag):
+    # a constant predicate picks the branch, as torch.cond does outside a compiler
+    return torch.cond(flag, lambda a: a + 1, lambda a: a.sin(), (x,)) * 2, \
+        torch.cond(not flag, lambda a, b: a * b, lambda a, b: a - b, operands=(x, x + 1))
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_cond_with_a_constant_predicate_inlines_its_branch(flag):
+    same_as_eager(cond_on_a_python_bool, lambda: (_vector(), flag))
+
+
+def cond_on_a_tensor(x):
+    return torch.cond(x.sum() > 0, lambda a: a + 1, lambda a: a - 1, (x,)) * 2
+
+
+def test_cond_with_a_tensor_predicate_breaks_the_graph():
+    same_as_eager(cond_on_a_tensor, lambda: (_vector(),), fullgraph=False)
+    with pytest.raises(kiln.errors.Unsupported, match="torch.cond with a tensor predicate"):
+        kiln.reset()
+        kiln.compile(cond_on_a_tensor, fullgraph=True, backend="eager")(_vector())
+
+
+# -- tensor inputs written in place that share memory ----------------------------------------------------
+def _writes_both(x, y):
+    x.add_(1)
+    y.mul_(2)
+    return x + y
+
+
+def _views_of_one(n=3):
+    base = torch.arange(float(n))
+    return base, base[None], base[None]
+
+
+@pytest.mark.parametrize("backend", ["kiln", "aot_eager"])
+def test_inputs_sharing_memory_written_in_place_give_eagers_values(backend):
+    # [Note: inputs written in place that share memory]: separate inputs first, then two views of
+    # one tensor (the compiled graph would add 1 and double separately), then the reverse order
+    def run(compiled, make):
+        base, x, y = make()
+        out = compiled(x, y)
+        return out, base, x, y
+    for order in ((lambda: (None, torch.ones(1, 3), torch.ones(1, 3)), _views_of_one),
+                  (_views_of_one, lambda: (None, torch.ones(1, 3), torch.ones(1, 3)))):
+        kiln.reset()
+        compiled = kiln.compile(_writes_both, backend=backend)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for make in order + order:
+                got, expected = run(compiled, make), run(_writes_both, make)
+                assert_same([t for t in got if t is not None], [t for t in expected if t is not None])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import os
+import sys
 import types
 from typing import Any
 
@@ -410,7 +411,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return
     if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
             class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple
-        tx.raise_(AttributeError, f"{obj.python_type().__name__!r} object has no attribute {name!r}")
+        tx.raise_(AttributeError, f"{obj.python_type().__name__!r} object has no attribute {name!r}"
+                                  + (" and no __dict__ for setting new attributes" if sys.version_info >= (3, 13) else ""))
     raise tx.unsupported(f"setting attribute {name!r} on a {obj.python_type().__name__}")
 
 

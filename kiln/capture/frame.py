@@ -279,21 +279,15 @@ class CompiledFunction:
             except CannotRebuild as e:
                 return self._eager_entry(args, kwargs, str(e), reason.where if reason else None)
             except SharedInputsWritten as e:   # [Note: inputs written in place that share memory]
-                if self.config.fullgraph:
-                    raise Unsupported(str(e), None) from None
-                _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {e}", None))
-                _warn_break(self.fn, f"running the whole function eagerly: {e}", None)
-                e.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
-                                             **{k: v for k, v in trace.out.globals_dicts.items()}}
-                return Entry(e.check, self._run_eagerly, e.guards, None, None, "<eager>")
+                e.check.__kiln_bindings__ = self._guard_bindings(trace.out)
+                return self._eager_entry(args, kwargs, str(e), None, e.check, e.guards)
             if entry.graph is not None:
                 _emit(Event("graph", _name(self.fn), entry.graph))
             if reason is not None:
                 _emit(Event("break", _name(self.fn), reason.reason, reason.where))
                 if not (reason.wrap_callee and self.fn.__code__ is _call_module.__code__):
                     _warn_break(self.fn, reason.reason, reason.where)   # the user's code broke
-            entry.check.__kiln_bindings__ = {"__G": self.fn.__globals__, "__fn": self.fn,
-                                             **{k: v for k, v in trace.out.globals_dicts.items()}}
+            entry.check.__kiln_bindings__ = self._guard_bindings(trace.out)
             return entry
         return self._eager_entry(args, kwargs, "too many graph breaks", None)
 
@@ -309,16 +303,22 @@ class CompiledFunction:
             return compiled
         return compile_graph
 
-    def _eager_entry(self, args, kwargs, reason: str, where: str | None) -> Entry:
-        """Run the whole function eagerly; guarded on nothing, so it is always reused. Never under
-        fullgraph=True: that contract is one graph or an error."""
+    def _guard_bindings(self, out) -> dict:
+        """The names an entry's guard code reads besides the frame's arguments (recompiles.py
+        prints guards again with them)."""
+        return {"__G": self.fn.__globals__, "__fn": self.fn, **out.globals_dicts}
+
+    def _eager_entry(self, args, kwargs, reason: str, where: str | None, check=None, guards=()) -> Entry:
+        """Run the whole function eagerly; guarded on nothing unless `check` (and its `guards`) is
+        given, so it is always reused. Never under fullgraph=True: that contract is one graph or an error."""
         if self.config.fullgraph:
             raise Unsupported(f"the whole function would run eagerly: {reason}", where)
         _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
         _warn_break(self.fn, f"running the whole function eagerly: {reason}", where)
-        check = lambda *a, **k: True  # noqa: E731
-        check.__kiln_bindings__ = {}
-        return Entry(check, self._run_eagerly, [], None, None, "<eager>")
+        if check is None:
+            check = lambda *a, **k: True  # noqa: E731
+            check.__kiln_bindings__ = {}
+        return Entry(check, self._run_eagerly, list(guards), None, None, "<eager>")
 
     def _run_eagerly(self, *args, **kwargs):
         return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)

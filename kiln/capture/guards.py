@@ -300,9 +300,9 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
             consts[id(value)] = (f"__c{len(consts)}", value)
         return consts[id(value)][0]
 
-    ordered = sort_guards(guards)
-    tables = [c for g in ordered if _empty_hook_table(g) for c in guard_code(g, const)]
-    conditions = [c for g in ordered if not _empty_hook_table(g) for c in guard_code(g, const)]
+    tables, conditions = [], []
+    for g in sort_guards(guards):
+        (tables if _empty_hook_table(g) else conditions).extend(guard_code(g, const))
     # the tables' conditions go last, so the reads they bind (`:=`) are used by none of the others
     conditions = share_reads(conditions + tables, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
     if tables:     # [Note: hook tables by registration count]

@@ -108,6 +108,15 @@ def _pointer_terms(view: ir.ViewArg) -> tuple[str, str, str]:
     return start, str(row_stride), str(column_stride)
 
 
+def _operands(kernel: ir.Kernel, tile: _TilePrinter) -> tuple:
+    """The product's M, N and K, and for A and B: the pointer, the batch element's start and the
+    row and column strides (as text)."""
+    product = kernel.template
+    m, n = (int(r) for r in kernel.ranges[-2:])
+    return (m, n, int(product.k), (tile.ptr(product.a.name), *_pointer_terms(product.a)),
+            (tile.ptr(product.b.name), *_pointer_terms(product.b)))
+
+
 def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     product = kernel.template
     batch, grid_m, grid_n = _grid(kernel)
@@ -131,11 +140,7 @@ def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.B
     """The tile's sum over K as `tl.dot`s of `[BLOCK_M, BLOCK_K]` and `[BLOCK_K, BLOCK_N]` tiles."""
     product = kernel.template
     _, grid_m, grid_n = _grid(kernel)
-    m, n = (int(r) for r in kernel.ranges[-2:])
-    k = int(product.k)
-    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
-    a_start, a_m, a_k = _pointer_terms(product.a)
-    b_start, b_k, b_n = _pointer_terms(product.b)
+    m, n, k, (a, a_start, a_m, a_k), (b, b_start, b_k, b_n) = _operands(kernel, tile)
     widen = ".to(tl.float32)" if interpret and buffers[product.a.name].dtype in ops.HALF_DTYPES else ""
     precision = f', input_precision="{product.precision}"' if buffers[product.a.name].dtype == torch.float32 else ""
     lines = [
@@ -185,11 +190,9 @@ def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.
     masked. bench/gemv_probe.py measured this loop at M = 1 (its `_gemv`, reading B once per row
     of A) against cuBLAS on an H100."""
     product = kernel.template
-    m, n = (int(r) for r in kernel.ranges[-2:])
-    k = int(product.k)
-    a, b = tile.ptr(product.a.name), tile.ptr(product.b.name)
-    a_start, a_m, a_k = _pointer_terms(product.a)
-    b_start, b_k, b_n = _pointer_terms(product.b)
+    m, n, k, (a, a_start, a_m, a_k), (b, b_start, b_k, b_n) = _operands(kernel, tile)
+    if product.config.BLOCK_M < m:
+        raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={product.config.BLOCK_M} < M={m}")
     whole = k % product.config.BLOCK_K == 0
     mask = "" if whole else f", kindex < {k}, other=0"
     mask_b = "" if whole else f", kindex[None, :] < {k}, other=0"
@@ -212,8 +215,6 @@ def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.
     for i in range(m):
         lines += [f"    a_{i} = tl.load({a} + ({_plus(a_start, i * int(a_m))}kindex * {a_k}){mask}).to(tl.float32)",
                   f"    {ir.ACCUMULATOR}_{i} += tl.reduce(b_tile * a_{i}[None, :], 1, tl.standard._sum_combine)"]
-    if product.config.BLOCK_M < m:
-        raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={product.config.BLOCK_M} < M={m}")
     if product.config.BLOCK_M == 1:
         lines.append(f"{ir.ACCUMULATOR} = {ir.ACCUMULATOR}_0[None, :]")
     else:

@@ -41,9 +41,10 @@ report = {}
 
 
 def host_split(name, generate) -> dict:
-    """Wall ms a token, and the host's microseconds a token inside the model's call and waiting in the stop check."""
+    """Wall ms a token, and the host's microseconds a decode step (the median over the steps after
+    the prefill's call) inside the model's call, waiting in the stop check, and the rest."""
     from transformers.generation import utils as generation_utils
-    spent = collections.Counter()
+    spent = collections.defaultdict(list)
 
     def timed(key, fn):
         def call(*args, **kwargs):
@@ -51,7 +52,7 @@ def host_split(name, generate) -> dict:
             try:
                 return fn(*args, **kwargs)
             finally:
-                spent[key] += time.perf_counter() - t
+                spent[key].append(time.perf_counter() - t)
         return call
 
     check = getattr(generation_utils, "DeferredStopCheck", None)
@@ -71,12 +72,18 @@ def host_split(name, generate) -> dict:
         if check is not None:
             check.__call__ = original_check
         model.__dict__.pop("__call__", None)
-    split = {"wall_ms_per_token": 1e3 * wall / a.new,
-             "model_call_us_per_token": 1e6 * spent["model_call"] / a.new if wrapped else None,
-             "stop_wait_us_per_token": 1e6 * spent["stop_wait"] / a.new}
-    call = f"{split['model_call_us_per_token']:.0f}" if wrapped else "n/a"
-    print(f"{a.model} {name} unprofiled: {split['wall_ms_per_token']:.3f} ms a token; host in the model's call "
-          f"{call} us, waiting for the GPU in the stop check {split['stop_wait_us_per_token']:.0f} us")
+    def median_us(key):     # decode steps only: the first call is the prefill's
+        steps = sorted(spent[key][1:])
+        return 1e6 * steps[len(steps) // 2] if steps else None
+
+    split = {"wall_ms_per_token": 1e3 * wall / a.new, "model_call_us_per_step": median_us("model_call"),
+             "stop_wait_us_per_step": median_us("stop_wait"), "prefill_call_ms": 1e3 * spent["model_call"][0]
+             if spent["model_call"] else None}
+    show = {k: "n/a" if v is None else f"{v:.0f}" for k, v in split.items()}
+    print(f"{a.model} {name} unprofiled: {split['wall_ms_per_token']:.3f} ms a token (prefill included); a decode "
+          f"step's host time in the model's call {show['model_call_us_per_step']} us (median), waiting for the GPU "
+          f"in the stop check {show['stop_wait_us_per_step']} us (median: near 0, the GPU waits for the host); "
+          f"the prefill's call {show['prefill_call_ms']} ms")
     return split
 
 

@@ -159,6 +159,20 @@ def test_a_llama_mlp_block_is_two_kernels(graphs, any_size, m, dtype):
     _compare(_mlp, _run(gm, examples, inputs)[0], inputs, dtype)
 
 
+def test_members_read_outside_the_kernel_are_stored(graphs, any_size):
+    """gate and up returned besides silu(gate) * up: the kernel stores all three."""
+    def fn(x, w_gate, w_up):
+        gate, up = F.linear(x, w_gate), F.linear(x, w_up)
+        return F.silu(gate) * up, gate, up
+    inputs = _mlp_inputs(2, 77, torch.float32)[:3]
+    sched, gm, examples = _schedule(graphs, fn, *inputs)
+    (group,) = _siblings(sched)
+    assert _launches(sched) == 1 and not sched.local_buffers & set(group.origins), str(sched)
+    stored = {s.buffer for s in group.stages[0].body if isinstance(s, ir.Store)}
+    assert stored == set(group.origins), str(sched)
+    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+
+
 # -- q, k and v: one launch over the stacked column ranges
 
 def _qkv(x, w_q, w_k, w_v):

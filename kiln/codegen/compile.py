@@ -3,7 +3,8 @@
     lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
     -> matmul templates (matmul_templates.py; printers that tile products: every product under
        max-autotune, which the Triton printer times (triton/matmul_autotune.py), else only the
-       printer's `default_matmul_configs`, decoding's GEMVs) -> schedule (scheduler.py)
+       printer's `default_matmul_configs`, decoding's GEMVs, products of one A as one GEMV kernel
+       first: `group_sibling_gemvs`) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -25,7 +26,7 @@ from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph, program_device
-from kiln.codegen.matmul_templates import use_matmul_templates
+from kiln.codegen.matmul_templates import group_sibling_gemvs, use_matmul_templates
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
 from kiln.runtime import cache
@@ -99,6 +100,9 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
                 graph = use_matmul_templates(graph, configs_for)
     elif default_configs is not None:    # untimed: only where a template surely wins (GEMVs)
         with log.stage("matmul templates"):
+            siblings = getattr(policy, "default_sibling_gemv_config", None)
+            if siblings is not None:     # products of one A as one GEMV kernel ([Note: sibling GEMVs])
+                graph = group_sibling_gemvs(graph, siblings)
             graph = use_matmul_templates(graph, default_configs)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile

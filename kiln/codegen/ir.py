@@ -51,6 +51,11 @@ Graph-level nodes (lowering's output, the scheduler's input)
   the result's sizes whose expression reads the float32 sum over K as `Var(ACCUMULATOR)` (rounded
   to the result's dtype, or a bias added first, as addmm rounds once). The scheduler treats it as a
   pointwise producer whose consumers may join its kernel as an epilogue.
+- `SiblingGemvTemplate(members, product)`: products of one A (decoding's q/k/v, or gate/up) computed
+  by one GEMV template kernel ([Note: sibling GEMVs] in matmul_templates.py): each member a
+  `ComputedBuffer` whose pointwise body reads its own sum over K as
+  `Var(SiblingGemvs.accumulator(j))`; `product` (a `SiblingGemvs`) names A, each member's B and
+  the tiling. The scheduler places the members as pointwise nodes of one group.
 - `Graph`: the lowered program: buffers, nodes in execution order, inputs, outputs.
 
 Kernel-level IR (the scheduler's output, a printer's input)
@@ -70,7 +75,8 @@ once per outer index; otherwise it loops `r...` over them. Statements:
 symbols; callers pass tensors then ints in that order. A kernel with a `template` (a
 `MatmulProduct`) is a template kernel: its one stage runs once per element of the product's result
 (`ranges`), after the product's sum over K, which the stage reads as `Var(ACCUMULATOR)`; a printer
-tiles it as the template says, or refuses it.
+tiles it as the template says, or refuses it. A kernel whose `template` is a `SiblingGemvs` has
+one stage per segment of it (members of one N), stage i over segment i's `[M, N_i]`.
 
 The printer interface (C++ here, Triton in `kiln.codegen.triton`)
 -----------------------------------------------------------------
@@ -99,6 +105,8 @@ Change log (keep this stable; note every change here)
   line a failed bounds check names; `index_checks` entries are `IndexCheck`s.
 - v10: `MatmulConfig.form`: "dot" (tiles of `tl.dot`) or "gemv" (a product of a few rows: each
   program a block of columns over all of K, multiplies and row sums).
+- v11: `SiblingGemvs` (a `Kernel.template` computing several products of one A) and
+  `SiblingGemvTemplate` (its graph node); `MatmulProduct.operands` / `.sums` / `.renamed`.
 """
 from __future__ import annotations
 
@@ -567,8 +575,71 @@ class MatmulProduct:
     def k(self) -> sympy.Expr:
         return as_expr(self.a.sizes[-1])
 
+    @property
+    def operands(self) -> tuple[ViewArg, ...]:
+        return (self.a, self.b)
+
+    @property
+    def sums(self) -> tuple[str, ...]:
+        """The names under which a kernel's stage reads the sums over K."""
+        return (ACCUMULATOR,)
+
+    def renamed(self, names: dict[str, str]) -> "MatmulProduct":
+        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
+                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
+
     def __str__(self):
         return f"matmul({self.a}, {self.b}, {self.precision}, {self.config})"
+
+
+@dataclass(frozen=True)
+class SiblingGemvs:
+    """Products that read the same A (`[M, K]`, a few rows), computed by one GEMV kernel ([Note: sibling
+    GEMVs] in kiln/codegen/matmul_templates.py): member j's B is `bs[j]` (`[K, N_j]`, contiguous along
+    K) and its body reads its float32 sum over K as `Var(accumulator(j))`. `segments` groups the
+    members by N, in order: a program works on `BLOCK_N` columns of one segment and computes every
+    member of that segment over them (A's slice loaded once a K step for all); the kernel's programs
+    are the segments' column blocks, stacked."""
+
+    a: ViewArg
+    bs: tuple[ViewArg, ...]
+    segments: tuple[tuple[int, ...], ...]
+    precision: str
+    config: MatmulConfig
+
+    def __post_init__(self):
+        if self.config.form != "gemv":
+            raise ValueError(f"sibling products are computed in the GEMV form, not {self.config.form!r}")
+        if sorted(j for seg in self.segments for j in seg) != list(range(len(self.bs))):
+            raise ValueError(f"segments {self.segments} must hold each of the {len(self.bs)} members once")
+
+    @staticmethod
+    def accumulator(j: int) -> str:
+        return f"{ACCUMULATOR}{j}"
+
+    @property
+    def k(self) -> sympy.Expr:
+        return as_expr(self.a.sizes[-1])
+
+    def n(self, segment: int) -> int:
+        return int(self.bs[self.segments[segment][0]].sizes[-1])
+
+    @property
+    def operands(self) -> tuple[ViewArg, ...]:
+        return (self.a, *self.bs)
+
+    @property
+    def sums(self) -> tuple[str, ...]:
+        return tuple(self.accumulator(j) for j in range(len(self.bs)))
+
+    def renamed(self, names: dict[str, str]) -> "SiblingGemvs":
+        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
+                                   bs=tuple(dataclasses.replace(b, name=names[b.name]) for b in self.bs))
+
+    def __str__(self):
+        members = ", ".join(f"{self.accumulator(j)}: {b}" for j, b in enumerate(self.bs))
+        return f"sibling gemvs({self.a}; {members}; segments {list(map(list, self.segments))}, " \
+               f"{self.precision}, {self.config})"
 
 
 @dataclass(frozen=True)
@@ -583,7 +654,19 @@ class MatmulTemplate:
         return f"{self.buffer} = {self.body} with {ACCUMULATOR} = {self.product}"
 
 
-Node = Union[ComputedBuffer, ExternKernel, MatmulTemplate]
+@dataclass(frozen=True)
+class SiblingGemvTemplate:
+    """Products of one A as one template kernel: member j fills its buffer from its pointwise body,
+    which reads its sum over K as `Var(product.accumulator(j))`."""
+
+    members: tuple[ComputedBuffer, ...]
+    product: SiblingGemvs
+
+    def __str__(self):
+        return "\n  ".join([f"siblings with {self.product}:"] + [f"  {m}" for m in self.members])
+
+
+Node = Union[ComputedBuffer, ExternKernel, MatmulTemplate, SiblingGemvTemplate]
 
 
 @dataclass(frozen=True)
@@ -700,12 +783,12 @@ class Kernel:
     buffer_args: tuple[str, ...]
     size_args: tuple[sympy.Symbol, ...] = ()
     origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
-    template: MatmulProduct | None = None   # a template kernel: its stage follows the product
+    template: MatmulProduct | SiblingGemvs | None = None   # a template kernel: its stage follows the product
 
     def __str__(self):
         sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""
         head = f"kernel {self.name}({', '.join(self.buffer_args)}{sizes}) for x in {_fmt_ranges(self.ranges)}:"
-        template = [f"  after {ACCUMULATOR} = {self.template}"] if self.template is not None else []
+        template = [f"  after {', '.join(self.template.sums)} = {self.template}"] if self.template is not None else []
         return "\n".join([head] + template + [str(s) for s in self.stages])
 
 
@@ -776,10 +859,7 @@ def rename_buffers(kernel: Kernel, names: dict[str, str], name: str) -> Kernel:
         return dataclasses.replace(s, name=names.get(s.name, s.name), expr=expr(s.expr))
 
     stages = tuple(Stage(st.reduction_ranges, tuple(stmt(s) for s in st.body)) for st in kernel.stages)
-    template = kernel.template
-    if template is not None:
-        template = dataclasses.replace(template, a=dataclasses.replace(template.a, name=names[template.a.name]),
-                                       b=dataclasses.replace(template.b, name=names[template.b.name]))
+    template = kernel.template.renamed(names) if kernel.template is not None else None
     return Kernel(name, kernel.ranges, stages, tuple(names[b] for b in kernel.buffer_args), kernel.size_args,
                   template=template)
 

@@ -26,6 +26,44 @@ has them: tilings only where a template is known to beat the extern without timi
 (the extern kept). The Triton printer offers its GEMV form there for products of a few rows and
 a large weight, decoding's ([Note: GEMV by default] in triton/heuristics.py). A GEMV tiling
 (`MatmulConfig.form == "gemv"`) is offered only for B contiguous along K.
+
+[Note: sibling GEMVs] At decoding's batch 1 a LLaMA-family layer (LLaMA, Mistral, Qwen, Gemma...)
+multiplies one normalized activation by several weights: q, k and v (LLaMA-1.1B: 2048 x 2048,
+2048 x 256 and 2048 x 256), and gate and up (2048 x 5632 each), whose results meet again in
+`silu(gate) * up`. As separate products that is five launches and a sixth kernel for the
+`silu * up`, and k and v, each too narrow for [Note: GEMV by default]'s rule (64 column blocks
+each), go to cuBLAS. Every launch costs a few microseconds on an H100 whatever its bytes (a
+LLaMA-1.1B decode step ran at 37% of the bandwidth floor, bound by its many small kernels), and
+each product reads the activation again and writes its result for the next kernel to read back.
+So `group_sibling_gemvs` (before `use_matmul_templates`, without max-autotune only) makes the
+products that read the same A one template kernel (`ir.SiblingGemvTemplate`, printed by
+[Note: the GEMV form]'s loop over every member): the members of one N (gate and up) are computed
+over the same column block by one program, A's slice loaded once a K step and each member's B tile
+loaded and multiplied into a float32 sum of its own; the members are placed as pointwise nodes of
+one group, so a consumer of both (`silu(gate) * up`) joins as the epilogue ([Note: matmul template
+epilogues]) and gate and up stay in registers when nothing else reads them. Members of different
+N (q against k and v) are segments of one launch: the programs are the segments' column blocks
+stacked, each program computing one segment (a dispatch on the program id), each member storing
+its own result. An epilogue there joins the one segment whose results it reads (Qwen's float32
+bias adds, which lowering leaves after the products); one reading two segments' results is
+refused with that reason, as the scheduler records refusals. (LLaMA's readers of q, k and v, the
+rotary embedding, reading columns half a head apart, and the cache's scatter, are refused from any
+template's epilogue anyway.)
+
+The rule, for the products (mm, addmm) that read the same buffer at the same view as A:
+- each may be a GEMV template at all ([Note: matmul templates]: static sizes and strides, one
+  dtype, beta = alpha = 1) with B contiguous along K; A of 2 dims (no batch);
+- the group as a whole meets [Note: GEMV by default]'s rule: M <= GEMV_DEFAULT_ROWS, the members'
+  weights together GEMV_MIN_WEIGHT_BYTES or more, their column blocks of 4 together
+  GEMV_MIN_COLUMN_BLOCKS or more (the printer's `default_sibling_gemv_config`, which also picks
+  the tiling: k and v join q though neither would be a GEMV alone);
+- the group is placed where its first member was, so every other member's B and bias must exist
+  there (graph inputs, or made by a node before the first member); then no member reads another's
+  result, and moving a later member up is safe in a functional graph;
+- two members at least; products of one A that fail the rule are left as they were (each to the
+  single-product rule).
+Under max-autotune the autotuner keeps its per-product choice ([Note: matmul autotuning]: it
+times each product alone, extern against tilings); timing a group as one choice is not done.
 """
 from __future__ import annotations
 
@@ -143,6 +181,80 @@ def _to(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
 def first_template(choices: Sequence[MatmulChoice]) -> MatmulChoice:
     """The untimed choice: the printer's first tiling whenever a template may be used, else the extern."""
     return next((c for c in choices if isinstance(c, ir.MatmulTemplate)), choices[0])
+
+
+# (M, each member's N, K, dtype) -> the tiling of products of one A as one GEMV kernel, or None
+SiblingConfig = Callable[[int, Sequence[int], int, torch.dtype], "ir.MatmulConfig | None"]
+# A tiling that only asks `candidates` whether a product may be a GEMV; the group's replaces it.
+_ANY_GEMV = ir.MatmulConfig(BLOCK_M=1, BLOCK_N=1, BLOCK_K=1, GROUP_M=1, form="gemv")
+
+
+@dataclasses.dataclass
+class _Sibling:
+    position: int                 # the product's node in the graph
+    template: ir.MatmulTemplate   # the product as a GEMV (its tiling a placeholder)
+    reads: frozenset[str]         # what it reads besides A: its B and its bias
+
+
+def _as_gemv(node: ir.Node, buffers: dict) -> _Sibling | None:
+    if not isinstance(node, ir.ExternKernel) or extern_name(node) not in ("mm", "addmm"):
+        return None
+    choices = candidates(node, buffers, lambda m, n, k, dtype: [_ANY_GEMV])
+    if len(choices) < 2 or len(choices[-1].product.a.sizes) != 2:
+        return None
+    template = choices[-1]
+    return _Sibling(-1, template, frozenset({template.product.b.name} | {ld.buffer for ld in ir.loads_of(template.body.expr)}))
+
+
+def _made_by(node: ir.Node) -> tuple:
+    if isinstance(node, ir.ExternKernel):
+        return node.outputs
+    if isinstance(node, ir.SiblingGemvTemplate):
+        return tuple(m.buffer for m in node.members)
+    return (node.buffer,)
+
+
+def _reading(body: ir.Pointwise, accumulator: str) -> ir.Pointwise:
+    """`body` reading its sum over K as `Var(accumulator)`."""
+    def fn(e):
+        return ir.Var(accumulator, e.dtype) if isinstance(e, ir.Var) and e.name == ir.ACCUMULATOR else e
+    return dataclasses.replace(body, expr=ir.map_expr(body.expr, fn))
+
+
+def group_sibling_gemvs(graph: ir.Graph, config_for: SiblingConfig) -> ir.Graph:
+    """The pass: the products that read one A, each the GEMV it may be, as one template kernel where
+    [Note: sibling GEMVs]'s rule holds, placed where the first of them was."""
+    buffers = graph.buffer_map()
+    made: dict[str, int] = {}
+    by_a: dict[tuple, list[_Sibling]] = {}
+    for i, node in enumerate(graph.nodes):
+        sibling = _as_gemv(node, buffers)
+        if sibling is not None:
+            product = sibling.template.product
+            key = (product.a, product.precision, buffers[sibling.template.buffer].dtype)
+            by_a.setdefault(key, []).append(dataclasses.replace(sibling, position=i))
+        for name in _made_by(node):
+            made.setdefault(name, i)
+    replaced: dict[int, ir.Node | None] = {}
+    for (a, precision, dtype), found in by_a.items():
+        first = found[0].position
+        members = [s for s in found if all(made.get(name, -1) < first for name in s.reads)]
+        if len(members) < 2:
+            continue
+        ns = [int(s.template.product.b.sizes[-1]) for s in members]
+        config = config_for(int(a.sizes[-2]), ns, int(a.sizes[-1]), dtype)
+        if config is None:
+            continue
+        segments = tuple(tuple(j for j, n in enumerate(ns) if n == each) for each in dict.fromkeys(ns))
+        product = ir.SiblingGemvs(a, tuple(s.template.product.b for s in members), segments, precision, config)
+        replaced[first] = ir.SiblingGemvTemplate(
+            tuple(ir.ComputedBuffer(s.template.buffer, _reading(s.template.body, product.accumulator(j)))
+                  for j, s in enumerate(members)), product)
+        replaced.update((s.position, None) for s in members[1:])
+    if not replaced:
+        return graph
+    nodes = (replaced.get(i, node) for i, node in enumerate(graph.nodes))
+    return dataclasses.replace(graph, nodes=tuple(n for n in nodes if n is not None))
 
 
 def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,

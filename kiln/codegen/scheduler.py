@@ -22,6 +22,13 @@ above: its space is the product's element for element and it reads the product w
 is written (a consumer reading it transposed is refused, and runs as a kernel of its own). Nodes
 are never moved into a template's group from across an extern.
 
+An `ir.SiblingGemvTemplate` (products of one A, [Note: sibling GEMVs] in matmul_templates.py) opens
+one such group whose members are its products' bodies, each reading its own sum over K: where all
+have one N they are placed as pointwise nodes of one space, and an epilogue joins as above (LLaMA's
+`silu(gate) * up` reads both, and gate and up stay kernel-local); members of several Ns are the
+segments of one kernel (a stage each, over its own `[M, N_i]`), and an epilogue joins the one
+segment whose results it reads (a float32 bias add); one reading two segments is refused.
+
 [Note: the stage model] A kernel runs, per outer index, its stages in order. A node in the last
 stage of the same kind joins it unless it reads a reduction finished in that stage; else a new
 stage begins. Reduction results live at the outer scope, so any later stage reads them.
@@ -169,6 +176,9 @@ class _Planner:
             for name in _reads(node):
                 self.readers.setdefault(name, set()).add(i)
         self.position = {id(n): i for i, n in enumerate(graph.nodes)}
+        for i, node in enumerate(graph.nodes):     # sibling products sit where their node does
+            if isinstance(node, ir.SiblingGemvTemplate):
+                self.position.update((id(m), i) for m in node.members)
 
     def place(self, nodes: list[ir.ComputedBuffer], outer, inner) -> list[_Placed] | str:
         """Stage the group, or say why it cannot be one kernel."""
@@ -265,6 +275,9 @@ class _Planner:
 def _reads(node: ir.Node) -> set[str]:
     if isinstance(node, ir.MatmulTemplate):
         return {ld.buffer for ld in ir.loads_of(node.body.expr)} | {node.product.a.name, node.product.b.name}
+    if isinstance(node, ir.SiblingGemvTemplate):
+        return {ld.buffer for m in node.members for ld in ir.loads_of(m.body.expr)} | \
+            {v.name for v in node.product.operands}
     if isinstance(node, ir.ComputedBuffer):
         into = {node.body.into} if isinstance(node.body, ir.Scatter) else set()
         return {ld.buffer for ld in ir.body_loads(node.body)} | into
@@ -278,6 +291,8 @@ def _reads(node: ir.Node) -> set[str]:
 def _sizes_read(node: ir.Node) -> set[str]:
     """The names of the size symbols a node reads: its ranges and indices, or an extern's size and
     view arguments."""
+    if isinstance(node, ir.SiblingGemvTemplate):
+        return set().union(*(_sizes_read(m) for m in node.members))
     if isinstance(node, (ir.ComputedBuffer, ir.MatmulTemplate)):    # a template's operands are static
         body = node.body
         exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
@@ -326,11 +341,44 @@ class _Group:
     nodes: list
     space: tuple
     plan: list
-    template: ir.MatmulProduct | None = None    # the group's first node is a matmul template
+    template: ir.MatmulProduct | ir.SiblingGemvs | None = None    # the group's first node is a matmul template
+    # sibling products of several Ns: each segment's plan and space, one stage each (`plan` unused)
+    segments: list[tuple[list, tuple]] | None = None
 
     @property
     def names(self) -> set[str]:
         return {n.buffer for n in self.nodes}
+
+
+def _sibling_group(node: ir.SiblingGemvTemplate, planner: "_Planner") -> _Group:
+    """The group of products of one A ([Note: matmul template epilogues]): one space when the
+    members have one N, else a plan per segment."""
+    product = node.product
+    spaces = [(tuple(node.members[seg[0]].body.ranges), None) for seg in product.segments]
+    plans = [planner.place([node.members[j] for j in seg], *space) for seg, space in zip(product.segments, spaces)]
+    for plan in plans:
+        assert not isinstance(plan, str), plan
+    if len(plans) == 1:
+        return _Group(list(node.members), spaces[0], plans[0], product)
+    return _Group(list(node.members), spaces[0], [], product, list(zip(plans, spaces)))
+
+
+def _join_segment(group: _Group, node: ir.ComputedBuffer, planner: "_Planner") -> str | None:
+    """`node` joins the segment of sibling products whose results it reads as that segment's epilogue,
+    or says why not: a program computes one segment's columns, so a node reading two segments'
+    results runs as a kernel of its own."""
+    reads = _reads(node)
+    hit = [i for i, (plan, _) in enumerate(group.segments) if reads & {p.node.buffer for p in plan}]
+    if len(hit) != 1:
+        return ("reads the results of several segments of sibling GEMVs (one program computes one "
+                "segment's columns: [Note: sibling GEMVs])")
+    plan, space = group.segments[hit[0]]
+    result = planner.place([p.node for p in plan] + [node], *space)
+    if isinstance(result, str):
+        return result
+    group.segments[hit[0]] = (result, space)
+    group.nodes.append(node)
+    return None
 
 
 def _epilogue_refusal(group: _Group, node: ir.Node) -> str | None:
@@ -359,7 +407,10 @@ def schedule(graph: ir.Graph) -> Schedule:
     def flush_through(index: int):
         """Emit open groups 0..index (a later group may read an earlier one, never the reverse)."""
         for g in open_groups[:index + 1]:
-            kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner, g.template)
+            if g.segments is not None:
+                kernel, locals_ = _emit_segments(kernel_name(), g.segments, planner, g.template)
+            else:
+                kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner, g.template)
             steps.append(kernel)
             local.update(locals_)
             emitted.update(g.names)
@@ -403,7 +454,7 @@ def schedule(graph: ir.Graph) -> Schedule:
         functional graph: each reads only what exists, and whatever reads it comes later."""
         ready: dict[str, ir.ExternKernel] = {}     # buffer -> a later extern that could run now
         for cand in ahead:
-            if id(cand) in hoisted or isinstance(cand, ir.MatmulTemplate):
+            if id(cand) in hoisted or isinstance(cand, (ir.MatmulTemplate, ir.SiblingGemvTemplate)):
                 continue
             if isinstance(cand, ir.ExternKernel):
                 if reads_of(cand) <= emitted:
@@ -442,6 +493,11 @@ def schedule(graph: ir.Graph) -> Schedule:
     for position, node in enumerate(nodes):
         if id(node) in hoisted:
             continue
+        if isinstance(node, ir.SiblingGemvTemplate):    # opens a group of its own
+            if len(open_groups) >= MAX_OPEN_GROUPS:
+                flush_through(0)
+            open_groups.append(_sibling_group(node, planner))
+            continue
         last = newest_read(node)
         if isinstance(node, ir.ExternKernel) or isinstance(node.body, ir.Scan):
             # runs as its own step, after every open group it reads
@@ -467,6 +523,13 @@ def schedule(graph: ir.Graph) -> Schedule:
             if gi < last:
                 break
             if g.template is not None and (why := _epilogue_refusal(g, node)) is not None:
+                refused.append(WhyNoFuse(tuple(sorted(g.names)), node.buffer, why))
+                continue
+            if g.segments is not None:
+                why = _join_segment(g, node, planner)
+                if why is None:
+                    joined = True
+                    break
                 refused.append(WhyNoFuse(tuple(sorted(g.names)), node.buffer, why))
                 continue
             cands = [(outer, inner)] if (g.space[1] is None and inner is not None) else [g.space]
@@ -530,7 +593,8 @@ def _scratch_for(p: _Placed, plan: list[_Placed], planner: _Planner) -> str | No
     return q.node.buffer
 
 
-def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner, template: ir.MatmulProduct | None = None):
+def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner,
+                 template: ir.MatmulProduct | ir.SiblingGemvs | None = None):
     """[Note: inner values a later stage reads] An inner pointwise value that a later inner stage
     reads (softmax's exp(x - max), read again to normalize) is, when cheap, recomputed there from
     its expression (`recompute`: over memory loads and outer-scope values); when costly (an exp),
@@ -613,6 +677,21 @@ def _emit_kernel(name: str, plan: list[_Placed], space, planner: _Planner, templ
     return _finish(name, tuple(outer), stages, tuple(p.node.buffer for p in plan), template), locals_
 
 
+def _emit_segments(name: str, segments: list[tuple[list, tuple]], planner: _Planner, template: ir.SiblingGemvs):
+    """The kernel of sibling products of several Ns: segment i's members as its stage i, over
+    `[M, N_i]`; the kernel's ranges are `[M, sum of N_i]`, the columns its programs cover."""
+    stages, origins, locals_ = [], [], set()
+    for plan, space in segments:
+        kernel, local = _emit_kernel(name, plan, space, planner, template)
+        (stage,) = kernel.stages
+        stages.append(stage)
+        origins += kernel.origins
+        locals_ |= local
+    m = segments[0][1][0][0]
+    columns = sum(int(space[0][-1]) for _, space in segments)
+    return _finish(name, (m, sympy.Integer(columns)), tuple(stages), tuple(origins), template), locals_
+
+
 def _accesses(stages) -> list[sympy.Expr]:
     out = []
     for st in stages:
@@ -669,7 +748,7 @@ def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Ke
     return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
 
 
-def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | None = None) -> ir.Kernel:
+def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | ir.SiblingGemvs | None = None) -> ir.Kernel:
     args: list[str] = []
     sizes: set[sympy.Symbol] = set()
 
@@ -679,8 +758,8 @@ def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | Non
         sizes.update(s for s in sympy.sympify(index).free_symbols if not ir.is_loop_var(s))
 
     if template is not None:       # the operands first (their views are static)
-        note(0, template.a.name)
-        note(0, template.b.name)
+        for operand in template.operands:
+            note(0, operand.name)
     for r in ranges:
         note(r)
     for st in stages:

@@ -72,3 +72,35 @@ def test_a_compiled_decoder_layer_stack_matches_eager():
     assert [k.template["form"] for k in built if k.template] == ["gemv", "gemv"], built
     verdict = same(want, got, ref, tol=1e-2)
     assert verdict.ok, verdict.detail
+
+
+def _llama_mlp(x, w_gate, w_up, w_down):
+    return F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)
+
+
+def _qkv(x, w_q, w_k, w_v):
+    return F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_llama_siblings_are_one_kernel_each(m):
+    """[Note: sibling GEMVs] (kiln/codegen/matmul_templates.py) at LLaMA-1.1B's sizes, bf16: q, k and
+    v one kernel (k and v too narrow to be GEMVs alone); gate, up and silu(gate) * up one kernel,
+    down another. Eager's answers. (Written on a machine without a GPU: not yet run on one.)"""
+    torch.manual_seed(0)
+    x = torch.randn(m, 2048, device="cuda").to(torch.bfloat16)
+    weights = [(torch.randn(n, 2048, device="cuda") / 2048 ** 0.5).to(torch.bfloat16) for n in (2048, 256, 256)]
+    with torch.no_grad():
+        got, built = _compiled(_qkv, x, *weights)
+        reference = _qkv(x.double(), *(w.double() for w in weights))
+    assert len(built) == 1 and built[0].template["form"] == "gemv", built
+    for g, w, r in zip(got, _qkv(x, *weights), reference):
+        verdict = same(w, g, r, tol=1e-2)
+        assert verdict.ok, verdict.detail
+    weights = [(torch.randn(*s, device="cuda") / s[1] ** 0.5).to(torch.bfloat16) for s in ((5632, 2048), (5632, 2048), (2048, 5632))]
+    with torch.no_grad():
+        got, built = _compiled(_llama_mlp, x, *weights)
+        reference = _llama_mlp(x.double(), *(w.double() for w in weights))
+    assert [k.template["form"] for k in built if k.template] == ["gemv", "gemv"] and len(built) == 2, built
+    verdict = same(_llama_mlp(x, *weights), got, reference, tol=1e-2)
+    assert verdict.ok, verdict.detail

@@ -11,7 +11,9 @@
   ([Note: matmul templates] in kiln/codegen/matmul_templates.py), and `matmul_autotune.tune_matmuls`,
   which times the extern against each tiling on the device and keeps the fastest ([Note: matmul
   autotuning]); `default_matmul_configs(m, n, k, dtype)`, the tilings used without max-autotune
-  (the GEMV form's for decoding's products, [Note: GEMV by default] in heuristics.py, else none);
+  (the GEMV form's for decoding's products, [Note: GEMV by default] in heuristics.py, else none),
+  and `default_sibling_gemv_config(m, ns, k, dtype)`, the tiling of products of one A computed as
+  one GEMV kernel without max-autotune ([Note: sibling GEMVs] in kiln/codegen/matmul_templates.py);
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
 - `binaries`: a static kernel's compiled binary found again on a warm start, without Triton's JIT;
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
@@ -22,7 +24,7 @@
 import torch
 
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
-from kiln.codegen.triton.heuristics import default_matmul_configs, matmul_configs
+from kiln.codegen.triton.heuristics import default_matmul_configs, default_sibling_gemv_config, matmul_configs
 from kiln.codegen.triton.launcher import TritonKernel, build, restore, saved
 from kiln.codegen.triton.matmul_autotune import tune_matmuls
 from kiln.codegen.triton.printer import print_kernel, print_module
@@ -40,5 +42,5 @@ KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 SPLIT_REDUCTIONS = True
 
 __all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "default_matmul_configs",
-           "matmul_configs",
+           "default_sibling_gemv_config", "matmul_configs",
            "print_kernel", "print_module", "restore", "saved", "tune_matmuls"]

@@ -231,6 +231,10 @@ def _fit(block: int, size: int) -> int:
 # K = 2560-10240), else 512 B (256 for K = 2048), as 8 of the probe's 10 winners; 4 warps (8 won
 # twice: LLaMA's down projection and head). Whether the four shapes off the rule lose much by it
 # is for the GPU to say (`python bench/gemv_probe.py --kiln`).
+#
+# Products of one A are first offered to `default_sibling_gemv_config` as a group (the same rule on
+# the group as a whole: [Note: sibling GEMVs] in kiln/codegen/matmul_templates.py); what is left
+# comes here one product at a time.
 GEMV_DEFAULT_ROWS = 4
 GEMV_MAX_ROWS = 8
 GEMV_MIN_WEIGHT_BYTES = 1 << 20
@@ -276,6 +280,25 @@ def default_matmul_configs(m: int, n: int, k: int, dtype) -> list:
             or -(-n // GEMV_BLOCK_N[-1]) < GEMV_MIN_COLUMN_BLOCKS):
         return []
     return [gemv_config(m, n, k, dtype)]
+
+
+def default_sibling_gemv_config(m: int, ns, k: int, dtype):
+    """The GEMV tiling of products of one `[M, K]` A and Bs of `ns` columns computed by one kernel
+    ([Note: sibling GEMVs] in kiln/codegen/matmul_templates.py), or None where the group as a whole
+    fails [Note: GEMV by default]'s rule: more than GEMV_DEFAULT_ROWS rows, under
+    GEMV_MIN_WEIGHT_BYTES of weights together, or under GEMV_MIN_COLUMN_BLOCKS column blocks of 4
+    together. BLOCK_N is the rule's (the widest of 16, 8, 4 still giving MIN_WIDE_PROGRAMS
+    programs), counted over the kernel's programs: a block of one N covers every member of that N
+    (gate and up: 2 x 5632 columns at 8, 704 programs of 16 weight rows each, as the rule tiles
+    their concatenation, 11264 columns at 16), and the programs of the distinct Ns are stacked."""
+    itemsize = getattr(dtype, "itemsize", 4)
+    blocks = sum(-(-n // GEMV_BLOCK_N[-1]) for n in ns)
+    if m > GEMV_DEFAULT_ROWS or k * sum(ns) * itemsize < GEMV_MIN_WEIGHT_BYTES or blocks < GEMV_MIN_COLUMN_BLOCKS:
+        return None
+    distinct = list(dict.fromkeys(ns))
+    block_n = next((b for b in GEMV_BLOCK_N if sum(-(-n // b) for n in distinct) >= MIN_WIDE_PROGRAMS),
+                   GEMV_BLOCK_N[-1])
+    return gemv_config(m, max(distinct), k, dtype, block_n=block_n)
 
 
 def template_launch(config: dict) -> LaunchConfig:

@@ -24,7 +24,9 @@ static products only) and printed as numbers.
 
 That is the "dot" form of `ir.MatmulConfig`; a product of a few rows (decoding's) has a "gemv" form
 too, with no `tl.dot`: each program all of A's rows and a block of columns over all of K, its
-weight tile read once ([Note: the GEMV form]), and the same epilogue.
+weight tile read once ([Note: the GEMV form]), and the same epilogue. Sibling products (several
+products of one A, `ir.SiblingGemvs`: [Note: sibling GEMVs] in matmul_templates.py) print as that
+loop over every member of a segment, the segments' column blocks stacked in one launch.
 
 Under Triton's interpreter `tl.dot` of bfloat16 tiles computes garbage (Triton 3.6 multiplies
 their bits), so there the half tiles are widened to float32 first: exact, since a product of two
@@ -56,7 +58,15 @@ def _grid(kernel: ir.Kernel) -> tuple[int, int, int]:
     return (batch[0] if batch else 1), -(-m // config.BLOCK_M), -(-n // config.BLOCK_N)
 
 
+def _segment_blocks(kernel: ir.Kernel) -> list[int]:
+    """Sibling products' column blocks, segment by segment ([Note: sibling GEMVs])."""
+    group = kernel.template
+    return [-(-group.n(i) // group.config.BLOCK_N) for i in range(len(group.segments))]
+
+
 def programs(kernel: ir.Kernel) -> int:
+    if isinstance(kernel.template, ir.SiblingGemvs):
+        return sum(_segment_blocks(kernel))
     batch, rows, columns = _grid(kernel)
     return batch * rows * columns
 
@@ -64,14 +74,16 @@ def programs(kernel: ir.Kernel) -> int:
 class _TilePrinter(KernelPrinter):
     """The statement printer on one tile: `x` is the tile's rows (`xindex`, a `[BLOCK_M, 1]`
     column), `r` its columns (`rindex`, a `[1, BLOCK_N]` row), and `Var(ACCUMULATOR)` the tile's
-    float32 sum over K."""
+    float32 sum over K (sibling products: each member's `Var(accumulator)`, `accumulators`)."""
 
-    def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool):
+    def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool,
+                 accumulators: tuple[str, ...] = (ir.ACCUMULATOR,)):
         super().__init__(kernel, buffers, interpret, persistent=True, tile=("BLOCK_M", "BLOCK_N"))
         m, n = kernel.ranges[-2:]
         self.x_space = LoopSpace("x", (m,), "xindex")
         self.index = IndexPrinter([self.x_space, LoopSpace("r", (n,), "rindex")], {})
-        self.vars[ir.ACCUMULATOR] = Value(ir.ACCUMULATOR, frozenset("xr"), torch.float32)
+        for name in accumulators:
+            self.vars[name] = Value(name, frozenset("xr"), torch.float32)
 
     def epilogue(self, stage: ir.Stage) -> list[str]:
         self.print_statements(stage.body)
@@ -118,6 +130,8 @@ def _operands(kernel: ir.Kernel, tile: _TilePrinter) -> tuple:
 
 
 def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    if isinstance(kernel.template, ir.SiblingGemvs):
+        return _print_siblings(kernel, buffers, interpret)
     product = kernel.template
     batch, grid_m, grid_n = _grid(kernel)
     tile = _TilePrinter(kernel, buffers, interpret)
@@ -188,40 +202,84 @@ def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.
     the dot form's: the epilogue is the same. Rows of B past N are read at their index modulo N,
     as the dot form reads them ([Note: unmasked operand loads]); only a last partial K step is
     masked. bench/gemv_probe.py measured this loop at M = 1 (its `_gemv`, reading B once per row
-    of A) against cuBLAS on an H100."""
+    of A) against cuBLAS on an H100. Sibling products of one A and one N ([Note: sibling GEMVs] in
+    matmul_templates.py) are the same loop over several Bs: each K step loads every member's tile
+    of B and A's slice once, and keeps a sum per member and row."""
     product = kernel.template
-    m, n, k, (a, a_start, a_m, a_k), (b, b_start, b_k, b_n) = _operands(kernel, tile)
-    if product.config.BLOCK_M < m:
-        raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={product.config.BLOCK_M} < M={m}")
-    whole = k % product.config.BLOCK_K == 0
+    m, n, k, a, b = _operands(kernel, tile)
+    return ["pid_n = tile"] + _gemv_sums(m, n, k, a, [(ir.ACCUMULATOR, b)], product.config)
+
+
+def _gemv_sums(m: int, n: int, k: int, a: tuple, members: list[tuple[str, tuple]], config: ir.MatmulConfig) -> list[str]:
+    """[Note: the GEMV form]'s loop for column block `pid_n`: for each member (its accumulator's name,
+    and B's pointer, start and strides) the `[BLOCK_M, BLOCK_N]` float32 sum over K of A (pointer,
+    start and strides) times its B."""
+    if config.BLOCK_M < m:
+        raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={config.BLOCK_M} < M={m}")
+    a, a_start, a_m, a_k = a
+    whole = k % config.BLOCK_K == 0
     mask = "" if whole else f", kindex < {k}, other=0"
     mask_b = "" if whole else f", kindex[None, :] < {k}, other=0"
     lines = [
         "# [Note: the GEMV form] one program: BLOCK_N columns over all of K, for every row of A",
-        "pid_n = tile",
         "xindex = tl.arange(0, BLOCK_M).to(INDEX_DTYPE)[:, None]",
         "nindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_DTYPE)",
         "rindex = nindex[None, :]",
         f"xmask = xindex < {m}",
         f"rmask0 = rindex < {n}",
-        f"b_rows = {b} + ({_plus(b_start)}(nindex % {n})[:, None] * {b_n})",
     ]
-    lines += [f"{ir.ACCUMULATOR}_{i} = tl.full([BLOCK_N], 0, tl.float32)" for i in range(m)]
+    tags = [acc[len(ir.ACCUMULATOR):] for acc, _ in members]     # "" for a lone product: `b_rows`
+    lines += [f"b{tag}_rows = {b} + ({_plus(b_start)}(nindex % {n})[:, None] * {b_n})"
+              for tag, (_, (b, b_start, b_k, b_n)) in zip(tags, members)]
+    lines += [f"{acc}_{i} = tl.full([BLOCK_N], 0, tl.float32)" for acc, _ in members for i in range(m)]
     lines += [
         f"for k0 in range(0, {k}, BLOCK_K):",
         "    kindex = k0 + tl.arange(0, BLOCK_K).to(INDEX_DTYPE)",
-        f"    b_tile = tl.load(b_rows + kindex[None, :] * {b_k}{mask_b}).to(tl.float32)",
     ]
+    lines += [f"    b{tag}_tile = tl.load(b{tag}_rows + kindex[None, :] * {b_k}{mask_b}).to(tl.float32)"
+              for tag, (_, (_, _, b_k, _)) in zip(tags, members)]
     for i in range(m):
-        lines += [f"    a_{i} = tl.load({a} + ({_plus(a_start, i * int(a_m))}kindex * {a_k}){mask}).to(tl.float32)",
-                  f"    {ir.ACCUMULATOR}_{i} += tl.reduce(b_tile * a_{i}[None, :], 1, tl.standard._sum_combine)"]
-    if product.config.BLOCK_M == 1:
-        lines.append(f"{ir.ACCUMULATOR} = {ir.ACCUMULATOR}_0[None, :]")
-    else:
-        lines.append(f"{ir.ACCUMULATOR} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
-        lines += [f"{ir.ACCUMULATOR} = tl.where(xindex == {i}, {ir.ACCUMULATOR}_{i}[None, :], {ir.ACCUMULATOR})"
-                  for i in range(m)]
+        lines.append(f"    a_{i} = tl.load({a} + ({_plus(a_start, i * int(a_m))}kindex * {a_k}){mask}).to(tl.float32)")
+        lines += [f"    {acc}_{i} += tl.reduce(b{tag}_tile * a_{i}[None, :], 1, tl.standard._sum_combine)"
+                  for tag, (acc, _) in zip(tags, members)]
+    for acc, _ in members:
+        if config.BLOCK_M == 1:
+            lines.append(f"{acc} = {acc}_0[None, :]")
+        else:
+            lines.append(f"{acc} = tl.full([BLOCK_M, BLOCK_N], 0, tl.float32)")
+            lines += [f"{acc} = tl.where(xindex == {i}, {acc}_{i}[None, :], {acc})" for i in range(m)]
     return lines
+
+
+def _print_siblings(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    """Sibling products ([Note: sibling GEMVs] in matmul_templates.py) as one kernel: a segment (the
+    members of one N) is [Note: the GEMV form]'s loop over its members and its stage, on column
+    block `tile` of its own. One segment is the kernel's body; several are each a function of
+    their own, and the kernel calls the one its program id falls in (the segments' blocks stacked
+    in order), so no name is defined in two branches with two types."""
+    group = kernel.template
+    m, k = (int(s) for s in group.a.sizes)
+    pointers, segments = [], []
+    for i, (members, stage) in enumerate(zip(group.segments, kernel.stages)):
+        part = dataclasses.replace(kernel, ranges=(sympy.Integer(m), sympy.Integer(group.n(i))), stages=(stage,))
+        tile = _TilePrinter(part, buffers, interpret, tuple(group.accumulator(j) for j in members))
+        pointers = [tile.ptr(name) for name in kernel.buffer_args]
+        a = (tile.ptr(group.a.name), *_pointer_terms(group.a))
+        sums = [(group.accumulator(j), (tile.ptr(group.bs[j].name), *_pointer_terms(group.bs[j]))) for j in members]
+        lines = ["pid_n = tile"] + _gemv_sums(m, group.n(i), k, a, sums, group.config)
+        segments.append("\n".join("    " + line for line in lines) + "\n" + "\n".join(tile.epilogue(_on_tile(part))))
+    params = ", ".join(pointers + ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"])
+    head = f"@triton.jit\ndef {kernel.name}({params}):\n    pid = tl.program_id(0)\n"
+    if len(segments) == 1:
+        return head + "    tile = pid\n" + segments[0] + "\n"
+    functions, calls, start = [], [], 0
+    for i, (body, blocks) in enumerate(zip(segments, _segment_blocks(kernel))):
+        name = f"{kernel.name}_segment{i}"
+        functions.append(f"@triton.jit\ndef {name}({', '.join(pointers)}, tile, INDEX_DTYPE: tl.constexpr):\n{body}\n")
+        test = "else:" if i == len(segments) - 1 else f"{'if' if i == 0 else 'elif'} pid < {start + blocks}:"
+        calls += [f"    {test}", f"        {name}({', '.join(pointers)}, {f'pid - {start}' if start else 'pid'}, INDEX_DTYPE)"]
+        start += blocks
+    return "\n\n".join(functions + [head + "\n".join(calls) + "\n"])
 
 
 def print_template(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:

@@ -503,7 +503,12 @@ def _guards(fn: types.FunctionType, out, params: str):
             any(isinstance(var, V.SymNumber) for _, var in out.inputs):
         # symbolic sizes: the ShapeEnv's guards (relations between symbols) over the same inputs
         names = [var.node.name for _, var in out.inputs]
-        guards.append(Guard(GuardKind.SHAPES, None, (env.guard_function(*names), tuple(s for s, _ in out.inputs),
+        # inputs whose static sizes and strides their tensor guards compare already
+        specs = {g.source: g.expected for g in guards if g.kind is GuardKind.TENSOR}
+        checked = {var.node.name: (spec.sizes, spec.strides) for src, var in out.inputs
+                   if (spec := specs.get(src)) is not None and None not in spec.sizes and None not in spec.strides}
+        guards.append(Guard(GuardKind.SHAPES, None, (env.guard_function(*names, checked=checked),
+                                                     tuple(s for s, _ in out.inputs),
                                                      env.format_guards(),
                                                      tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
     check = compile_guards(guards, params, guard_bindings)

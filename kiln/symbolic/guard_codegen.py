@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import sympy
 
@@ -32,7 +32,12 @@ class ShapeFailure:
     sources: dict                  # symbol name -> its Source
 
 
-def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., bool]:
+def build_guard_function(env: ShapeEnv, names: Sequence[str],
+                         checked: Mapping[str, tuple] | None = None) -> Callable[..., bool]:
+    """`checked`: name -> (sizes, strides) of inputs whose static sizes and strides the caller
+    checks already (capture's tensor guards): a static tuple equal to those is not compared again
+    (a decode step's hundred cache tensors: one comparison each instead of three)."""
+    checked = checked or {}
     params = [f"a{i}" for i in range(len(names))]
     lines: list[str] = []
     checks: list[tuple[str, str]] = []            # (condition, why)
@@ -48,7 +53,10 @@ def build_guard_function(env: ShapeEnv, names: Sequence[str]) -> Callable[..., b
                 f"(known: {sorted(env.inputs)}); pass the source given to from_real/create_symint")
         if isinstance(record, TensorInput):
             values = []
-            for kind, exprs in (("size", record.sizes), ("stride", record.strides)):
+            for at, (kind, exprs) in enumerate((("size", record.sizes), ("stride", record.strides))):
+                if all(e.is_Integer for e in exprs) and name in checked and \
+                        tuple(checked[name][at]) == tuple(int(e) for e in exprs):
+                    continue        # the caller compares this very tuple
                 if all(e.is_Integer for e in exprs):
                     # A static tuple is one comparison (rank included): the cheap common case.
                     lines.append(f"    if {param}.{kind}() != {tuple(int(e) for e in exprs)}: "

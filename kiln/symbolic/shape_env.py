@@ -526,18 +526,20 @@ class ShapeEnv(TorchHelperProtocol):
         return "\n".join(str(g) for g in self.guards)
 
     # --- the guard function ---------------------------------------------------------------
-    def guard_function(self, *names: str) -> Callable[..., bool]:
+    def guard_function(self, *names: str, checked=None) -> Callable[..., bool]:
         """One Python function `guard(*inputs) -> bool` over the real inputs named `names`.
 
         Tensor inputs (made by `from_real` with that source) are passed as tensors, int inputs
         (made by `create_symint`) as ints, in the order of `names`. It checks each tensor's rank,
         static sizes, strides and storage offset, binds every symbol from its source, and checks
         every recorded guard and every symbol's range. dtype, device and requires_grad are not
-        shape facts: capture guards them. The generated source is the function's `.source`.
+        shape facts: capture guards them. `checked` (name -> (sizes, strides)) names inputs whose
+        static sizes and strides the caller compares already; those are not compared again. The
+        generated source is the function's `.source`.
         """
         from kiln.symbolic.guard_codegen import build_guard_function
 
-        return build_guard_function(self, names)
+        return build_guard_function(self, names, checked)
 
 
 def _index(symbol: sympy.Symbol) -> int:

@@ -3,7 +3,9 @@
     lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
     -> matmul templates (matmul_templates.py; printers that tile products: every product under
        max-autotune, which the Triton printer times (triton/matmul_autotune.py), else only the
-       printer's `default_matmul_configs`, decoding's GEMVs) -> schedule (scheduler.py)
+       printer's `default_matmul_configs`, decoding's GEMVs)
+    -> attention templates (attention_templates.py; printers with `attention_configs`: decoding's
+       attention) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -25,6 +27,7 @@ from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph, program_device
+from kiln.codegen.attention_templates import use_attention_templates
 from kiln.codegen.matmul_templates import use_matmul_templates
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule
@@ -100,6 +103,10 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
     elif default_configs is not None:    # untimed: only where a template surely wins (GEMVs)
         with log.stage("matmul templates"):
             graph = use_matmul_templates(graph, default_configs)
+    attention_configs = getattr(policy, "attention_configs", None)
+    if attention_configs is not None:    # [Note: decode attention]
+        with log.stage("attention templates"):
+            graph = use_attention_templates(graph, attention_configs)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))

@@ -195,6 +195,28 @@ def test_training_keeps_the_extern(graphs):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", ["llama-1.1b", "dolly"])
+@pytest.mark.parametrize("lq", [1, 4])
+def test_the_template_compiles_for_sm90_without_spills(graphs, shape, lq):
+    """The CUDA text (which the interpreter never runs) compiled offline for an H100: the configs
+    `attention_configs` offers keep the tiles in registers at LLaMA-1.1B's decode shape (32 heads
+    over 4 kv heads, d 64, 2048 keys) and dolly-v2-3b's (32 heads, d 80), bfloat16."""
+    pytest.importorskip("triton.backends.nvidia")
+    import dataclasses
+    from kiln.codegen.triton.attention import launch
+    from kiln.codegen.triton.offline import compile_for_gpu
+    heads, kv_heads, d, lk = (32, 4, 64, 2048) if shape == "llama-1.1b" else (32, 32, 80, 512)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, heads, lq, d, generator=g).bfloat16()
+    k, v = (torch.randn(1, kv_heads, lk, d, generator=g).bfloat16() for _ in range(2))
+    cos, sin = (torch.randn(1, 1, lq, d, generator=g).bfloat16() for _ in range(2))
+    graph, sched = _scheduled(graphs, _attention(heads // kv_heads, rotary=True), q, k, v, cos, sin,
+                              torch.rand(1, 1, lq, lk, generator=g) < 0.9)
+    (kernel,) = _attention_kernels(sched)
+    build = compile_for_gpu(kernel, graph.buffer_map(), (), config=launch(dataclasses.asdict(kernel.template.config)))
+    assert build.spill_bytes == 0 and build.vector_loads, (kernel.template.config, build.registers, build.spill_bytes)
+
+
 # -- tiny LLaMA (grouped-query) and GPT-NeoX (dolly's, head dim not a power of two) decoding
 
 transformers = pytest.importorskip("transformers")

@@ -47,17 +47,21 @@ from kiln.codegen.triton.printer import KernelPrinter, assemble
 # Triton's `@jit` library functions (`tl.sum`, `tl.zeros`) do not run under the interpreter as kiln
 # loads sources (ops.py's docstring): the reductions are `tl.reduce` with Triton's own combines
 _REDUCE, _ADD, _MAX = "tl.reduce", "tl.standard._sum_combine", "tl.standard._elementwise_max"
+TILE_ELEMENTS = 8192
 BATCH = sympy.Symbol("batch", integer=True, nonnegative=True)
 HEAD = sympy.Symbol("head", integer=True, nonnegative=True)
 
 
 def attention_configs(lq: int, lk: int, d: int, dtype) -> list[ir.AttentionConfig]:
     """The config for an attention of `lq` query rows over `lk` keys of head dim `d`: the head dim
-    padded to a power of two, and blocks of keys whose K and V tiles hold 8K elements each (64
-    float32 registers a thread at 4 warps); untimed (no GPU measured it yet)."""
+    padded to a power of two, and blocks of keys whose K and V tiles hold `TILE_ELEMENTS` each (half
+    as many for several rows, whose products and weights are live at once), at 8 warps. Untimed:
+    chosen by compiling for sm_90 offline (`offline.compile_for_gpu`), the largest tiles without
+    register spills at LLaMA-1.1B's (d 64) and dolly's (d 80) shapes, 1 and 4 rows."""
     block_d = max(16, 1 << (d - 1).bit_length())
-    block_n = max(16, min(8192 // block_d, 1 << (lk - 1).bit_length()))
-    return [ir.AttentionConfig(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4, num_stages=2)]
+    elements = TILE_ELEMENTS if lq == 1 else TILE_ELEMENTS // 2
+    block_n = max(16, min(elements // block_d, 1 << (lk - 1).bit_length()))
+    return [ir.AttentionConfig(BLOCK_N=block_n, BLOCK_D=block_d, num_warps=8, num_stages=2)]
 
 
 def programs(kernel: ir.Kernel) -> int:

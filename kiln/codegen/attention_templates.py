@@ -101,22 +101,26 @@ def _element(view: ir.ViewArg, indices: Sequence) -> sympy.Expr:
 
 
 def _loop_indices(buf: ir.Buffer, flat: sympy.Expr, upper: dict) -> list | None:
-    """The loop index of a node filling `buf` (dense, any order of dims) that writes the element
-    at storage offset `flat`, simplified with `upper`; None for a layout with gaps or overlaps."""
+    """The loop index of a node filling `buf` that writes the element at storage offset `flat`,
+    simplified with `upper`; None where two elements could share an offset. Any order of dims, and
+    gaps (a row padded to an alignment, as the memory-efficient kernel's mask is): from the largest
+    stride down, each dim's index is what remains over its stride, since every smaller-strided dim
+    together spans less than that stride."""
     sizes = [sympy.sympify(s) for s in buf.sizes]
     strides = [sympy.sympify(s) for s in buf.strides]
     if not all(v.is_Integer for v in (*sizes, *strides, sympy.sympify(buf.offset))):
         return None
     dims = sorted((k for k, s in enumerate(sizes) if s != 1), key=lambda k: int(strides[k]))
-    expected = 1
+    span = 0
     for k in dims:
-        if int(strides[k]) != expected:
+        if int(strides[k]) <= span:
             return None
-        expected *= int(sizes[k])
-    rel = flat - sympy.sympify(buf.offset)
+        span += (int(sizes[k]) - 1) * int(strides[k])
+    rest = simplify_index(flat - sympy.sympify(buf.offset), upper)
     out = [sympy.Integer(0)] * len(sizes)
-    for k in dims:
-        out[k] = simplify_index(sympy.Mod(sympy.floor(rel / strides[k]), sizes[k]), upper)
+    for k in reversed(dims):
+        out[k] = simplify_index(sympy.floor(rest / strides[k]), upper)
+        rest = simplify_index(rest - out[k] * strides[k], upper)
     return out
 
 
@@ -275,7 +279,10 @@ def _prologue(ctx: _Context, producer: ir.ComputedBuffer, flat: sympy.Expr, uppe
         return None         # a symbolic size: templates are static
     dtype = ctx.buffers[name].dtype
     # the store the producer's kernel made rounded its value to the buffer's dtype
-    return value if value.dtype == dtype and dtype not in (torch.float16, torch.bfloat16) else ir.Op("to_dtype", (value,), dtype)
+    rounded = isinstance(value, ir.Op) and value.name == "to_dtype"
+    if value.dtype == dtype and (rounded or dtype not in (torch.float16, torch.bfloat16)):
+        return value
+    return ir.Op("to_dtype", (value,), dtype)
 
 
 @dataclasses.dataclass(frozen=True)

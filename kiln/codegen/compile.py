@@ -23,11 +23,11 @@ import torch
 
 from kiln import log, trace
 from kiln.codegen import ir, program_cache
+from kiln.codegen.attention_templates import use_attention_templates
 from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
 from kiln.codegen.lowering import KERNEL_DTYPES, lower_graph, program_device
-from kiln.codegen.attention_templates import use_attention_templates
 from kiln.codegen.matmul_templates import use_matmul_templates
 from kiln.codegen.reinplace import reinplace_input_writes
 from kiln.codegen.scheduler import schedule

@@ -453,14 +453,10 @@ def schedule(graph: ir.Graph) -> Schedule:
             if last >= 0:
                 if not isinstance(node, ir.ExternKernel):
                     refused.append(WhyNoFuse(tuple(sorted(open_groups[last].names)), node.buffer,
-                                             "attention templates run as kernels of their own"
-                                             if isinstance(node, ir.AttentionTemplate) else
-                                             "scans run as kernels of their own"))
+                                             f"{_ALONE[type(node)]} run as kernels of their own"))
                 hoist_into(open_groups[:last + 1], nodes[position + 1:position + 1 + HOIST_LOOKAHEAD])
                 flush_through(last)
-            steps.append(node if isinstance(node, ir.ExternKernel) else
-                         _attention_kernel(kernel_name(), node, planner) if isinstance(node, ir.AttentionTemplate)
-                         else _scan_kernel(kernel_name(), node, planner))
+            steps.append(node if isinstance(node, ir.ExternKernel) else _own_kernel(kernel_name(), node, planner))
             emitted.update(o for o in _writes(node) if o is not None)
             continue
         outer, inner = _space(node)
@@ -676,6 +672,15 @@ def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Ke
     stage = Stage((body.scan_range,), (ScanAccumulate(buf.name, body.op, expr),
                                        Store(buf.name, index, Var(buf.name, buf.dtype))))
     return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
+
+
+_ALONE = {ir.ComputedBuffer: "scans", ir.AttentionTemplate: "attention templates"}
+
+
+def _own_kernel(name: str, node, planner: _Planner) -> ir.Kernel:
+    """The kernel of a node that runs alone: a scan, an attention template."""
+    return _attention_kernel(name, node, planner) if isinstance(node, ir.AttentionTemplate) else \
+        _scan_kernel(name, node, planner)
 
 
 def _attention_exprs(node: ir.AttentionTemplate) -> tuple:

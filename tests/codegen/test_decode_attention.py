@@ -12,6 +12,7 @@ import math
 import warnings
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -152,6 +153,28 @@ def test_the_kv_heads_are_read_in_place(graphs):
     assert [int(s) for s in product.key.strides] == [2 * LK * 64, LK * 64, 64, 1]
     assert {product.key.name, product.value.name} <= set(graph.inputs)
     assert not any(len(b.sizes) == 5 for b in graph.buffers), "repeat_kv's [B, Hkv, 4, L, D] buffer"
+
+
+def test_operands_are_traced_through_permuted_and_padded_layouts():
+    """The element a view reads, as the loop index of the node that wrote it: a repeat_kv copy
+    ([B, Hkv, 4, L, D] read as [B, 4 * Hkv, L, D]), a mask realized with its rows padded to 16
+    elements (the memory-efficient kernel's alignment), a permuted buffer; none where a layout
+    overlaps itself."""
+    from kiln.codegen.attention_templates import _loop_indices
+    x = [ir.loop_var(k) for k in range(4)]
+    b, hk, g, l, d = (sympy.Symbol(n, integer=True, nonnegative=True) for n in "bhgld")
+
+    def buffer(sizes, strides):
+        return ir.Buffer("t", tuple(map(sympy.Integer, sizes)), tuple(map(sympy.Integer, strides)), torch.float32)
+    copy = buffer((2, 2, 4, 11, 32), (2816, 1408, 352, 32, 1))
+    bounds = {b: 2, hk: 2, g: 4, l: 11, d: 32}
+    assert _loop_indices(copy, 2816 * b + 352 * (4 * hk + g) + 32 * l + d, bounds) == [b, hk, g, l, d]
+    padded = buffer((1, 1, 3, 11), (48, 48, 16, 1))
+    assert _loop_indices(padded, 16 * x[2] + x[3], {x[2]: 3, x[3]: 11}) == [0, 0, x[2], x[3]]
+    permuted = buffer((2, 8, 3, 64), (1536, 64, 512, 1))      # [B, Lq, H, D] seen as [B, H, Lq, D]
+    assert _loop_indices(permuted, 1536 * x[0] + 64 * x[1] + 512 * x[2] + x[3],
+                         {x[0]: 2, x[1]: 8, x[2]: 3, x[3]: 64}) == x
+    assert _loop_indices(buffer((3, 11), (8, 1)), x[0], {x[0]: 24}) is None
 
 
 @pytest.mark.parametrize("why, lq, causal, scale", [

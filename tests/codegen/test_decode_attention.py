@@ -177,6 +177,35 @@ def test_operands_are_traced_through_permuted_and_padded_layouts():
     assert _loop_indices(buffer((3, 11), (8, 1)), x[0], {x[0]: 24}) is None
 
 
+@pytest.mark.parametrize("op, outputs", [("_scaled_dot_product_efficient_attention", 4),
+                                         ("_scaled_dot_product_cudnn_attention", 9)])
+def test_the_cuda_externs_become_the_same_template(graphs, op, outputs):
+    """A CUDA graph's SDPA is the memory-efficient or the cuDNN extern (attn_bias positional, a
+    logsumexp flag, more outputs), which this machine cannot trace: the CPU graph's extern is
+    rewritten into each, and the pass makes the template the CPU one makes; with the logsumexp
+    read it keeps the extern."""
+    import dataclasses
+    fn = _attention(4, rotary=True)
+    q, k, v, cos, sin, m = _inputs(1, 1, 64, 4, "bool", torch.float32)
+    (gm, examples), _ = graphs(fn, q, k, v, cos, sin, m)
+    graph, _ = lower_graph(gm, examples, triton_printer.KERNEL_DTYPES, triton_printer.SPLIT_REDUCTIONS)
+    graph = optimize_layouts(dedupe_buffers(graph))
+    (at,) = [i for i, n in enumerate(graph.nodes) if isinstance(n, ir.ExternKernel) and "scaled_dot" in str(n.op)]
+    cpu = graph.nodes[at]
+    kwargs = dict(cpu.kwargs)
+    args = list(cpu.args[:3]) + [kwargs.pop("attn_mask"), True]     # attn_bias, compute_log_sumexp
+    cuda = ir.ExternKernel(cpu.outputs + (None,) * (outputs - len(cpu.outputs)),
+                           getattr(torch.ops.kiln_prims, op).default, tuple(args), tuple(kwargs.items()))
+    rewritten = dataclasses.replace(graph, nodes=graph.nodes[:at] + (cuda,) + graph.nodes[at + 1:])
+    want = use_attention_templates(graph, triton_printer.attention_configs)
+    got = use_attention_templates(rewritten, triton_printer.attention_configs)
+    assert got == want and any(isinstance(n, ir.AttentionTemplate) for n in got.nodes)
+    logsumexp = cpu.outputs[1]
+    assert logsumexp is not None
+    kept = dataclasses.replace(rewritten, outputs=rewritten.outputs + (logsumexp,))
+    assert use_attention_templates(kept, triton_printer.attention_configs) == kept
+
+
 @pytest.mark.parametrize("why, lq, causal, scale", [
     ("prefill's rows (more than MAX_QUERY_ROWS)", 5, False, None),
     ("a causal mask", 1, True, None),

@@ -4,7 +4,9 @@
     -> matmul templates (matmul_templates.py; printers that tile products: every product under
        max-autotune, which the Triton printer times (triton/matmul_autotune.py), else only the
        printer's `default_matmul_configs`, decoding's GEMVs, products of one A as one GEMV kernel
-       first: `group_sibling_gemvs`) -> schedule (scheduler.py)
+       first: `group_sibling_gemvs`)
+    -> attention templates (attention_templates.py; printers with `attention_configs`: decoding's
+       attention) -> schedule (scheduler.py)
     -> common kernels (dedupe.py) -> print + build kernels in parallel parts (cpp.py / triton)
     -> host program (host.py) -> link
 
@@ -22,6 +24,7 @@ import torch
 
 from kiln import log, trace
 from kiln.codegen import ir, program_cache
+from kiln.codegen.attention_templates import use_attention_templates
 from kiln.codegen.dedupe import common_kernels, dedupe_buffers
 from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.host import HostProgram, link, plan_host
@@ -104,6 +107,10 @@ def _compile_lowered(gm, example_inputs, policy, chosen, probe, boxed, use_cache
             if siblings is not None:     # products of one A as one GEMV kernel ([Note: sibling GEMVs])
                 graph = group_sibling_gemvs(graph, siblings)
             graph = use_matmul_templates(graph, default_configs)
+    attention_configs = getattr(policy, "attention_configs", None)
+    if attention_configs is not None:    # [Note: decode attention]
+        with log.stage("attention templates"):
+            graph = use_attention_templates(graph, attention_configs)
     output_strides = _output_strides(graph)
     if log.enabled("kernels"):          # printing the IR costs ~7% of a small graph's compile
         log.emit("kernels", "loop IR", str(graph))

@@ -56,6 +56,14 @@ Graph-level nodes (lowering's output, the scheduler's input)
   `ComputedBuffer` whose pointwise body reads its own sum over K as
   `Var(SiblingGemvs.accumulator(j))`; `product` (a `SiblingGemvs`) names A, each member's B and
   the tiling. The scheduler places the members as pointwise nodes of one group.
+- `AttentionTemplate(buffer, query, mask, product)`: a decoding step's attention (`Lq <= 4` query
+  rows) computed by a kernel of kiln's own instead of an SDPA extern, one program a (batch, query
+  head): `query` is the value of q at `(x0, x1, x2, x3) = (b, h, i, d)` and `mask` (or None) the
+  additive float mask at `(b, h, i, n)` (`x3` a key's position), each an expression
+  (a load of the operand, or its pointwise producer inlined: a prologue); `product` (an
+  `AttentionProduct`) names the keys and values as strided views of the buffers read (a grouped
+  query's kv head is `h // group`) and the scale. [Note: decode attention] in
+  kiln/codegen/attention_templates.py.
 - `Graph`: the lowered program: buffers, nodes in execution order, inputs, outputs.
 
 Kernel-level IR (the scheduler's output, a printer's input)
@@ -76,7 +84,10 @@ symbols; callers pass tensors then ints in that order. A kernel with a `template
 `MatmulProduct`) is a template kernel: its one stage runs once per element of the product's result
 (`ranges`), after the product's sum over K, which the stage reads as `Var(ACCUMULATOR)`; a printer
 tiles it as the template says, or refuses it. A kernel whose `template` is a `SiblingGemvs` has
-one stage per segment of it (members of one N), stage i over segment i's `[M, N_i]`.
+one stage per segment of it (members of one N), stage i over segment i's `[M, N_i]`. A kernel
+whose template is an `AttentionProduct` is an attention template's: its one stage holds `Assign(QUERY, ...)`, optionally `Assign(MASK,
+...)` and the `Store` of the output reading the normalized float32 sum as `Var(ACCUMULATOR)`; the
+printer places them (q before the walk over the keys, the mask inside it, the store after it).
 
 The printer interface (C++ here, Triton in `kiln.codegen.triton`)
 -----------------------------------------------------------------
@@ -107,6 +118,8 @@ Change log (keep this stable; note every change here)
   program a block of columns over all of K, multiplies and row sums).
 - v11: `SiblingGemvs` (a `Kernel.template` computing several products of one A) and
   `SiblingGemvTemplate` (its graph node); `MatmulProduct.operands` / `.sums` / `.renamed`.
+- v12: `AttentionTemplate` (decoding's attention as a kernel of kiln's: [Note: decode attention]),
+  its `AttentionProduct` as a `Kernel.template`, and `AttentionConfig`.
 """
 from __future__ import annotations
 
@@ -118,7 +131,7 @@ from typing import Any, Sequence, Union
 import sympy
 import torch
 
-IR_VERSION = 10
+IR_VERSION = 11
 
 
 # ---------------------------------------------------------------------------- index variables
@@ -666,7 +679,73 @@ class SiblingGemvTemplate:
         return "\n  ".join([f"siblings with {self.product}:"] + [f"  {m}" for m in self.members])
 
 
-Node = Union[ComputedBuffer, ExternKernel, MatmulTemplate, SiblingGemvTemplate]
+# [Note: decode attention] in kiln/codegen/attention_templates.py
+QUERY = "query"      # the name under which an attention template's stage gives q's value
+MASK = "mask"        # ... and its mask's
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """How the attention template walks the keys: `BLOCK_N` keys a step, the head dim padded to
+    `BLOCK_D` (a power of two), and the launch's warps and pipeline stages."""
+
+    BLOCK_N: int
+    BLOCK_D: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __str__(self):
+        return f"BLOCK_N={self.BLOCK_N} BLOCK_D={self.BLOCK_D} warps={self.num_warps} stages={self.num_stages}"
+
+
+@dataclass(frozen=True)
+class AttentionProduct:
+    """`softmax(q k^T * scale + mask) v` over the keys, in float32, for each query row of one (batch,
+    query head). `key` and `value` are static strided views `[B, H / group, Lk, D]` of the buffers
+    read (the source of a `repeat_kv` copy, not the copy), whose kv head for query head h is
+    `h // key_group` (`h // value_group`); their offsets count from the storage's start, as a
+    `Load`'s index does (the buffer's own offset included), as a matmul template's operands'."""
+
+    key: ViewArg
+    value: ViewArg
+    key_group: int
+    value_group: int
+    scale: float
+    config: AttentionConfig
+
+    @property
+    def operands(self) -> tuple[ViewArg, ...]:
+        return (self.key, self.value)
+
+    @property
+    def sums(self) -> tuple[str, ...]:
+        """The name under which the kernel's stage reads the normalized float32 sum."""
+        return (ACCUMULATOR,)
+
+    def renamed(self, names: dict) -> "AttentionProduct":
+        return dataclasses.replace(self, key=dataclasses.replace(self.key, name=names[self.key.name]),
+                                   value=dataclasses.replace(self.value, name=names[self.value.name]))
+
+    def __str__(self):
+        return (f"attention(key={self.key} / {self.key_group}, value={self.value} / {self.value_group}, "
+                f"scale={self.scale}, {self.config})")
+
+
+@dataclass(frozen=True)
+class AttentionTemplate:
+    """`buffer[b, h, i, :] = attention of query row i` (see the module docstring)."""
+
+    buffer: str
+    query: ScalarExpr
+    mask: ScalarExpr | None
+    product: AttentionProduct
+
+    def __str__(self):
+        mask = f", mask = {self.mask}" if self.mask is not None else ""
+        return f"{self.buffer} = {self.product} with {QUERY} = {self.query}{mask}"
+
+
+Node = Union[ComputedBuffer, ExternKernel, MatmulTemplate, SiblingGemvTemplate, AttentionTemplate]
 
 
 @dataclass(frozen=True)
@@ -783,7 +862,7 @@ class Kernel:
     buffer_args: tuple[str, ...]
     size_args: tuple[sympy.Symbol, ...] = ()
     origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
-    template: MatmulProduct | SiblingGemvs | None = None   # a template kernel: its stage follows the product
+    template: MatmulProduct | SiblingGemvs | AttentionProduct | None = None   # a template kernel: its stage follows the product
 
     def __str__(self):
         sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""

@@ -206,7 +206,8 @@ def _as_gemv(node: ir.Node, buffers: dict) -> _Sibling | None:
     return _Sibling(-1, template, frozenset({template.product.b.name} | {ld.buffer for ld in ir.loads_of(template.body.expr)}))
 
 
-def _made_by(node: ir.Node) -> tuple:
+def made_by(node: ir.Node) -> tuple:
+    """The buffers `node` makes."""
     if isinstance(node, ir.ExternKernel):
         return node.outputs
     if isinstance(node, ir.SiblingGemvTemplate):
@@ -233,7 +234,7 @@ def group_sibling_gemvs(graph: ir.Graph, config_for: SiblingConfig) -> ir.Graph:
             product = sibling.template.product
             key = (product.a, product.precision, buffers[sibling.template.buffer].dtype)
             by_a.setdefault(key, []).append(dataclasses.replace(sibling, position=i))
-        for name in _made_by(node):
+        for name in made_by(node):
             made.setdefault(name, i)
     replaced: dict[int, ir.Node | None] = {}
     for (a, precision, dtype), found in by_a.items():

@@ -273,6 +273,8 @@ class _Planner:
 
 
 def _reads(node: ir.Node) -> set[str]:
+    if isinstance(node, ir.AttentionTemplate):
+        return _attention_reads(node)
     if isinstance(node, ir.MatmulTemplate):
         return {ld.buffer for ld in ir.loads_of(node.body.expr)} | {node.product.a.name, node.product.b.name}
     if isinstance(node, ir.SiblingGemvTemplate):
@@ -293,6 +295,9 @@ def _sizes_read(node: ir.Node) -> set[str]:
     view arguments."""
     if isinstance(node, ir.SiblingGemvTemplate):
         return set().union(*(_sizes_read(m) for m in node.members))
+    if isinstance(node, ir.AttentionTemplate):      # its operands are static
+        return {s.name for e in _attention_exprs(node) for x in ir.walk(e) if isinstance(x, (ir.Load, ir.IndexValue))
+                for s in sympy.sympify(x.index).free_symbols if not ir.is_loop_var(s)}
     if isinstance(node, (ir.ComputedBuffer, ir.MatmulTemplate)):    # a template's operands are static
         body = node.body
         exprs = [*body.ranges, *getattr(body, "reduction_ranges", ()), getattr(body, "scan_range", 0)]
@@ -454,7 +459,7 @@ def schedule(graph: ir.Graph) -> Schedule:
         functional graph: each reads only what exists, and whatever reads it comes later."""
         ready: dict[str, ir.ExternKernel] = {}     # buffer -> a later extern that could run now
         for cand in ahead:
-            if id(cand) in hoisted or isinstance(cand, (ir.MatmulTemplate, ir.SiblingGemvTemplate)):
+            if id(cand) in hoisted or isinstance(cand, (ir.MatmulTemplate, ir.SiblingGemvTemplate, ir.AttentionTemplate)):
                 continue
             if isinstance(cand, ir.ExternKernel):
                 if reads_of(cand) <= emitted:
@@ -499,15 +504,15 @@ def schedule(graph: ir.Graph) -> Schedule:
             open_groups.append(_sibling_group(node, planner))
             continue
         last = newest_read(node)
-        if isinstance(node, ir.ExternKernel) or isinstance(node.body, ir.Scan):
+        if isinstance(node, (ir.ExternKernel, ir.AttentionTemplate)) or isinstance(node.body, ir.Scan):
             # runs as its own step, after every open group it reads
             if last >= 0:
                 if not isinstance(node, ir.ExternKernel):
                     refused.append(WhyNoFuse(tuple(sorted(open_groups[last].names)), node.buffer,
-                                             "scans run as kernels of their own"))
+                                             f"{_ALONE[type(node)]} run as kernels of their own"))
                 hoist_into(open_groups[:last + 1], nodes[position + 1:position + 1 + HOIST_LOOKAHEAD])
                 flush_through(last)
-            steps.append(node if isinstance(node, ir.ExternKernel) else _scan_kernel(kernel_name(), node, planner))
+            steps.append(node if isinstance(node, ir.ExternKernel) else _own_kernel(kernel_name(), node, planner))
             emitted.update(o for o in _writes(node) if o is not None)
             continue
         outer, inner = _space(node)
@@ -748,7 +753,40 @@ def _scan_kernel(name: str, node: ir.ComputedBuffer, planner: _Planner) -> ir.Ke
     return _finish(name, tuple(body.ranges), (stage,), (node.buffer,))
 
 
-def _finish(name: str, ranges, stages, origins, template: ir.MatmulProduct | ir.SiblingGemvs | None = None) -> ir.Kernel:
+_ALONE = {ir.ComputedBuffer: "scans", ir.AttentionTemplate: "attention templates"}
+
+
+def _own_kernel(name: str, node, planner: _Planner) -> ir.Kernel:
+    """The kernel of a node that runs alone: a scan, an attention template."""
+    return _attention_kernel(name, node, planner) if isinstance(node, ir.AttentionTemplate) else \
+        _scan_kernel(name, node, planner)
+
+
+def _attention_exprs(node: ir.AttentionTemplate) -> tuple:
+    return (node.query,) if node.mask is None else (node.query, node.mask)
+
+
+def _attention_reads(node: ir.AttentionTemplate) -> set[str]:
+    return {ld.buffer for e in _attention_exprs(node) for ld in ir.loads_of(e)} | {v.name for v in node.product.operands}
+
+
+def _attention_kernel(name: str, node: ir.AttentionTemplate, planner: _Planner) -> ir.Kernel:
+    """An attention template's kernel ([Note: decode attention] in attention_templates.py): q and the
+    mask assigned, the output stored from the normalized sum; the printer places each."""
+    buf = planner.buffers[node.buffer]
+    ranges = tuple(buf.sizes)
+    acc = ir.Var(ir.ACCUMULATOR, torch.float32)
+    body = [Assign(ir.QUERY, node.query)] + ([Assign(ir.MASK, node.mask)] if node.mask is not None else [])
+    body.append(Store(buf.name, buf.index([loop_var(k) for k in range(len(ranges))]),
+                      acc if buf.dtype == torch.float32 else ir.Op("to_dtype", (acc,), buf.dtype)))
+    kernel = _finish(name, ranges, (Stage((), tuple(body)),), (node.buffer,))
+    operands = tuple(dict.fromkeys(v.name for v in node.product.operands))
+    args = operands + tuple(a for a in kernel.buffer_args if a not in operands)
+    return dataclasses.replace(kernel, buffer_args=args, template=node.product)
+
+
+def _finish(name: str, ranges, stages, origins,
+            template: ir.MatmulProduct | ir.SiblingGemvs | ir.AttentionProduct | None = None) -> ir.Kernel:
     args: list[str] = []
     sizes: set[sympy.Symbol] = set()
 

@@ -35,6 +35,9 @@ def _triton_launch(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], source: 
     from kiln.codegen.triton import heuristics
     from kiln.codegen.triton.printer import layout_of
     layout = layout_of(kernel)
+    if isinstance(kernel.template, ir.AttentionProduct):
+        from kiln.codegen.triton.attention import launch
+        return f"{layout.kind}, grid=({layout.xnumel},), {launch(dataclasses.asdict(kernel.template.config)).describe()}"
     if kernel.template is not None:
         config = heuristics.template_launch(dataclasses.asdict(kernel.template.config))
         return f"{layout.kind}, grid=({layout.xnumel},), {config.describe()}"

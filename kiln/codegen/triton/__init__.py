@@ -14,6 +14,8 @@
   (the GEMV form's for decoding's products, [Note: GEMV by default] in heuristics.py, else none),
   and `default_sibling_gemv_config(m, ns, k, dtype)`, the tiling of products of one A computed as
   one GEMV kernel without max-autotune ([Note: sibling GEMVs] in kiln/codegen/matmul_templates.py);
+- `attention`: the attention template's kernels, and `attention_configs(lq, lk, d, dtype)`, what it
+  offers decoding's attention ([Note: decode attention] in kiln/codegen/attention_templates.py);
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);
 - `binaries`: a static kernel's compiled binary found again on a warm start, without Triton's JIT;
 - `offline`: compile a kernel's CUDA text for sm_90 without a GPU (PTX, registers, spills);
@@ -24,6 +26,7 @@
 import torch
 
 from kiln.codegen.lowering import KERNEL_DTYPES as _COMMON_DTYPES
+from kiln.codegen.triton.attention import attention_configs
 from kiln.codegen.triton.heuristics import default_matmul_configs, default_sibling_gemv_config, matmul_configs
 from kiln.codegen.triton.launcher import TritonKernel, build, restore, saved
 from kiln.codegen.triton.matmul_autotune import tune_matmuls
@@ -41,6 +44,6 @@ KERNEL_DTYPES = _COMMON_DTYPES | {torch.float16, torch.bfloat16}
 # ([Note: split reductions] in kiln.codegen.lowering); C++ kernels need no such thing on 2 cores.
 SPLIT_REDUCTIONS = True
 
-__all__ = ["KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build", "default_matmul_configs",
-           "default_sibling_gemv_config", "matmul_configs",
+__all__ = ["attention_configs", "KERNEL_DTYPES", "SPLIT_REDUCTIONS", "TAKES_POINTERS", "TritonKernel", "build",
+           "default_matmul_configs", "default_sibling_gemv_config", "matmul_configs",
            "print_kernel", "print_module", "restore", "saved", "tune_matmuls"]

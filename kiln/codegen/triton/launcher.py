@@ -156,6 +156,7 @@ class TritonKernel:
         self.looped_fn = getattr(module, f"{self.function}_looped", None)
         self.row_threads = getattr(module, "ROW_THREADS", None)
         self.template = getattr(module, "MATMUL_CONFIG", None)   # a template kernel's tiling
+        self.attention = getattr(module, "ATTENTION_CONFIG", None)   # an attention template's
         self.sizes_to_numels = _numels_function(spec.size_args, spec.numels)
         self.link = {} if spec.interpret else link_options()   # [Note: libdevice]
         self.n_buffers = len(spec.arg_dtypes)
@@ -184,6 +185,9 @@ class TritonKernel:
             xnumel, rnumel = numels[0], max(numels[1:], default=1)
             if self.template is not None:     # [Note: a template launches as a kernel of its programs]
                 config = heuristics.template_launch(self.template)
+            elif self.attention is not None:
+                from kiln.codegen.triton.attention import launch
+                config = launch(self.attention)
             elif self.autotune and not self.interpret:
                 from kiln.codegen.triton.autotune import tune
                 config = tune(self, numels, args)

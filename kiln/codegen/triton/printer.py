@@ -51,6 +51,10 @@ class KernelLayout:
 
 
 def layout_of(kernel: ir.Kernel) -> KernelLayout:
+    if isinstance(kernel.template, ir.AttentionProduct):
+        from kiln.codegen.triton.attention import programs
+        return KernelLayout(name=_ident(kernel.name), kind="attention", xnumel=sympy.Integer(programs(kernel)),
+                            rnumels=(), size_args=tuple(kernel.size_args))
     if kernel.template is not None:
         from kiln.codegen.triton.matmul import programs
         return KernelLayout(name=_ident(kernel.name), kind="matmul", xnumel=sympy.Integer(programs(kernel)),
@@ -553,6 +557,9 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
 
 def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     """`print_kernel` of a kernel `canonical` made already."""
+    if isinstance(kernel.template, ir.AttentionProduct):
+        from kiln.codegen.triton.attention import print_template
+        return print_template(kernel, buffers, interpret)
     if kernel.template is not None:
         from kiln.codegen.triton.matmul import print_template
         return print_template(kernel, buffers, interpret)

@@ -44,7 +44,8 @@ A read moved later (the copy's source, a prologue's inputs) must see the values 
 was: no scatter in between may write into the storage it reads ([Note: scatters write in place]).
 
 Not done: splitting the keys over several programs (flash-decoding): B x H programs (32 for a
-batch-1 LLaMA) use a quarter of an H100's SMs; a long cache would want the split.
+batch-1 LLaMA) use a quarter of an H100's SMs; a long cache would want the split, so past
+`triton.attention.MAX_KEYS` keys the printer offers no config and the extern stays.
 """
 from __future__ import annotations
 

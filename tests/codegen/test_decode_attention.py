@@ -340,3 +340,9 @@ def test_llama_decode_step_has_no_repeat_kv_copy_and_no_sdpa_extern(monkeypatch)
     kernels_before = [s for s in before[-1].steps if isinstance(s, ir.Kernel)]
     # per layer: the copy and q's rotary embedding gone, the attention a kernel; per step: the mask's
     assert len(kernels) == len(kernels_before) - 2 * 2 - 1 + 2
+
+
+def test_a_cache_longer_than_the_template_walks_keeps_the_extern():
+    from kiln.codegen.triton.attention import MAX_KEYS, attention_configs
+    assert attention_configs(1, MAX_KEYS, 64, torch.bfloat16)
+    assert attention_configs(1, MAX_KEYS + 1, 64, torch.bfloat16) == []

@@ -48,6 +48,11 @@ from kiln.codegen.triton.printer import KernelPrinter, assemble
 # loads sources (ops.py's docstring): the reductions are `tl.reduce` with Triton's own combines
 _REDUCE, _ADD, _MAX = "tl.reduce", "tl.standard._sum_combine", "tl.standard._elementwise_max"
 TILE_ELEMENTS = 8192
+# One program a (batch, head) walks all the keys; without the split of the keys over programs
+# (flash-decoding, not built) a long cache would be read by B x H programs only (32 for a batch-1
+# LLaMA-1.1B, a quarter of an H100's SMs), so past this many keys the extern's kernel is kept.
+# Untimed: a bound that covers the decoding benchmark's caches (58 and 768 keys) and chat lengths.
+MAX_KEYS = 2048
 BATCH = sympy.Symbol("batch", integer=True, nonnegative=True)
 HEAD = sympy.Symbol("head", integer=True, nonnegative=True)
 
@@ -57,7 +62,10 @@ def attention_configs(lq: int, lk: int, d: int, dtype) -> list[ir.AttentionConfi
     padded to a power of two, and blocks of keys whose K and V tiles hold `TILE_ELEMENTS` each (half
     as many for several rows, whose products and weights are live at once), at 8 warps. Untimed:
     chosen by compiling for sm_90 offline (`offline.compile_for_gpu`), the largest tiles without
-    register spills at LLaMA-1.1B's (d 64) and dolly's (d 80) shapes, 1 and 4 rows."""
+    register spills at LLaMA-1.1B's (d 64) and dolly's (d 80) shapes, 1 and 4 rows. None past
+    `MAX_KEYS` keys."""
+    if lk > MAX_KEYS:
+        return []
     block_d = max(16, 1 << (d - 1).bit_length())
     elements = TILE_ELEMENTS if lq == 1 else TILE_ELEMENTS // 2
     block_n = max(16, min(elements // block_d, 1 << (lk - 1).bit_length()))

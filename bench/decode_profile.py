@@ -10,7 +10,9 @@ absolute times). Before the profiles, an unprofiled split of a token's wall time
 time inside the model's call (kiln's guards, entry and replay launch: kiln forms only, where the call
 can be wrapped without changing what is compiled), the time the deferred stop check waits for the
 GPU ([Note: decoding without a stop sync] in kiln/api.py), and the rest (generate()'s own Python). A
-wait near zero means the GPU idles for the host. DIR/decode_profile.json holds every kernel and function."""
+wait near zero means the GPU idles for the host. kiln's part is split further, medians a call: the
+entry's guard, the compiled program's call, and the CUDA-graph replay inside it. DIR/decode_profile.json
+holds every kernel and function."""
 import argparse
 import cProfile
 import collections
@@ -33,6 +35,36 @@ p.add_argument("--out", default=None)
 p.add_argument("--device", default="cuda", help="cuda (cpu: a smoke test of the script, kernels not listed)")
 a = p.parse_args()
 warnings.simplefilter("ignore")
+# kiln's part of a decode step's host time, by piece: the entry's guard (a passing check), the
+# compiled program's call (aot runtime: primals, the program, the epilogue) and, inside it, the
+# CUDA-graph replay (input copies, the graph's launch, output clones). Wrapped before compiling.
+pieces = collections.defaultdict(list)
+
+
+def _timed(key, fn):
+    def call(*args, **kwargs):
+        t = time.perf_counter()
+        result = fn(*args, **kwargs)
+        if result is not False:
+            pieces[key].append(time.perf_counter() - t)
+        return result
+    return call
+
+
+import kiln.capture.convert as _convert
+import kiln.aot.runtime as _runtime
+import kiln.runtime.cudagraphs as _cudagraphs
+_entry_guards = _convert._guards     # (check, guards); the check's defaults are set on it there
+
+
+def _guards(*args, **kwargs):
+    check, guards = _entry_guards(*args, **kwargs)
+    return _timed("guard", check), guards
+
+
+_convert._guards = _guards
+_runtime.AotRuntime.__call__ = _timed("program call", _runtime.AotRuntime.__call__)
+_cudagraphs._Recording.replay = _timed("graph replay", _cudagraphs._Recording.replay)
 model = build(a.model, a.device, torch.bfloat16 if a.device == "cuda" else torch.float32)
 ids = torch.randint(1, 1000, (1, 8), device=a.device)
 sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
@@ -91,7 +123,13 @@ with torch.no_grad():
     for name, generate in forms(model, a.forms.split(",")).items():
         generate(ids, **kw)
         generate(ids, **kw)
+        for v in pieces.values():
+            v.clear()
         split = host_split(name, generate)
+        split["pieces_us_median"] = {k: 1e6 * sorted(v)[len(v) // 2] for k, v in pieces.items() if v}
+        if split["pieces_us_median"]:
+            print(f"{a.model} {name} kiln's host pieces a call (median us): " +
+                  ", ".join(f"{k} {v:.0f}" for k, v in split["pieces_us_median"].items()))
         sync()
         started = time.perf_counter()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA if a.device == "cuda" else torch.profiler.ProfilerActivity.CPU]) as prof:

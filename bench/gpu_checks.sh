@@ -29,7 +29,7 @@ tests)
         tests/codegen/test_triton_warm_binaries.py tests/codegen/test_gpu_varying_lengths.py \
         tests/codegen/test_cpu_scalars_in_cuda_programs.py tests/codegen/test_attention_bias_alignment.py \
         tests/codegen/test_output_strides.py tests/codegen/test_gpu_matmul_autotune.py \
-        tests/codegen/test_gpu_matmul_gemv.py 2>&1 | tail -5 > "$OUT/gpu_tests.txt"
+        tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 | tail -5 > "$OUT/gpu_tests.txt"
     timeout 90 $py bench/scatter_probe.py > "$OUT/scatter_probe.txt" 2>&1   # scatter kernels and index checks, compiled
     timeout 120 $py -m kiln.bench.bandwidth 2>&1 | tail -12 > "$OUT/bandwidth.txt"
     cat "$OUT/capture.txt" "$OUT/gpu_tests.txt"; tail -8 "$OUT/scatter_probe.txt"; cat "$OUT/bandwidth.txt"
@@ -80,7 +80,7 @@ decode)     # issue #36: the decoding figures, then where a dolly token's GPU an
     grep -h "^|" "$OUT"/decoding_*.txt
     ;;
 decode_b1)  # issue #36: batch 1 only, the GEMV tests first, then per model the figures and where a token's time goes
-    $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py 2>&1 | tail -2 > "$OUT/gemv_tests.txt"
+    $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 | tail -2 > "$OUT/gemv_tests.txt"
     for m in llama-1b dolly; do
         timeout 150 $py -m kiln.bench.decoding --device cuda --models $m --cases 1x8+50 \
             --forms inductor-static,kiln-static --rounds 3 --out "$OUT/generate" > "$OUT/decoding_$m.txt" 2>&1

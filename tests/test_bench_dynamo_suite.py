@@ -99,3 +99,30 @@ def test_report_counts_each_class():
     text = dynamo_suite.report({"kiln": outcomes}, [("test_x.py", "abc123", "/nowhere")], "cmd")
     assert "| test_x.py | kiln | 9 | 1 | 1 | 2 | 1 | 1 | 1 | 1 | 1 | 14% |" in text
     assert "| fail-result | 2 | why N |" in text
+
+
+HANGS = textwrap.dedent('''
+    import signal
+    import time
+    import unittest
+
+
+    class Cases(unittest.TestCase):
+        def test_a_pass(self):
+            pass
+
+        def test_b_hang(self):
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)    # a hang the per-test alarm cannot end
+            time.sleep(600)
+
+        def test_c_never_runs(self):
+            pass
+''')
+
+
+def test_file_timeout_keeps_the_outcomes_that_ran(tmp_path):
+    path = tmp_path / "test_hangs.py"
+    path.write_text(HANGS)
+    outcomes = dynamo_suite.run_in_subprocess("test_hangs.py", str(path), "torch", timeout_s=20)
+    assert [(o.test, o.outcome) for o in outcomes] == [("Cases.test_a_pass", "pass"), ("<file>", "error-other")]
+    assert "ran past 20s" in outcomes[-1].reason

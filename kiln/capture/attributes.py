@@ -272,8 +272,12 @@ def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
 def _getattr_function(tx, v: V.FunctionVar, name: str) -> V.Variable:
     if name in v.attrs:
         return v.attrs[name]
-    if name in ("__name__", "__qualname__"):
+    if name == "__name__":
         return V.Constant(v.name)
+    if name == "__qualname__":  # a function MAKE_FUNCTION made has its code's (Python 3.11+)
+        return V.Constant(v.fn.__qualname__ if v.fn is not None else v.code.co_qualname)
+    if name == "__module__" and v.fn is None:
+        return V.Constant(v.globals.get("__name__"))
     if name == "__dict__" and v.fn is None:  # a live view, as `functools.update_wrapper` updates it
         return V.DictVar(v.attrs)
     if name == "__code__":

@@ -100,6 +100,16 @@ class ResumeIterator:
         return self.items[self.index - 1]
 
 
+def function_with(fn, kwdefaults, attrs):
+    """A function made again after the graph, given the keyword defaults and attributes (its
+    `__dict__`: `__wrapped__`, ...; `__qualname__`, `__doc__`, ... are set as functools.wraps sets
+    them) it had in traced code."""
+    fn.__kwdefaults__ = kwdefaults
+    for name, value in attrs.items():
+        setattr(fn, name, value)
+    return fn
+
+
 def new_object_from(cls, attrs):
     obj = object.__new__(cls)
     obj.__dict__.update(attrs)
@@ -159,9 +169,17 @@ class Rebuilder:
         fn = _PRINTERS.get(type(v))
         if fn is None:
             raise CannotRebuild(f"a {type(v).__name__} cannot be rebuilt outside the graph")
-        if type(v) not in _MUTABLE or v.source is not None:
+        if not _is_shared(v):
             return fn(self, v)
         shared = self._shared.get(id(v))
+        if shared is None and isinstance(v, V.Cell):
+            # a cell is named before its contents are printed: a function it holds may close over
+            # it (a nested function calling itself), and the contents print that name
+            shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
+            self.prelude.append(f"{shared[1]} = {self.const(types.CellType)}()")
+            if v.contents is not None:
+                contents = self.expr(v.contents)
+                self.prelude.append(f"{shared[1]}.cell_contents = {contents}")
         if shared is None:
             text = fn(self, v)
             shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
@@ -304,14 +322,25 @@ def _set(r, v):
 
 
 def _function(r, v):
+    """A function made in traced code is made again: its code, globals, defaults and closure
+    (each cell made once, [Note: one object per tracker], so two closures over one variable
+    still share it), then its keyword defaults and the attributes set on it."""
     if v.fn is not None:
         return v.source.expr() if v.source is not None else r.const(v.fn)
-    if v.closure:
-        raise CannotRebuild("a closure defined inside captured code")
-    if v.attrs:
-        raise CannotRebuild("a function defined inside captured code, with attributes set on it")
     defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
-    return f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults})"
+    closure = f"({''.join(r.expr(c) + ', ' for c in v.closure)})" if v.closure else "None"
+    text = f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults}, {closure})"
+    if v.kwdefaults or v.attrs:
+        kwdefaults = "{" + ", ".join(f"{k!r}: {r.expr(d)}" for k, d in v.kwdefaults.items()) + "}"
+        attrs = "{" + ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items()) + "}"
+        text = f"{r.const(function_with)}({text}, {kwdefaults if v.kwdefaults else 'None'}, {attrs})"
+    return text
+
+
+def _cell(r, v):
+    if v.real is not None:
+        return r.const(v.real)
+    raise AssertionError("a cell made in traced code is printed by Rebuilder.expr")
 
 
 def _method(r, v):
@@ -407,6 +436,7 @@ _PRINTERS = {
     V.MappingProxyVar: _mapping_proxy,
     V.SetVar: _set,
     V.FunctionVar: _function,
+    V.Cell: _cell,
     V.MethodVar: _method,
     V.PartialVar: _partial,
     V.SliceVar: _slice,
@@ -421,3 +451,16 @@ _PRINTERS = {
 }
 _MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar,
             V.PartialVar)   # printed once, so a dict keyed by it finds the same object
+
+
+def _is_shared(v) -> bool:
+    """Printed once ([Note: one object per tracker]): a mutable value made in traced code, and a
+    function or closure cell made there (a function's identity and attributes, a cell's contents
+    are seen by every holder)."""
+    if v.source is not None:
+        return False
+    if isinstance(v, V.FunctionVar):
+        return v.fn is None
+    if isinstance(v, V.Cell):
+        return v.real is None
+    return type(v) in _MUTABLE

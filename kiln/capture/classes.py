@@ -110,6 +110,19 @@ def _namedtuple(tx, cls, args, kwargs):
     return V.TupleVar(items, cls)
 
 
+def _structseq(tx, cls, args, kwargs):
+    """`torch.return_types.max((values, indices))`: a structseq is built from one sequence of its
+    fields (at least `n_sequence_fields`, at most `n_fields` items; only the first are the tuple)."""
+    from kiln.capture import semantics as S
+    if len(args) != 1 or kwargs:
+        tx.raise_(TypeError, f"{cls.__name__}() takes a single sequence argument")
+    items = S.iterate(tx, args[0])
+    if not cls.n_sequence_fields <= len(items) <= cls.n_fields:
+        tx.raise_(TypeError, f"{cls.__module__}.{cls.__name__}() takes a {cls.n_sequence_fields}-sequence "
+                  f"({len(items)}-sequence given)")
+    return V.TupleVar(items[:cls.n_sequence_fields], cls)
+
+
 def _exception(tx, cls, args, kwargs):
     return V.ExceptionVar(cls, list(args))
 
@@ -212,6 +225,7 @@ _CLASS_KINDS = [
     (is_model_output, construct_model_output),
     (is_legacy_tensor_type, _legacy_tensor),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
+    (lambda c: issubclass(c, tuple) and hasattr(c, "n_sequence_fields"), _structseq),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),

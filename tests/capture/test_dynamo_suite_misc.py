@@ -1,0 +1,54 @@
+"""Python and torch semantics test_misc.py and test_repros.py of the Dynamo suite (issue #39) found
+kiln refusing or getting wrong. Each program runs eagerly, under torch.compile (a recording
+backend) and under kiln's capture: kiln must give eager's values, and as many graphs as
+torch.compile."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch._dynamo  # the reference compiler; tests may use torch's compiler
+from torch.utils import _pytree as pytree
+
+import kiln
+import kiln.capture
+from capture_support import Recorder, assert_same
+from kiln.config import CaptureConfig
+
+
+def same_as_torch(fn, *args, **config):
+    """`fn(*args)` under kiln matches eager, and kiln makes as many graphs as torch.compile;
+    returns kiln's result."""
+    torch._dynamo.reset()
+    kiln.reset()
+    theirs, ours = Recorder(), Recorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fn(*args)
+        assert_same(torch.compile(fn, backend=theirs, **config)(*args), expected)
+        got = kiln.capture.capture(fn, ours, CaptureConfig(**config))(*args)
+    assert_same(got, expected)
+    assert len(ours.graphs) == len(theirs.graphs), (len(ours.graphs), len(theirs.graphs))
+    return got
+
+
+# -- structseqs (torch.return_types) built in captured code ------------------------------------------
+def builds_structseq(x):
+    r = torch.return_types.max((x + 1, torch.zeros(3, dtype=torch.long)))
+    return r, r.values * 2, r.indices
+
+
+def pytree_over_structseq(x):
+    tree = {"a": torch.return_types.qr((2 * x, None)), "b": [x, x - 1]}
+    leaves, spec = pytree.tree_flatten(tree)
+    return leaves, pytree.tree_unflatten([leaf * 3 if leaf is not None else None for leaf in leaves], spec)
+
+
+def test_structseq_built_in_captured_code():
+    got = same_as_torch(builds_structseq, torch.randn(3), fullgraph=True)
+    assert type(got[0]) is torch.return_types.max
+
+
+def test_pytree_over_a_structseq():
+    got = same_as_torch(pytree_over_structseq, torch.randn(3, 2), fullgraph=True)
+    assert type(got[1]["a"]) is torch.return_types.qr

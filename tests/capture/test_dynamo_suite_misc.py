@@ -52,3 +52,18 @@ def test_structseq_built_in_captured_code():
 def test_pytree_over_a_structseq():
     got = same_as_torch(pytree_over_structseq, torch.randn(3, 2), fullgraph=True)
     assert type(got[1]["a"]) is torch.return_types.qr
+
+
+# -- torch._higher_order_ops.wrap: its body traced inline ---------------------------------------------
+from torch._higher_order_ops.wrap import wrap  # noqa: E402
+
+GLOBAL_SCALE = 3.0
+
+
+def wraps_nested_closures(x, y):
+    z = x + y
+    return wrap(lambda a: wrap(lambda b: b * GLOBAL_SCALE + z, a), x), wrap(lambda a, *, k: [a.sin(), k], y, k=2)
+
+
+def test_wrap_calls_its_body():
+    same_as_torch(wraps_nested_closures, torch.randn(3), torch.randn(3), fullgraph=True)

@@ -3,7 +3,7 @@
 `call_torch` turns trackers into FX arguments, adds the node, runs it on example values and wraps
 the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
 answered from the example value, guarded by the tensor's metadata guard; those that read data
-(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`) of an
+(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`, and `tolist()` of a static shape) of an
 integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
 a node of the graph that later ops may take as a size.
 """
@@ -191,6 +191,24 @@ def tensor_item(tx, t: V.TensorVar) -> V.Variable:
     return call_torch(tx, "call_method", "item", [t], {})
 
 
+def _reads_as_unbacked(t: V.TensorVar) -> bool:
+    """Whether `t.item()` of each element is an unbacked symbol (an integer or bool tensor) and
+    its shape is static, so that `t.tolist()` has a known structure."""
+    dtype = t.example.dtype
+    return not (dtype.is_floating_point or dtype.is_complex) and all(type(n) is int for n in t.example.shape)
+
+
+def tensor_tolist(tx, t: V.TensorVar) -> V.Variable:
+    """`t.tolist()` of an integer or bool tensor of static shape: nested lists of `t[i, j].item()`,
+    each an unbacked symbol, as torch's compiler reads it under capture_scalar_outputs."""
+    def read(index: tuple, depth: int) -> V.Variable:
+        if depth == t.example.dim():
+            element = call_torch(tx, "call_function", operator.getitem, [t, V.Constant(index)], {}) if index else t
+            return tensor_item(tx, element)
+        return V.ListVar([read(index + (i,), depth + 1) for i in range(t.example.shape[depth])])
+    return read((), 0)
+
+
 def data_dependent_reason(e: BaseException) -> str | None:
     """What makes the op that raised `e` (or its cause) depend on tensor values, if it does."""
     from kiln.symbolic.fake import DataDependentOp, MissingMetaKernel
@@ -304,6 +322,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         if isinstance(result, torch.Size):
             return V.TupleVar([V.Constant(n) for n in result], torch.Size)
         return V.Constant(result)
+    if name == "tolist" and len(args) == 1 and not kwargs and _reads_as_unbacked(self_var):
+        return tensor_tolist(tx, self_var)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
     if name == "item":

@@ -67,3 +67,22 @@ def wraps_nested_closures(x, y):
 
 def test_wrap_calls_its_body():
     same_as_torch(wraps_nested_closures, torch.randn(3), torch.randn(3), fullgraph=True)
+
+
+# -- Tensor.tolist() of an integer tensor: unbacked symbols, one graph -------------------------------
+def scales_tolist(x):
+    out = []
+    for row in x.tolist():
+        out.append([v * 4 for v in row] if isinstance(row, list) else row * 4)
+    return out, x.sum()
+
+
+def zero_dim_tolist(x):
+    return x.tolist() + 1
+
+
+def test_tolist_of_an_integer_tensor():
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        same_as_torch(scales_tolist, torch.tensor([2, 1]), fullgraph=True)
+        same_as_torch(scales_tolist, torch.tensor([[1, 2], [3, 4], [5, 6]]), fullgraph=True)
+        same_as_torch(zero_dim_tolist, torch.tensor(7), fullgraph=True)

@@ -3,8 +3,8 @@
 `call_torch` turns trackers into FX arguments, adds the node, runs it on example values and wraps
 the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
 answered from the example value, guarded by the tensor's metadata guard; those that read data
-(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`, and `tolist()` of a static shape) of an
-integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
+(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`, and
+`tolist()` of a static shape) of an integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
 a node of the graph that later ops may take as a size.
 """
 from __future__ import annotations

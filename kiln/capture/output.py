@@ -183,6 +183,16 @@ class OutputGraph:
             return dims
         return tuple(d for d in range(value.dim()) if (d in dims or d in marks.dynamic) and d not in marks.static)
 
+    def release(self) -> None:
+        """Drop what the trace held of this call's objects once its entry is built: the compiled
+        code must not keep the caller's tensors (or their storages) alive after the call, as eager
+        does not (test_release_input_memory of the Dynamo suite). The graph keeps its fake
+        example values; the real tensors they were made from are forgotten."""
+        self.examples.mode.forget_reals()
+        self.examples.shape_env.locate = None
+        self.input_values.clear()
+        self.tensor_by_id.clear()
+
     def specialized_marked_dims(self) -> list[str]:
         """Dims `mark_dynamic` marked that the trace specialized to a constant (code compared the
         size with a number, `range(x.size(0))`): each said as `source.size()[d] == n at line`.

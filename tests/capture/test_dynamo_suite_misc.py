@@ -86,3 +86,27 @@ def test_tolist_of_an_integer_tensor():
         same_as_torch(scales_tolist, torch.tensor([2, 1]), fullgraph=True)
         same_as_torch(scales_tolist, torch.tensor([[1, 2], [3, 4], [5, 6]]), fullgraph=True)
         same_as_torch(zero_dim_tolist, torch.tensor(7), fullgraph=True)
+
+
+# -- a compiled call keeps none of its arguments alive -----------------------------------------------
+def test_compiled_code_does_not_keep_its_inputs_alive():
+    import gc
+    import weakref
+
+    def double(x, mod):
+        return mod(x + x)
+
+    compilers = (lambda fn: kiln.capture.capture(fn, Recorder(), CaptureConfig(fullgraph=True)),
+                 lambda fn: kiln.compile(fn, backend="eager", fullgraph=True))
+    for compile_ in compilers:
+        kiln.reset()   # the compile caches of earlier tests hold nothing of this one
+        x, mod = torch.rand(4, 3), torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+        refs = [weakref.ref(x), weakref.ref(mod), weakref.ref(mod[0].weight)]
+        compiled = compile_(double)
+        assert_same(compiled(x, mod), double(x, mod))
+        del x
+        gc.collect()
+        assert refs[0]() is None     # the input tensor, while the compiled function lives on
+        del mod, compiled
+        gc.collect()
+        assert [r() for r in refs] == [None, None, None]   # the module, once the function is gone

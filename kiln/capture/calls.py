@@ -476,6 +476,24 @@ def _object_eq(tx, args, kwargs):
     return V.Constant(True if is_same(tx, args[0], args[1]) else NotImplemented)
 
 
+@handles(object.__new__)
+def _object_new(tx, args, kwargs):
+    """`object.__new__(cls)` (`super().__new__(cls)` in a class's own `__new__`): a new object of a
+    plain Python class, its `__init__` not run. Extra arguments are accepted only where Python
+    accepts them: when the class overrides `__init__` or `__new__` (which called this)."""
+    cls = python_value(args[0]) if args and isinstance(args[0], V.ObjectVar) else None
+    if not isinstance(cls, type):
+        raise tx.unsupported("object.__new__ of something that is not a known class")
+    heap_type = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+    solid_base = next(c for c in cls.__mro__ if not c.__flags__ & heap_type)
+    if solid_base is not object or not cls.__dictoffset__:
+        raise tx.unsupported(f"object.__new__({cls.__name__}): a class over a builtin type, or without a __dict__")
+    if len(args) > 1 or kwargs:
+        if cls.__init__ is object.__init__ and cls.__new__ is object.__new__:
+            tx.raise_(TypeError, f"{cls.__name__}() takes no arguments")
+    return V.NewObjectVar(cls, {})
+
+
 @handles(object.__ne__)
 def _object_ne(tx, args, kwargs):
     """`object.__ne__(a, b)`: the inverse of the class's own `__eq__`, NotImplemented if that is."""

@@ -140,12 +140,20 @@ def _module_class(tx, cls, args, kwargs):
 
 
 def _user_class(tx, cls, args, kwargs):
+    """`cls(*args, **kwargs)` as `type.__call__` does it: `cls.__new__(cls, ...)` (object's makes a
+    new object; a Python `__new__` is inlined, and its `super().__new__(cls)` reaches object's),
+    then `__init__` on the result when `__new__` returned an instance of `cls`."""
     from kiln.capture.attributes import _MISSING, class_lookup, _function
     new = class_lookup(cls, "__new__")
-    if new is not _MISSING and new is not object.__new__ and not isinstance(new, staticmethod) or \
-            isinstance(new, staticmethod) and new.__func__ is not object.__new__:
+    new = new.__func__ if isinstance(new, staticmethod) else new
+    if isinstance(new, types.FunctionType):
+        obj = tx.inline(_function(new), [V.ObjectVar(cls), *args], kwargs)
+        if not (isinstance(obj, V.NewObjectVar) and issubclass(obj.cls, cls)):
+            return obj
+    elif new is _MISSING or new is object.__new__:
+        obj = V.NewObjectVar(cls, {})
+    else:
         raise tx.unsupported(f"{cls.__name__} defines __new__, which kiln does not model")
-    obj = V.NewObjectVar(cls, {})
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
         tx.inline(_function(init), [obj, *args], kwargs)

@@ -110,3 +110,40 @@ def test_compiled_code_does_not_keep_its_inputs_alive():
         del mod, compiled
         gc.collect()
         assert [r() for r in refs] == [None, None, None]   # the module, once the function is gone
+
+
+# -- a class's own __new__ -----------------------------------------------------------------------------
+class Scaled:
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class Doubled(Scaled):
+    def __init__(self, scale):
+        super().__init__(scale * 2)
+
+
+class Cached:
+    made = None
+
+    def __new__(cls, value):
+        if value is None:
+            return cls.made        # not an instance: __init__ is not run
+        return object.__new__(cls)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def builds_objects_with_their_new(x):
+    a, b = Scaled(3), Doubled(x.shape[0])
+    c = Cached(None)
+    return x * a.scale + b.scale, type(b).__name__, c, Cached(x).value
+
+
+def test_a_class_s_own_new_is_followed():
+    got = same_as_torch(builds_objects_with_their_new, torch.randn(4), fullgraph=True)
+    assert got[2] is None

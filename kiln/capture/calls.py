@@ -60,7 +60,7 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
 def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     """A call of a callable torch.compiler's controls marked (controls.py), before any other rule:
     `disable` breaks the graph around the call (so does a call of `graph_break`), `allow_in_graph`
-    makes it one node, `substitute_in_graph` inlines the registered substitute. None for an
+    makes it one node (inlined where its arguments cannot be a node's), `substitute_in_graph` inlines the registered substitute. None for an
     unmarked callable."""
     mark = controls.disabled(real)
     if mark is not None:
@@ -68,6 +68,11 @@ def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     if controls.is_graph_break(real):
         raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
     if controls.allowed_in_graph(real):
+        if isinstance(real, types.FunctionType) and not _graph_arguments(tx, args, kwargs):
+            # handed objects an FX node cannot take (a frozen dataclass of tensors, which torch's
+            # compiler flattens into the node's inputs): its Python is traced inline instead, which
+            # computes the same values in the same graph
+            return tx.inline(_function(real), args, kwargs)
         return call_torch(tx, "call_function", real, args, kwargs)
     polyfill = controls.substitute(real)
     if polyfill is not None:

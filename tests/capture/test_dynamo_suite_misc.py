@@ -147,3 +147,27 @@ def builds_objects_with_their_new(x):
 def test_a_class_s_own_new_is_followed():
     got = same_as_torch(builds_objects_with_their_new, torch.randn(4), fullgraph=True)
     assert got[2] is None
+
+
+# -- allow_in_graph handed an object an FX node cannot take -------------------------------------------
+import dataclasses  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    x: torch.Tensor
+    y: torch.Tensor
+    z: int = 5
+
+
+@torch.compiler.allow_in_graph
+def combine(pair):
+    return pair.x + pair.y * pair.z
+
+
+def calls_allowed_fn_on_a_dataclass(x, y):
+    return combine(Pair(x, y)).sin()
+
+
+def test_allow_in_graph_on_a_frozen_dataclass():
+    same_as_torch(calls_allowed_fn_on_a_dataclass, torch.randn(3), torch.randn(3), fullgraph=True)

@@ -36,7 +36,7 @@ from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.resume import resume_parameters
 from kiln.capture.constants import python_value
 from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
-from kiln.capture.sources import ConstSource, LocalSource
+from kiln.capture.sources import KEYS, ConstSource, LocalSource
 
 
 @dataclasses.dataclass
@@ -304,7 +304,7 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
     src = (f"def __make({', '.join(bindings)}):\n"
            f"    def {name}({params}):\n{text}\n"
            f"    return {name}\n")
-    namespace: dict = {}
+    namespace: dict = {"__kiln_keys": KEYS}   # [Note: keys printed by reference] (sources.py)
     exec(compile(src, filename, "exec"), namespace)
     fn = namespace["__make"](*bindings.values())
     fn.__kiln_source__ = src

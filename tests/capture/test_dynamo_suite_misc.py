@@ -171,3 +171,25 @@ def calls_allowed_fn_on_a_dataclass(x, y):
 
 def test_allow_in_graph_on_a_frozen_dataclass():
     same_as_torch(calls_allowed_fn_on_a_dataclass, torch.randn(3), torch.randn(3), fullgraph=True)
+
+
+# -- a dict argument keyed by enum members --------------------------------------------------------------
+import enum  # noqa: E402
+
+
+class Part(enum.Enum):
+    HEAD = "head"
+    TAIL = 2
+
+
+def reads_enum_keyed_dict(inputs):
+    return inputs[Part.HEAD] * 2 + inputs[Part.TAIL]
+
+
+def test_dict_argument_keyed_by_enum_members():
+    inputs = {Part.HEAD: torch.randn(3), Part.TAIL: torch.randn(3)}
+    same_as_torch(reads_enum_keyed_dict, inputs, fullgraph=True)
+    compiled = kiln.compile(reads_enum_keyed_dict, backend="eager", fullgraph=True)
+    for _ in range(2):   # the guards read the items by the same keys: a new dict is seen
+        inputs = {Part.HEAD: torch.randn(3), Part.TAIL: torch.randn(3)}
+        assert_same(compiled(inputs), reads_enum_keyed_dict(inputs))

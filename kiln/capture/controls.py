@@ -84,6 +84,16 @@ def stance() -> str:
     return getattr(getattr(eval_frame, "_stance", None), "stance", "default")
 
 
+# -- the config of torch's compiler that code written for it sets ---------------------------------
+def capture_scalar_outputs() -> bool:
+    """Whether the program asked torch's compiler to capture scalars read from tensors
+    (`capture_scalar_outputs` of its config): kiln then reads `Tensor.tolist()` of an integer
+    tensor into the graph too, as unbacked symbols (`torch_calls.tensor_tolist`); otherwise tolist
+    breaks the graph there, as under torch.compile."""
+    config = sys.modules.get("torch._dynamo.config")
+    return bool(getattr(config, "capture_scalar_outputs", False))
+
+
 # -- torch.compiler.allow_in_graph -----------------------------------------------------------------
 def allowed_in_graph(fn: Any) -> bool:
     """Whether `torch.compiler.allow_in_graph(fn)` registered `fn` (outside torch): one node of the graph."""

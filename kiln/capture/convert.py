@@ -455,6 +455,9 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     r = Rebuilder()
     bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn,
                                 "__before_with": _before_with}
+    if trace.stopped_at is not None:
+        tx = trace.tracer
+        r.frame_cells = {id(c) for n, c in tx.cells.items() if n in tx.code.co_cellvars}
     effects = [line for e in _effect_order(out.side_effects) for line in r.side_effect(e)]
     if trace.stopped_at is None:
         reads, tail = [f"__result = {r.expr(trace.result)}"], ["return __result"]

@@ -112,7 +112,8 @@ def function_with(fn, kwdefaults, attrs):
 
 def new_object_from(cls, attrs):
     obj = object.__new__(cls)
-    obj.__dict__.update(attrs)
+    if attrs or cls.__dictoffset__:   # a bare `object()` has no __dict__
+        obj.__dict__.update(attrs)
     return obj
 
 
@@ -145,6 +146,10 @@ class Rebuilder:
         self.consts: dict[int, tuple[str, Any]] = {}
         self.prelude: list[str] = []
         self._shared: dict[int, tuple[V.Variable, str]] = {}
+        # at a graph break, the cells of the breaking frame's own variables (ids of Cell trackers):
+        # the resume function gets their contents in fresh cells, so a closure over one cannot be
+        # made again sharing it with the frame
+        self.frame_cells: set[int] = set()
 
     def const(self, value: Any) -> str:
         if type(value) in _SIMPLE and (not isinstance(value, float) or value == value and abs(value) != float("inf")):
@@ -327,6 +332,8 @@ def _function(r, v):
     still share it), then its keyword defaults and the attributes set on it."""
     if v.fn is not None:
         return v.source.expr() if v.source is not None else r.const(v.fn)
+    if any(id(c) in r.frame_cells for c in v.closure):
+        raise CannotRebuild("a closure over a variable of the frame, live where the graph breaks")
     defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
     closure = f"({''.join(r.expr(c) + ', ' for c in v.closure)})" if v.closure else "None"
     text = f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults}, {closure})"

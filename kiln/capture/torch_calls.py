@@ -4,8 +4,9 @@
 the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
 answered from the example value, guarded by the tensor's metadata guard; those that read data
 (`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`, and
-`tolist()` of a static shape) of an integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
-a node of the graph that later ops may take as a size.
+`tolist()` of a static shape under torch's capture_scalar_outputs) of an integer tensor: its value is
+an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py), a node of the graph that
+later ops may take as a size.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kiln.capture import controls
 from kiln.capture import variables as V
 from kiln.errors import KilnError
 
@@ -199,8 +201,9 @@ def _reads_as_unbacked(t: V.TensorVar) -> bool:
 
 
 def tensor_tolist(tx, t: V.TensorVar) -> V.Variable:
-    """`t.tolist()` of an integer or bool tensor of static shape: nested lists of `t[i, j].item()`,
-    each an unbacked symbol, as torch's compiler reads it under capture_scalar_outputs."""
+    """`t.tolist()` of an integer or bool tensor of static shape, where the program set torch's
+    `capture_scalar_outputs` (else tolist breaks the graph, as under torch.compile): nested lists of
+    `t[i, j].item()`, each an unbacked symbol."""
     def read(index: tuple, depth: int) -> V.Variable:
         if depth == t.example.dim():
             element = call_torch(tx, "call_function", operator.getitem, [t, V.Constant(index)], {}) if index else t
@@ -322,7 +325,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         if isinstance(result, torch.Size):
             return V.TupleVar([V.Constant(n) for n in result], torch.Size)
         return V.Constant(result)
-    if name == "tolist" and len(args) == 1 and not kwargs and _reads_as_unbacked(self_var):
+    if name == "tolist" and len(args) == 1 and not kwargs and _reads_as_unbacked(self_var) and \
+            controls.capture_scalar_outputs():
         return tensor_tolist(tx, self_var)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")

@@ -107,3 +107,40 @@ def test_functools_wraps_wrapper_keeps_its_attributes():
     assert (k.__name__, k.__qualname__) == (e.__name__, e.__qualname__)
     assert k.__wrapped__.__kwdefaults__ == {"k": 2}
     assert len(ours.graphs) == len(theirs.graphs) == 1
+
+
+def closure_written_after_a_break(x):
+    def read():
+        x[0] = later
+    if x.sum() >= -1e5:     # a graph break (a branch on a tensor)
+        pass
+    later = 1.0
+    read()
+    return x
+
+
+def test_closure_over_a_frame_variable_across_a_graph_break():
+    # the resume function gets the frame's variables in cells of its own: a closure over one
+    # cannot be made again sharing it, so the frame runs as Python there; values stay eager's
+    x = torch.zeros(2)
+    expected, got_t, got_k, _, _ = both(closure_written_after_a_break, x.clone())
+    assert_same(got_k, expected)
+    assert_same(got_t, expected)
+
+
+class ObjectFromNew:
+    def __new__(cls):
+        return object()     # not an instance: __init__ is not run
+
+    def __init__(self):
+        raise AssertionError("not called")
+
+
+def returns_what_new_made(x):
+    return ObjectFromNew(), x + 1
+
+
+def test_new_returning_a_plain_object():
+    _, _, (obj, out), _, _ = both(returns_what_new_made, torch.ones(2))   # torch breaks at object()
+    assert type(obj) is object
+    assert_same(out, torch.ones(2) + 1)

@@ -88,6 +88,17 @@ def test_tolist_of_an_integer_tensor():
         same_as_torch(zero_dim_tolist, torch.tensor(7), fullgraph=True)
 
 
+def broken_at_tolist(a):
+    a = a * 100
+    u0, u1, *_ = a.tolist()
+    return a * u0 * u1
+
+
+def test_tolist_breaks_the_graph_without_capture_scalar_outputs():
+    with torch._dynamo.config.patch(capture_scalar_outputs=False):
+        same_as_torch(broken_at_tolist, torch.tensor([1, 2, 3, 4, 5]))
+
+
 # -- a compiled call keeps none of its arguments alive -----------------------------------------------
 def test_compiled_code_does_not_keep_its_inputs_alive():
     import gc

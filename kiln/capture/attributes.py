@@ -245,8 +245,10 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
         if hasattr(v, "attrs") and not isinstance(entry, property):
             if name in v.attrs:
                 return v.attrs[name]
-            if name == "__dict__":  # a live view: the same dict as the instance's attributes
-                return V.DictVar(v.attrs)
+            if name == "__dict__":  # a live view: the same dict as the instance's attributes; the
+                # program's own instance gets its writes through it back after the graph
+                source = AttrSource(v.source, "__dict__") if v.source is not None else None
+                return V.DictVar(v.attrs, dict, None, source=source)
         if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
             return bind_class_entry(tx, entry, v, cls, name)
     method = getattr(cls, name, None)

@@ -204,3 +204,30 @@ def test_dict_argument_keyed_by_enum_members():
     for _ in range(2):   # the guards read the items by the same keys: a new dict is seen
         inputs = {Part.HEAD: torch.randn(3), Part.TAIL: torch.randn(3)}
         assert_same(compiled(inputs), reads_enum_keyed_dict(inputs))
+
+
+# -- the __dict__ of the program's own dict-subclass instance ------------------------------------------
+import collections  # noqa: E402
+
+
+class TrackedDict(collections.OrderedDict):
+    pass
+
+
+def writes_through_dunder_dict(x, d):
+    if "tracker" not in d.__dict__:
+        d.__dict__["tracker"] = []
+    d.__dict__["tracker"].append(1)
+    d.__dict__["scale"] = 3
+    return x * d.scale * len(d.tracker)
+
+
+def test_writes_through_a_dict_subclass_dunder_dict_reach_the_object():
+    expected_d, got_d = TrackedDict(a=1), TrackedDict(a=1)
+    x = torch.randn(3)
+    expected = writes_through_dunder_dict(x, expected_d)
+    kiln.reset()
+    got = kiln.capture.capture(writes_through_dunder_dict, Recorder(), CaptureConfig(fullgraph=True))(x, got_d)
+    assert_same(got, expected)
+    assert got_d.__dict__ == expected_d.__dict__ == {"tracker": [1], "scale": 3}
+    assert dict(got_d) == {"a": 1}

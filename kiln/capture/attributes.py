@@ -60,6 +60,10 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
     if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return V.MethodVar(V.ObjectVar(entry), obj)
+    if name == "__class__" and entry is object.__dict__["__class__"]:
+        return V.ObjectVar(obj.python_type())
+    if name == "__weakref__" and isinstance(entry, types.GetSetDescriptorType) and obj.source is None:
+        return V.Constant(None)   # an object made in traced code: nothing holds a weak reference to it yet
     get = class_lookup(type(entry), "__get__")
     if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
         return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])

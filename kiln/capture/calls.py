@@ -158,8 +158,28 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    descriptor = getattr(value, "__self__", None)
+    if getattr(value, "__name__", None) == "__get__" and len(args) in (1, 2) and not kwargs and \
+            isinstance(descriptor, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+        return _descriptor_get(tx, descriptor, args[0])
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
     raise tx.unsupported(f"a call into {name} ({type(value).__name__}), C code kiln does not model")
+
+
+def _descriptor_get(tx, descriptor, obj: V.Variable) -> V.Variable:
+    """`descriptor.__get__(obj)` of a C attribute descriptor (`torch.Tensor.shape`,
+    `type.__dict__['__dict__']`): the attribute it stands for, read from `obj` as `obj.<name>` reads
+    it, where `obj` is of the descriptor's class and its class resolves that name to it."""
+    if isinstance(obj, V.Constant) and obj.value is None:
+        return V.ObjectVar(descriptor)
+    owner = type(obj.value) if isinstance(obj, V.ObjectVar) else obj.python_type()
+    if not issubclass(owner, descriptor.__objclass__):
+        tx.raise_(TypeError, f"descriptor '{descriptor.__name__}' for '{descriptor.__objclass__.__name__}' objects "
+                             f"doesn't apply to a '{owner.__name__}' object")
+    found = next((c.__dict__[descriptor.__name__] for c in owner.__mro__ if descriptor.__name__ in c.__dict__), None)
+    if found is not descriptor:
+        raise tx.unsupported(f"{descriptor!r}.__get__ on an object whose class overrides {descriptor.__name__!r}")
+    return getattr_var(tx, obj, descriptor.__name__)
 
 
 def _is_diagnostics_call(value, args) -> bool:

@@ -231,3 +231,27 @@ def test_writes_through_a_dict_subclass_dunder_dict_reach_the_object():
     assert_same(got, expected)
     assert got_d.__dict__ == expected_d.__dict__ == {"tracker": [1], "scale": 3}
     assert dict(got_d) == {"a": 1}
+
+
+# -- C attribute descriptors: __class__, __weakref__, descriptor.__get__(obj) ----------------------------
+import collections as _collections  # noqa: E402
+
+Point = _collections.namedtuple("Point", ["x", "y"])
+_shape_of = torch.Tensor.shape.__get__
+_dict_of_class = type.__dict__["__dict__"].__get__
+
+
+class Plain:
+    a = 1
+
+
+def reads_c_descriptors(p):
+    q = p.__class__(*[v + 1 for v in p])
+    made = Plain()
+    weak = made.__weakref__
+    return q, weak, _shape_of(p.x), len(_dict_of_class(Plain)) > 0, torch.Tensor.shape.__get__(p.y)
+
+
+def test_c_attribute_descriptors():
+    got = same_as_torch(reads_c_descriptors, Point(torch.zeros(2, 2), torch.ones(3)), fullgraph=True)
+    assert type(got[0]) is Point

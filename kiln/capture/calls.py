@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
 import types
 import warnings
 
@@ -158,12 +159,23 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    if isinstance(value, types.MethodWrapperType) and value.__name__ in _SLOT_BUILTINS and not kwargs:
+        # `range(3).__iter__()`, `s.__len__()`: a slot of a builtin's value read as a bound
+        # method; calling it is the builtin operation on the value, where capture models the value
+        owner = wrap(tx.out, value.__self__, None)
+        if not isinstance(owner, V.ObjectVar):
+            return tx.call(V.ObjectVar(_SLOT_BUILTINS[value.__name__]), [owner, *args])
     descriptor = getattr(value, "__self__", None)
     if getattr(value, "__name__", None) == "__get__" and len(args) in (1, 2) and not kwargs and \
             isinstance(descriptor, (types.GetSetDescriptorType, types.MemberDescriptorType)):
         return _descriptor_get(tx, descriptor, args[0])
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
     raise tx.unsupported(f"a call into {name} ({type(value).__name__}), C code kiln does not model")
+
+
+_SLOT_BUILTINS = {"__iter__": iter, "__len__": len, "__next__": next, "__getitem__": operator.getitem,
+                  "__contains__": operator.contains, "__reversed__": reversed, "__hash__": hash,
+                  "__repr__": repr, "__str__": str}
 
 
 def _descriptor_get(tx, descriptor, obj: V.Variable) -> V.Variable:

@@ -325,6 +325,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         if isinstance(result, torch.Size):
             return V.TupleVar([V.Constant(n) for n in result], torch.Size)
         return V.Constant(result)
+    if name == "__iter__" and len(args) == 1 and not kwargs:   # `t.__iter__()` is `iter(t)`: over dim 0
+        return tx.call(V.ObjectVar(iter), [self_var])
     if name == "tolist" and len(args) == 1 and not kwargs and _reads_as_unbacked(self_var) and \
             controls.capture_scalar_outputs():
         return tensor_tolist(tx, self_var)

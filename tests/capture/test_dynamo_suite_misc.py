@@ -255,3 +255,16 @@ def reads_c_descriptors(p):
 def test_c_attribute_descriptors():
     got = same_as_torch(reads_c_descriptors, Point(torch.zeros(2, 2), torch.ones(3)), fullgraph=True)
     assert type(got[0]) is Point
+
+
+# -- a builtin value's slot called as a bound method ----------------------------------------------------
+def calls_slots_directly(x):
+    it = range(3).__iter__()
+    first = next(it)
+    s = "ab"
+    rows = x.__iter__()
+    return x + first + len(s) + s.__len__() + (next(s.__iter__()) == "a"), [r * 2 for r in rows]
+
+
+def test_slots_called_as_bound_methods():
+    same_as_torch(calls_slots_directly, torch.randn(2, 3), fullgraph=True)

@@ -340,7 +340,25 @@ def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
 
 def _getattr_tensor(tx, v, name):
     from kiln.capture.torch_calls import tensor_getattr
+    written = tx.out.__dict__.get("tensor_attrs", {}).get(id(v), {})
+    if name in written:
+        return written[name]
     return tensor_getattr(tx, v, name)
+
+
+def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
+    """`t.name = value` of an attribute of the program's own (`t.offloading_activation = flag`,
+    not one of Tensor's), or of `t.grad`: read back from the frame's overlay while tracing, and set
+    on the real tensor (an input, or the graph's output) after the graph. False where kiln does
+    not model the store (`t.data = ...`, `t.requires_grad = ...`)."""
+    if name != "grad" and hasattr(torch.Tensor, name):
+        return False
+    if name == "grad" and not (isinstance(value, V.TensorVar) or isinstance(value, V.Constant) and value.value is None):
+        return False
+    tx.out.__dict__.setdefault("tensor_attrs", {}).setdefault(id(t), {})[name] = value
+    tx.out.__dict__.setdefault("tensor_attr_owners", []).append(t)   # keeps the id valid
+    tx.out.side_effects.append(AttrWrite(t, name, value))
+    return True
 
 
 _GETATTR = {
@@ -418,6 +436,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return
     if isinstance(obj, V.ExceptionVar):
         set_exception_attribute(tx, obj, name, value)
+        return
+    if isinstance(obj, V.TensorVar) and _setattr_tensor(tx, obj, name, value):
         return
     if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
             class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple

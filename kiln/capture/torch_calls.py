@@ -302,10 +302,28 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
         return V.ObjectVar(t.python_type())
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
+        own = _own_attribute(tx, t, name)
+        if own is not None:
+            return own
         tx.raise_(AttributeError, f"'Tensor' object has no attribute '{name}'")
     if callable(attr):
         return V.MethodVar(V.ObjectVar(attr), t)
     raise tx.unsupported(f"reading tensor attribute {name!r} is not supported")
+
+
+def _own_attribute(tx, t: V.TensorVar, name: str) -> V.Variable | None:
+    """An attribute the program set on an input tensor (`inp.test = None`), read from the real
+    tensor's `__dict__`; guarded present or absent, so a call with a tensor that has it, or has
+    not, compiles again. None where the tensor has no such attribute (or is not an input)."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import AttrSource
+    real = tx.out.input_values.get(t.node) if t.source is not None else None
+    if not isinstance(real, torch.Tensor):
+        return None
+    own = real.__dict__
+    tx.out.guard(Guard(GuardKind.PRESENT if name in own else GuardKind.ABSENT, AttrSource(t.source, "__dict__"), name))
+    return wrap(tx.out, own[name], AttrSource(t.source, name)) if name in own else None
 
 
 def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:

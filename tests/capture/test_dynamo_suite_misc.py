@@ -268,3 +268,33 @@ def calls_slots_directly(x):
 
 def test_slots_called_as_bound_methods():
     same_as_torch(calls_slots_directly, torch.randn(2, 3), fullgraph=True)
+
+
+# -- attributes the program sets on tensors -----------------------------------------------------------
+def sets_tensor_attributes(x, flag):
+    x.offloading = flag
+    y = x + 10
+    y.grad = x
+    y.tag = "made"
+    return y, y.tag, x.offloading
+
+
+def reads_own_attribute(x):
+    return x + (2 if hasattr(x, "test") else 1)
+
+
+def test_attributes_set_on_tensors_reach_them():
+    x = torch.ones(3)
+    y, tag, flag = same_as_torch(sets_tensor_attributes, x, True, fullgraph=True)
+    assert x.offloading is True and (tag, flag) == ("made", True)
+    assert y.tag == "made" and y.grad is x
+
+
+def test_an_input_tensor_s_own_attribute_is_guarded():
+    kiln.reset()
+    compiled = kiln.compile(reads_own_attribute, backend="eager", fullgraph=True)
+    plain, marked = torch.ones(2), torch.ones(2)
+    marked.test = None
+    assert_same(compiled(plain), plain + 1)
+    assert_same(compiled(marked), marked + 2)
+    assert_same(compiled(plain), plain + 1)

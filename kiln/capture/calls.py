@@ -15,6 +15,7 @@ import logging
 import operator
 import types
 import warnings
+import weakref
 
 import torch
 
@@ -31,7 +32,7 @@ from kiln.capture.distributed import native_reason
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
-from kiln.capture.sources import AttrSource, GlobalSource
+from kiln.capture.sources import AttrSource, GlobalSource, WeakRefCallSource
 from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method, to_fx
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
@@ -138,6 +139,8 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
+    if type(value) is weakref.ReferenceType:
+        return _dereference(tx, fn, args, kwargs)
     if isinstance(value, torch.jit.ScriptFunction):
         # torch.jit.script / trace keep the Python function they compiled: follow that
         original = getattr(value, "_torchdynamo_inline", None)
@@ -264,7 +267,23 @@ def _decorated(tx, ctx: V.ContextVar, fn: V.Variable) -> V.Variable:
                                                     V.TupleVar([V.Constant(a) for a in context_args]), fn], {})
 
 
+def _call_weakref(tx, ref: V.WeakRefVar, args, kwargs):
+    if args or kwargs:
+        tx.raise_(TypeError, "weakref() takes no arguments")
+    return ref.referent
+
+
+def _dereference(tx, fn: V.ObjectVar, args, kwargs) -> V.Variable:
+    """`ref()` of a weak reference the frame reads: its referent now, read again by every call of
+    the compiled code through `ref()` (the guards check what it is, None once it died)."""
+    if args or kwargs:
+        tx.raise_(TypeError, "weakref() takes no arguments")
+    source = WeakRefCallSource(fn.source) if fn.source is not None else None
+    return wrap(tx.out, fn.value(), source)
+
+
 CALLS.update({
+    V.WeakRefVar: _call_weakref,
     V.FunctionVar: _call_function,
     V.MethodVar: _call_method,
     V.PartialVar: _call_partial,

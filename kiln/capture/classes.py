@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import enum
 import types
+import weakref
 
 import torch
 
@@ -70,6 +71,16 @@ def _size(tx, cls, args, kwargs):
     return V.TupleVar(items, torch.Size)
 
 
+def _weakref(tx, cls, args, kwargs):
+    """`weakref.ref(obj)` in traced code, without a callback: a tracker that gives `obj` back."""
+    if len(args) != 1 or kwargs:
+        raise tx.unsupported("weakref.ref with a callback inside captured code")
+    obj = args[0]
+    if not obj.python_type().__weakrefoffset__:
+        tx.raise_(TypeError, f"cannot create weak reference to '{obj.python_type().__name__}' object")
+    return V.WeakRefVar(obj)
+
+
 _CLASS_CALLS = {
     torch.no_grad: _grad_context(False),
     torch.enable_grad: _grad_context(True),
@@ -85,6 +96,7 @@ _CLASS_CALLS = {
     torch.finfo: _fold_class,
     torch.iinfo: _fold_class,
     torch.Size: _size,
+    weakref.ref: _weakref,
 }
 if hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast"):
     _CLASS_CALLS[torch.cuda.amp.autocast] = _context("autocast", _cuda_autocast_args)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -354,6 +355,10 @@ def _method(r, v):
     return f"{r.const(types.MethodType)}({r.expr(v.fn)}, {r.expr(v.self_var)})"
 
 
+def _weakref(r, v):
+    return f"{r.const(weakref.ref)}({r.expr(v.referent)})"
+
+
 def _slice(r, v):
     return f"slice({', '.join(r.expr(i) for i in v.items)})"
 
@@ -444,6 +449,7 @@ _PRINTERS = {
     V.SetVar: _set,
     V.FunctionVar: _function,
     V.Cell: _cell,
+    V.WeakRefVar: _weakref,
     V.MethodVar: _method,
     V.PartialVar: _partial,
     V.SliceVar: _slice,

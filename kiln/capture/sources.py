@@ -157,6 +157,15 @@ class TypeSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class WeakRefCallSource(Source):
+    """`base()`: what a weak reference the frame reads refers to now (None once it died)."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}()"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstSource(Source):
     """A value kiln holds itself (a module kiln imported, a resume function): no guard needed."""
     name: str

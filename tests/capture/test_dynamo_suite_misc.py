@@ -298,3 +298,43 @@ def test_an_input_tensor_s_own_attribute_is_guarded():
     assert_same(compiled(plain), plain + 1)
     assert_same(compiled(marked), marked + 2)
     assert_same(compiled(plain), plain + 1)
+
+
+# -- weak references ------------------------------------------------------------------------------------
+import gc  # noqa: E402
+import weakref  # noqa: E402
+
+
+def made_weakref(x, y):
+    ref = weakref.ref(x)
+    return ref() * y, ref() is x
+
+
+def returns_weakref(x):
+    return weakref.ref(x), x + 1
+
+
+def dereferences(ref, y):
+    target = ref()
+    if target is not None:
+        return torch.sin(y) + target
+    return torch.cos(y)
+
+
+def test_weakref_made_in_captured_code():
+    x, y = torch.randn(4), torch.randn(4)
+    same_as_torch(made_weakref, x, y, fullgraph=True)
+    ref, _ = kiln.compile(returns_weakref, backend="eager", fullgraph=True)(x)
+    assert type(ref) is weakref.ReferenceType and ref() is x
+
+
+def test_weakref_argument_read_again_on_every_call():
+    kiln.reset()
+    compiled = kiln.compile(dereferences, backend="eager", fullgraph=True)
+    weight, y = torch.randn(4), torch.randn(4)
+    ref = weakref.ref(weight)
+    same_as_torch(dereferences, ref, y, fullgraph=True)
+    assert_same(compiled(ref, y), torch.sin(y) + weight)
+    del weight
+    gc.collect()
+    assert_same(compiled(ref, y), torch.cos(y))

@@ -19,7 +19,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
-from kiln.capture.output import AttrWrite
+from kiln.capture.output import AttrDelete, AttrWrite
 from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource
 
 _MISSING = object()
@@ -92,8 +92,14 @@ def _plain(tx, fn):
 def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     obj, source = v.value, v.source
     overlay = tx.out.__dict__.setdefault("attr_overlay", {})
-    if (overlay_id(obj), name) in overlay:
+    deleted = overlay.get((overlay_id(obj), name)) is DELETED
+    if (overlay_id(obj), name) in overlay and not deleted:
         return overlay[(overlay_id(obj), name)]
+    if deleted:   # `del obj.name` in this frame: the class's attribute, if any, shows through
+        entry = class_lookup(type(obj), name)
+        if entry is _MISSING:
+            tx.raise_(AttributeError, f"{type(obj).__name__!r} object has no attribute {name!r}")
+        return bind_class_entry(tx, entry, v, type(obj), name)
     if isinstance(obj, types.ModuleType):
         if not hasattr(obj, name):
             tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
@@ -513,7 +519,33 @@ def delattr_var(tx, obj: V.Variable, name: str):
             tx.raise_(AttributeError, name)
         del obj.attrs[name]
         return
+    if isinstance(obj, V.ObjectVar) and obj.source is not None and _plain_instance(obj.value):
+        # the program's own object: gone from the frame's view now, deleted from the object after the graph
+        key = (overlay_id(obj.value), name)
+        overlay = tx.out.__dict__.setdefault("attr_overlay", {})
+        present = overlay[key] is not DELETED if key in overlay else name in obj.value.__dict__
+        if key not in overlay:
+            from kiln.capture.guards import Guard, GuardKind
+            tx.out.guard(Guard(GuardKind.PRESENT if present else GuardKind.ABSENT, AttrSource(obj.source, "__dict__"),
+                               name))
+        if not present:
+            tx.raise_(AttributeError, name)
+        overlay[key] = DELETED
+        tx.out.side_effects.append(AttrDelete(obj, name))
+        return
     raise tx.unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__}")
+
+
+DELETED = object()   # in the frame's attribute overlay: an attribute `del obj.name` removed
+
+
+def _plain_instance(obj) -> bool:
+    """An instance of a Python class keeping its attributes in a plain `__dict__`, with no
+    `__delattr__` or descriptors of its own in the way (not a module, class, or nn.Module)."""
+    cls = type(obj)
+    return isinstance(getattr(obj, "__dict__", None), dict) and not isinstance(obj, (type, types.ModuleType,
+                                                                                     torch.nn.Module)) \
+        and class_lookup(cls, "__delattr__") is object.__delattr__
 
 
 # -- containers that are real objects (nn.ModuleList and friends) ------------------------------------

@@ -38,6 +38,13 @@ class AttrWrite:
 
 
 @dataclasses.dataclass(frozen=True)
+class AttrDelete:
+    """`del target.name` of the program's own object."""
+    target: V.Variable
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CellWrite:
     """A write into a cell of an existing function (`nonlocal x; x = ...`)."""
     cell: V.Cell

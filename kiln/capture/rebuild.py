@@ -19,7 +19,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import in_field_order, is_model_output
 from kiln.capture.views import items_of
-from kiln.capture.output import AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
+from kiln.capture.output import AttrDelete, AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
 class CannotRebuild(Exception):
@@ -196,6 +196,8 @@ class Rebuilder:
         if isinstance(effect, AttrWrite):
             store = self.const(object.__setattr__) if effect.past_hook else "setattr"
             return [f"{store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+        if isinstance(effect, AttrDelete):
+            return [f"delattr({self.expr(effect.target)}, {effect.name!r})"]
         if isinstance(effect, CellWrite):
             return [f"{self.const(effect.cell.real)}.cell_contents = {self.expr(effect.value)}"]
         if isinstance(effect, GlobalWrite):

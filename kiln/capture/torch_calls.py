@@ -110,7 +110,7 @@ def _object_to_fx(tx, v):
         return _constant_to_fx(tx, v)
     if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:
         return _PYTHON_DTYPES[v.value]  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads
-    if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
+    if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None), type(Ellipsis))) \
             or is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")

@@ -338,3 +338,33 @@ def test_weakref_argument_read_again_on_every_call():
     del weight
     gc.collect()
     assert_same(compiled(ref, y), torch.cos(y))
+
+
+# -- del obj.attr of the program's own object -----------------------------------------------------------
+class Holder:
+    kind = "class"
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def deletes_attributes(x, obj):
+    del obj.a
+    obj.c = x + 1
+    del obj.c
+    obj.kind = "instance"
+    del obj.kind            # the class attribute shows through again
+    made = Holder(x + 2, x + 3)
+    del made.b
+    return x * 2 if hasattr(obj, "a") else x + 1, obj.kind, hasattr(obj, "c"), made
+
+
+def test_del_of_an_attribute_of_the_program_s_object():
+    x = torch.zeros(2)
+    expected_obj, got_obj = Holder(x, x), Holder(x, x)
+    expected = deletes_attributes(x, expected_obj)
+    kiln.reset()
+    got = kiln.capture.capture(deletes_attributes, Recorder(), CaptureConfig(fullgraph=True))(x, got_obj)
+    assert_same(got[:3], expected[:3])
+    assert vars(got_obj).keys() == vars(expected_obj).keys() == {"b"}
+    assert vars(got[3]).keys() == {"a"}

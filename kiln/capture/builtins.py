@@ -12,6 +12,7 @@ import builtins
 import dataclasses
 import functools
 import operator
+import os
 import re
 import types
 import typing
@@ -381,7 +382,11 @@ _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dt
               type(None), re.Pattern, re.Match)
 
 
+_PURE_FUNCTIONS = {os.fspath}   # pure on the constants (str, bytes) folding hands them
+
+
 def PURE_CALLABLES(fn) -> bool:
     """C callables safe to run at capture time on constant arguments."""
     owner = getattr(fn, "__self__", None)
-    return getattr(owner, "__name__", None) in _PURE_MODULES or isinstance(owner, _IMMUTABLE)
+    return getattr(owner, "__name__", None) in _PURE_MODULES or isinstance(owner, _IMMUTABLE) or \
+        fn in _PURE_FUNCTIONS

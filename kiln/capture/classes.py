@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import enum
 import types
+import typing
 import weakref
 
 import torch
@@ -278,6 +279,8 @@ def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
         return fn(tx, cls, args, kwargs)
     if (cls.__module__.rpartition(".")[2], cls.__qualname__) in _GETITEM_TO_INDEX_CONTEXTS and not args and not kwargs:
         return V.ContextVar("getitem_to_index", ())
+    if typing.is_typeddict(cls):   # a TypedDict class makes a plain dict (and refuses issubclass)
+        return tx.call(V.ObjectVar(dict), args, kwargs)
     for matches, fn in _CLASS_KINDS:
         if matches(cls):
             if fn is None:

@@ -172,6 +172,10 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         return list(v.items)
     if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
         return [V.Constant(x) for x in v.value]
+    if isinstance(v, V.Constant) and isinstance(v.value, types.MappingProxyType):
+        # a read-only view folded at trace time (`inspect.signature(fn).parameters`): its keys
+        from kiln.capture.builder import wrap
+        return [wrap(tx.out, k, None) for k in v.value]
     if isinstance(v, V.Constant) and not hasattr(type(v.value), "__iter__") and \
             not hasattr(type(v.value), "__getitem__"):
         tx.raise_(TypeError, f"'{type(v.value).__name__}' object is not iterable")

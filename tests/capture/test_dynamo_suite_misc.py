@@ -368,3 +368,30 @@ def test_del_of_an_attribute_of_the_program_s_object():
     assert_same(got[:3], expected[:3])
     assert vars(got_obj).keys() == vars(expected_obj).keys() == {"b"}
     assert vars(got[3]).keys() == {"a"}
+
+
+# -- TypedDict classes, os.fspath, a signature's parameters --------------------------------------------
+import inspect  # noqa: E402
+import os  # noqa: E402
+from typing import TypedDict  # noqa: E402
+
+
+class Inputs(TypedDict):
+    kind: str
+    data: torch.Tensor
+
+
+def _target(a, b):
+    return a
+
+
+def builds_typed_dict_and_reads_signature(x, y):
+    obj = Inputs(kind="pixels", data=y)
+    out = x * obj["data"]
+    obj["data"] = 3
+    names = [n for n in inspect.signature(_target).parameters]
+    return out * obj["data"], type(obj).__name__, names, os.fspath("."), len(set(inspect.signature(_target).parameters))
+
+
+def test_typed_dict_fspath_and_signature_parameters():
+    same_as_torch(builds_typed_dict_and_reads_signature, torch.randn(4), torch.randn(4), fullgraph=True)

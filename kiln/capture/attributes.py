@@ -385,7 +385,23 @@ _GETATTR = {
     V.GeneratorVar: _getattr_container,
     V.IteratorVar: _getattr_iterator,
     V.LazyIteratorVar: _getattr_iterator,
+    V.PartialVar: lambda tx, v, name: _getattr_partial(tx, v, name),
 }
+
+
+def _getattr_partial(tx, v: V.PartialVar, name: str) -> V.Variable:
+    """`functools.partial`'s own attributes: `func`, `args`, `keywords`; it has no `__name__`."""
+    if name == "func":
+        return v.fn
+    if name == "args":
+        return V.TupleVar(list(v.args))
+    if name == "keywords":
+        return V.DictVar(dict(v.kwargs))
+    if name == "__class__":
+        return V.ObjectVar(v.python_type())
+    if name in ("__name__", "__qualname__", "__code__", "__defaults__", "__wrapped__"):
+        tx.raise_(AttributeError, f"'functools.partial' object has no attribute {name!r}")
+    raise tx.unsupported(f"reading attribute {name!r} of a partial")
 
 
 def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:

@@ -162,6 +162,10 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, type) and \
+            value.__name__ in ("__subclasses__", "mro") and not args and not kwargs:
+        # a class's hierarchy, read at trace time (as torch's compiler reads it): a new list of classes
+        return wrap(tx.out, value(), None)
     if isinstance(value, types.MethodWrapperType) and value.__name__ in _SLOT_BUILTINS and not kwargs:
         # `range(3).__iter__()`, `s.__len__()`: a slot of a builtin's value read as a bound
         # method; calling it is the builtin operation on the value, where capture models the value

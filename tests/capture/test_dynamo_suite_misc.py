@@ -395,3 +395,39 @@ def builds_typed_dict_and_reads_signature(x, y):
 
 def test_typed_dict_fspath_and_signature_parameters():
     same_as_torch(builds_typed_dict_and_reads_signature, torch.randn(4), torch.randn(4), fullgraph=True)
+
+
+# -- a class's hierarchy; a partial's attributes ---------------------------------------------------------
+import functools  # noqa: E402
+
+
+class Base:
+    pass
+
+
+class Derived(Base):
+    pass
+
+
+def _add(x, y):
+    return x + y
+
+
+_add_four = functools.partial(_add, y=4)
+
+
+def reads_hierarchy_and_partial(x):
+    subs = Base.__subclasses__()
+    return (x + len(subs), subs[0] is Derived, hasattr(_add_four, "__name__"),
+            _add_four.func is _add, _add_four.keywords["y"], functools.partial(_add, x).args[0] + 1)
+
+
+def test_class_hierarchy_and_partial_attributes():
+    same_as_torch(reads_hierarchy_and_partial, torch.randn(2), fullgraph=True)
+
+
+def test_mro_read_at_trace_time():   # torch's compiler refuses type.mro(); kiln reads it
+    def reads_mro(x):
+        return x + (Derived.mro()[1] is Base)
+    x = torch.randn(2)
+    assert_same(kiln.compile(reads_mro, backend="eager", fullgraph=True)(x), reads_mro(x))

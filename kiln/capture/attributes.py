@@ -447,7 +447,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         else:
             obj.attrs[name] = value
         return
-    if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
+    if isinstance(obj, V.ObjectVar) and (obj.source is not None or isinstance(obj.value, types.ModuleType)) and \
+            not isinstance(obj.value, type):   # a module kiln reads unguarded is written through a constant
         viewed = _viewed_dict(tx, obj.value)
         if viewed is not None:
             viewed.items[name] = value

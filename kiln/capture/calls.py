@@ -157,7 +157,9 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         return _fold_or_graph(tx, value, args, kwargs)
     if isinstance(value, types.FunctionType):
         return _call_function(tx, _function(value), args, kwargs)
-    if _is_diagnostics_call(value, args):
+    if _is_diagnostics_call(value, args) or value is getattr(warnings, "_filters_mutated", None):
+        # (warnings' filter-cache reset, which `catch_warnings` calls with its filter writes, which
+        # are replayed after the graph too, in order)
         return _defer_call(tx, value, args, kwargs)
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__

@@ -431,3 +431,23 @@ def test_mro_read_at_trace_time():   # torch's compiler refuses type.mro(); kiln
         return x + (Derived.mro()[1] is Base)
     x = torch.randn(2)
     assert_same(kiln.compile(reads_mro, backend="eager", fullgraph=True)(x), reads_mro(x))
+
+
+# -- warnings.catch_warnings inside captured code (module attribute writes) --------------------------
+def catches_warnings(x):
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        warnings.warn("inside")
+        y = x.sin()
+    return y, log
+
+
+def test_catch_warnings_in_captured_code():
+    x = torch.randn(3)
+    filters_before = list(warnings.filters)
+    expected, expected_log = catches_warnings(x)
+    kiln.reset()
+    got, log = kiln.compile(catches_warnings, backend="eager", fullgraph=True)(x)
+    assert_same(got, expected)
+    assert [str(w.message) for w in log] == [str(w.message) for w in expected_log] == ["inside"]
+    assert warnings.filters == filters_before   # restored (a list equal to it: module reads are copies)

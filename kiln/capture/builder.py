@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln.capture import controls
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.output import OutputGraph
@@ -98,7 +99,7 @@ def _guard(out, kind, source, expected):
 
 
 def _wrap_constant(out, value, source):
-    if type(value) is int and source is not None and source in out.dynamic_ints:
+    if type(value) is int and source is not None and (source in out.dynamic_ints or controls.configured_dynamic(source)):
         return out.int_input(value, source)
     _guard(out, GuardKind.CONST, source, value)
     return V.Constant(value, source=source)

@@ -94,6 +94,28 @@ def capture_scalar_outputs() -> bool:
     return bool(getattr(config, "capture_scalar_outputs", False))
 
 
+def configured_dynamic(source, ndim: int | None = None) -> tuple[int, ...]:
+    """What `torch.compiler.config.dynamic_sources` marks dynamic of an argument, from its first
+    compile (even under dynamic=False, as torch.compile reads it): a comma-separated list of
+    patterns matched (`re.match`, or equal) against torch's name of the argument, `L['x']`, each
+    with an optional `:N` for one dim. For a tensor (`ndim` given) the dims so marked; for an int,
+    `(0,)` when it is marked; `()` otherwise. Only the frame's own arguments have such names here."""
+    import re
+    from kiln.capture.sources import LocalSource
+    config = sys.modules.get("torch.compiler.config")
+    text = getattr(config, "dynamic_sources", "") or ""
+    if not text or not isinstance(source, LocalSource):
+        return ()
+    name, dims = f"L['{source.name}']", set()
+    for entry in text.replace(" ", "").split(","):
+        pattern, _, dim = entry.partition(":") if re.fullmatch(r".*:\d+", entry) else (entry, "", "")
+        if entry and (pattern == name or re.match(pattern, name)):
+            if ndim is None:
+                return (0,)
+            dims |= {int(dim)} if dim else set(range(ndim))
+    return tuple(sorted(d for d in dims if ndim is None or d < ndim))
+
+
 # -- torch.compiler.allow_in_graph -----------------------------------------------------------------
 def allowed_in_graph(fn: Any) -> bool:
     """Whether `torch.compiler.allow_in_graph(fn)` registered `fn` (outside torch): one node of the graph."""

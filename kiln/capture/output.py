@@ -186,6 +186,9 @@ class OutputGraph:
             dims = tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
                          or source not in known and value.size(d) in sizes
                          or tokens and (d > 0 or value.dim() == 1))
+        configured = controls.configured_dynamic(source, value.dim())
+        if configured:
+            dims = tuple(d for d in range(value.dim()) if d in dims or d in configured)
         if marks is controls.NO_MARKS:
             return dims
         return tuple(d for d in range(value.dim()) if (d in dims or d in marks.dynamic) and d not in marks.static)

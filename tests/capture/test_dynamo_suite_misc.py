@@ -451,3 +451,22 @@ def test_catch_warnings_in_captured_code():
     assert_same(got, expected)
     assert [str(w.message) for w in log] == [str(w.message) for w in expected_log] == ["inside"]
     assert warnings.filters == filters_before   # restored (a list equal to it: module reads are copies)
+
+
+# -- torch.compiler.config.dynamic_sources ---------------------------------------------------------------
+def scales(n, y):
+    return y * n
+
+
+def test_dynamic_sources_make_arguments_symbolic_from_the_first_compile():
+    with torch.compiler.config.patch(dynamic_sources="L\\['n.*'\\], L['y']"):
+        for dynamic in (None, False):   # the config wins over dynamic=False, as under torch.compile
+            theirs, ours = Recorder(), Recorder()
+            torch._dynamo.reset()
+            kiln.reset()
+            compiled_t = torch.compile(scales, backend=theirs, dynamic=dynamic)
+            compiled_k = kiln.capture.capture(scales, ours, CaptureConfig(dynamic=dynamic))
+            for n in (2, 3, 4):
+                y = torch.randn(n)
+                assert_same(compiled_k(n, y), compiled_t(n, y))
+            assert len(ours.graphs) == len(theirs.graphs) == 1

@@ -39,6 +39,9 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
         return wrap(out, original, None)
     if isinstance(value, _MUTABLE_CONTAINERS):
         return _wrap_container(out, value, source)
+    if type(value).__module__ == "numpy":
+        from kiln.capture.callables import handler_for
+        handler_for(None)   # loads the call families: numpy_calls registers NumPy arrays' wrapper
     for cls in type(value).__mro__:
         fn = _WRAPPERS.get(cls)
         if fn is not None:

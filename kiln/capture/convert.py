@@ -304,7 +304,8 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
     src = (f"def __make({', '.join(bindings)}):\n"
            f"    def {name}({params}):\n{text}\n"
            f"    return {name}\n")
-    namespace: dict = {"__kiln_keys": KEYS}   # [Note: keys printed by reference] (sources.py)
+    # [Note: keys printed by reference] and NumpyTensorSource (sources.py)
+    namespace: dict = {"__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, filename, "exec"), namespace)
     fn = namespace["__make"](*bindings.values())
     fn.__kiln_source__ = src

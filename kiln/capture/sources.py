@@ -157,6 +157,17 @@ class TypeSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class NumpyTensorSource(Source):
+    """`torch.from_numpy(base)`: the tensor view of a NumPy array the frame reads, the graph's input
+    for it ([Note: NumPy as torch ops] in numpy_calls.py). `__kiln_from_numpy` is bound wherever
+    kiln execs generated code, as `__kiln_keys` is."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"__kiln_from_numpy({self.base.expr()})"
+
+
+@dataclasses.dataclass(frozen=True)
 class WeakRefCallSource(Source):
     """`base()`: what a weak reference the frame reads refers to now (None once it died)."""
     base: Source

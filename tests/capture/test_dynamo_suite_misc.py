@@ -470,3 +470,24 @@ def test_dynamic_sources_make_arguments_symbolic_from_the_first_compile():
                 y = torch.randn(n)
                 assert_same(compiled_k(n, y), compiled_t(n, y))
             assert len(ours.graphs) == len(theirs.graphs) == 1
+
+
+# -- NumPy array arguments are graph inputs ------------------------------------------------------------------
+import numpy as np  # noqa: E402
+
+
+def numpy_on_an_argument(a, x):
+    rows = [r * 2 for r in a]
+    return a.size + a, (a * 5).astype(bool).astype(float).astype(int) + 8, rows, x + torch.from_numpy(a)
+
+
+def returns_its_array(a):
+    return a
+
+
+def test_numpy_array_arguments_are_graph_inputs():
+    a = np.arange(6.0).reshape(3, 2)
+    got = same_as_torch(numpy_on_an_argument, a, torch.ones(3, 2), fullgraph=True)
+    assert type(got[0]) is np.ndarray and [type(r) for r in got[2]] == [np.ndarray] * 3
+    kiln.reset()
+    assert kiln.compile(returns_its_array, backend="eager", fullgraph=True)(a) is a

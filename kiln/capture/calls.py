@@ -33,7 +33,8 @@ from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
 from kiln.capture.sources import AttrSource, GlobalSource, WeakRefCallSource
-from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method, to_fx
+from kiln.capture.torch_calls import (FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
+                                     tensor_of_tensors, to_fx)
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
@@ -151,6 +152,10 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     if is_tensor_method(value):
         if args and isinstance(args[0], V.TensorVar):
             return tensor_method(tx, value.__name__, args, kwargs)
+    if value is torch.tensor:
+        made = tensor_of_tensors(tx, args, kwargs)
+        if made is not None:
+            return made
     if is_torch_op(value):
         return call_torch(tx, "call_function", value, args, kwargs)
     if isinstance(value, types.BuiltinMethodType) and PURE_CALLABLES(value):

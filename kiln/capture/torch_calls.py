@@ -326,6 +326,34 @@ def _own_attribute(tx, t: V.TensorVar, name: str) -> V.Variable | None:
     return wrap(tx.out, own[name], AttrSource(t.source, name)) if name in own else None
 
 
+def tensor_of_tensors(tx, args: list, kwargs: dict) -> V.Variable | None:
+    """`torch.tensor([t0, t1])` of 0-d tensors (nested lists of them, of one dtype): the values
+    copied, as `torch.stack` of them detached, in the dtype asked for or theirs (what
+    torch.tensor reads from them, without handing their data to Python). None for anything else,
+    which runs as torch.tensor."""
+    if len(args) != 1 or set(kwargs) - {"dtype"} or not isinstance(args[0], (V.ListVar, V.TupleVar)):
+        return None
+
+    def leaves(v):
+        if isinstance(v, (V.ListVar, V.TupleVar)):
+            return [leaf for item in v.items for leaf in leaves(item)] if v.items else [None]
+        return [v]
+    found = leaves(args[0])
+    if not all(isinstance(t, V.TensorVar) and t.example.dim() == 0 for t in found) or \
+            len({t.example.dtype for t in found}) != 1:
+        return None
+
+    def build(v):
+        if isinstance(v, V.TensorVar):
+            return v
+        return call_torch(tx, "call_function", torch.stack, [V.ListVar([build(i) for i in v.items])], {})
+    out = call_torch(tx, "call_method", "detach", [build(args[0])], {})
+    dtype = kwargs.get("dtype")
+    if dtype is not None and not (isinstance(dtype, V.Constant) and dtype.value is None):
+        out = call_torch(tx, "call_method", "to", [out, dtype], {})
+    return out
+
+
 def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
     """`args[0]` is the tensor."""
     self_var = args[0]

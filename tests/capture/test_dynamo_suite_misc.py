@@ -491,3 +491,16 @@ def test_numpy_array_arguments_are_graph_inputs():
     assert type(got[0]) is np.ndarray and [type(r) for r in got[2]] == [np.ndarray] * 3
     kiln.reset()
     assert kiln.compile(returns_its_array, backend="eager", fullgraph=True)(a) is a
+
+
+# -- torch.tensor of 0-d tensors ---------------------------------------------------------------------------
+def tensor_of_tensors(x, y):
+    return torch.tensor([x], dtype=torch.int64), torch.tensor((x * 2, y)) + 1
+
+
+def test_torch_tensor_of_zero_dim_tensors():
+    same_as_torch(tensor_of_tensors, torch.tensor(20), torch.tensor(3), fullgraph=True)
+    got = kiln.compile(lambda x, y: torch.tensor([[x, y], [y, x]]), backend="eager", fullgraph=True)(
+        torch.tensor(2.5, requires_grad=True), torch.tensor(1.0))
+    assert_same(got, torch.tensor([[2.5, 1.0], [1.0, 2.5]]))
+    assert not got.requires_grad

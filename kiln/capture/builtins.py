@@ -163,8 +163,16 @@ def _callable(tx, args, kwargs):
 
 @builtin(id)
 def _id(tx, args, kwargs):
-    if isinstance(args[0], V.ObjectVar):
-        return V.Constant(id(args[0].value))
+    """`id(obj)` of an object the frame reads is its id, guarded on that identity (a call with
+    another object compiles again, as under torch.compile's ID_MATCH)."""
+    from kiln.capture.guards import Guard, GuardKind
+    v = args[0]
+    real = v.value if isinstance(v, V.ObjectVar) else \
+        tx.out.input_values.get(v.node) if isinstance(v, V.TensorVar) and v.source is not None else None
+    if real is not None or isinstance(v, V.ObjectVar):
+        if v.source is not None:
+            tx.out.guard(Guard(GuardKind.ID, v.source, real))
+        return V.Constant(id(real))
     if isinstance(args[0], _ONE_TRACKER_PER_OBJECT) and args[0].source is None:
         # [Note: id of an object made in captured code] the object does not exist yet; its tracker
         # stands for it alone (one tracker per object made), so the tracker's id answers what

@@ -504,3 +504,21 @@ def test_torch_tensor_of_zero_dim_tensors():
         torch.tensor(2.5, requires_grad=True), torch.tensor(1.0))
     assert_same(got, torch.tensor([[2.5, 1.0], [1.0, 2.5]]))
     assert not got.requires_grad
+
+
+# -- id() of an object the frame reads is guarded --------------------------------------------------------
+class Owner:
+    def call(self, x, ref_id):
+        return torch.mul(x, 1.0) if id(self) == ref_id else torch.mul(x, 0)
+
+
+def test_id_of_an_argument_is_guarded():
+    kiln.reset()
+    compiled = kiln.compile(Owner.call, backend="eager", fullgraph=True)
+    x, first, second = torch.ones(2), Owner(), Owner()
+    assert_same(compiled(first, x, id(first)), torch.ones(2))
+    assert_same(compiled(second, x, id(first)), torch.zeros(2))   # another object: compiled again
+    y = torch.ones(2)
+    ids = kiln.compile(lambda t, ref: t + 1 if id(t) == ref else t - 1, backend="eager", fullgraph=True)
+    assert_same(ids(y, id(y)), y + 1)
+    assert_same(ids(x, id(y)), x - 1)

@@ -70,6 +70,8 @@ def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
         raise tx.unsupported(controls.disabled_message(real, mark))
     if controls.is_graph_break(real):
         raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
+    if controls.is_compiling_query(real):
+        return V.Constant(True)
     if controls.allowed_in_graph(real):
         if isinstance(real, types.FunctionType) and not _graph_arguments(tx, args, kwargs):
             # handed objects an FX node cannot take (a frozen dataclass of tensors, which torch's

@@ -67,6 +67,17 @@ def is_graph_break(fn: Any) -> bool:
     return package is not None and fn is getattr(package, "graph_break", None)
 
 
+def is_compiling_query(fn: Any) -> bool:
+    """Whether `fn` is one of torch's other `is_compiling()` queries (torch._utils', the one of
+    torch's `_dynamo` package): True inside captured code, as torch.compiler.is_compiling is
+    (torch_calls.FOLDED)."""
+    import torch
+    if fn is getattr(torch._utils, "is_compiling", None):
+        return True
+    external = sys.modules.get("torch._dynamo.external_utils")
+    return external is not None and fn is getattr(external, "is_compiling", None)
+
+
 def disabled_message(fn: Any, mark: Disabled) -> str:
     name = getattr(mark.original, "__qualname__", None) or getattr(fn, "__qualname__", None) or repr(fn)
     why = f" (reason: {mark.reason})" if mark.reason else ""

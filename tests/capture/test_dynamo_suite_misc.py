@@ -522,3 +522,18 @@ def test_id_of_an_argument_is_guarded():
     ids = kiln.compile(lambda t, ref: t + 1 if id(t) == ref else t - 1, backend="eager", fullgraph=True)
     assert_same(ids(y, id(y)), y + 1)
     assert_same(ids(x, id(y)), x - 1)
+
+
+# -- every is_compiling() query of torch's answers True inside captured code ------------------------------
+def test_every_is_compiling_query_is_true_in_captured_code():
+    queries = [torch._dynamo.is_compiling, torch._utils.is_compiling, torch.compiler.is_compiling,
+               torch.compiler.is_dynamo_compiling]
+    for query in queries:
+        def fn(x, query=query):
+            return x + 1 if query() else x - 1
+        x = torch.zeros(2)
+        torch._dynamo.reset()
+        kiln.reset()
+        assert_same(fn(x), x - 1)
+        assert_same(torch.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
+        assert_same(kiln.compile(fn, backend="eager", fullgraph=True)(x), x + 1)

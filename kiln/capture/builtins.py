@@ -87,7 +87,29 @@ def _isinstance(tx, args, kwargs):
         return V.Constant(isinstance(iter(()), cls) or cls in (types.GeneratorType,))
     if isinstance(obj, V.TensorVar):
         return V.Constant(_tensor_is_instance(obj, t, cls))
+    checks = [c for c in (cls if isinstance(cls, tuple) else (cls,)) if _python_instancecheck(c) is not None]
+    if checks:   # a metaclass written in Python decides (after the exact-type shortcut Python takes)
+        from kiln.capture.attributes import _function
+        from kiln.capture.semantics import truth
+        for c in (cls if isinstance(cls, tuple) else (cls,)):
+            check = _python_instancecheck(c)
+            if t is c or (check is None and issubclass(t, c)) or \
+                    check is not None and truth(tx, tx.call(_function(check), [V.ObjectVar(c), obj])):
+                return V.Constant(True)
+        return V.Constant(False)
     return V.Constant(issubclass(t, cls))
+
+
+def _python_instancecheck(cls):
+    """The `__instancecheck__` a class's metaclass defines in Python, or None (type's, ABCMeta's)."""
+    if not isinstance(cls, type):
+        return None
+    for klass in type(cls).__mro__:
+        if "__instancecheck__" in klass.__dict__:
+            check = klass.__dict__["__instancecheck__"]
+            return check if isinstance(check, types.FunctionType) and klass.__module__ not in ("abc", "typing") \
+                and not klass.__module__.startswith("torch") else None
+    return None
 
 
 def _tensor_is_instance(obj: V.TensorVar, t: type, cls) -> bool:

@@ -537,3 +537,55 @@ def test_every_is_compiling_query_is_true_in_captured_code():
         assert_same(fn(x), x - 1)
         assert_same(torch.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
         assert_same(kiln.compile(fn, backend="eager", fullgraph=True)(x), x + 1)
+
+
+# -- a metaclass's own __instancecheck__; __bool__ must return a bool ------------------------------------
+class AcceptsAll(type):
+    def __instancecheck__(cls, instance):
+        return True
+
+
+class Anything(metaclass=AcceptsAll):
+    pass
+
+
+class Unrelated:
+    pass
+
+
+def checks_instances(x, obj):
+    return x + 1 if isinstance(obj, Anything) else x - 1, isinstance(3, Unrelated)
+
+
+def checks_instances_of_a_tuple(x, obj):
+    return isinstance(obj, (int, Anything)), isinstance(obj, (int, Unrelated)), isinstance(obj, (int, str))
+
+
+def test_metaclass_instancecheck_decides():
+    same_as_torch(checks_instances, torch.zeros(2), Unrelated(), fullgraph=True)
+    # (torch.compile answers False for the tuple holding the metaclass's class, eager True)
+    args = (torch.zeros(2), Unrelated())
+    kiln.reset()
+    got = kiln.compile(checks_instances_of_a_tuple, backend="eager", fullgraph=True)(*args)
+    assert got == checks_instances_of_a_tuple(*args) == (True, True, False)
+
+
+class FloatBool:
+    def __bool__(self):
+        return 1.2
+
+
+def branches_on(x, obj):
+    return x + 1 if obj else x - 1
+
+
+def test_bool_returning_a_float_raises_type_error():
+    kiln.reset()
+    compiled = kiln.compile(branches_on)
+    for call in (lambda: branches_on(torch.zeros(2), FloatBool()), lambda: compiled(torch.zeros(2), FloatBool())):
+        try:
+            call()
+        except TypeError as e:
+            assert "__bool__ should return bool, returned float" in str(e)
+        else:
+            raise AssertionError("TypeError not raised")

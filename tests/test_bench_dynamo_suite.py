@@ -1,6 +1,7 @@
 """The Dynamo-suite runner (kiln.bench.dynamo_suite) classifies each outcome class
 ([Note: outcome classes]) on a synthetic test file written in Dynamo's test style: no network, no
 cache."""
+import sys
 import textwrap
 
 import pytest
@@ -126,3 +127,33 @@ def test_file_timeout_keeps_the_outcomes_that_ran(tmp_path):
     outcomes = dynamo_suite.run_in_subprocess("test_hangs.py", str(path), "torch", timeout_s=20)
     assert [(o.test, o.outcome) for o in outcomes] == [("Cases.test_a_pass", "pass"), ("<file>", "error-other")]
     assert "ran past 20s" in outcomes[-1].reason
+
+
+HELPER = textwrap.dedent('''
+    import contextlib
+
+    installed = []
+
+
+    @contextlib.contextmanager
+    def install_guard_manager_testing_hook(hook_fn):
+        installed.append(hook_fn)
+        try:
+            yield
+        finally:
+            installed.pop()
+''')
+
+
+def test_helper_hook_gets_the_arguments_it_takes(tmp_path, monkeypatch):
+    # test_repros.py's hook takes (guard_manager, f_locals); torch 2.13 also passes the builder
+    (tmp_path / "utils.py").write_text(HELPER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "utils", raising=False)
+    dynamo_suite.install_helper_compat(str(tmp_path))
+    import utils
+    seen = []
+    with utils.install_guard_manager_testing_hook(lambda manager, f_locals: seen.append((manager, f_locals))):
+        utils.installed[-1]("manager", {"x": 1}, "builder")
+    assert seen == [("manager", {"x": 1})]
+    monkeypatch.delitem(sys.modules, "utils", raising=False)

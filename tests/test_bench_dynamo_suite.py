@@ -120,6 +120,27 @@ HANGS = textwrap.dedent('''
             pass
 ''')
 
+LAST_IS_INTERNAL = textwrap.dedent('''
+    import unittest
+
+    import torch._dynamo.utils
+
+
+    class Cases(unittest.TestCase):
+        def test_a_pass(self):
+            pass
+
+        def test_z_internals(self):
+            torch._dynamo.utils.counters["stats"]
+''')
+
+
+def test_every_outcome_reaches_the_parent_the_last_one_included(tmp_path):
+    path = tmp_path / "test_last.py"
+    path.write_text(LAST_IS_INTERNAL)
+    outcomes = dynamo_suite.run_in_subprocess("test_last.py", str(path), "torch")
+    assert [(o.test, o.outcome) for o in outcomes] == [("Cases.test_a_pass", "pass"), ("Cases.test_z_internals", "n/a")]
+
 
 def test_file_timeout_keeps_the_outcomes_that_ran(tmp_path):
     path = tmp_path / "test_hangs.py"

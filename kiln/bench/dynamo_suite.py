@@ -360,10 +360,18 @@ def run_file(name: str, path: str, compiler: str, emit=None) -> list[TestOutcome
     result = ClassifyingResult(name, path)
     signal.signal(signal.SIGALRM, _timeout)
     emitted: list[str] = []
+
+    def flush():   # hand on the outcomes recorded since the last call
+        for key in list(result.outcomes)[len(emitted):]:
+            emit(result.outcomes[key])
+            emitted.append(key)
+    if emit is None:
+        flush = lambda: None   # noqa: E731
     for test in _flatten(unittest.defaultTestLoader.loadTestsFromModule(module)):
         why = internals_reason(test)
         if why:
             result.addSkip(test, f"n/a: {why}")
+            flush()
             continue
         signal.alarm(TEST_TIMEOUT_S)
         try:
@@ -378,10 +386,7 @@ def run_file(name: str, path: str, compiler: str, emit=None) -> list[TestOutcome
                         again.outcomes[name], reason=f"after a count assertion failed: {again.outcomes[name].reason}")
         finally:
             signal.alarm(0)
-        if emit:
-            for key in list(result.outcomes)[len(emitted):]:
-                emit(result.outcomes[key])
-                emitted.append(key)
+        flush()
     return list(result.outcomes.values())
 
 

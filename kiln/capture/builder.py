@@ -117,7 +117,12 @@ def _wrap_sequence(out, value, source):
         return _wrap_constant(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
-    items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+    base = list if isinstance(value, list) else tuple
+    own_getitem = any("__getitem__" in klass.__dict__ for klass in type(value).__mro__[:type(value).__mro__.index(base)])
+    # a tuple subclass's own `__getitem__` (a namedtuple slicing its fields) is not how guards and
+    # graph inputs read its items: the builtin's lookup is
+    item = (lambda i: BuiltinItemSource(source, i, base.__name__)) if own_getitem else (lambda i: ItemSource(source, i))
+    items = [wrap(out, v, item(i) if source else None) for i, v in enumerate(value)]
     if isinstance(value, list):
         return V.ListVar(items, type(value), source=source)
     return V.TupleVar(items, type(value), source=source)

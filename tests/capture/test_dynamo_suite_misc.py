@@ -589,3 +589,27 @@ def test_bool_returning_a_float_raises_type_error():
             assert "__bool__ should return bool, returned float" in str(e)
         else:
             raise AssertionError("TypeError not raised")
+
+
+# -- a tuple subclass's own __getitem__ is not how its items are read as inputs ---------------------------
+import typing  # noqa: E402
+
+
+class Sliced(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+    def __getitem__(self, index):
+        return Sliced(self.a[index], self.b[index])
+
+
+def reads_fields(pair):
+    return pair.a + 1, pair.b * 2
+
+
+def test_namedtuple_with_its_own_getitem_as_an_argument():
+    kiln.reset()
+    compiled = kiln.compile(reads_fields, backend="eager", fullgraph=True)
+    for _ in range(2):   # the second call runs the guards, which read the items too
+        pair = Sliced(torch.randn(2), torch.randn(2))
+        assert_same(compiled(pair), reads_fields(pair))

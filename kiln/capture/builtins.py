@@ -65,6 +65,12 @@ def _len(tx, args, kwargs):
         return fold_call(tx, len, args, kwargs)
     if isinstance(v, V.ObjectVar) and isinstance(v.value, torch.nn.Module):
         return V.Constant(len(v.value))
+    if isinstance(v, V.ObjectVar) and type(v.value) in (dict, list, tuple, set, frozenset):
+        # a builtin container held whole (a table keyed by functions): its length, guarded where read
+        from kiln.capture.guards import Guard, GuardKind
+        if v.source is not None:
+            tx.out.guard(Guard(GuardKind.LEN, v.source, len(v.value)))
+        return V.Constant(len(v.value))
     if isinstance(v, V.ITERATORS):
         name = "iterator" if isinstance(v, V.IteratorVar) else v.python_type().__name__
         tx.raise_(TypeError, f"object of type {name!r} has no len()")

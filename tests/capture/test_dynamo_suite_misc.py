@@ -613,3 +613,19 @@ def test_namedtuple_with_its_own_getitem_as_an_argument():
     for _ in range(2):   # the second call runs the guards, which read the items too
         pair = Sliced(torch.randn(2), torch.randn(2))
         assert_same(compiled(pair), reads_fields(pair))
+
+
+# -- len() of a builtin container held whole --------------------------------------------------------------
+TABLE_BY_FUNCTION = {torch.sin: 1, torch.cos: 2, _add: 3}
+
+
+def scales_by_table_size(x, table):
+    return x * len(TABLE_BY_FUNCTION) + len(table)
+
+
+def test_len_of_a_container_held_whole():
+    kiln.reset()
+    compiled = kiln.compile(scales_by_table_size, backend="eager", fullgraph=True)
+    x = torch.randn(2)
+    for table in ({torch.sin: 1}, {torch.sin: 1, torch.cos: 2}):   # the argument's length is guarded
+        assert_same(compiled(x, table), scales_by_table_size(x, table))

@@ -537,6 +537,8 @@ def _concat(tx, a, b):
         if not issubclass(b.python_type(), list):
             tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
+    if isinstance(a, V.TupleVar) and a.cls is torch.Size:   # Size.__add__ gives a Size
+        return V.TupleVar(a.items + b.items, torch.Size)
     return V.TupleVar(a.items + b.items)
 
 

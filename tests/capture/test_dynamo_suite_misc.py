@@ -629,3 +629,27 @@ def test_len_of_a_container_held_whole():
     x = torch.randn(2)
     for table in ({torch.sin: 1}, {torch.sin: 1, torch.cos: 2}):   # the argument's length is guarded
         assert_same(compiled(x, table), scales_by_table_size(x, table))
+
+
+# -- Size + Size is a Size; a builtin given keywords it does not take raises TypeError ---------------
+def adds_sizes(x):
+    y = x.size()
+    return y + y, y + (1,)
+
+
+def test_size_plus_size_is_a_size():
+    got = same_as_torch(adds_sizes, torch.ones(2, 3))
+    assert type(got[0]) is torch.Size and type(got[1]) is torch.Size
+
+
+def test_builtin_called_with_keywords_it_does_not_take():
+    def fn(x):
+        return x.sin() if isinstance(x, torch.Tensor, invalid=True) else x
+    kiln.reset()
+    for call in (fn, kiln.compile(fn, backend="eager")):
+        try:
+            call(torch.randn(3))
+        except TypeError as e:
+            assert "isinstance() takes no keyword arguments" in str(e)
+        else:
+            raise AssertionError("TypeError not raised")

@@ -20,7 +20,8 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
 from kiln.capture.output import AttrDelete, AttrWrite
-from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource
+from kiln.capture.sources import (AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource,
+                                  TypeSource)
 
 _MISSING = object()
 
@@ -54,7 +55,9 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
             tx.raise_(AttributeError, f"property {name!r} has no getter")
         return tx.call(_plain(tx, entry.fget), [obj])
     if not hasattr(entry, "__get__") or isinstance(entry, (type, types.BuiltinFunctionType)):
-        return _wrap(tx, entry, None)  # a plain class attribute (a constant, a class, a builtin)
+        # a plain class attribute (a constant, a class, a builtin), read through the instance's
+        # class where the instance has a source, so the guards see a later `A.a = 5`
+        return _wrap(tx, entry, _class_entry_source(obj, cls, name))
     if isinstance(obj, V.ObjectVar):
         # C descriptors (slots, getset, method descriptors) of a real object: ask the object
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
@@ -68,6 +71,18 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
     if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
         return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
+
+
+def _class_entry_source(obj: V.Variable, cls: type, name: str):
+    """`type(obj).__mro__[i].__dict__[name]`: where `obj.name` found a class attribute, or None."""
+    if obj.source is None or not isinstance(cls, type):
+        return None
+    owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+    if owner is None or (isinstance(obj, V.ObjectVar) and type(obj.value) is not cls) or \
+            not isinstance(obj, V.ObjectVar) and obj.python_type() is not cls:
+        return None
+    mro = ItemSource(AttrSource(TypeSource(obj.source), "__mro__"), cls.__mro__.index(owner))
+    return DictEntrySource(mro, "__dict__", name)
 
 
 def overlay_id(obj) -> int:

@@ -653,3 +653,29 @@ def test_builtin_called_with_keywords_it_does_not_take():
             assert "isinstance() takes no keyword arguments" in str(e)
         else:
             raise AssertionError("TypeError not raised")
+
+
+# -- a class attribute read through an instance is guarded ----------------------------------------------
+class Scale:
+    factor = 4
+
+    def apply(self, x):
+        return x * self.factor
+
+
+class SubScale(Scale):
+    def apply(self, x):
+        return super().apply(x) + super().factor
+
+
+def test_class_attribute_change_is_seen():
+    kiln.reset()
+    obj, x = SubScale(), torch.ones(2)
+    compiled = kiln.compile(obj.apply, backend="eager", fullgraph=True)
+    assert_same(compiled(x), obj.apply(x))
+    try:
+        Scale.factor = 5
+        assert_same(compiled(x), obj.apply(x))
+    finally:
+        Scale.factor = 4
+    assert_same(compiled(x), obj.apply(x))

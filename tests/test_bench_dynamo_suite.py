@@ -1,6 +1,7 @@
 """The Dynamo-suite runner (kiln.bench.dynamo_suite) classifies each outcome class
 ([Note: outcome classes]) on a synthetic test file written in Dynamo's test style: no network, no
 cache."""
+import sys
 import textwrap
 
 import pytest
@@ -99,3 +100,81 @@ def test_report_counts_each_class():
     text = dynamo_suite.report({"kiln": outcomes}, [("test_x.py", "abc123", "/nowhere")], "cmd")
     assert "| test_x.py | kiln | 9 | 1 | 1 | 2 | 1 | 1 | 1 | 1 | 1 | 14% |" in text
     assert "| fail-result | 2 | why N |" in text
+
+
+HANGS = textwrap.dedent('''
+    import signal
+    import time
+    import unittest
+
+
+    class Cases(unittest.TestCase):
+        def test_a_pass(self):
+            pass
+
+        def test_b_hang(self):
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)    # a hang the per-test alarm cannot end
+            time.sleep(600)
+
+        def test_c_never_runs(self):
+            pass
+''')
+
+LAST_IS_INTERNAL = textwrap.dedent('''
+    import unittest
+
+    import torch._dynamo.utils
+
+
+    class Cases(unittest.TestCase):
+        def test_a_pass(self):
+            pass
+
+        def test_z_internals(self):
+            torch._dynamo.utils.counters["stats"]
+''')
+
+
+def test_every_outcome_reaches_the_parent_the_last_one_included(tmp_path):
+    path = tmp_path / "test_last.py"
+    path.write_text(LAST_IS_INTERNAL)
+    outcomes = dynamo_suite.run_in_subprocess("test_last.py", str(path), "torch")
+    assert [(o.test, o.outcome) for o in outcomes] == [("Cases.test_a_pass", "pass"), ("Cases.test_z_internals", "n/a")]
+
+
+def test_file_timeout_keeps_the_outcomes_that_ran(tmp_path):
+    path = tmp_path / "test_hangs.py"
+    path.write_text(HANGS)
+    outcomes = dynamo_suite.run_in_subprocess("test_hangs.py", str(path), "torch", timeout_s=20)
+    assert [(o.test, o.outcome) for o in outcomes] == [("Cases.test_a_pass", "pass"), ("<file>", "error-other")]
+    assert "ran past 20s" in outcomes[-1].reason
+
+
+HELPER = textwrap.dedent('''
+    import contextlib
+
+    installed = []
+
+
+    @contextlib.contextmanager
+    def install_guard_manager_testing_hook(hook_fn):
+        installed.append(hook_fn)
+        try:
+            yield
+        finally:
+            installed.pop()
+''')
+
+
+def test_helper_hook_gets_the_arguments_it_takes(tmp_path, monkeypatch):
+    # test_repros.py's hook takes (guard_manager, f_locals); torch 2.13 also passes the builder
+    (tmp_path / "utils.py").write_text(HELPER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "utils", raising=False)
+    dynamo_suite.install_helper_compat(str(tmp_path))
+    import utils
+    seen = []
+    with utils.install_guard_manager_testing_hook(lambda manager, f_locals: seen.append((manager, f_locals))):
+        utils.installed[-1]("manager", {"x": 1}, "builder")
+    assert seen == [("manager", {"x": 1})]
+    monkeypatch.delitem(sys.modules, "utils", raising=False)

@@ -179,12 +179,52 @@ def install_kiln_shim() -> None:
 
 
 def install_compat() -> None:
-    """Names newer test files import that the installed torch lacks (a stub each, nothing more)."""
+    """Names the test files import that the installed torch lacks (a stub each, nothing more).
+
+    Newer files import names torch has not got yet; older ones (test_higher_order_ops.py,
+    test_repros.py at the commits the cache holds) import names torch has since renamed or dropped:
+    `HAS_CUDA` (whether CUDA and Triton are usable: False on this CPU build, so CUDA tests skip) and
+    `disable_translation_validation_if_dynamic_shapes` (a decorator that turns off Dynamo's own
+    translation validation: nothing to turn off for kiln, and off by default for torch)."""
     import enum
 
-    from torch.testing._internal import common_utils
+    import torch
+    from torch.testing._internal import common_utils, inductor_utils
     if not hasattr(common_utils, "HardwareClassification"):
         common_utils.HardwareClassification = enum.Enum("HardwareClassification", "GENERIC CPU CUDA")
+    if not hasattr(common_utils, "disable_translation_validation_if_dynamic_shapes"):
+        common_utils.disable_translation_validation_if_dynamic_shapes = lambda fn: fn
+    if not hasattr(inductor_utils, "HAS_CUDA"):
+        inductor_utils.HAS_CUDA = torch.cuda.is_available() and getattr(inductor_utils, "HAS_TRITON", False)
+
+
+def install_helper_compat(folder: str) -> None:
+    """The test folder's own helper module (`utils.py`), adapted to the installed torch where the
+    two disagree. test_repros.py's setUp installs a hook (Dynamo's self-check of its guard
+    managers: torch's compiler calls it, kiln's never does) written for `hook(guard_manager,
+    f_locals)`; torch 2.13 passes the guard builder as a third argument. The hook is handed the
+    arguments it takes, as the torch the file was written for handed them."""
+    if not os.path.exists(os.path.join(folder, "utils.py")):
+        return
+    import inspect
+
+    import utils as helper
+    install = getattr(helper, "install_guard_manager_testing_hook", None)
+    if install is None or getattr(install, "kiln_compat", False):
+        return
+
+    def adapted(hook_fn):
+        try:
+            params = inspect.signature(hook_fn).parameters.values()
+        except (TypeError, ValueError):
+            return install(hook_fn)
+        if any(p.kind is p.VAR_POSITIONAL for p in params):
+            return install(hook_fn)
+        n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        return install(lambda *args: hook_fn(*args[:n]))
+
+    adapted.kiln_compat = True
+    helper.install_guard_manager_testing_hook = adapted
 
 
 # --------------------------------------------------------------------------------------- worker
@@ -296,26 +336,42 @@ def _timeout(signum, frame):
     raise TimeoutError(f"test ran past {TEST_TIMEOUT_S}s")
 
 
-def run_file(name: str, path: str, compiler: str) -> list[TestOutcome]:
-    """Import one cached test file and run its tests under `compiler` (in this process)."""
+def run_file(name: str, path: str, compiler: str, emit=None) -> list[TestOutcome]:
+    """Import one cached test file and run its tests under `compiler` (in this process).
+
+    `emit`, if given, is called with each outcome as soon as its test has finished, so that a
+    parent which has to kill a file that runs too long keeps the outcomes of the tests that ran."""
     path = os.path.abspath(path)
     install_compat()
     if compiler == "kiln":
         install_kiln_shim()
     sys.path.insert(0, os.path.dirname(path))   # the files import their helper modules by name
+    install_helper_compat(os.path.dirname(path))
     spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        return [TestOutcome(name, "<import>", "error-other", f"{type(e).__name__}: {e}"[:200])]
+        outcome = TestOutcome(name, "<import>", "error-other", f"{type(e).__name__}: {e}"[:200])
+        if emit:
+            emit(outcome)
+        return [outcome]
     result = ClassifyingResult(name, path)
     signal.signal(signal.SIGALRM, _timeout)
+    emitted: list[str] = []
+
+    def flush():   # hand on the outcomes recorded since the last call
+        for key in list(result.outcomes)[len(emitted):]:
+            emit(result.outcomes[key])
+            emitted.append(key)
+    if emit is None:
+        flush = lambda: None   # noqa: E731
     for test in _flatten(unittest.defaultTestLoader.loadTestsFromModule(module)):
         why = internals_reason(test)
         if why:
             result.addSkip(test, f"n/a: {why}")
+            flush()
             continue
         signal.alarm(TEST_TIMEOUT_S)
         try:
@@ -330,6 +386,7 @@ def run_file(name: str, path: str, compiler: str) -> list[TestOutcome]:
                         again.outcomes[name], reason=f"after a count assertion failed: {again.outcomes[name].reason}")
         finally:
             signal.alarm(0)
+        flush()
     return list(result.outcomes.values())
 
 
@@ -340,19 +397,27 @@ def _flatten(suite):
 
 # ---------------------------------------------------------------------------------------- report
 
-def run_in_subprocess(name: str, path: str, compiler: str, timeout_s: int = 1800) -> list[TestOutcome]:
+def run_in_subprocess(name: str, path: str, compiler: str, timeout_s: int = 3600) -> list[TestOutcome]:
+    """Run one file in a worker process. The worker prints each outcome as its test finishes: a
+    file killed at `timeout_s` keeps the outcomes of the tests that ran, plus one error-other row
+    for the rest; a worker that dies keeps them too, plus one row saying how it died."""
     command = [sys.executable, "-m", "kiln.bench.dynamo_suite", "--worker", name, path, compiler]
     root = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return [TestOutcome(name, "<file>", "error-other", f"file ran past {timeout_s}s")]
-    rows = [json.loads(line[len("OUTCOME "):]) for line in done.stdout.splitlines() if line.startswith("OUTCOME ")]
-    if not rows:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [TestOutcome(name, "<file>", "error-other", f"worker exited {done.returncode}: {tail}"[:200])]
-    return [TestOutcome(**row) for row in rows]
+        stdout, stderr, died = done.stdout, done.stderr, done.returncode != 0
+        why = f"worker exited {done.returncode}"
+    except subprocess.TimeoutExpired as e:
+        decode = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        stdout, stderr, died = decode(e.stdout), decode(e.stderr), True
+        why = f"file ran past {timeout_s}s; the tests after the last one reported did not run"
+    rows = [json.loads(line[len("OUTCOME "):]) for line in stdout.splitlines() if line.startswith("OUTCOME ")]
+    outcomes = [TestOutcome(**row) for row in rows]
+    if died or not rows:
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        outcomes.append(TestOutcome(name, "<file>", "error-other", f"{why}: {tail}"[:200]))
+    return outcomes
 
 
 def group_reason(reason: str) -> str:
@@ -399,8 +464,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--worker", nargs=3, metavar=("NAME", "PATH", "COMPILER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        for outcome in run_file(*args.worker):
-            print("OUTCOME " + json.dumps(dataclasses.asdict(outcome)), flush=True)
+        run_file(*args.worker, emit=lambda outcome: print("OUTCOME " + json.dumps(dataclasses.asdict(outcome)),
+                                                          flush=True))
         return
     if args.fetch:
         import torch

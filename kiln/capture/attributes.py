@@ -19,8 +19,9 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import getattr_field, is_model_output, setattr_field
-from kiln.capture.output import AttrWrite
-from kiln.capture.sources import AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource
+from kiln.capture.output import AttrDelete, AttrWrite
+from kiln.capture.sources import (AttrSource, BuiltinItemSource, DictEntrySource, ItemSource, KeyedItemSource,
+                                  TypeSource)
 
 _MISSING = object()
 
@@ -54,16 +55,34 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
             tx.raise_(AttributeError, f"property {name!r} has no getter")
         return tx.call(_plain(tx, entry.fget), [obj])
     if not hasattr(entry, "__get__") or isinstance(entry, (type, types.BuiltinFunctionType)):
-        return _wrap(tx, entry, None)  # a plain class attribute (a constant, a class, a builtin)
+        # a plain class attribute (a constant, a class, a builtin), read through the instance's
+        # class where the instance has a source, so the guards see a later `A.a = 5`
+        return _wrap(tx, entry, _class_entry_source(obj, cls, name))
     if isinstance(obj, V.ObjectVar):
         # C descriptors (slots, getset, method descriptors) of a real object: ask the object
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
     if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
         return V.MethodVar(V.ObjectVar(entry), obj)
+    if name == "__class__" and entry is object.__dict__["__class__"]:
+        return V.ObjectVar(obj.python_type())
+    if name == "__weakref__" and isinstance(entry, types.GetSetDescriptorType) and obj.source is None:
+        return V.Constant(None)   # an object made in traced code: nothing holds a weak reference to it yet
     get = class_lookup(type(entry), "__get__")
     if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
         return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
+
+
+def _class_entry_source(obj: V.Variable, cls: type, name: str):
+    """`type(obj).__mro__[i].__dict__[name]`: where `obj.name` found a class attribute, or None."""
+    if obj.source is None or not isinstance(cls, type):
+        return None
+    owner = next((k for k in cls.__mro__ if name in k.__dict__), None)
+    if owner is None or (isinstance(obj, V.ObjectVar) and type(obj.value) is not cls) or \
+            not isinstance(obj, V.ObjectVar) and obj.python_type() is not cls:
+        return None
+    mro = ItemSource(AttrSource(TypeSource(obj.source), "__mro__"), cls.__mro__.index(owner))
+    return DictEntrySource(mro, "__dict__", name)
 
 
 def overlay_id(obj) -> int:
@@ -88,8 +107,14 @@ def _plain(tx, fn):
 def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
     obj, source = v.value, v.source
     overlay = tx.out.__dict__.setdefault("attr_overlay", {})
-    if (overlay_id(obj), name) in overlay:
+    deleted = overlay.get((overlay_id(obj), name)) is DELETED
+    if (overlay_id(obj), name) in overlay and not deleted:
         return overlay[(overlay_id(obj), name)]
+    if deleted:   # `del obj.name` in this frame: the class's attribute, if any, shows through
+        entry = class_lookup(type(obj), name)
+        if entry is _MISSING:
+            tx.raise_(AttributeError, f"{type(obj).__name__!r} object has no attribute {name!r}")
+        return bind_class_entry(tx, entry, v, type(obj), name)
     if isinstance(obj, types.ModuleType):
         if not hasattr(obj, name):
             tx.raise_(AttributeError, f"module {obj.__name__!r} has no attribute {name!r}")
@@ -245,8 +270,10 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
         if hasattr(v, "attrs") and not isinstance(entry, property):
             if name in v.attrs:
                 return v.attrs[name]
-            if name == "__dict__":  # a live view: the same dict as the instance's attributes
-                return V.DictVar(v.attrs)
+            if name == "__dict__":  # a live view: the same dict as the instance's attributes; the
+                # program's own instance gets its writes through it back after the graph
+                source = AttrSource(v.source, "__dict__") if v.source is not None else None
+                return V.DictVar(v.attrs, dict, None, source=source)
         if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
             return bind_class_entry(tx, entry, v, cls, name)
     method = getattr(cls, name, None)
@@ -272,8 +299,12 @@ def _getattr_super(tx, v: V.SuperVar, name: str) -> V.Variable:
 def _getattr_function(tx, v: V.FunctionVar, name: str) -> V.Variable:
     if name in v.attrs:
         return v.attrs[name]
-    if name in ("__name__", "__qualname__"):
+    if name == "__name__":
         return V.Constant(v.name)
+    if name == "__qualname__":  # a function MAKE_FUNCTION made has its code's (Python 3.11+)
+        return V.Constant(v.fn.__qualname__ if v.fn is not None else v.code.co_qualname)
+    if name == "__module__" and v.fn is None:
+        return V.Constant(v.globals.get("__name__"))
     if name == "__dict__" and v.fn is None:  # a live view, as `functools.update_wrapper` updates it
         return V.DictVar(v.attrs)
     if name == "__code__":
@@ -330,7 +361,25 @@ def _getattr_iterator(tx, v: V.Variable, name: str) -> V.Variable:
 
 def _getattr_tensor(tx, v, name):
     from kiln.capture.torch_calls import tensor_getattr
+    written = tx.out.__dict__.get("tensor_attrs", {}).get(id(v), {})
+    if name in written:
+        return written[name]
     return tensor_getattr(tx, v, name)
+
+
+def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
+    """`t.name = value` of an attribute of the program's own (`t.offloading_activation = flag`,
+    not one of Tensor's), or of `t.grad`: read back from the frame's overlay while tracing, and set
+    on the real tensor (an input, or the graph's output) after the graph. False where kiln does
+    not model the store (`t.data = ...`, `t.requires_grad = ...`)."""
+    if name != "grad" and hasattr(torch.Tensor, name):
+        return False
+    if name == "grad" and not (isinstance(value, V.TensorVar) or isinstance(value, V.Constant) and value.value is None):
+        return False
+    tx.out.__dict__.setdefault("tensor_attrs", {}).setdefault(id(t), {})[name] = value
+    tx.out.__dict__.setdefault("tensor_attr_owners", []).append(t)   # keeps the id valid
+    tx.out.side_effects.append(AttrWrite(t, name, value))
+    return True
 
 
 _GETATTR = {
@@ -351,7 +400,23 @@ _GETATTR = {
     V.GeneratorVar: _getattr_container,
     V.IteratorVar: _getattr_iterator,
     V.LazyIteratorVar: _getattr_iterator,
+    V.PartialVar: lambda tx, v, name: _getattr_partial(tx, v, name),
 }
+
+
+def _getattr_partial(tx, v: V.PartialVar, name: str) -> V.Variable:
+    """`functools.partial`'s own attributes: `func`, `args`, `keywords`; it has no `__name__`."""
+    if name == "func":
+        return v.fn
+    if name == "args":
+        return V.TupleVar(list(v.args))
+    if name == "keywords":
+        return V.DictVar(dict(v.kwargs))
+    if name == "__class__":
+        return V.ObjectVar(v.python_type())
+    if name in ("__name__", "__qualname__", "__code__", "__defaults__", "__wrapped__"):
+        tx.raise_(AttributeError, f"'functools.partial' object has no attribute {name!r}")
+    raise tx.unsupported(f"reading attribute {name!r} of a partial")
 
 
 def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
@@ -397,7 +462,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         else:
             obj.attrs[name] = value
         return
-    if isinstance(obj, V.ObjectVar) and obj.source is not None and not isinstance(obj.value, type):
+    if isinstance(obj, V.ObjectVar) and (obj.source is not None or isinstance(obj.value, types.ModuleType)) and \
+            not isinstance(obj.value, type):   # a module kiln reads unguarded is written through a constant
         viewed = _viewed_dict(tx, obj.value)
         if viewed is not None:
             viewed.items[name] = value
@@ -408,6 +474,8 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return
     if isinstance(obj, V.ExceptionVar):
         set_exception_attribute(tx, obj, name, value)
+        return
+    if isinstance(obj, V.TensorVar) and _setattr_tensor(tx, obj, name, value):
         return
     if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
             class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple
@@ -483,7 +551,33 @@ def delattr_var(tx, obj: V.Variable, name: str):
             tx.raise_(AttributeError, name)
         del obj.attrs[name]
         return
+    if isinstance(obj, V.ObjectVar) and obj.source is not None and _plain_instance(obj.value):
+        # the program's own object: gone from the frame's view now, deleted from the object after the graph
+        key = (overlay_id(obj.value), name)
+        overlay = tx.out.__dict__.setdefault("attr_overlay", {})
+        present = overlay[key] is not DELETED if key in overlay else name in obj.value.__dict__
+        if key not in overlay:
+            from kiln.capture.guards import Guard, GuardKind
+            tx.out.guard(Guard(GuardKind.PRESENT if present else GuardKind.ABSENT, AttrSource(obj.source, "__dict__"),
+                               name))
+        if not present:
+            tx.raise_(AttributeError, name)
+        overlay[key] = DELETED
+        tx.out.side_effects.append(AttrDelete(obj, name))
+        return
     raise tx.unsupported(f"deleting attribute {name!r} of a {obj.python_type().__name__}")
+
+
+DELETED = object()   # in the frame's attribute overlay: an attribute `del obj.name` removed
+
+
+def _plain_instance(obj) -> bool:
+    """An instance of a Python class keeping its attributes in a plain `__dict__`, with no
+    `__delattr__` or descriptors of its own in the way (not a module, class, or nn.Module)."""
+    cls = type(obj)
+    return isinstance(getattr(obj, "__dict__", None), dict) and not isinstance(obj, (type, types.ModuleType,
+                                                                                     torch.nn.Module)) \
+        and class_lookup(cls, "__delattr__") is object.__delattr__
 
 
 # -- containers that are real objects (nn.ModuleList and friends) ------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from kiln.capture import controls
 from kiln.capture import variables as V
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.output import OutputGraph
@@ -38,6 +39,9 @@ def wrap(out: OutputGraph, value: Any, source: Source | None, *, module_state: b
         return wrap(out, original, None)
     if isinstance(value, _MUTABLE_CONTAINERS):
         return _wrap_container(out, value, source)
+    if type(value).__module__ == "numpy":
+        from kiln.capture.callables import handler_for
+        handler_for(None)   # loads the call families: numpy_calls registers NumPy arrays' wrapper
     for cls in type(value).__mro__:
         fn = _WRAPPERS.get(cls)
         if fn is not None:
@@ -98,7 +102,7 @@ def _guard(out, kind, source, expected):
 
 
 def _wrap_constant(out, value, source):
-    if type(value) is int and source is not None and source in out.dynamic_ints:
+    if type(value) is int and source is not None and (source in out.dynamic_ints or controls.configured_dynamic(source)):
         return out.int_input(value, source)
     _guard(out, GuardKind.CONST, source, value)
     return V.Constant(value, source=source)
@@ -113,7 +117,12 @@ def _wrap_sequence(out, value, source):
         return _wrap_constant(out, value, source)
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.LEN, source, len(value))
-    items = [wrap(out, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+    base = list if isinstance(value, list) else tuple
+    own_getitem = any("__getitem__" in klass.__dict__ for klass in type(value).__mro__[:type(value).__mro__.index(base)])
+    # a tuple subclass's own `__getitem__` (a namedtuple slicing its fields) is not how guards and
+    # graph inputs read its items: the builtin's lookup is
+    item = (lambda i: BuiltinItemSource(source, i, base.__name__)) if own_getitem else (lambda i: ItemSource(source, i))
+    items = [wrap(out, v, item(i) if source else None) for i, v in enumerate(value)]
     if isinstance(value, list):
         return V.ListVar(items, type(value), source=source)
     return V.TupleVar(items, type(value), source=source)

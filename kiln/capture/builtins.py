@@ -12,6 +12,7 @@ import builtins
 import dataclasses
 import functools
 import operator
+import os
 import re
 import types
 import typing
@@ -64,6 +65,12 @@ def _len(tx, args, kwargs):
         return fold_call(tx, len, args, kwargs)
     if isinstance(v, V.ObjectVar) and isinstance(v.value, torch.nn.Module):
         return V.Constant(len(v.value))
+    if isinstance(v, V.ObjectVar) and type(v.value) in (dict, list, tuple, set, frozenset):
+        # a builtin container held whole (a table keyed by functions): its length, guarded where read
+        from kiln.capture.guards import Guard, GuardKind
+        if v.source is not None:
+            tx.out.guard(Guard(GuardKind.LEN, v.source, len(v.value)))
+        return V.Constant(len(v.value))
     if isinstance(v, V.ITERATORS):
         name = "iterator" if isinstance(v, V.IteratorVar) else v.python_type().__name__
         tx.raise_(TypeError, f"object of type {name!r} has no len()")
@@ -86,7 +93,29 @@ def _isinstance(tx, args, kwargs):
         return V.Constant(isinstance(iter(()), cls) or cls in (types.GeneratorType,))
     if isinstance(obj, V.TensorVar):
         return V.Constant(_tensor_is_instance(obj, t, cls))
+    checks = [c for c in (cls if isinstance(cls, tuple) else (cls,)) if _python_instancecheck(c) is not None]
+    if checks:   # a metaclass written in Python decides (after the exact-type shortcut Python takes)
+        from kiln.capture.attributes import _function
+        from kiln.capture.semantics import truth
+        for c in (cls if isinstance(cls, tuple) else (cls,)):
+            check = _python_instancecheck(c)
+            if t is c or (check is None and issubclass(t, c)) or \
+                    check is not None and truth(tx, tx.call(_function(check), [V.ObjectVar(c), obj])):
+                return V.Constant(True)
+        return V.Constant(False)
     return V.Constant(issubclass(t, cls))
+
+
+def _python_instancecheck(cls):
+    """The `__instancecheck__` a class's metaclass defines in Python, or None (type's, ABCMeta's)."""
+    if not isinstance(cls, type):
+        return None
+    for klass in type(cls).__mro__:
+        if "__instancecheck__" in klass.__dict__:
+            check = klass.__dict__["__instancecheck__"]
+            return check if isinstance(check, types.FunctionType) and klass.__module__ not in ("abc", "typing") \
+                and not klass.__module__.startswith("torch") else None
+    return None
 
 
 def _tensor_is_instance(obj: V.TensorVar, t: type, cls) -> bool:
@@ -162,8 +191,16 @@ def _callable(tx, args, kwargs):
 
 @builtin(id)
 def _id(tx, args, kwargs):
-    if isinstance(args[0], V.ObjectVar):
-        return V.Constant(id(args[0].value))
+    """`id(obj)` of an object the frame reads is its id, guarded on that identity (a call with
+    another object compiles again, as under torch.compile's ID_MATCH)."""
+    from kiln.capture.guards import Guard, GuardKind
+    v = args[0]
+    real = v.value if isinstance(v, V.ObjectVar) else \
+        tx.out.input_values.get(v.node) if isinstance(v, V.TensorVar) and v.source is not None else None
+    if real is not None or isinstance(v, V.ObjectVar):
+        if v.source is not None:
+            tx.out.guard(Guard(GuardKind.ID, v.source, real))
+        return V.Constant(id(real))
     if isinstance(args[0], _ONE_TRACKER_PER_OBJECT) and args[0].source is None:
         # [Note: id of an object made in captured code] the object does not exist yet; its tracker
         # stands for it alone (one tracker per object made), so the tracker's id answers what
@@ -381,7 +418,11 @@ _IMMUTABLE = (str, int, float, bytes, tuple, bool, complex, torch.Size, torch.dt
               type(None), re.Pattern, re.Match)
 
 
+_PURE_FUNCTIONS = {os.fspath}   # pure on the constants (str, bytes) folding hands them
+
+
 def PURE_CALLABLES(fn) -> bool:
     """C callables safe to run at capture time on constant arguments."""
     owner = getattr(fn, "__self__", None)
-    return getattr(owner, "__name__", None) in _PURE_MODULES or isinstance(owner, _IMMUTABLE)
+    return getattr(owner, "__name__", None) in _PURE_MODULES or isinstance(owner, _IMMUTABLE) or \
+        fn in _PURE_FUNCTIONS

@@ -108,6 +108,18 @@ def argument_count_error(fn, n_args: int, kwargs: dict) -> str | None:
     import collections
     import inspect
     import types
+    if isinstance(fn, types.BuiltinFunctionType) and getattr(fn, "__module__", None) == "builtins" and kwargs:
+        # a builtin function that takes no keywords (`isinstance(x, T, invalid=True)`)
+        try:
+            sig = inspect.signature(fn)
+            sig.bind(*range(n_args), **kwargs)
+        except ValueError:
+            return None   # no signature to check against (max, min, print, ...)
+        except TypeError as e:
+            if all(p.kind is p.POSITIONAL_ONLY for p in sig.parameters.values()):
+                return f"{fn.__name__}() takes no keyword arguments"
+            return f"{fn.__name__}() {e}"
+        return None
     if not isinstance(fn, (types.MethodDescriptorType, types.WrapperDescriptorType)) or \
             getattr(fn, "__objclass__", None) not in (*_CHECKED_TYPES, collections.deque, collections.OrderedDict):
         return None

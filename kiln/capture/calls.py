@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
 import types
 import warnings
+import weakref
 
 import torch
 
@@ -30,8 +32,9 @@ from kiln.capture.distributed import native_reason
 from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
-from kiln.capture.sources import AttrSource, GlobalSource
-from kiln.capture.torch_calls import FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method, to_fx
+from kiln.capture.sources import AttrSource, GlobalSource, WeakRefCallSource
+from kiln.capture.torch_calls import (FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
+                                     tensor_of_tensors, to_fx)
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
     if fn.fn is not None:
@@ -60,14 +63,21 @@ def _call_function(tx, fn: V.FunctionVar, args, kwargs):
 def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     """A call of a callable torch.compiler's controls marked (controls.py), before any other rule:
     `disable` breaks the graph around the call (so does a call of `graph_break`), `allow_in_graph`
-    makes it one node, `substitute_in_graph` inlines the registered substitute. None for an
+    makes it one node (inlined where its arguments cannot be a node's), `substitute_in_graph` inlines the registered substitute. None for an
     unmarked callable."""
     mark = controls.disabled(real)
     if mark is not None:
         raise tx.unsupported(controls.disabled_message(real, mark))
     if controls.is_graph_break(real):
         raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
+    if controls.is_compiling_query(real):
+        return V.Constant(True)
     if controls.allowed_in_graph(real):
+        if isinstance(real, types.FunctionType) and not _graph_arguments(tx, args, kwargs):
+            # handed objects an FX node cannot take (a frozen dataclass of tensors, which torch's
+            # compiler flattens into the node's inputs): its Python is traced inline instead, which
+            # computes the same values in the same graph
+            return tx.inline(_function(real), args, kwargs)
         return call_torch(tx, "call_function", real, args, kwargs)
     polyfill = controls.substitute(real)
     if polyfill is not None:
@@ -132,6 +142,8 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
         return handler(tx, args, kwargs)
     if isinstance(value, torch.nn.Module):
         return module_call(tx, fn, args, kwargs)
+    if type(value) is weakref.ReferenceType:
+        return _dereference(tx, fn, args, kwargs)
     if isinstance(value, torch.jit.ScriptFunction):
         # torch.jit.script / trace keep the Python function they compiled: follow that
         original = getattr(value, "_torchdynamo_inline", None)
@@ -142,19 +154,60 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     if is_tensor_method(value):
         if args and isinstance(args[0], V.TensorVar):
             return tensor_method(tx, value.__name__, args, kwargs)
+    if value is torch.tensor:
+        made = tensor_of_tensors(tx, args, kwargs)
+        if made is not None:
+            return made
     if is_torch_op(value):
         return call_torch(tx, "call_function", value, args, kwargs)
     if isinstance(value, types.BuiltinMethodType) and PURE_CALLABLES(value):
         return _fold_or_graph(tx, value, args, kwargs)
     if isinstance(value, types.FunctionType):
         return _call_function(tx, _function(value), args, kwargs)
-    if _is_diagnostics_call(value, args):
+    if _is_diagnostics_call(value, args) or value is getattr(warnings, "_filters_mutated", None):
+        # (warnings' filter-cache reset, which `catch_warnings` calls with its filter writes, which
+        # are replayed after the graph too, in order)
         return _defer_call(tx, value, args, kwargs)
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, type) and \
+            value.__name__ in ("__subclasses__", "mro") and not args and not kwargs:
+        # a class's hierarchy, read at trace time (as torch's compiler reads it): a new list of classes
+        return wrap(tx.out, value(), None)
+    if isinstance(value, types.MethodWrapperType) and value.__name__ in _SLOT_BUILTINS and not kwargs:
+        # `range(3).__iter__()`, `s.__len__()`: a slot of a builtin's value read as a bound
+        # method; calling it is the builtin operation on the value, where capture models the value
+        owner = wrap(tx.out, value.__self__, None)
+        if not isinstance(owner, V.ObjectVar):
+            return tx.call(V.ObjectVar(_SLOT_BUILTINS[value.__name__]), [owner, *args])
+    descriptor = getattr(value, "__self__", None)
+    if getattr(value, "__name__", None) == "__get__" and len(args) in (1, 2) and not kwargs and \
+            isinstance(descriptor, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+        return _descriptor_get(tx, descriptor, args[0])
     name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or type(value).__name__
     raise tx.unsupported(f"a call into {name} ({type(value).__name__}), C code kiln does not model")
+
+
+_SLOT_BUILTINS = {"__iter__": iter, "__len__": len, "__next__": next, "__getitem__": operator.getitem,
+                  "__contains__": operator.contains, "__reversed__": reversed, "__hash__": hash,
+                  "__repr__": repr, "__str__": str}
+
+
+def _descriptor_get(tx, descriptor, obj: V.Variable) -> V.Variable:
+    """`descriptor.__get__(obj)` of a C attribute descriptor (`torch.Tensor.shape`,
+    `type.__dict__['__dict__']`): the attribute it stands for, read from `obj` as `obj.<name>` reads
+    it, where `obj` is of the descriptor's class and its class resolves that name to it."""
+    if isinstance(obj, V.Constant) and obj.value is None:
+        return V.ObjectVar(descriptor)
+    owner = type(obj.value) if isinstance(obj, V.ObjectVar) else obj.python_type()
+    if not issubclass(owner, descriptor.__objclass__):
+        tx.raise_(TypeError, f"descriptor '{descriptor.__name__}' for '{descriptor.__objclass__.__name__}' objects "
+                             f"doesn't apply to a '{owner.__name__}' object")
+    found = next((c.__dict__[descriptor.__name__] for c in owner.__mro__ if descriptor.__name__ in c.__dict__), None)
+    if found is not descriptor:
+        raise tx.unsupported(f"{descriptor!r}.__get__ on an object whose class overrides {descriptor.__name__!r}")
+    return getattr_var(tx, obj, descriptor.__name__)
 
 
 def _is_diagnostics_call(value, args) -> bool:
@@ -227,7 +280,23 @@ def _decorated(tx, ctx: V.ContextVar, fn: V.Variable) -> V.Variable:
                                                     V.TupleVar([V.Constant(a) for a in context_args]), fn], {})
 
 
+def _call_weakref(tx, ref: V.WeakRefVar, args, kwargs):
+    if args or kwargs:
+        tx.raise_(TypeError, "weakref() takes no arguments")
+    return ref.referent
+
+
+def _dereference(tx, fn: V.ObjectVar, args, kwargs) -> V.Variable:
+    """`ref()` of a weak reference the frame reads: its referent now, read again by every call of
+    the compiled code through `ref()` (the guards check what it is, None once it died)."""
+    if args or kwargs:
+        tx.raise_(TypeError, "weakref() takes no arguments")
+    source = WeakRefCallSource(fn.source) if fn.source is not None else None
+    return wrap(tx.out, fn.value(), source)
+
+
 CALLS.update({
+    V.WeakRefVar: _call_weakref,
     V.FunctionVar: _call_function,
     V.MethodVar: _call_method,
     V.PartialVar: _call_partial,
@@ -474,6 +543,24 @@ def _object_eq(tx, args, kwargs):
     else NotImplemented."""
     from kiln.capture.semantics import is_same
     return V.Constant(True if is_same(tx, args[0], args[1]) else NotImplemented)
+
+
+@handles(object.__new__)
+def _object_new(tx, args, kwargs):
+    """`object.__new__(cls)` (`super().__new__(cls)` in a class's own `__new__`): a new object of a
+    plain Python class, its `__init__` not run. Extra arguments are accepted only where Python
+    accepts them: when the class overrides `__init__` or `__new__` (which called this)."""
+    cls = python_value(args[0]) if args and isinstance(args[0], V.ObjectVar) else None
+    if not isinstance(cls, type):
+        raise tx.unsupported("object.__new__ of something that is not a known class")
+    heap_type = 1 << 9   # Py_TPFLAGS_HEAPTYPE: a class made by a class statement
+    solid_base = next(c for c in cls.__mro__ if not c.__flags__ & heap_type)
+    if solid_base is not object or not cls.__dictoffset__:
+        raise tx.unsupported(f"object.__new__({cls.__name__}): a class over a builtin type, or without a __dict__")
+    if len(args) > 1 or kwargs:
+        if cls.__init__ is object.__init__ and cls.__new__ is object.__new__:
+            tx.raise_(TypeError, f"{cls.__name__}() takes no arguments")
+    return V.NewObjectVar(cls, {})
 
 
 @handles(object.__ne__)

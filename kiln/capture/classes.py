@@ -12,6 +12,8 @@ import collections
 import dataclasses
 import enum
 import types
+import typing
+import weakref
 
 import torch
 
@@ -70,6 +72,16 @@ def _size(tx, cls, args, kwargs):
     return V.TupleVar(items, torch.Size)
 
 
+def _weakref(tx, cls, args, kwargs):
+    """`weakref.ref(obj)` in traced code, without a callback: a tracker that gives `obj` back."""
+    if len(args) != 1 or kwargs:
+        raise tx.unsupported("weakref.ref with a callback inside captured code")
+    obj = args[0]
+    if not obj.python_type().__weakrefoffset__:
+        tx.raise_(TypeError, f"cannot create weak reference to '{obj.python_type().__name__}' object")
+    return V.WeakRefVar(obj)
+
+
 _CLASS_CALLS = {
     torch.no_grad: _grad_context(False),
     torch.enable_grad: _grad_context(True),
@@ -85,6 +97,7 @@ _CLASS_CALLS = {
     torch.finfo: _fold_class,
     torch.iinfo: _fold_class,
     torch.Size: _size,
+    weakref.ref: _weakref,
 }
 if hasattr(torch.cuda, "amp") and hasattr(torch.cuda.amp, "autocast"):
     _CLASS_CALLS[torch.cuda.amp.autocast] = _context("autocast", _cuda_autocast_args)
@@ -110,6 +123,19 @@ def _namedtuple(tx, cls, args, kwargs):
     return V.TupleVar(items, cls)
 
 
+def _structseq(tx, cls, args, kwargs):
+    """`torch.return_types.max((values, indices))`: a structseq is built from one sequence of its
+    fields (at least `n_sequence_fields`, at most `n_fields` items; only the first are the tuple)."""
+    from kiln.capture import semantics as S
+    if len(args) != 1 or kwargs:
+        tx.raise_(TypeError, f"{cls.__name__}() takes a single sequence argument")
+    items = S.iterate(tx, args[0])
+    if not cls.n_sequence_fields <= len(items) <= cls.n_fields:
+        tx.raise_(TypeError, f"{cls.__module__}.{cls.__name__}() takes a {cls.n_sequence_fields}-sequence "
+                  f"({len(items)}-sequence given)")
+    return V.TupleVar(items[:cls.n_sequence_fields], cls)
+
+
 def _exception(tx, cls, args, kwargs):
     return V.ExceptionVar(cls, list(args))
 
@@ -127,12 +153,20 @@ def _module_class(tx, cls, args, kwargs):
 
 
 def _user_class(tx, cls, args, kwargs):
+    """`cls(*args, **kwargs)` as `type.__call__` does it: `cls.__new__(cls, ...)` (object's makes a
+    new object; a Python `__new__` is inlined, and its `super().__new__(cls)` reaches object's),
+    then `__init__` on the result when `__new__` returned an instance of `cls`."""
     from kiln.capture.attributes import _MISSING, class_lookup, _function
     new = class_lookup(cls, "__new__")
-    if new is not _MISSING and new is not object.__new__ and not isinstance(new, staticmethod) or \
-            isinstance(new, staticmethod) and new.__func__ is not object.__new__:
+    new = new.__func__ if isinstance(new, staticmethod) else new
+    if isinstance(new, types.FunctionType):
+        obj = tx.inline(_function(new), [V.ObjectVar(cls), *args], kwargs)
+        if not (isinstance(obj, V.NewObjectVar) and issubclass(obj.cls, cls)):
+            return obj
+    elif new is _MISSING or new is object.__new__:
+        obj = V.NewObjectVar(cls, {})
+    else:
         raise tx.unsupported(f"{cls.__name__} defines __new__, which kiln does not model")
-    obj = V.NewObjectVar(cls, {})
     init = class_lookup(cls, "__init__")
     if isinstance(init, types.FunctionType):
         tx.inline(_function(init), [obj, *args], kwargs)
@@ -212,6 +246,7 @@ _CLASS_KINDS = [
     (is_model_output, construct_model_output),
     (is_legacy_tensor_type, _legacy_tensor),
     (lambda c: issubclass(c, tuple) and hasattr(c, "_fields"), _namedtuple),
+    (lambda c: issubclass(c, tuple) and hasattr(c, "n_sequence_fields"), _structseq),
     (lambda c: issubclass(c, BaseException), _exception),
     (lambda c: issubclass(c, torch.nn.Module), _module_class),
     (lambda c: issubclass(c, torch.Tensor), None),
@@ -244,6 +279,8 @@ def call_class(tx, cls_var: V.ObjectVar, args, kwargs) -> V.Variable:
         return fn(tx, cls, args, kwargs)
     if (cls.__module__.rpartition(".")[2], cls.__qualname__) in _GETITEM_TO_INDEX_CONTEXTS and not args and not kwargs:
         return V.ContextVar("getitem_to_index", ())
+    if typing.is_typeddict(cls):   # a TypedDict class makes a plain dict (and refuses issubclass)
+        return tx.call(V.ObjectVar(dict), args, kwargs)
     for matches, fn in _CLASS_KINDS:
         if matches(cls):
             if fn is None:

@@ -21,7 +21,8 @@ def constant_of(tx, value: Any) -> V.Variable:
     """A tracker for a value Python computed from constants; containers become fresh trackers, so
     they can be iterated and mutated (`"a.b".split(".")`)."""
     if isinstance(value, tuple):
-        return V.TupleVar([constant_of(tx, v) for v in value], type(value) if hasattr(value, "_fields") else tuple)
+        kind = type(value) if hasattr(value, "_fields") or type(value) is torch.Size else tuple
+        return V.TupleVar([constant_of(tx, v) for v in value], kind)
     if type(value) is list:
         return V.ListVar([constant_of(tx, v) for v in value])
     if type(value) is dict:

@@ -67,6 +67,17 @@ def is_graph_break(fn: Any) -> bool:
     return package is not None and fn is getattr(package, "graph_break", None)
 
 
+def is_compiling_query(fn: Any) -> bool:
+    """Whether `fn` is one of torch's other `is_compiling()` queries (torch._utils', the one of
+    torch's `_dynamo` package): True inside captured code, as torch.compiler.is_compiling is
+    (torch_calls.FOLDED)."""
+    import torch
+    if fn is getattr(torch._utils, "is_compiling", None):
+        return True
+    external = sys.modules.get("torch._dynamo.external_utils")
+    return external is not None and fn is getattr(external, "is_compiling", None)
+
+
 def disabled_message(fn: Any, mark: Disabled) -> str:
     name = getattr(mark.original, "__qualname__", None) or getattr(fn, "__qualname__", None) or repr(fn)
     why = f" (reason: {mark.reason})" if mark.reason else ""
@@ -82,6 +93,38 @@ def stance() -> str:
     if eval_frame is None:
         return "default"
     return getattr(getattr(eval_frame, "_stance", None), "stance", "default")
+
+
+# -- the config of torch's compiler that code written for it sets ---------------------------------
+def capture_scalar_outputs() -> bool:
+    """Whether the program asked torch's compiler to capture scalars read from tensors
+    (`capture_scalar_outputs` of its config): kiln then reads `Tensor.tolist()` of an integer
+    tensor into the graph too, as unbacked symbols (`torch_calls.tensor_tolist`); otherwise tolist
+    breaks the graph there, as under torch.compile."""
+    config = sys.modules.get("torch._dynamo.config")
+    return bool(getattr(config, "capture_scalar_outputs", False))
+
+
+def configured_dynamic(source, ndim: int | None = None) -> tuple[int, ...]:
+    """What `torch.compiler.config.dynamic_sources` marks dynamic of an argument, from its first
+    compile (even under dynamic=False, as torch.compile reads it): a comma-separated list of
+    patterns matched (`re.match`, or equal) against torch's name of the argument, `L['x']`, each
+    with an optional `:N` for one dim. For a tensor (`ndim` given) the dims so marked; for an int,
+    `(0,)` when it is marked; `()` otherwise. Only the frame's own arguments have such names here."""
+    import re
+    from kiln.capture.sources import LocalSource
+    config = sys.modules.get("torch.compiler.config")
+    text = getattr(config, "dynamic_sources", "") or ""
+    if not text or not isinstance(source, LocalSource):
+        return ()
+    name, dims = f"L['{source.name}']", set()
+    for entry in text.replace(" ", "").split(","):
+        pattern, _, dim = entry.partition(":") if re.fullmatch(r".*:\d+", entry) else (entry, "", "")
+        if entry and (pattern == name or re.match(pattern, name)):
+            if ndim is None:
+                return (0,)
+            dims |= {int(dim)} if dim else set(range(ndim))
+    return tuple(sorted(d for d in dims if ndim is None or d < ndim))
 
 
 # -- torch.compiler.allow_in_graph -----------------------------------------------------------------

@@ -36,7 +36,7 @@ from kiln.capture.rebuild import CannotRebuild, Rebuilder
 from kiln.capture.resume import resume_parameters
 from kiln.capture.constants import python_value
 from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
-from kiln.capture.sources import ConstSource, LocalSource
+from kiln.capture.sources import KEYS, ConstSource, LocalSource
 
 
 @dataclasses.dataclass
@@ -304,7 +304,8 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
     src = (f"def __make({', '.join(bindings)}):\n"
            f"    def {name}({params}):\n{text}\n"
            f"    return {name}\n")
-    namespace: dict = {}
+    # [Note: keys printed by reference] and NumpyTensorSource (sources.py)
+    namespace: dict = {"__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, filename, "exec"), namespace)
     fn = namespace["__make"](*bindings.values())
     fn.__kiln_source__ = src
@@ -455,6 +456,9 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     r = Rebuilder()
     bindings: dict[str, Any] = {**out.globals_dicts, "__fn": fn, "__ops": BINARY_OPS, "__wrap": wrap_fn,
                                 "__before_with": _before_with}
+    if trace.stopped_at is not None:
+        tx = trace.tracer
+        r.frame_cells = {id(c) for n, c in tx.cells.items() if n in tx.code.co_cellvars}
     effects = [line for e in _effect_order(out.side_effects) for line in r.side_effect(e)]
     if trace.stopped_at is None:
         reads, tail = [f"__result = {r.expr(trace.result)}"], ["return __result"]

@@ -299,6 +299,7 @@ class CompiledFunction:
                 if not (reason.wrap_callee and self.fn.__code__ is _call_module.__code__):
                     _warn_break(self.fn, reason.reason, reason.where)   # the user's code broke
             entry.check.__kiln_bindings__ = self._guard_bindings(trace.out)
+            trace.out.release()
             return entry
         return self._eager_entry(args, kwargs, "too many graph breaks", None)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from kiln.capture.sources import AttrSource, DictEntrySource, GlobalSource, Source
+from kiln.capture.sources import KEYS, AttrSource, DictEntrySource, GlobalSource, Source
 
 
 class GuardKind(enum.Enum):
@@ -318,7 +318,8 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
            f"        except Exception:\n"
            f"            return False\n"
            f"    return {name}\n")
-    namespace: dict[str, Any] = {"torch": torch}   # item sources name dtype keys as torch.<dtype>
+    # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
+    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
     fn = namespace["__make"](torch.is_grad_enabled, autocast_state, RemovableHandle, [-1], *bindings.values(),
                              *[v for _, v in consts.values()])
@@ -344,7 +345,8 @@ def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) 
     src = (f"def __make({', '.join(names)}):\n"
            f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
            f"    return __kiln_first_failure\n")
-    namespace: dict[str, Any] = {"torch": torch}   # item sources name dtype keys as torch.<dtype>
+    # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
+    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
     return namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
                                *[v for _, v in consts.values()])

@@ -1,10 +1,14 @@
-"""torch's higher-order functions inside captured code: `torch.cond`.
+"""torch's higher-order functions inside captured code: `torch.cond`, `wrap`.
 
 `torch.cond(pred, true_fn, false_fn, operands)` with a Python constant `pred` (a bool, int or
 float) calls the branch `pred` picks on the operands, as torch.cond itself does outside a
 compiler: the branch is traced inline. With a tensor (or symbolic) `pred` both branches would be
 captured as subgraphs of a `cond` node, which kiln does not do yet: the call is a graph break, and
 torch.cond runs there as torch wrote it.
+
+`wrap(fn, *args, **kwargs)` (torch._higher_order_ops.wrap) is `fn(*args, **kwargs)`: torch's
+compiler keeps the body as a subgraph under one `wrap` node, kiln traces it inline, so the values
+are the same and the graph holds the body's ops in place of the one node.
 """
 from __future__ import annotations
 
@@ -17,6 +21,14 @@ from kiln.capture.callables import handles
 from kiln.capture.constants import python_value
 
 _cond = sys.modules["torch._higher_order_ops.cond"].cond
+_wrap = sys.modules["torch._higher_order_ops.wrap"].wrap
+
+
+@handles(_wrap)
+def _torch_wrap(tx, args, kwargs):
+    if not args:
+        tx.raise_(TypeError, "wrap() missing the function to call")
+    return tx.call(args[0], list(args[1:]), kwargs)
 
 
 @handles(_cond)

@@ -313,13 +313,37 @@ _EFFECTS = ("seterr", "set_", "setbuf", "save", "load", "fromfile", "genfromtxt"
 PACKAGES["numpy"] = _numpy_function  # np.finfo/iinfo, dtypes and scalar types too: folded on constants
 
 
+def _print_array(r, v: V.NdarrayVar) -> str:
+    """An array that leaves the graph is its tensor's `.numpy()` (a NumPy scalar: `[()]` of it); an
+    input array, the frame's own object."""
+    from kiln.capture import rebuild
+    from kiln.capture.sources import NumpyTensorSource
+    read_as = v.node.meta.get("source") if v.node.op == "placeholder" else None
+    if isinstance(read_as, NumpyTensorSource) and read_as.base == v.source:
+        return v.source.expr()
+    return rebuild._tensor(r, V.TensorVar(v.node, v.example, source=v.source)) + (".numpy()[()]" if v.scalar else ".numpy()")
+
+
+def _wrap_ndarray(out, value, source):
+    """An array argument (`fn(np.arange(5))`) is a graph input, as torch's compiler takes it: its
+    tensor view, `torch.from_numpy(a)` (NumpyTensorSource), guarded as a tensor, the array's type
+    guarded too. Arrays torch cannot view (object or string dtypes, read-only) stay objects."""
+    from kiln.capture import builder
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import NumpyTensorSource
+    if source is None or value.dtype.kind not in "biuf" or not value.flags.writeable or type(value) is not np.ndarray:
+        return builder._wrap_object(out, value, source)
+    out.guard(Guard(GuardKind.TYPE, source, np.ndarray))
+    t = out.tensor_input(torch.from_numpy(value), NumpyTensorSource(source))
+    return V.NdarrayVar(t.node, t.example, source=source)
+
+
 def _register_printers():
-    """An array that leaves the graph is its tensor's `.numpy()` (a NumPy scalar: `[()]` of it)."""
-    from kiln.capture import attributes, rebuild, torch_calls
+    from kiln.capture import attributes, builder, rebuild, torch_calls
     attributes._GETATTR[V.NdarrayVar] = getattr_ndarray
     torch_calls._TO_FX[V.NdarrayVar] = lambda tx, v: v.node
-    rebuild._PRINTERS[V.NdarrayVar] = lambda r, v: rebuild._tensor(
-        r, V.TensorVar(v.node, v.example, source=v.source)) + (".numpy()[()]" if v.scalar else ".numpy()")
+    rebuild._PRINTERS[V.NdarrayVar] = _print_array
+    builder._WRAPPERS[np.ndarray] = _wrap_ndarray
 
 
 _register_printers()

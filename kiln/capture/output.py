@@ -38,6 +38,13 @@ class AttrWrite:
 
 
 @dataclasses.dataclass(frozen=True)
+class AttrDelete:
+    """`del target.name` of the program's own object."""
+    target: V.Variable
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CellWrite:
     """A write into a cell of an existing function (`nonlocal x; x = ...`)."""
     cell: V.Cell
@@ -179,9 +186,22 @@ class OutputGraph:
             dims = tuple(d for d in range(value.dim()) if (source, d) in self.dynamic_dims
                          or source not in known and value.size(d) in sizes
                          or tokens and (d > 0 or value.dim() == 1))
+        configured = controls.configured_dynamic(source, value.dim())
+        if configured:
+            dims = tuple(d for d in range(value.dim()) if d in dims or d in configured)
         if marks is controls.NO_MARKS:
             return dims
         return tuple(d for d in range(value.dim()) if (d in dims or d in marks.dynamic) and d not in marks.static)
+
+    def release(self) -> None:
+        """Drop what the trace held of this call's objects once its entry is built: the compiled
+        code must not keep the caller's tensors (or their storages) alive after the call, as eager
+        does not (test_release_input_memory of the Dynamo suite). The graph keeps its fake
+        example values; the real tensors they were made from are forgotten."""
+        self.examples.mode.forget_reals()
+        self.examples.shape_env.locate = None
+        self.input_values.clear()
+        self.tensor_by_id.clear()
 
     def specialized_marked_dims(self) -> list[str]:
         """Dims `mark_dynamic` marked that the trace specialized to a constant (code compared the

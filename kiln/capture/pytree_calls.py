@@ -2,8 +2,8 @@
 
 [Note: pytree runs for real on a skeleton] How a tree flattens depends only on its containers and
 their keys, which capture knows; never on the tensors at its leaves. So kiln builds the tree's
-skeleton: real containers of the same types (list, tuple, namedtuple, dict, OrderedDict,
-defaultdict, deque) holding constants as themselves and a `Token` for every other tracker, and runs
+skeleton: real containers of the same types (list, tuple, namedtuple, structseq, dict,
+OrderedDict, defaultdict, deque) holding constants as themselves and a `Token` for every other tracker, and runs
 pytree's own function on it. `tree_flatten` hands back the tokens' trackers and the real `TreeSpec`
 (an `ObjectVar`: a constant of the graph's Python, never a graph input); `tree_unflatten` builds the
 real structure from tokens and reads it back into trackers. pytree itself decides what is a leaf,
@@ -36,6 +36,8 @@ def skeleton(tx, v: V.Variable):
         return tuple(skeleton(tx, i) for i in v.items)
     if isinstance(v, V.TupleVar) and hasattr(v.cls, "_fields"):
         return v.cls(*[skeleton(tx, i) for i in v.items])
+    if isinstance(v, V.TupleVar) and hasattr(v.cls, "n_sequence_fields"):  # torch.return_types
+        return v.cls([skeleton(tx, i) for i in v.items])
     if isinstance(v, V.DictVar) and v.cls in _REAL_DICTS:
         items = {k: skeleton(tx, i) for k, i in v.items.items()}
         if v.cls is collections.defaultdict:
@@ -61,7 +63,7 @@ def from_real(tx, value) -> V.Variable:
         return V.ListVar([from_real(tx, i) for i in value], collections.deque, value.maxlen)
     if type(value) is tuple:
         return V.TupleVar([from_real(tx, i) for i in value])
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+    if isinstance(value, tuple) and (hasattr(type(value), "_fields") or hasattr(type(value), "n_sequence_fields")):
         return V.TupleVar([from_real(tx, i) for i in value], type(value))
     if type(value) in _REAL_DICTS:
         factory = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import functools
 import types
+import weakref
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ import torch
 from kiln.capture import variables as V
 from kiln.capture.model_outputs import in_field_order, is_model_output
 from kiln.capture.views import items_of
-from kiln.capture.output import AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
+from kiln.capture.output import AttrDelete, AttrWrite, CellWrite, ContainerMutation, DeferredCall, GlobalWrite
 
 
 class CannotRebuild(Exception):
@@ -100,9 +101,20 @@ class ResumeIterator:
         return self.items[self.index - 1]
 
 
+def function_with(fn, kwdefaults, attrs):
+    """A function made again after the graph, given the keyword defaults and attributes (its
+    `__dict__`: `__wrapped__`, ...; `__qualname__`, `__doc__`, ... are set as functools.wraps sets
+    them) it had in traced code."""
+    fn.__kwdefaults__ = kwdefaults
+    for name, value in attrs.items():
+        setattr(fn, name, value)
+    return fn
+
+
 def new_object_from(cls, attrs):
     obj = object.__new__(cls)
-    obj.__dict__.update(attrs)
+    if attrs or cls.__dictoffset__:   # a bare `object()` has no __dict__
+        obj.__dict__.update(attrs)
     return obj
 
 
@@ -135,6 +147,10 @@ class Rebuilder:
         self.consts: dict[int, tuple[str, Any]] = {}
         self.prelude: list[str] = []
         self._shared: dict[int, tuple[V.Variable, str]] = {}
+        # at a graph break, the cells of the breaking frame's own variables (ids of Cell trackers):
+        # the resume function gets their contents in fresh cells, so a closure over one cannot be
+        # made again sharing it with the frame
+        self.frame_cells: set[int] = set()
 
     def const(self, value: Any) -> str:
         if type(value) in _SIMPLE and (not isinstance(value, float) or value == value and abs(value) != float("inf")):
@@ -159,9 +175,17 @@ class Rebuilder:
         fn = _PRINTERS.get(type(v))
         if fn is None:
             raise CannotRebuild(f"a {type(v).__name__} cannot be rebuilt outside the graph")
-        if type(v) not in _MUTABLE or v.source is not None:
+        if not _is_shared(v):
             return fn(self, v)
         shared = self._shared.get(id(v))
+        if shared is None and isinstance(v, V.Cell):
+            # a cell is named before its contents are printed: a function it holds may close over
+            # it (a nested function calling itself), and the contents print that name
+            shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
+            self.prelude.append(f"{shared[1]} = {self.const(types.CellType)}()")
+            if v.contents is not None:
+                contents = self.expr(v.contents)
+                self.prelude.append(f"{shared[1]}.cell_contents = {contents}")
         if shared is None:
             text = fn(self, v)
             shared = self._shared[id(v)] = (v, f"__v{len(self._shared)}")
@@ -172,6 +196,8 @@ class Rebuilder:
         if isinstance(effect, AttrWrite):
             store = self.const(object.__setattr__) if effect.past_hook else "setattr"
             return [f"{store}({self.expr(effect.target)}, {effect.name!r}, {self.expr(effect.value)})"]
+        if isinstance(effect, AttrDelete):
+            return [f"delattr({self.expr(effect.target)}, {effect.name!r})"]
         if isinstance(effect, CellWrite):
             return [f"{self.const(effect.cell.real)}.cell_contents = {self.expr(effect.value)}"]
         if isinstance(effect, GlobalWrite):
@@ -304,18 +330,35 @@ def _set(r, v):
 
 
 def _function(r, v):
+    """A function made in traced code is made again: its code, globals, defaults and closure
+    (each cell made once, [Note: one object per tracker], so two closures over one variable
+    still share it), then its keyword defaults and the attributes set on it."""
     if v.fn is not None:
         return v.source.expr() if v.source is not None else r.const(v.fn)
-    if v.closure:
-        raise CannotRebuild("a closure defined inside captured code")
-    if v.attrs:
-        raise CannotRebuild("a function defined inside captured code, with attributes set on it")
+    if any(id(c) in r.frame_cells for c in v.closure):
+        raise CannotRebuild("a closure over a variable of the frame, live where the graph breaks")
     defaults = f"({', '.join(r.expr(d) for d in v.defaults)},)" if v.defaults else "None"
-    return f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults})"
+    closure = f"({''.join(r.expr(c) + ', ' for c in v.closure)})" if v.closure else "None"
+    text = f"{r.const(types.FunctionType)}({r.const(v.code)}, {r.const(v.globals)}, {v.name!r}, {defaults}, {closure})"
+    if v.kwdefaults or v.attrs:
+        kwdefaults = "{" + ", ".join(f"{k!r}: {r.expr(d)}" for k, d in v.kwdefaults.items()) + "}"
+        attrs = "{" + ", ".join(f"{k!r}: {r.expr(a)}" for k, a in v.attrs.items()) + "}"
+        text = f"{r.const(function_with)}({text}, {kwdefaults if v.kwdefaults else 'None'}, {attrs})"
+    return text
+
+
+def _cell(r, v):
+    if v.real is not None:
+        return r.const(v.real)
+    raise AssertionError("a cell made in traced code is printed by Rebuilder.expr")
 
 
 def _method(r, v):
     return f"{r.const(types.MethodType)}({r.expr(v.fn)}, {r.expr(v.self_var)})"
+
+
+def _weakref(r, v):
+    return f"{r.const(weakref.ref)}({r.expr(v.referent)})"
 
 
 def _slice(r, v):
@@ -407,6 +450,8 @@ _PRINTERS = {
     V.MappingProxyVar: _mapping_proxy,
     V.SetVar: _set,
     V.FunctionVar: _function,
+    V.Cell: _cell,
+    V.WeakRefVar: _weakref,
     V.MethodVar: _method,
     V.PartialVar: _partial,
     V.SliceVar: _slice,
@@ -421,3 +466,16 @@ _PRINTERS = {
 }
 _MUTABLE = (V.ListVar, V.DictVar, V.SetVar, V.NewObjectVar, V.DictViewVar, V.IteratorVar, V.GeneratorVar,
             V.PartialVar)   # printed once, so a dict keyed by it finds the same object
+
+
+def _is_shared(v) -> bool:
+    """Printed once ([Note: one object per tracker]): a mutable value made in traced code, and a
+    function or closure cell made there (a function's identity and attributes, a cell's contents
+    are seen by every holder)."""
+    if v.source is not None:
+        return False
+    if isinstance(v, V.FunctionVar):
+        return v.fn is None
+    if isinstance(v, V.Cell):
+        return v.real is None
+    return type(v) in _MUTABLE

@@ -172,6 +172,10 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         return list(v.items)
     if isinstance(v, V.Constant) and isinstance(v.value, (range, str, bytes, tuple, torch.Size, frozenset)):
         return [V.Constant(x) for x in v.value]
+    if isinstance(v, V.Constant) and isinstance(v.value, types.MappingProxyType):
+        # a read-only view folded at trace time (`inspect.signature(fn).parameters`): its keys
+        from kiln.capture.builder import wrap
+        return [wrap(tx.out, k, None) for k in v.value]
     if isinstance(v, V.Constant) and not hasattr(type(v.value), "__iter__") and \
             not hasattr(type(v.value), "__getitem__"):
         tx.raise_(TypeError, f"'{type(v.value).__name__}' object is not iterable")
@@ -246,9 +250,19 @@ def truth(tx, v: V.Variable) -> bool:
     if isinstance(v, V.NewObjectVar):
         for name in ("__bool__", "__len__"):
             if hasattr(v.cls, name):
-                return truth(tx, tx.call(getattr_var(tx, v, name), []))
+                return _dunder_truth(tx, tx.call(getattr_var(tx, v, name), []), name)
         return True
     raise tx.unsupported(f"truth value of a {v.python_type().__name__}")
+
+
+def _dunder_truth(tx, result: V.Variable, name: str) -> bool:
+    """What a class's own `__bool__` (or `__len__`) returned, as Python's truth test reads it: a
+    `__bool__` must return a bool (TypeError otherwise, as CPython raises)."""
+    if name == "__bool__" and not (isinstance(result, V.Constant) and type(result.value) is bool) and \
+            not (isinstance(result, V.SymNumber) and result.python_type() is bool):
+        kind = result.python_type().__name__
+        tx.raise_(TypeError, f"__bool__ should return bool, returned {kind}")
+    return truth(tx, result)
 
 
 def _object_truth(tx, v: V.ObjectVar) -> bool:
@@ -261,7 +275,7 @@ def _object_truth(tx, v: V.ObjectVar) -> bool:
         return bool(obj)
     for name in ("__bool__", "__len__"):
         if isinstance(class_lookup(type(obj), name), types.FunctionType):
-            return truth(tx, tx.call(getattr_var(tx, v, name), []))
+            return _dunder_truth(tx, tx.call(getattr_var(tx, v, name), []), name)
     value = bool(obj)
     if v.source is not None and any(hasattr(type(obj), n) for n in ("__bool__", "__len__")):
         tx.out.guard(Guard(GuardKind.TRUTH, v.source, value))
@@ -523,6 +537,8 @@ def _concat(tx, a, b):
         if not issubclass(b.python_type(), list):
             tx.raise_(TypeError, f'can only concatenate list (not "{b.python_type().__name__}") to list')
         return V.ListVar(a.items + b.items)
+    if isinstance(a, V.TupleVar) and a.cls is torch.Size:   # Size.__add__ gives a Size
+        return V.TupleVar(a.items + b.items, torch.Size)
     return V.TupleVar(a.items + b.items)
 
 

@@ -9,7 +9,27 @@ In printed code the frame's arguments are locals of the same name and globals ar
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
+
+# [Note: keys printed by reference] A key whose repr is no expression (an Enum member:
+# `<Color.RED: 1>`) is printed as `__kiln_keys[i]`, an index into this list, which every namespace
+# kiln execs generated code in binds (convert.compile_source, guards.py). Members are never
+# removed: an index stays valid for every entry that printed it (enum members live as long as
+# their class, which the program's own dicts hold anyway).
+KEYS: list = []
+_KEY_INDEX: dict[int, int] = {}
+
+
+def key_text(key: Any) -> str:
+    """`key` as an expression in generated code: its repr, or a reference to it (see the Note)."""
+    if isinstance(key, enum.Enum):
+        i = _KEY_INDEX.get(id(key))
+        if i is None:
+            i = _KEY_INDEX[id(key)] = len(KEYS)
+            KEYS.append(key)
+        return f"__kiln_keys[{i}]"
+    return repr(key)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +77,7 @@ class DictEntrySource(Source):
     key: str
 
     def expr(self) -> str:
-        return f"{self.base.expr()}.{self.table}[{self.key!r}]"
+        return f"{self.base.expr()}.{self.table}[{key_text(self.key)}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +86,7 @@ class ItemSource(Source):
     key: Any
 
     def expr(self) -> str:
-        return f"{self.base.expr()}[{self.key!r}]"
+        return f"{self.base.expr()}[{key_text(self.key)}]"
 
     def __hash__(self):  # slices (`out[1:]`) do not hash before Python 3.12
         key = (slice, self.key.start, self.key.stop, self.key.step) if isinstance(self.key, slice) else self.key
@@ -94,7 +114,7 @@ class BuiltinItemSource(Source):
     container: str  # "dict" | "list" | "tuple"
 
     def expr(self) -> str:
-        return f"{self.container}.__getitem__({self.base.expr()}, {self.key!r})"
+        return f"{self.container}.__getitem__({self.base.expr()}, {key_text(self.key)})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +154,26 @@ class TypeSource(Source):
 
     def expr(self) -> str:
         return f"type({self.base.expr()})"
+
+
+@dataclasses.dataclass(frozen=True)
+class NumpyTensorSource(Source):
+    """`torch.from_numpy(base)`: the tensor view of a NumPy array the frame reads, the graph's input
+    for it ([Note: NumPy as torch ops] in numpy_calls.py). `__kiln_from_numpy` is bound wherever
+    kiln execs generated code, as `__kiln_keys` is."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"__kiln_from_numpy({self.base.expr()})"
+
+
+@dataclasses.dataclass(frozen=True)
+class WeakRefCallSource(Source):
+    """`base()`: what a weak reference the frame reads refers to now (None once it died)."""
+    base: Source
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}()"
 
 
 @dataclasses.dataclass(frozen=True)

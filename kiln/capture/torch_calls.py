@@ -3,9 +3,10 @@
 `call_torch` turns trackers into FX arguments, adds the node, runs it on example values and wraps
 the result. Tensor methods and attributes that only read metadata (`size`, `dim`, `dtype`, ...) are
 answered from the example value, guarded by the tensor's metadata guard; those that read data
-(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`) of an
-integer tensor: its value is an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py),
-a node of the graph that later ops may take as a size.
+(`tolist`, `__bool__`) cannot be captured and break the graph, except `item()` (and `int(t)`, and
+`tolist()` of a static shape under torch's capture_scalar_outputs) of an integer tensor: its value is
+an unbacked SymInt ([Note: unbacked sizes] in kiln/symbolic/shape_env.py), a node of the graph that
+later ops may take as a size.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kiln.capture import controls
 from kiln.capture import variables as V
 from kiln.errors import KilnError
 
@@ -108,7 +110,7 @@ def _object_to_fx(tx, v):
         return _constant_to_fx(tx, v)
     if isinstance(v.value, type) and v.value in _PYTHON_DTYPES:
         return _PYTHON_DTYPES[v.value]  # `torch.zeros(n, dtype=int)`: the dtype torch's parser reads
-    if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None))) \
+    if isinstance(v.value, (torch.dtype, torch.device, torch.memory_format, torch.layout, type(None), type(Ellipsis))) \
             or is_torch_op(v.value):  # FX prints a torch function by its module and name
         return v.value
     raise tx.unsupported(f"a {type(v.value).__name__} object cannot be passed to a torch operation in a graph")
@@ -189,6 +191,25 @@ def tensor_item(tx, t: V.TensorVar) -> V.Variable:
         raise tx.unsupported(f"Tensor.item() of a {dtype} tensor reads tensor data, which a graph cannot hand "
                              "back to Python (only an integer read from a tensor becomes a symbolic size)")
     return call_torch(tx, "call_method", "item", [t], {})
+
+
+def _reads_as_unbacked(t: V.TensorVar) -> bool:
+    """Whether `t.item()` of each element is an unbacked symbol (an integer or bool tensor) and
+    its shape is static, so that `t.tolist()` has a known structure."""
+    dtype = t.example.dtype
+    return not (dtype.is_floating_point or dtype.is_complex) and all(type(n) is int for n in t.example.shape)
+
+
+def tensor_tolist(tx, t: V.TensorVar) -> V.Variable:
+    """`t.tolist()` of an integer or bool tensor of static shape, where the program set torch's
+    `capture_scalar_outputs` (else tolist breaks the graph, as under torch.compile): nested lists of
+    `t[i, j].item()`, each an unbacked symbol."""
+    def read(index: tuple, depth: int) -> V.Variable:
+        if depth == t.example.dim():
+            element = call_torch(tx, "call_function", operator.getitem, [t, V.Constant(index)], {}) if index else t
+            return tensor_item(tx, element)
+        return V.ListVar([read(index + (i,), depth + 1) for i in range(t.example.shape[depth])])
+    return read((), 0)
 
 
 def data_dependent_reason(e: BaseException) -> str | None:
@@ -281,10 +302,56 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
         return V.ObjectVar(t.python_type())
     attr = getattr(torch.Tensor, name, None)
     if attr is None:
+        own = _own_attribute(tx, t, name)
+        if own is not None:
+            return own
         tx.raise_(AttributeError, f"'Tensor' object has no attribute '{name}'")
     if callable(attr):
         return V.MethodVar(V.ObjectVar(attr), t)
     raise tx.unsupported(f"reading tensor attribute {name!r} is not supported")
+
+
+def _own_attribute(tx, t: V.TensorVar, name: str) -> V.Variable | None:
+    """An attribute the program set on an input tensor (`inp.test = None`), read from the real
+    tensor's `__dict__`; guarded present or absent, so a call with a tensor that has it, or has
+    not, compiles again. None where the tensor has no such attribute (or is not an input)."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.guards import Guard, GuardKind
+    from kiln.capture.sources import AttrSource
+    real = tx.out.input_values.get(t.node) if t.source is not None else None
+    if not isinstance(real, torch.Tensor):
+        return None
+    own = real.__dict__
+    tx.out.guard(Guard(GuardKind.PRESENT if name in own else GuardKind.ABSENT, AttrSource(t.source, "__dict__"), name))
+    return wrap(tx.out, own[name], AttrSource(t.source, name)) if name in own else None
+
+
+def tensor_of_tensors(tx, args: list, kwargs: dict) -> V.Variable | None:
+    """`torch.tensor([t0, t1])` of 0-d tensors (nested lists of them, of one dtype): the values
+    copied, as `torch.stack` of them detached, in the dtype asked for or theirs (what
+    torch.tensor reads from them, without handing their data to Python). None for anything else,
+    which runs as torch.tensor."""
+    if len(args) != 1 or set(kwargs) - {"dtype"} or not isinstance(args[0], (V.ListVar, V.TupleVar)):
+        return None
+
+    def leaves(v):
+        if isinstance(v, (V.ListVar, V.TupleVar)):
+            return [leaf for item in v.items for leaf in leaves(item)] if v.items else [None]
+        return [v]
+    found = leaves(args[0])
+    if not all(isinstance(t, V.TensorVar) and t.example.dim() == 0 for t in found) or \
+            len({t.example.dtype for t in found}) != 1:
+        return None
+
+    def build(v):
+        if isinstance(v, V.TensorVar):
+            return v
+        return call_torch(tx, "call_function", torch.stack, [V.ListVar([build(i) for i in v.items])], {})
+    out = call_torch(tx, "call_method", "detach", [build(args[0])], {})
+    dtype = kwargs.get("dtype")
+    if dtype is not None and not (isinstance(dtype, V.Constant) and dtype.value is None):
+        out = call_torch(tx, "call_method", "to", [out, dtype], {})
+    return out
 
 
 def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
@@ -304,6 +371,11 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         if isinstance(result, torch.Size):
             return V.TupleVar([V.Constant(n) for n in result], torch.Size)
         return V.Constant(result)
+    if name == "__iter__" and len(args) == 1 and not kwargs:   # `t.__iter__()` is `iter(t)`: over dim 0
+        return tx.call(V.ObjectVar(iter), [self_var])
+    if name == "tolist" and len(args) == 1 and not kwargs and _reads_as_unbacked(self_var) and \
+            controls.capture_scalar_outputs():
+        return tensor_tolist(tx, self_var)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
     if name == "item":

@@ -289,6 +289,16 @@ class MethodVar(Variable):
 
 
 @dataclasses.dataclass(eq=False)
+class WeakRefVar(Variable):
+    """`weakref.ref(obj)` made in traced code: calling it gives `referent` (alive: the frame holds it)."""
+    referent: Variable
+
+    def python_type(self):
+        import weakref
+        return weakref.ReferenceType
+
+
+@dataclasses.dataclass(eq=False)
 class PartialVar(Variable):
     fn: Variable
     args: list

@@ -227,6 +227,13 @@ class FakeTensorMode(TorchDispatchMode):
         self._fakes[id(t)] = (t, fake)
         return fake
 
+    def forget_reals(self) -> None:
+        """Forget the real tensors and storages fakes were made from (a caller done making fakes
+        from them: kiln's capture once a trace is compiled), so that the mode, which the graph's
+        example values hold, does not keep them alive."""
+        self._fakes.clear()
+        self._storages.clear()
+
     def _meta_storage(self, t, sizes, strides, sym_sizes, sym_strides) -> torch.UntypedStorage:
         real = t.untyped_storage()
         key = real._cdata

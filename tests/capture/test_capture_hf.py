@@ -15,6 +15,7 @@ from typing import Optional
 
 import pytest
 import torch
+import torch._dynamo  # graph_break, to break the graph where a case needs one
 
 import kiln
 import kiln.capture
@@ -67,8 +68,9 @@ def _keep_config(method):
 
 
 class _Odd:
-    """A class with its own __new__, which kiln does not model: building it is a graph break."""
+    """A class whose own __new__ breaks the graph: building it is a graph break."""
     def __new__(cls, value):
+        torch._dynamo.graph_break()
         obj = object.__new__(cls)
         obj.value = value
         return obj

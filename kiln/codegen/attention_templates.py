@@ -60,7 +60,7 @@ from kiln.codegen import ir
 from kiln.codegen.indexing import simplify_index
 from kiln.codegen.lowering import EXPENSIVE_OPS, bind_arguments
 from kiln.codegen.matmul_padding import extern_name
-from kiln.codegen.matmul_templates import made_by
+from kiln.codegen.matmul_templates import made_by, static_operand
 from kiln.codegen.scheduler import _reads, _sizes_read
 
 # the forward SDPA externs, and the name of each one's mask argument (None: it takes none)
@@ -79,23 +79,6 @@ MAX_PROLOGUE_NODES = 64     # a mask's producer, recomputed by every query head
 ConfigsFor = Callable[[int, int, int, torch.dtype], Sequence[ir.AttentionConfig]]
 
 _B, _H, _G, _L, _D = (sympy.Symbol(n, integer=True, nonnegative=True) for n in ("ab", "ah", "ag", "al", "ad"))
-
-
-def _static_view(arg, buffers: dict) -> ir.ViewArg | None:
-    """An operand as a static strided view of its buffer, its offset from the storage's start (as
-    a `Load`'s index counts it, the buffer's own offset included), or None."""
-    if isinstance(arg, ir.BufferArg):
-        buf = buffers[arg.name]
-        arg = ir.ViewArg(arg.name, buf.sizes, buf.strides, buf.offset)
-    elif isinstance(arg, ir.ViewArg):
-        arg = dataclasses.replace(arg, offset=ir.as_expr(arg.offset) + ir.as_expr(buffers[arg.name].offset))
-    else:
-        return None
-    values = [sympy.sympify(e) for e in (*arg.sizes, *arg.strides, arg.offset)]
-    if not all(v.is_Integer and v >= 0 for v in values):
-        return None
-    return ir.ViewArg(arg.name, tuple(sympy.Integer(int(s)) for s in arg.sizes),
-                      tuple(sympy.Integer(int(s)) for s in arg.strides), sympy.Integer(int(arg.offset)))
 
 
 def _element(view: ir.ViewArg, indices: Sequence) -> sympy.Expr:
@@ -311,10 +294,10 @@ def _candidate(ctx: _Context, node: ir.Node, configs_for: ConfigsFor) -> _Attent
         return None
     if any(o is not None and (o in ctx.readers or o in ctx.outputs or o in ctx.sizes_read) for o in rest):
         return None         # the logsumexp (a training forward's) or the rest is read
-    q, k, v = (_static_view(args.get(n), ctx.buffers) for n in ("query", "key", "value"))
+    q, k, v = (static_operand(args.get(n), ctx.buffers) for n in ("query", "key", "value"))
     mask_name = ATTENTION_OPS[extern_name(node)]
     mask_arg = args.get(mask_name) if mask_name else None
-    mask = _static_view(mask_arg, ctx.buffers) if mask_arg is not None else None
+    mask = static_operand(mask_arg, ctx.buffers) if mask_arg is not None else None
     if q is None or k is None or v is None or (mask_arg is not None and mask is None):
         return None
     if not (len(q.sizes) == len(k.sizes) == len(v.sizes) == 4):

@@ -94,8 +94,9 @@ MatmulChoice = Union[ExternChoice, ir.MatmulTemplate]
 ConfigsFor = Callable[[int, int, int, torch.dtype], Sequence[ir.MatmulConfig]]
 
 
-def _operand(arg, buffers: dict) -> ir.ViewArg | None:
-    """An operand as a static strided view of its buffer, or None."""
+def static_operand(arg, buffers: dict) -> ir.ViewArg | None:
+    """An extern's operand as a static strided view of its buffer, its offset from the storage's
+    start (as a `Load`'s index counts it, the buffer's own offset included), or None."""
     if isinstance(arg, ir.BufferArg):
         buf = buffers[arg.name]
         arg = ir.ViewArg(arg.name, buf.sizes, buf.strides, buf.offset)
@@ -144,7 +145,7 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
     if any(s != 1 for s in scale):
         return extern
     out = buffers[node.outputs[0]]
-    a, b = (_operand(node.args[i], buffers) for i in (a_at, b_at))
+    a, b = (static_operand(node.args[i], buffers) for i in (a_at, b_at))
     if a is None or b is None or out.dtype not in TEMPLATE_DTYPES:
         return extern
     if {buffers[a.name].dtype, buffers[b.name].dtype} != {out.dtype}:
@@ -155,7 +156,7 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
     acc = ir.Var(ir.ACCUMULATOR, torch.float32)
     value: ir.ScalarExpr = acc
     if bias_at is not None:
-        bias = _operand(node.args[bias_at], buffers)
+        bias = static_operand(node.args[bias_at], buffers)
         load = _bias_load(bias, sizes, buffers[bias.name].dtype) if bias is not None else None
         if load is None or buffers[bias.name].dtype != out.dtype:
             return extern

@@ -120,12 +120,11 @@ class _Recording:
         sized = [i for i in self.pointers if i not in fixed_size]
         self.pick_sized, self.sizes = _picker(sized), [self.pointers[i][1] for i in sized]
         # the caller's tensors: copied into these before each replay
-        self.copied = {i: torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
-                       for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static_inputs}
-        graph_args = [self.copied.get(i, a) for i, a in enumerate(args)]
-        self.copy_into, self.pick_copied = list(self.copied.values()), _picker(list(self.copied))
-        for i, t in self.copied.items():
-            t.copy_(args[i])
+        copied = {i: torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
+                  for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static_inputs}
+        graph_args = [copied.get(i, a) for i, a in enumerate(args)]
+        self.copy_into, self.pick_copied = list(copied.values()), _picker(list(copied))
+        self._copy_inputs(args)
         self.replay_graph, self.outputs = capture(program, graph_args)
         # outputs that are a static input's own storage: the caller's tensor, never a copy
         by_address = {}
@@ -139,12 +138,15 @@ class _Recording:
         return (list(map(torch.Tensor.data_ptr, self.pick_static(args))) == self.addresses
                 and list(map(torch.Tensor.size, self.pick_sized(args))) == self.sizes)
 
-    def replay(self, args: Sequence[Any]):
-        # the caller's inputs into the graph's: one multi-tensor copy, a launch per dtype, not one
-        # per input (a decode step's ids, positions, mask and cache lengths: 14 launches, ~5 us of
-        # host each on an H100's host)
+    def _copy_inputs(self, args: Sequence[Any]):
+        """The caller's inputs into the graph's: one multi-tensor copy, a launch per dtype, not one
+        per input (a decode step's ids, positions, mask and cache lengths: 14 launches, ~5 us of
+        host each on an H100's host)."""
         if self.copy_into:
             torch._foreach_copy_(self.copy_into, list(self.pick_copied(args)))
+
+    def replay(self, args: Sequence[Any]):
+        self._copy_inputs(args)
         self.replay_graph()
         return type(self.outputs)(args[self.static_outputs[k]] if k in self.static_outputs
                                   else o.clone() if isinstance(o, torch.Tensor) and k not in self.uncopied else o

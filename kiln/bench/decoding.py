@@ -48,6 +48,14 @@ MODELS = {   # (transformers class, config class, config): dolly-v2-3b's config.
     "llama-1b": ("LlamaForCausalLM", "LlamaConfig",
                  dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                       num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048)),
+    # dolly's and LLaMA-1.1B's layers and structure at a width where a CPU runs the kernels in no
+    # time: a decode step's host time (guards, kiln's runtime, generate()'s loop) as the full models'
+    "narrow-dolly": ("GPTNeoXForCausalLM", "GPTNeoXConfig",
+                     dict(vocab_size=1000, hidden_size=128, num_hidden_layers=32, num_attention_heads=4,
+                          intermediate_size=512, max_position_embeddings=2048, rotary_pct=0.25, use_parallel_residual=True)),
+    "narrow-llama": ("LlamaForCausalLM", "LlamaConfig",
+                     dict(hidden_size=128, intermediate_size=352, num_hidden_layers=22, num_attention_heads=8,
+                          num_key_value_heads=2, vocab_size=1000, max_position_embeddings=2048)),
     "tiny-neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig",     # for a CPU check of the script
                   dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                        intermediate_size=256, max_position_embeddings=1024, rotary_pct=0.25)),

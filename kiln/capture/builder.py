@@ -252,8 +252,11 @@ def _wrap_function(out, value, source):
 
 
 def _wrap_identity(out, value, source):
-    """Classes, builtins, nn.Modules: specialized on identity."""
+    """Classes, builtins, nn.Modules: specialized on identity (a module on its class too: the
+    forward traced is its class's, and `m.__class__ = ...` changes the class under one identity)."""
     _guard(out, GuardKind.ID, source, value)
+    if isinstance(value, torch.nn.Module):
+        _guard(out, GuardKind.TYPE, source, type(value))
     out.keepalive.append(value)
     return V.ObjectVar(value, source=source)
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from kiln import log
-from kiln.capture import variables as V
+from kiln.capture import settled, variables as V
 from kiln.capture.builder import wrap
 from kiln.capture.generators import (close_collected_at_return, drain_escaping, left_paused_in_cleanup,
                                      left_paused_reason)
@@ -515,6 +515,7 @@ def _guards(fn: types.FunctionType, out, params: str):
                                                      tuple(s for s, _ in out.inputs),
                                                      env.format_guards(),
                                                      tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
-    check = compile_guards(guards, params, guard_bindings)
+    parts = settled.split(guards)     # [Note: settled module state]
+    check = compile_guards(parts.live, params, guard_bindings, settled=parts.settled, pins=parts.pins)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
     return check, guards

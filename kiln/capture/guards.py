@@ -210,16 +210,20 @@ def sort_guards(guards) -> list[Guard]:
 _STEP = r"(?:\.[A-Za-z_]\w*(?!\w|\s*\()|\[[^\[\]()]*\])"   # `.attr` (not a method call) or `[key]`
 
 
-def share_reads(conditions: list[str], params: list[str]) -> list[str]:
+def share_reads(segments: list[list[str]], params: list[str]) -> list[list[str]]:
     """[Note: guard reads shared] A module's guards re-read the same attribute chains from the
     frame's parameters hundreds of times (`self._modules['stages']._modules['0']...` for every
     parameter and flag of a ResNet). Each chain prefix read at least twice is bound once, with
     `:=` at its first read, and named after that: the `and` chain evaluates left to right, and a
     read comes after the guards that protect it, so a later use always finds the name bound.
-    Guards only read, so one evaluation sees one object per chain."""
+    Guards only read, so one evaluation sees one object per chain. The conditions come in
+    segments, in evaluation order: the first always runs, each later one only sometimes (settled
+    module state, hook tables), so a name bound in a later segment is used within it only, and
+    another segment reading the same prefix binds it again."""
     import re
     if not params:
-        return conditions
+        return segments
+    conditions = [c for segment in segments for c in segment]
     chain = re.compile(r"(?<![\w.'\]])(?:" + "|".join(map(re.escape, params)) + r")" + _STEP + "+")
     step = re.compile(_STEP)
     counts: dict[str, int] = {}
@@ -230,8 +234,9 @@ def share_reads(conditions: list[str], params: list[str]) -> list[str]:
                 counts[text[:end]] = counts.get(text[:end], 0) + 1
     shared = {prefix: f"__r{i}" for i, prefix in enumerate(p for p, n in counts.items() if n >= 2)}
     if not shared:
-        return conditions
-    bound: set[str] = set()
+        return segments
+    always: set[str] = set()      # bound by the first segment
+    bound: set[str] = set()       # bound by the segment being rewritten
 
     def rewrite(m):
         text = m.group(0)
@@ -241,13 +246,19 @@ def share_reads(conditions: list[str], params: list[str]) -> list[str]:
             prefix = text[:s.end()]
             out += s.group(0)
             if prefix in shared:
-                if prefix in bound:
+                if prefix in always or prefix in bound:
                     out = shared[prefix]
                 else:
                     bound.add(prefix)
                     out = f"({shared[prefix]} := {out})"
         return out
-    return [chain.sub(rewrite, cond) for cond in conditions]
+    rewritten = []
+    for i, segment in enumerate(segments):
+        rewritten.append([chain.sub(rewrite, cond) for cond in segment])
+        if i == 0:
+            always = bound
+        bound = set()
+    return rewritten
 
 
 # [Note: hook tables by registration count] A module's guards check that each of its hook tables
@@ -261,6 +272,9 @@ def share_reads(conditions: list[str], params: list[str]) -> list[str]:
 # before the tables, so a hook registered while they are read is seen on the next call. Not covered:
 # a hook written into a table by hand (`m._forward_hooks[k] = f`, private API), which Dynamo does not
 # guard at all (its `skip_nnmodule_hook_guards`).
+# how many times nn.Module's state-writing methods ran, once settled.py wrapped them: the stamp of
+# [Note: settled module state] (settled.py), as RemovableHandle.next_id is the hook tables'
+MODULE_WRITES = [0]
 HOOK_TABLES = frozenset({
     "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
@@ -271,7 +285,7 @@ HOOK_TABLES = frozenset({
     "_global_buffer_registration_hooks"})
 
 
-def _empty_hook_table(guard: Guard) -> bool:
+def empty_hook_table(guard: Guard) -> bool:
     """A guard that a hook table is empty (or is of its type): one the registration count stands for."""
     s = guard.source
     name = s.attr if isinstance(s, AttrSource) else s.name if isinstance(s, GlobalSource) \
@@ -291,8 +305,10 @@ def autocast_state() -> tuple:
 
 
 def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
-                   name: str = "__kiln_guard") -> Callable[..., bool]:
-    """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss."""
+                   name: str = "__kiln_guard", settled: list[Guard] = (), pins: list = ()) -> Callable[..., bool]:
+    """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss.
+    `settled` guards are checked only when some module's state was written since their last pass,
+    and `PinnedSource(i)` reads `pins[i]` ([Note: settled module state] in settled.py)."""
     consts: dict[int, tuple[str, Any]] = {}
 
     def const(value):
@@ -302,14 +318,21 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
 
     tables, conditions = [], []
     for g in sort_guards(guards):
-        (tables if _empty_hook_table(g) else conditions).extend(guard_code(g, const))
-    # the tables' conditions go last, so the reads they bind (`:=`) are used by none of the others
-    conditions = share_reads(conditions + tables, [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
+        (tables if empty_hook_table(g) else conditions).extend(guard_code(g, const))
+    state = [c for g in sort_guards(settled) for c in guard_code(g, const)]
+    # the settled state's and the tables' conditions go last, each run only sometimes
+    conditions, state, tables = share_reads([conditions, state, tables],
+                                            [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
+    if state:
+        conditions.append(f"((__writes_n := __writes[0]) == __settled[0] or ({' and '.join(state)}) "
+                          "and __settled.__setitem__(0, __writes_n) is None)")
     if tables:     # [Note: hook tables by registration count]
-        tables = conditions[len(conditions) - len(tables):]
-        conditions = conditions[:len(conditions) - len(tables)] + [
-            f"((__hooks_n := __handles.next_id) == __stamp[0] or ({' and '.join(tables)}) and __stamp.__setitem__(0, __hooks_n) is None)"]
+        conditions.append(f"((__hooks_n := __handles.next_id) == __stamp[0] or ({' and '.join(tables)}) "
+                          "and __stamp.__setitem__(0, __hooks_n) is None)")
     body = " and\n            ".join(conditions or ["True"])
+    bindings = {**bindings, **{f"__p{i}": pin for i, pin in enumerate(pins)}}
+    if state:
+        bindings.update(__writes=MODULE_WRITES, __settled=[-1])
     names = ["__grad_enabled", "__autocast_state", "__handles", "__stamp", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def {name}({params}):\n"

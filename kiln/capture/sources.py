@@ -185,6 +185,16 @@ class ConstSource(Source):
         return self.name
 
 
+@dataclasses.dataclass(frozen=True)
+class PinnedSource(Source):
+    """The object a guard function holds as `__p<index>`, checked elsewhere to be what a read gives
+    ([Note: settled module state] in settled.py)."""
+    index: int
+
+    def expr(self) -> str:
+        return f"__p{self.index}"
+
+
 def root_of(source: Source) -> Source:
     while hasattr(source, "base") or hasattr(source, "fn"):
         source = getattr(source, "base", None) or getattr(source, "fn")

@@ -24,6 +24,7 @@ from kiln.aot.rng import new_seed
 from kiln.aot.trace import JointGraph, _overlaps, autocast_off, trace_joint
 from kiln.aot.views import replay
 from kiln.errors import NotYetImplemented
+from kiln.runtime.module_writes import MODULE_WRITES, count_module_writes
 
 
 class _CompiledFunction(torch.autograd.Function):
@@ -152,6 +153,12 @@ class AotRuntime:
         self.num_primals = len(joint.input_indices("user", "param", "buffer", "rng_seed"))
         self.num_user = len(joint.input_indices("user"))
         self.state = [_attribute_ref(gm, s.name) for s in joint.inputs if s.kind in ("param", "buffer")]
+        # [Note: parameters read once a module write] the state's tensors as last read, and the
+        # count of module writes then ([Note: counted module writes]): a decoder's ~400 parameters
+        # are read once, not every call
+        self.state_values, self.state_read_at = [], None
+        if self.state:
+            count_module_writes()
         # what the sizes of a view chain read (`_rebuilt`); a runtime from the warm-start cache has
         # no graph, and no output it rebuilds (kiln/pipeline/warm_start.py)
         placeholders = [] if joint.gm is None else joint.gm.graph.find_nodes(op="placeholder")
@@ -175,9 +182,12 @@ class AotRuntime:
         time: an fp32 matmul the model wrote inside `autocast(enabled=False)` (LLaMA's and
         GPT-NeoX's rotary frequencies) would run in bf16. So the graphs run with autocast off,
         forward and backward, as torch's own AOTAutograd does."""
-        # the owning dict's entry, not `getattr` (nn.Module.__getattr__ runs in Python per name)
-        primals = list(args) + [v if (v := d.get(name)) is not None else getattr(module, name)
-                                for module, d, name in self.state]
+        if self.state_read_at != MODULE_WRITES[0]:
+            # the owning dict's entry, not `getattr` (nn.Module.__getattr__ runs in Python per name)
+            self.state_read_at = MODULE_WRITES[0]
+            self.state_values = [v if (v := d.get(name)) is not None else getattr(module, name)
+                                 for module, d, name in self.state]
+        primals = [*args, *self.state_values]
         if self.seed_at is not None:
             primals.insert(self.seed_at, new_seed())
         with autocast_off():

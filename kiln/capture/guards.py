@@ -17,6 +17,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from kiln.capture.sources import KEYS, AttrSource, DictEntrySource, GlobalSource, Source
+from kiln.runtime.module_writes import MODULE_WRITES
 
 
 class GuardKind(enum.Enum):
@@ -272,9 +273,6 @@ def share_reads(segments: list[list[str]], params: list[str]) -> list[list[str]]
 # before the tables, so a hook registered while they are read is seen on the next call. Not covered:
 # a hook written into a table by hand (`m._forward_hooks[k] = f`, private API), which Dynamo does not
 # guard at all (its `skip_nnmodule_hook_guards`).
-# how many times nn.Module's state-writing methods ran, once settled.py wrapped them: the stamp of
-# [Note: settled module state] (settled.py), as RemovableHandle.next_id is the hook tables'
-MODULE_WRITES = [0]
 HOOK_TABLES = frozenset({
     "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",

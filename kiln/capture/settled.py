@@ -6,17 +6,14 @@ is C`), and each flag and number a forward read (`training`, a LayerNorm's `eps`
 `p`) has its traced value. A 32-layer decoder has ~2,000 of them, ~200 us of Python on every call:
 at decoding's batch 1, where the GPU waits for the host, that is a tenth of a token's time.
 
-That state changes only through nn.Module's own writes: `__setattr__` (attributes, parameters,
-submodules, `training` through `train()`/`eval()`, a class swapped in by `m.__class__ = ...`),
-`__delattr__`, `register_parameter`, `register_buffer`, `add_module`/`register_module`, and `_apply`
-(`to()`, `half()`, `cuda()`, which may put new Parameter objects in the tables). kiln counts those
-writes (`MODULE_WRITES`, bumped by each of those methods once kiln has wrapped them), and an entry
-keeps the count at its last full check: while the count has not moved, no module state a
-*settled* guard reads can have changed, so only the other (*live*) guards are evaluated. The count
-is read before the settled guards, so a write made while they are read is seen on the next call.
-This is [Note: hook tables by registration count] (guards.py) applied to module state, as Dynamo
-applied it to modules for years (its `mutation_guard`); Dynamo today checks the same conditions in
-C++, which kiln's Python cannot match one condition at a time.
+That state changes only through nn.Module's own writing methods, which kiln counts ([Note: counted
+module writes] in kiln/runtime/module_writes.py), and an entry keeps the count at its last full
+check: while the count has not moved, no module state a *settled* guard reads can have changed, so
+only the other (*live*) guards are evaluated. The count is read before the settled guards, so a
+write made while they are read is seen on the next call. This is [Note: hook tables by
+registration count] (guards.py) applied to module state, as Dynamo applied it to modules for years
+(its `mutation_guard`); Dynamo today checks the same conditions in C++, which kiln's Python cannot
+match one condition at a time.
 
 A guard is settled when its value is reached from a *stable* object by a read that only those
 writes change, and what it checks of that value cannot change otherwise:
@@ -35,59 +32,22 @@ the deepest of them (*pinned*: the compiled function holds it, and a settled ID 
 read still gives it), so the live part re-reads no module chain, and the 32 layers' reads of one
 shared config become one read (`config._attn_implementation == 'sdpa'`, once).
 
-Not seen: writes that bypass nn.Module's methods (`m.__dict__['eps'] = ...`,
-`object.__setattr__(m, ...)`, `m._parameters['w'] = p` by hand, as torch.func.functional_call's
-swap does), as hook tables written by hand are not ([Note: hook tables by registration count]).
+Not seen: the writes that note does not count.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import types
 from typing import Any
 
 import torch
 
-from kiln.capture.guards import MODULE_WRITES, Guard, GuardKind, empty_hook_table
+from kiln.capture.guards import Guard, GuardKind, empty_hook_table
 from kiln.capture.sources import AttrSource, DictEntrySource, ItemSource, PinnedSource, Source, TypeSource
+from kiln.runtime.module_writes import count_module_writes, counts_writes
 
-_COUNTED = ("__setattr__", "__delattr__", "register_parameter", "register_buffer", "add_module",
-            "register_module", "_apply")
 MODULE_TABLES = ("_modules", "_parameters", "_buffers")
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.device)
 _MISSING = object()
-
-
-def count_module_writes() -> None:
-    """Wrap nn.Module's state-writing methods so that each call bumps MODULE_WRITES (once a process)."""
-    module = torch.nn.Module
-    for name in _COUNTED:
-        method = module.__dict__[name]
-        if not getattr(method, "__kiln_counted__", False):
-            setattr(module, name, _counted(method))
-
-
-def _counted(method):
-    def counted(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            MODULE_WRITES[0] += 1
-    # a code object of its own per method: tools that key nn.Module's methods by their code (Dynamo's
-    # table of module methods it will not trace) tell them apart as they did before the wrap
-    counted = types.FunctionType(counted.__code__.replace(co_name=method.__name__), counted.__globals__,
-                                 method.__name__, None, counted.__closure__)
-    functools.update_wrapper(counted, method)
-    counted.__kiln_counted__ = True
-    return counted
-
-
-def _counts_writes(cls: type) -> bool:
-    """Writes to instances of `cls` go through nn.Module's counted methods, reads through its own."""
-    module = torch.nn.Module
-    return (issubclass(cls, module) and getattr(cls.__setattr__, "__kiln_counted__", False)
-            and cls.__setattr__ is module.__setattr__ and cls.__delattr__ is module.__delattr__
-            and cls.__getattr__ is module.__getattr__ and cls.__getattribute__ is object.__getattribute__)
 
 
 def _class_data_descriptor(cls: type, name: str) -> bool:
@@ -116,7 +76,7 @@ def _read(source: Source, base: Any) -> Any:
     """The value `source` reads from its base's value `base`, where only counted writes can change
     it; else _MISSING."""
     if isinstance(source, (AttrSource, DictEntrySource, TypeSource)):
-        if not isinstance(base, torch.nn.Module) or not _counts_writes(type(base)):
+        if not isinstance(base, torch.nn.Module) or not counts_writes(type(base)):
             return _MISSING
         if isinstance(source, TypeSource):
             return type(base)

@@ -69,8 +69,10 @@ class CudaGraphed:
             self.dynamic_inputs = [i for i in range(len(args)) if i not in self.static_inputs]
         key = _layout([args[i] for i in self.dynamic_inputs])
         kept = self.recorded.setdefault(key, [])
-        for recording in kept:
+        for i, recording in enumerate(kept):
             if recording.static_inputs_unmoved(args):
+                if i:     # the recording that replayed last is checked first: a generate() replays one
+                    kept.insert(0, kept.pop(i))
                 self.replays += 1
                 return recording.replay(args)
         if key not in self.seen:                   # warm-up: compile kernels, fill the allocator
@@ -115,10 +117,14 @@ class _Recording:
         # a static input is replayed at its address and size (a new cache may take a freed one's address)
         self.pointers = {i: (args[i].data_ptr(), args[i].shape) for i in sorted(static_inputs)
                          if isinstance(args[i], torch.Tensor)}
-        self.pick_static = _picker(list(self.pointers))
-        self.addresses = [p for p, _ in self.pointers.values()]
+        # the inputs that tell one recording from another (a generate()'s own cache) are compared
+        # first, address and size, so a recording of another cache fails before the module
+        # state's hundreds of addresses are read
         sized = [i for i in self.pointers if i not in fixed_size]
-        self.pick_sized, self.sizes = _picker(sized), [self.pointers[i][1] for i in sized]
+        fixed = [i for i in self.pointers if i in fixed_size]
+        self.pick_sized, self.pick_fixed = _picker(sized), _picker(fixed)
+        self.sized_addresses, self.sizes = [self.pointers[i][0] for i in sized], [self.pointers[i][1] for i in sized]
+        self.fixed_addresses = [self.pointers[i][0] for i in fixed]
         # the caller's tensors: copied into these before each replay
         copied = {i: torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
                   for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in static_inputs}
@@ -135,8 +141,10 @@ class _Recording:
         self.uncopied = written_back - self.static_outputs.keys()
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
-        return (list(map(torch.Tensor.data_ptr, self.pick_static(args))) == self.addresses
-                and list(map(torch.Tensor.size, self.pick_sized(args))) == self.sizes)
+        sized = self.pick_sized(args)
+        return (list(map(torch.Tensor.data_ptr, sized)) == self.sized_addresses
+                and list(map(torch.Tensor.size, sized)) == self.sizes
+                and list(map(torch.Tensor.data_ptr, self.pick_fixed(args))) == self.fixed_addresses)
 
     def _copy_inputs(self, args: Sequence[Any]):
         """The caller's inputs into the graph's: one multi-tensor copy, a launch per dtype, not one

@@ -8,7 +8,7 @@ import types
 import torch
 
 import kiln
-from kiln.capture.guards import MODULE_WRITES
+from kiln.runtime.module_writes import MODULE_WRITES
 
 
 class CountingTable(dict):
@@ -144,7 +144,7 @@ def test_dynamo_traces_modules_as_before():
                 return self.lin(x).relu() * self.calls
 
         if sys.argv[1] == "wrapped":
-            from kiln.capture.settled import count_module_writes
+            from kiln.runtime.module_writes import count_module_writes
             count_module_writes()
         counter, m = CompileCounter(), M()
         f = torch.compile(m, backend=counter)

@@ -213,7 +213,7 @@ class AotRuntime:
         plain = []
         for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
             target = primals[spec.index]
-            if value.is_set_to(target):   # written in place by the program: nothing to copy
+            if value is target or value.is_set_to(target):   # written in place by the program: nothing to copy
                 continue
             # as eager's in-place write: an input written with a value that requires grad joins
             # the autograd graph (x.copy_(w) makes x require grad)

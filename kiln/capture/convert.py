@@ -431,6 +431,27 @@ def _storage_pattern(*tensors) -> tuple:
                  for i, t in enumerate(tensors))
 
 
+class _SameStoragePattern:
+    """`(*tensors) -> bool`: they share storage as the pattern says. A decode step passes the same
+    cache tensors at the same addresses each call (dolly: 99 inputs, 25 us of storage lookups on a
+    CPU core), so addresses that passed last time pass again: the tensor guards, checked first,
+    hold each tensor's sizes and strides, so each spans the memory it spanned then, and inputs of
+    separate storages then (memory apart) are apart now. (An entry traced with inputs sharing
+    storage runs eagerly, right whatever they share.)"""
+
+    def __init__(self, pattern: tuple):
+        self.pattern, self.passed = pattern, None
+
+    def __call__(self, *tensors) -> bool:
+        addresses = list(map(torch.Tensor.data_ptr, tensors))
+        if addresses == self.passed:
+            return True
+        if _storage_pattern(*tensors) != self.pattern:
+            return False
+        self.passed = addresses
+        return True
+
+
 def _guard_input_aliasing(out: OutputGraph) -> bool:
     """Add the Note's guard where the graph writes into a tensor input; True when inputs written
     in place share memory with another input (the entry must then run eagerly)."""
@@ -442,7 +463,7 @@ def _guard_input_aliasing(out: OutputGraph) -> bool:
         return False
     pattern = _storage_pattern(*[out.input_values[var.node] for _, var in tensors])
     sources = tuple(src for src, _ in tensors)
-    out.guard(Guard(GuardKind.VALUE, None, (lambda *values: _storage_pattern(*values) == pattern, sources,
+    out.guard(Guard(GuardKind.VALUE, None, (_SameStoragePattern(pattern), sources,
                                             f"the tensor inputs share storage as traced ({pattern})")))
     return any(pattern[i] != i or pattern.count(i) > 1 for i in written)
 

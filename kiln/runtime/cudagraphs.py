@@ -139,6 +139,11 @@ class _Recording:
         self.static_outputs = {k: i for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
                                for i in by_address.get(o.data_ptr(), ()) if o.is_set_to(graph_args[i])}
         self.uncopied = written_back - self.static_outputs.keys()
+        # what a replay returns in place of the recorded outputs: a static input's own tensor, or a
+        # copy of an output in the graph's pool (not one written back at once)
+        self.returned_args = list(self.static_outputs.items())
+        self.returned_copies = [k for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
+                                and k not in self.static_outputs and k not in self.uncopied]
 
     def static_inputs_unmoved(self, args: Sequence[Any]) -> bool:
         sized = self.pick_sized(args)
@@ -156,9 +161,12 @@ class _Recording:
     def replay(self, args: Sequence[Any]):
         self._copy_inputs(args)
         self.replay_graph()
-        return type(self.outputs)(args[self.static_outputs[k]] if k in self.static_outputs
-                                  else o.clone() if isinstance(o, torch.Tensor) and k not in self.uncopied else o
-                                  for k, o in enumerate(self.outputs))
+        outputs = list(self.outputs)
+        for k in self.returned_copies:
+            outputs[k] = outputs[k].clone()
+        for k, i in self.returned_args:
+            outputs[k] = args[i]
+        return type(self.outputs)(outputs)
 
 
 def _picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple]:

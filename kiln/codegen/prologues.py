@@ -31,12 +31,15 @@ reductions and pointwise values P reads, where:
 - the template is in the GEMV form: the dot form loads A in `[BLOCK_M, BLOCK_K]` tiles of many
   rows, and has no per-row prologue (refused with that reason, as any fusion is);
 - the recomputation is bounded. Every program (N / BLOCK_N of them) computes the statistics
-  again: each statistics stage reads the row's inputs over K once more (LayerNorm: two stages,
-  RMSNorm: one), and A's value reads its inputs instead of A. These reads hit L2 (every program
-  reads the same few KiB) while the weight streams from memory, so a program's prologue may read
-  up to `MAX_PROLOGUE_READ_RATIO` times the weight bytes it reads (LLaMA-1.1B's q block at M = 1:
-  4 KiB of x for 16 KiB of weight; dolly's qkv: 20 KiB for 80); and expressions are at most
-  `MAX_PROLOGUE_NODES` nodes;
+  again: each statistics stage walks the row's inputs over K once more (LayerNorm: two stages,
+  RMSNorm: one), and A's value reads its inputs instead of A. Every program reads the same few
+  KiB, from L2 (and in a later stage or row, from L1), while its weight streams from memory: the
+  distinct bytes its prologue reads beyond A (x's rows, a residual's addends, the norm's weight
+  and bias) may be up to `MAX_PROLOGUE_READ_RATIO` times the weight bytes it reads (LLaMA-1.1B's
+  q block of 4 columns at M = 1: x and the norm's weight, 4 KiB besides A, for 16 KiB of weight;
+  at M = 4, 10 KiB with a residual add inlined; dolly's qkv block of 8: 20 KiB for 40 at M = 4).
+  A guess, to be timed on the GPU; the statistics' extra walk over K is latency each program adds
+  before its product's loop. Expressions are at most `MAX_PROLOGUE_NODES` nodes;
 - moving the taken nodes later, to the template, changes nothing they read: no scatter in between
   writes into the storage they load ([Note: scatters write in place]; the KV cache is written
   between a norm and its GEMV, never the activation).
@@ -45,8 +48,12 @@ lowering inlined it (the prologue then loads both addends); where x is stored be
 read it, it has another reader and stays its own node: the scheduler joins it to the producing
 GEMV's epilogue where it can, and the prologue loads x.
 
-If taking a node in fails for one template, the others that share it cannot take it either (it
-stays stored): the search repeats without the failed template until it settles.
+If taking its nodes in fails for a template (a bound, or a value read at another element than its
+own: LayerNorm's shifted mean reads x's first element), the pointwise values among them (a
+residual sum, a centred x) are left stored, each by a kernel of its own or in another group, and
+the prologue loads them: the norm's reductions and output still go. If it fails without any, the
+template is refused, and the others that shared its nodes cannot take them either (they stay
+stored): the search repeats until it settles.
 """
 from __future__ import annotations
 
@@ -99,25 +106,31 @@ def find_prologues(nodes, planner, reads: Callable, simplify: Callable) -> tuple
                 isinstance(nodes[producers[b]].body, ir.Reduction) for b in reads(nodes[p]) if b in producers):
             candidates[t] = p
     refused: list[Refusal] = []
+    kept: set[int] = set()       # pointwise values left stored, after a failure that took them in
     while True:
-        taken = _closure(nodes, planner, producers, candidates, reads)
-        found, failed = {}, None
+        taken = _closure(nodes, planner, producers, candidates, reads, kept)
+        found, failed = {}, False
         for t, p in candidates.items():
             members = tuple(sorted(i for i in taken if _reaches(nodes, producers, taken, p, i, reads)))
             why = _refusal(nodes, planner, simplify, t, members)
-            if why is not None:
-                failed = t
+            if why is None:
+                found[t] = tuple(nodes[i] for i in members)
+                continue
+            failed = True
+            values = {i for i in members if i != p and isinstance(nodes[i].body, ir.Pointwise)}
+            if values:
+                kept |= values
+            else:
                 refused.append(Refusal(_outputs(nodes[t]), nodes[p].buffer, why))
-                break
-            found[t] = tuple(nodes[i] for i in members)
-        if failed is None:
+                del candidates[t]
+            break
+        if not failed:
             return found, refused
-        del candidates[failed]
 
 
-def _closure(nodes, planner, producers, candidates, reads) -> set[int]:
+def _closure(nodes, planner, producers, candidates, reads, kept: set[int]) -> set[int]:
     """Positions of the nodes the candidates take in together: each A's producer read by GEMV
-    templates as A only, and the nodes they read whose readers are all taken in."""
+    templates as A only, and the nodes they read whose readers are all taken in, but `kept`."""
     taken = set()
     for p in set(candidates.values()):
         name = nodes[p].buffer
@@ -128,7 +141,7 @@ def _closure(nodes, planner, producers, candidates, reads) -> set[int]:
                 for r in readers):
             taken.add(p)
     while True:
-        more = {producers[b] for i in taken for b in reads(nodes[i]) if b in producers} - taken
+        more = {producers[b] for i in taken for b in reads(nodes[i]) if b in producers} - taken - kept
         more = {q for q in more if nodes[q].buffer not in planner.outputs
                 and planner.readers.get(nodes[q].buffer, set()) <= taken}
         if not more:
@@ -202,14 +215,14 @@ def _scatter_storage(between, nodes) -> set[str]:
 
 
 def _read_bytes(stages, buffers, a: ir.ViewArg) -> int:
-    """Bytes a program's prologue reads per element of K, for all rows, beyond the A it replaces:
-    each stage's distinct loads along K."""
-    total = 0
-    for stage in stages:
-        loads = {(ld.buffer, ld.index) for s in stage.body for ld in ir.loads_of(s.expr)
-                 if ir.reduction_var(0) in sympy.sympify(ld.index).free_symbols}
-        total += sum(buffers[b].dtype.itemsize for b, _ in loads)
-    return int(a.sizes[-2]) * max(0, total - buffers[a.name].dtype.itemsize)
+    """Bytes a program's prologue reads per element of K beyond the A it replaces: its distinct
+    loads along K, of every row (a vector read by several stages or rows, the norm's weight, is
+    read once from L2 and again from L1)."""
+    m = int(a.sizes[-2])
+    loads = {(ld.buffer, sympy.sympify(ld.index).xreplace({ir.loop_var(0): i}))
+             for stage in stages for s in stage.body for ld in ir.loads_of(s.expr)
+             if ir.reduction_var(0) in sympy.sympify(ld.index).free_symbols for i in range(m)}
+    return max(0, sum(buffers[b].dtype.itemsize for b, _ in loads) - m * buffers[a.name].dtype.itemsize)
 
 
 def _weight_bytes(product, buffers) -> int:

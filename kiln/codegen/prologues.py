@@ -189,11 +189,10 @@ def _refusal(nodes, planner, simplify, t: int, members: tuple[int, ...]) -> str 
         for s in stage.body:
             if sum(1 for _ in ir.walk(s.expr)) > MAX_PROLOGUE_NODES:
                 return f"an expression of more than {MAX_PROLOGUE_NODES} nodes, computed by every program"
-            for e in ir.walk(s.expr):
-                if isinstance(e, (ir.Load, ir.IndexValue)) and not all(
-                        ir.is_loop_var(x) for x in sympy.sympify(e.index).free_symbols | {n for _, n in getattr(e, "bounds", ())}
-                        if isinstance(x, sympy.Symbol)):
-                    return "a symbolic size in the norm (templates are static)"
+            sizes = [x for e in ir.walk(s.expr) if isinstance(e, (ir.Load, ir.IndexValue))
+                     for x in (e.index, *(n for _, n in getattr(e, "bounds", ())))]
+            if any(not ir.is_loop_var(x) for size in sizes for x in sympy.sympify(size).free_symbols):
+                return "a symbolic size in the norm (templates are static)"
     ratio = _read_bytes(stages, planner.buffers, product.a) / _weight_bytes(product, planner.buffers)
     if ratio > MAX_PROLOGUE_READ_RATIO:
         return (f"every program would read {ratio:.1f}x its weight bytes again for the norm "

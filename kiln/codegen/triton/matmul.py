@@ -274,13 +274,6 @@ class _RowPrologue:
         self.p.vars = dict(self.rows[i])
         return ir.subs_index(e, {ir.loop_var(0): sympy.Integer(i)})
 
-    def _loop(self, head: str) -> None:
-        out = self.p.out
-        out.line(head)
-        out.indent += 1
-        out.line("r0_ = (k0 + tl.arange(0, BLOCK_K)).to(INDEX_DTYPE)[None, :]")
-        out.line(f"kmask0 = r0_ < {self.k}")
-
     def before(self, m: int) -> list[str]:
         p, out = self.p, self.p.out
         self.rows = [{} for _ in range(m)]
@@ -292,7 +285,10 @@ class _RowPrologue:
                 out.line(f"{lanes} = tl.full([1, BLOCK_K], 0, tl.float32)")
             outer = out.cse
             out.cse = dict(outer)
-            self._loop(f"for k0 in range(0, {self.k}, BLOCK_K):")
+            out.line(f"for k0 in range(0, {self.k}, BLOCK_K):")
+            out.indent += 1
+            out.line("r0_ = (k0 + tl.arange(0, BLOCK_K)).to(INDEX_DTYPE)[None, :]")
+            out.line(f"kmask0 = r0_ < {self.k}")
             for s, i, lanes in sums:
                 v = p.value(self._at_row(s.expr, i))
                 out.line(f"{lanes} += tl.where(kmask0, {ops.float32_block(v, '[1, BLOCK_K]')}, 0.0)")

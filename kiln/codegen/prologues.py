@@ -129,16 +129,15 @@ def find_prologues(nodes, planner, reads: Callable, simplify: Callable) -> tuple
 
 
 def _closure(nodes, planner, producers, candidates, reads, kept: set[int]) -> set[int]:
-    """Positions of the nodes the candidates take in together: each A's producer read by GEMV
-    templates as A only, and the nodes they read whose readers are all taken in, but `kept`."""
+    """Positions of the nodes the candidates take in together: each A's producer read only by
+    candidates, as A, and the nodes they read whose readers are all taken in, but `kept`."""
     taken = set()
     for p in set(candidates.values()):
         name = nodes[p].buffer
         readers = planner.readers.get(name, set())
-        if name not in planner.outputs and all(
-                _templates(nodes[r]) and nodes[r].product.a.name == name
-                and not any(ld.buffer == name for b in _bodies(nodes[r]) for ld in ir.loads_of(b.expr))
-                for r in readers):
+        as_a = readers <= candidates.keys() and all(candidates[r] == p for r in readers)
+        if name not in planner.outputs and as_a and not any(
+                ld.buffer == name for r in readers for b in _bodies(nodes[r]) for ld in ir.loads_of(b.expr)):
             taken.add(p)
     while True:
         more = {producers[b] for i in taken for b in reads(nodes[i]) if b in producers} - taken - kept

@@ -41,12 +41,15 @@ def _without_prologues(monkeypatch):
     monkeypatch.setattr(scheduler, "find_prologues", lambda *args: ({}, []))
 
 
-def _graph(graphs, fn, inputs, configs=None):
+def _graph(graphs, fn, inputs, configs=None, siblings=True):
     """`fn`'s forward lowered as the default mode lowers it for the Triton printer (`configs`: the
-    tilings offered, the default mode's GEMVs unless given), and its prim graph."""
+    tilings offered, the default mode's GEMVs unless given; `siblings`: products of one A grouped),
+    and its prim graph."""
     (gm, examples), _ = graphs(fn, *inputs)
     graph, _ = lower_graph(gm, examples, triton_printer.KERNEL_DTYPES, triton_printer.SPLIT_REDUCTIONS)
-    graph = group_sibling_gemvs(optimize_layouts(dedupe_buffers(graph)), triton_printer.default_sibling_gemv_config)
+    graph = optimize_layouts(dedupe_buffers(graph))
+    if siblings:
+        graph = group_sibling_gemvs(graph, triton_printer.default_sibling_gemv_config)
     return use_matmul_templates(graph, configs or triton_printer.default_matmul_configs), gm, examples
 
 
@@ -253,6 +256,25 @@ def test_the_recompute_bound_refuses_a_costly_prologue(graphs, any_size, monkeyp
     inputs = _layer_norm_inputs(1, 77, torch.float32)
     _, sched, _, _ = _counts(graphs, monkeypatch, _layer_norm_linear, inputs)
     assert not _with_prologue(sched) and any("MAX_PROLOGUE_READ_RATIO" in w.reason for w in sched.refused), str(sched)
+
+
+def test_a_norm_read_by_a_refused_gemv_stays_for_the_other_too(graphs, any_size, monkeypatch):
+    """One normalized row, two GEMVs of their own (not grouped): the narrow one's programs would
+    recompute too much for their 4 columns, so the norm stays stored for it, and the wide one (16
+    columns a program) reads it too rather than computing it again."""
+    monkeypatch.setattr(prologues, "MAX_PROLOGUE_READ_RATIO", 0.25)   # 0.5x for 4 columns, 0.125x for 16
+
+    def fn(x, w, b, narrow, wide):
+        h = F.layer_norm(x, (K,), w, b)
+        return F.linear(h, narrow), F.linear(h, wide)
+    torch.manual_seed(0)
+    inputs = _layer_norm_inputs(1, 77, torch.float32)[:4] + [torch.randn(8192, K) / K ** 0.5]
+    graph, gm, examples = _graph(graphs, fn, inputs, siblings=False)
+    sched = scheduler.schedule(graph)
+    blocks = sorted(k.template.config.BLOCK_N for k in _kernels(sched) if k.template is not None)
+    assert blocks == [4, 16] and not _with_prologue(sched) and len(_norm_kernels(sched)) == 1, str(sched)
+    assert any("MAX_PROLOGUE_READ_RATIO" in w.reason for w in sched.refused), str(sched)
+    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 # -- whole decode steps: tiny LLaMA and GPT-NeoX (dolly's family) with a static cache

@@ -136,8 +136,9 @@ def _closure(nodes, planner, producers, candidates, reads, kept: set[int]) -> se
         name = nodes[p].buffer
         readers = planner.readers.get(name, set())
         as_a = readers <= candidates.keys() and all(candidates[r] == p for r in readers)
-        if name not in planner.outputs and as_a and not any(
-                ld.buffer == name for r in readers for b in _bodies(nodes[r]) for ld in ir.loads_of(b.expr)):
+        otherwise = any(v.name == name for r in readers for v in nodes[r].product.operands[1:]) or any(
+            ld.buffer == name for r in readers for b in _bodies(nodes[r]) for ld in ir.loads_of(b.expr))
+        if name not in planner.outputs and as_a and not otherwise:
             taken.add(p)
     while True:
         more = {producers[b] for i in taken for b in reads(nodes[i]) if b in producers} - taken - kept

@@ -37,7 +37,8 @@ reductions and pointwise values P reads, where:
   distinct bytes its prologue reads beyond A (x's rows, a residual's addends, the norm's weight
   and bias) may be up to `MAX_PROLOGUE_READ_RATIO` times the weight bytes it reads (LLaMA-1.1B's
   q block of 4 columns at M = 1: x and the norm's weight, 4 KiB besides A, for 16 KiB of weight;
-  at M = 4, 10 KiB with a residual add inlined; dolly's qkv block of 8: 20 KiB for 40 at M = 4).
+  at M = 4 with a residual add inlined, 20 KiB; dolly's qkv block of 8 columns at M = 4, ln1 of
+  a residual sum of three addends: 50 KiB for 40).
   A guess, to be timed on the GPU; the statistics' extra walk over K is latency each program adds
   before its product's loop. Expressions are at most `MAX_PROLOGUE_NODES` nodes;
 - moving the taken nodes later, to the template, changes nothing they read: no scatter in between
@@ -48,10 +49,11 @@ lowering inlined it (the prologue then loads both addends); where x is stored be
 read it, it has another reader and stays its own node: the scheduler joins it to the producing
 GEMV's epilogue where it can, and the prologue loads x.
 
-If taking its nodes in fails for a template (a bound, or a value read at another element than its
-own: LayerNorm's shifted mean reads x's first element), the pointwise values among them (a
-residual sum, a centred x) are left stored, each by a kernel of its own or in another group, and
-the prologue loads them: the norm's reductions and output still go. If it fails without any, the
+If taking its nodes in fails for a template (a bound, or a value read at another element than the
+one written: LayerNorm's shifted mean reads x's first element, so an x computed in the prologue
+would be needed at two elements at once), the pointwise values among them (a residual sum, a
+centred x) are left stored, by a kernel of their own or in another group with the reductions they
+read, and the prologue loads them: the rest of the norm still goes. If it fails without any, the
 template is refused, and the others that shared its nodes cannot take them either (they stay
 stored): the search repeats until it settles.
 """

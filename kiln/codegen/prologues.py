@@ -44,6 +44,10 @@ reductions and pointwise values P reads, where:
 - moving the taken nodes later, to the template, changes nothing they read: no scatter in between
   writes into the storage they load ([Note: scatters write in place]; the KV cache is written
   between a norm and its GEMV, never the activation).
+A gather in a norm (the first layers' residual sum inlined back to the embedding row, read through
+the token's id) moves into the GEMV with its bounds check, and the GEMV then compiles with
+`debug=True` for its `device_assert`, as the norm's kernel did (Triton then also checks int32
+overflow in its index math: a cost to time on the GPU, for those first GEMVs only).
 A residual add feeding the norm (`x = residual + out`) is part of the norm's expressions where
 lowering inlined it (the prologue then loads both addends); where x is stored because later layers
 read it, it has another reader and stays its own node: the scheduler joins it to the producing

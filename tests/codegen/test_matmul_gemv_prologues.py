@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln.bench.accuracy import same
 from kiln.codegen import compile as codegen_compile
 from kiln.codegen import ir, prologues, scheduler
 from kiln.codegen import triton as triton_printer
@@ -25,16 +24,9 @@ from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.lowering import lower_graph
 from kiln.codegen.matmul_templates import group_sibling_gemvs, use_matmul_templates
 from kiln.codegen.triton import heuristics
+from tests.codegen.conftest import compare_with_eager
 
-FP32 = dict(rtol=1e-5, atol=1e-5)
 K = 300
-
-
-@pytest.fixture
-def any_size(monkeypatch):
-    """The default rule for products of any size (the rows rule kept)."""
-    monkeypatch.setattr(heuristics, "GEMV_MIN_WEIGHT_BYTES", 0)
-    monkeypatch.setattr(heuristics, "GEMV_MIN_COLUMN_BLOCKS", 1)
 
 
 def _without_prologues(monkeypatch):
@@ -69,20 +61,6 @@ def _with_prologue(sched) -> list[ir.Kernel]:
 def _run(gm, examples, inputs):
     program = compile_prim_graph(gm, examples, printer=triton_printer)
     return program(*inputs)
-
-
-def _compare(fn, got, inputs, dtype):
-    want = fn(*inputs)
-    want, got = (want,) if isinstance(want, torch.Tensor) else want, (got,) if isinstance(got, torch.Tensor) else got
-    if dtype == torch.float32:
-        torch.testing.assert_close(tuple(got), tuple(want), **FP32)
-        return
-    reference = fn(*(x.double() for x in inputs))
-    reference = (reference,) if isinstance(reference, torch.Tensor) else reference
-    for w, g, r in zip(want, got, reference):   # the benchmark's rule: RMSE against float64 at most 3x eager's
-        assert g.dtype == w.dtype
-        verdict = same(w, g, r, tol=1e-2)
-        assert verdict.ok, verdict.detail
 
 
 def _counts(graphs, monkeypatch, fn, inputs):
@@ -123,7 +101,7 @@ def test_layer_norm_before_a_gemv_is_its_prologue(graphs, any_size, monkeypatch,
     (kernel,) = _with_prologue(sched)
     assert len(kernel.prologue) == 3 and kernel.template.a.name not in kernel.buffer_args, str(kernel)
     assert kernel.template.a.name in sched.local_buffers and K % kernel.template.config.BLOCK_K
-    _compare(_layer_norm_linear, _run(gm, examples, inputs), inputs, dtype)
+    compare_with_eager(_layer_norm_linear, _run(gm, examples, inputs), inputs, dtype)
 
 
 # -- LLaMA's RMSNorm (float32 inside) before q/k/v and gate/up
@@ -158,7 +136,7 @@ def test_rms_norm_before_qkv_siblings_is_one_launch(graphs, any_size, monkeypatc
     (kernel,) = _with_prologue(sched)
     assert isinstance(kernel.template, ir.SiblingGemvs) and kernel.template.segments == ((0,), (1, 2))
     assert len(kernel.prologue) == 2, str(kernel)         # the mean of squares, then A
-    _compare(_rms_qkv, _run(gm, examples, inputs), inputs, dtype)
+    compare_with_eager(_rms_qkv, _run(gm, examples, inputs), inputs, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -172,7 +150,7 @@ def test_rms_norm_before_gate_and_up_is_one_launch(graphs, any_size, monkeypatch
     assert len(before.steps) == 3 and len(sched.steps) == 2, f"{before}\n----\n{sched}"
     (kernel,) = _with_prologue(sched)
     assert kernel.template.segments == ((0, 1),)
-    _compare(_rms_mlp, _run(gm, examples, inputs)[0], inputs, dtype)
+    compare_with_eager(_rms_mlp, _run(gm, examples, inputs)[0], inputs, dtype)
 
 
 def test_a_bfloat16_row_normalized_by_a_float32_weight(graphs, any_size, monkeypatch):
@@ -184,7 +162,7 @@ def test_a_bfloat16_row_normalized_by_a_float32_weight(graphs, any_size, monkeyp
     before, sched, gm, examples = _counts(graphs, monkeypatch, _rms_qkv, inputs)
     assert len(before.steps) == 2 and len(sched.steps) == 1, f"{before}\n----\n{sched}"
     assert _with_prologue(sched)
-    _compare(_rms_qkv, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(_rms_qkv, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 # -- dolly's parallel residual: two norms of one x, each before its own GEMV
@@ -207,7 +185,7 @@ def test_two_norms_of_one_x_are_each_their_gemvs_prologue(graphs, any_size, monk
     before, sched, gm, examples = _counts(graphs, monkeypatch, _parallel_residual, inputs)
     assert len(_norm_kernels(before)) >= 1, str(before)
     assert not _norm_kernels(sched) and len(_with_prologue(sched)) == 2 and len(sched.steps) == 2, str(sched)
-    _compare(_parallel_residual, _run(gm, examples, inputs), inputs, dtype)
+    compare_with_eager(_parallel_residual, _run(gm, examples, inputs), inputs, dtype)
 
 
 # -- where the norm stays a kernel of its own
@@ -222,7 +200,7 @@ def test_a_normalized_row_with_another_reader_stays_stored(graphs, any_size, mon
     before, sched, gm, examples = _counts(graphs, monkeypatch, fn, inputs)
     assert len(sched.steps) == len(before.steps) == 2 and not _with_prologue(sched), str(sched)
     assert any("readers besides GEMV templates" in w.reason for w in sched.refused), str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 def test_statistics_with_another_reader_stay_stored(graphs, any_size, monkeypatch):
@@ -234,7 +212,7 @@ def test_statistics_with_another_reader_stay_stored(graphs, any_size, monkeypatc
     inputs = [torch.randn(1, K), torch.randn(K), torch.randn(77, K) / K ** 0.5]
     _, sched, gm, examples = _counts(graphs, monkeypatch, fn, inputs)
     assert not _with_prologue(sched) and any("outside the prologue" in w.reason for w in sched.refused), str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 def test_the_dot_form_refuses_a_norm_prologue(graphs, monkeypatch):
@@ -246,7 +224,7 @@ def test_the_dot_form_refuses_a_norm_prologue(graphs, monkeypatch):
     (template,) = [k for k in _kernels(sched) if k.template is not None]
     assert template.template.config.form == "dot" and not template.prologue and _norm_kernels(sched), str(sched)
     assert any("GEMV form only" in w.reason for w in sched.refused), str(sched)
-    _compare(_layer_norm_linear, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(_layer_norm_linear, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 def test_the_recompute_bound_refuses_a_costly_prologue(graphs, any_size, monkeypatch):
@@ -274,7 +252,7 @@ def test_a_norm_read_by_a_refused_gemv_stays_for_the_other_too(graphs, any_size,
     blocks = sorted(k.template.config.BLOCK_N for k in _kernels(sched) if k.template is not None)
     assert blocks == [4, 16] and not _with_prologue(sched) and len(_norm_kernels(sched)) == 1, str(sched)
     assert any("MAX_PROLOGUE_READ_RATIO" in w.reason for w in sched.refused), str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 # -- whole decode steps: tiny LLaMA and GPT-NeoX (dolly's family) with a static cache

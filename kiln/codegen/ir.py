@@ -88,6 +88,9 @@ one stage per segment of it (members of one N), stage i over segment i's `[M, N_
 whose template is an `AttentionProduct` is an attention template's: its one stage holds `Assign(QUERY, ...)`, optionally `Assign(MASK,
 ...)` and the `Store` of the output reading the normalized float32 sum as `Var(ACCUMULATOR)`; the
 printer places them (q before the walk over the keys, the mask inside it, the store after it).
+A GEMV template whose product has `prologue` set computes A instead of loading it: its stages
+begin with stages over K (`Kernel.prologue`: the row statistics, then `Assign(a.name)`, A's
+element at (row x0, k r0)), before the stages above ([Note: norm prologues] in prologues.py).
 
 The printer interface (C++ here, Triton in `kiln.codegen.triton`)
 -----------------------------------------------------------------
@@ -120,6 +123,8 @@ Change log (keep this stable; note every change here)
   `SiblingGemvTemplate` (its graph node); `MatmulProduct.operands` / `.sums` / `.renamed`.
 - v12: `AttentionTemplate` (decoding's attention as a kernel of kiln's: [Note: decode attention]),
   its `AttentionProduct` as a `Kernel.template`, and `AttentionConfig`.
+- v13: `MatmulProduct.prologue` / `SiblingGemvs.prologue` and `Kernel.prologue` / `.epilogue`: a
+  GEMV template computing its A from A's producer ([Note: norm prologues]).
 """
 from __future__ import annotations
 
@@ -573,12 +578,14 @@ class MatmulConfig:
 class MatmulProduct:
     """`sum_k a[.., m, k] * b[.., k, n]` in float32: `a` is `[.., M, K]`, `b` is `[.., K, N]` (the same
     leading batch dim, or none), each any strided view of a buffer. `precision`: "ieee" (every
-    float32 product exact, as eager's float32 matmul) or "tf32" (eager's under `allow_tf32`)."""
+    float32 product exact, as eager's float32 matmul) or "tf32" (eager's under `allow_tf32`).
+    `prologue`: A is not loaded but computed by the kernel's prologue (`Kernel.prologue`)."""
 
     a: ViewArg
     b: ViewArg
     precision: str
     config: MatmulConfig
+    prologue: bool = False
 
     def __post_init__(self):
         if self.precision not in ("ieee", "tf32"):
@@ -590,7 +597,7 @@ class MatmulProduct:
 
     @property
     def operands(self) -> tuple[ViewArg, ...]:
-        return (self.a, self.b)
+        return (self.b,) if self.prologue else (self.a, self.b)
 
     @property
     def sums(self) -> tuple[str, ...]:
@@ -602,7 +609,8 @@ class MatmulProduct:
                                    b=dataclasses.replace(self.b, name=names[self.b.name]))
 
     def __str__(self):
-        return f"matmul({self.a}, {self.b}, {self.precision}, {self.config})"
+        a = f"{self.a} from the prologue" if self.prologue else str(self.a)
+        return f"matmul({a}, {self.b}, {self.precision}, {self.config})"
 
 
 @dataclass(frozen=True)
@@ -612,13 +620,14 @@ class SiblingGemvs:
     K) and its body reads its float32 sum over K as `Var(accumulator(j))`. `segments` groups the
     members by N, in order: a program works on `BLOCK_N` columns of one segment and computes every
     member of that segment over them (A's slice loaded once a K step for all); the kernel's programs
-    are the segments' column blocks, stacked."""
+    are the segments' column blocks, stacked. `prologue`: as `MatmulProduct`'s."""
 
     a: ViewArg
     bs: tuple[ViewArg, ...]
     segments: tuple[tuple[int, ...], ...]
     precision: str
     config: MatmulConfig
+    prologue: bool = False
 
     def __post_init__(self):
         if self.config.form != "gemv":
@@ -639,7 +648,7 @@ class SiblingGemvs:
 
     @property
     def operands(self) -> tuple[ViewArg, ...]:
-        return (self.a, *self.bs)
+        return self.bs if self.prologue else (self.a, *self.bs)
 
     @property
     def sums(self) -> tuple[str, ...]:
@@ -651,7 +660,8 @@ class SiblingGemvs:
 
     def __str__(self):
         members = ", ".join(f"{self.accumulator(j)}: {b}" for j, b in enumerate(self.bs))
-        return f"sibling gemvs({self.a}; {members}; segments {list(map(list, self.segments))}, " \
+        a = f"{self.a} from the prologue" if self.prologue else str(self.a)
+        return f"sibling gemvs({a}; {members}; segments {list(map(list, self.segments))}, " \
                f"{self.precision}, {self.config})"
 
 
@@ -863,6 +873,18 @@ class Kernel:
     size_args: tuple[sympy.Symbol, ...] = ()
     origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
     template: MatmulProduct | SiblingGemvs | AttentionProduct | None = None   # a template kernel: its stage follows the product
+
+    @property
+    def prologue(self) -> tuple[Stage, ...]:
+        """A GEMV template's leading stages over K, which compute its A ([Note: norm prologues] in
+        kiln/codegen/prologues.py): the row statistics (`Accumulate`s over `(x0, r0)` = (row, k)),
+        then A's element (`Assign(template.a.name)`); its epilogue stages run once per element."""
+        return tuple(st for st in self.stages if st.reduction_ranges) if self.template is not None else ()
+
+    @property
+    def epilogue(self) -> tuple[Stage, ...]:
+        """A template's stages after its product: the product's bodies and what joined them."""
+        return tuple(st for st in self.stages if not st.reduction_ranges)
 
     def __str__(self):
         sizes = f" sizes({', '.join(map(str, self.size_args))})" if self.size_args else ""

@@ -29,6 +29,12 @@ have one N they are placed as pointwise nodes of one space, and an epilogue join
 segments of one kernel (a stage each, over its own `[M, N_i]`), and an epilogue joins the one
 segment whose results it reads (a float32 bias add); one reading two segments is refused.
 
+A GEMV template may compute its A from A's producer (a row normalization) instead of loading it:
+`prologues.find_prologues` decides which templates take in which nodes before anything is fused
+([Note: norm prologues] in prologues.py), and records the templates that cannot, with why. The
+nodes taken in are skipped where they stand; the template's kernel computes them in leading
+stages over K (`ir.Kernel.prologue`), and their buffers never reach memory.
+
 [Note: the stage model] A kernel runs, per outer index, its stages in order. A node in the last
 stage of the same kind joins it unless it reads a reduction finished in that stage; else a new
 stage begins. Reduction results live at the outer scope, so any later stage reads them.
@@ -46,6 +52,7 @@ from kiln.codegen import ir
 from kiln.codegen.ir import Accumulate, Assign, Constant, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
 from kiln.codegen.indexing import index_bounds, simplify_index
 from kiln.codegen.lowering import EXPENSIVE_OPS, reshape_index
+from kiln.codegen.prologues import find_prologues, prologue_stages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,6 +356,7 @@ class _Group:
     template: ir.MatmulProduct | ir.SiblingGemvs | None = None    # the group's first node is a matmul template
     # sibling products of several Ns: each segment's plan and space, one stage each (`plan` unused)
     segments: list[tuple[list, tuple]] | None = None
+    prologue: tuple[ir.ComputedBuffer, ...] = ()   # the nodes its template computes A from
 
     @property
     def names(self) -> set[str]:
@@ -416,6 +424,9 @@ def schedule(graph: ir.Graph) -> Schedule:
                 kernel, locals_ = _emit_segments(kernel_name(), g.segments, planner, g.template)
             else:
                 kernel, locals_ = _emit_kernel(kernel_name(), g.plan, g.space, planner, g.template)
+            if g.prologue:
+                kernel = _with_prologue(kernel, g.prologue, planner)
+                locals_ = locals_ | {n.buffer for n in g.prologue}
             steps.append(kernel)
             local.update(locals_)
             emitted.update(g.names)
@@ -442,7 +453,9 @@ def schedule(graph: ir.Graph) -> Schedule:
 
     nodes = list(graph.nodes)
     emitted = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    hoisted: set[int] = set()
+    prologues, refusals = find_prologues(nodes, planner, _reads, _simplify_expr)
+    refused += [WhyNoFuse(r.template, r.producer, f"not computed in the GEMV's prologue: {r.reason}") for r in refusals]
+    hoisted: set[int] = {id(n) for taken in prologues.values() for n in taken}   # skipped where they stand
 
     def produced() -> set[str]:
         return emitted.union(*(g.names for g in open_groups))
@@ -501,7 +514,7 @@ def schedule(graph: ir.Graph) -> Schedule:
         if isinstance(node, ir.SiblingGemvTemplate):    # opens a group of its own
             if len(open_groups) >= MAX_OPEN_GROUPS:
                 flush_through(0)
-            open_groups.append(_sibling_group(node, planner))
+            open_groups.append(dataclasses.replace(_sibling_group(node, planner), prologue=prologues.get(position, ())))
             continue
         last = newest_read(node)
         if isinstance(node, (ir.ExternKernel, ir.AttentionTemplate)) or isinstance(node.body, ir.Scan):
@@ -520,7 +533,8 @@ def schedule(graph: ir.Graph) -> Schedule:
         if isinstance(node, ir.MatmulTemplate):      # opens a group of its own
             if len(open_groups) >= MAX_OPEN_GROUPS:
                 flush_through(0)
-            open_groups.append(_Group([node], (outer, None), planner.place([node], outer, None), node.product))
+            open_groups.append(_Group([node], (outer, None), planner.place([node], outer, None), node.product,
+                                      prologue=prologues.get(position, ())))
             continue
         # newest group first; a node may join a group only if it reads no newer open group
         for gi in range(len(open_groups) - 1, max(last, 0) - 1, -1):
@@ -695,6 +709,15 @@ def _emit_segments(name: str, segments: list[tuple[list, tuple]], planner: _Plan
     m = segments[0][1][0][0]
     columns = sum(int(space[0][-1]) for _, space in segments)
     return _finish(name, (m, sympy.Integer(columns)), tuple(stages), tuple(origins), template), locals_
+
+
+def _with_prologue(kernel: ir.Kernel, taken: tuple[ir.ComputedBuffer, ...], planner: _Planner) -> ir.Kernel:
+    """A template's kernel computing A from the nodes it took in ([Note: norm prologues]): their
+    stages first, A no longer an argument."""
+    template = dataclasses.replace(kernel.template, prologue=True)
+    stages = prologue_stages(taken, template.a, planner, _simplify_expr)
+    return _finish(kernel.name, kernel.ranges, stages + kernel.stages,
+                   tuple(n.buffer for n in taken) + kernel.origins, template)
 
 
 def _accesses(stages) -> list[sympy.Expr]:

@@ -35,6 +35,33 @@ def graphs():
     return prim_graphs
 
 
+@pytest.fixture
+def any_size(monkeypatch):
+    """The default GEMV rule ([Note: GEMV by default]) for products of any size (the rows rule
+    kept), so that small shapes take the GEMV form."""
+    from kiln.codegen.triton import heuristics
+    monkeypatch.setattr(heuristics, "GEMV_MIN_WEIGHT_BYTES", 0)
+    monkeypatch.setattr(heuristics, "GEMV_MIN_COLUMN_BLOCKS", 1)
+
+
+def compare_with_eager(fn, got, inputs, dtype):
+    """`got` (a tensor or a tuple) against eager's `fn(*inputs)`: float32 closely (sums over K in
+    another order than eager's), half types by the benchmark's rule (RMSE against a float64 run at
+    most 3x eager's)."""
+    from kiln.bench.accuracy import same
+    want = fn(*inputs)
+    want, got = (want,) if isinstance(want, torch.Tensor) else want, (got,) if isinstance(got, torch.Tensor) else got
+    if dtype == torch.float32:
+        torch.testing.assert_close(tuple(got), tuple(want), rtol=1e-5, atol=1e-5)
+        return
+    reference = fn(*(x.double() for x in inputs))
+    reference = (reference,) if isinstance(reference, torch.Tensor) else reference
+    for w, g, r in zip(want, got, reference):
+        assert g.dtype == w.dtype
+        verdict = same(w, g, r, tol=1e-2)
+        assert verdict.ok, verdict.detail
+
+
 class Counting:
     """A backend that compiles with kiln and keeps what it returned (one per captured graph)."""
 

@@ -104,3 +104,51 @@ def test_llama_siblings_are_one_kernel_each(m):
     assert [k.template["form"] for k in built if k.template] == ["gemv", "gemv"] and len(built) == 2, built
     verdict = same(_llama_mlp(x, *weights), got, reference, tol=1e-2)
     assert verdict.ok, verdict.detail
+
+
+def _rms_norm(x, w):
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
+
+
+def _rms_qkv(x, w, w_q, w_k, w_v):
+    return _qkv(_rms_norm(x, w), w_q, w_k, w_v)
+
+
+def _rms_mlp(x, w, w_gate, w_up, w_down):
+    return _llama_mlp(_rms_norm(x, w), w_gate, w_up, w_down)
+
+
+def _layer_norm_qkv(x, w, b, w_qkv, b_qkv):
+    return F.linear(F.layer_norm(x, (x.shape[-1],), w, b), w_qkv, b_qkv)
+
+
+def _check(fn, inputs, kernels):
+    with torch.no_grad():
+        got, built = _compiled(fn, *inputs)
+        reference = fn(*(x.double() for x in inputs))
+    assert len(built) == kernels and all(k.template and k.template["form"] == "gemv" for k in built), built
+    want = fn(*inputs)
+    for g, w, r in zip(*((t,) if isinstance(t, torch.Tensor) else t for t in (got, want, reference))):
+        verdict = same(w, g, r, tol=1e-2)
+        assert verdict.ok, verdict.detail
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_norms_are_computed_in_their_gemvs(m):
+    """[Note: norm prologues] (kiln/codegen/prologues.py) at LLaMA-1.1B's and dolly's sizes, bf16: the
+    RMSNorm before q/k/v is one kernel with them, before gate/up one kernel with them (down another),
+    dolly's LayerNorm before qkv one kernel. Eager's answers. (Written on a machine without a GPU:
+    not yet run on one.)"""
+    torch.manual_seed(0)
+    bf16 = dict(device="cuda", dtype=torch.bfloat16)
+    x, w = torch.randn(m, 2048, **bf16), torch.rand(2048, **bf16) + 0.5
+    qkv = [torch.randn(n, 2048, **bf16) / 2048 ** 0.5 for n in (2048, 256, 256)]
+    _check(_rms_qkv, [x, w, *qkv], 1)
+    mlp = [torch.randn(*s, **bf16) / s[1] ** 0.5 for s in ((5632, 2048), (5632, 2048), (2048, 5632))]
+    _check(_rms_mlp, [x, w, *mlp], 2)
+    x = torch.randn(m, 2560, **bf16)
+    ln = [torch.rand(2560, **bf16) + 0.5, torch.randn(2560, **bf16), torch.randn(7680, 2560, **bf16) / 2560 ** 0.5,
+          torch.randn(7680, **bf16)]
+    _check(_layer_norm_qkv, [x, *ln], 1)

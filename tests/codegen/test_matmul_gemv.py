@@ -25,16 +25,10 @@ from kiln.codegen.matmul_templates import ExternChoice, candidates, use_matmul_t
 from kiln.codegen.scheduler import schedule
 from kiln.codegen.triton import heuristics, launcher, matmul_autotune
 from kiln.codegen.triton.heuristics import default_matmul_configs, gemv_config, matmul_configs
+from tests.codegen.conftest import compare_with_eager
 
 ON = {"triton_interpret": True}
 FP32 = dict(rtol=1e-5, atol=1e-5)     # float32 sums over K in another order than eager's
-
-
-@pytest.fixture
-def any_size(monkeypatch):
-    """The default rule for products of any size (the rows rule kept)."""
-    monkeypatch.setattr(heuristics, "GEMV_MIN_WEIGHT_BYTES", 0)
-    monkeypatch.setattr(heuristics, "GEMV_MIN_COLUMN_BLOCKS", 1)
 
 
 def _schedule(graphs, fn, *inputs, configs_for=None):
@@ -52,16 +46,6 @@ def _gemvs(sched):
 
 def _externs(sched):
     return [s for s in sched.steps if isinstance(s, ir.ExternKernel)]
-
-
-def _compare(fn, got, inputs, dtype):
-    want = fn(*inputs)
-    if dtype == torch.float32:
-        torch.testing.assert_close(got, want, **FP32)
-    else:   # the benchmark's rule: RMSE against a float64 run at most 3x eager's
-        assert got.dtype == dtype
-        verdict = same(want, got, fn(*(x.double() for x in inputs)), tol=1e-2)
-        assert verdict.ok, verdict.detail
 
 
 # -- the rule
@@ -134,7 +118,7 @@ def test_default_mode_computes_few_row_products_as_one_gemv_kernel(graphs, any_s
     program = compile_prim_graph(gm, examples, printer=triton_printer)
     assert "_extern" not in program.host_source, program.host_source
     (got,) = program(*inputs)
-    _compare(fn, got, inputs, dtype)
+    compare_with_eager(fn, got, inputs, dtype)
 
 
 def test_a_batched_product_of_few_rows(graphs, monkeypatch):

@@ -15,7 +15,6 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln.bench.accuracy import same
 from kiln.codegen import compile as codegen_compile
 from kiln.codegen import ir
 from kiln.codegen import triton as triton_printer
@@ -28,16 +27,10 @@ from kiln.codegen.matmul_templates import group_sibling_gemvs, use_matmul_templa
 from kiln.codegen.scheduler import schedule
 from kiln.codegen.triton import heuristics
 from kiln.codegen.triton.heuristics import default_sibling_gemv_config
+from tests.codegen.conftest import compare_with_eager
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
 K = 300
-
-
-@pytest.fixture
-def any_size(monkeypatch):
-    """The default rule for products of any size (the rows rule kept)."""
-    monkeypatch.setattr(heuristics, "GEMV_MIN_WEIGHT_BYTES", 0)
-    monkeypatch.setattr(heuristics, "GEMV_MIN_COLUMN_BLOCKS", 1)
 
 
 @pytest.fixture
@@ -77,20 +70,6 @@ def _run(gm, examples, inputs):
     return program(*inputs)
 
 
-def _compare(fn, got, inputs, dtype):
-    want = fn(*inputs)
-    want, got = (want,) if isinstance(want, torch.Tensor) else want, (got,) if isinstance(got, torch.Tensor) else got
-    if dtype == torch.float32:
-        torch.testing.assert_close(tuple(got), tuple(want), **FP32)
-        return
-    reference = fn(*(x.double() for x in inputs))
-    reference = (reference,) if isinstance(reference, torch.Tensor) else reference
-    for w, g, r in zip(want, got, reference):   # the benchmark's rule: RMSE against float64 at most 3x eager's
-        assert g.dtype == dtype
-        verdict = same(w, g, r, tol=1e-2)
-        assert verdict.ok, verdict.detail
-
-
 # -- the rule's sizes
 
 def test_the_rule_takes_llama_1b_siblings_as_groups():
@@ -125,7 +104,7 @@ def test_members_too_small_alone_join_a_group_that_meets_the_rule(graphs, monkey
     assert not [s for s in alone.steps if isinstance(s, ir.Kernel)], str(alone)     # three externs
     sched, gm, examples = _schedule(graphs, _qkv, *inputs)
     assert len(_siblings(sched)) == 1 and _launches(sched) == 1, str(sched)
-    _compare(_qkv, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(_qkv, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 # -- a LLaMA MLP block: gate and up of one N, silu(gate) * up as their epilogue
@@ -156,7 +135,7 @@ def test_a_llama_mlp_block_is_two_kernels(graphs, any_size, m, dtype):
     gate, up, product = group.origins
     assert {gate, up} <= sched.local_buffers and gate not in group.buffer_args and up not in group.buffer_args
     assert any(isinstance(e, ir.Op) and e.name == "sigmoid" for s in group.stages[0].body for e in ir.walk(s.expr))
-    _compare(_mlp, _run(gm, examples, inputs)[0], inputs, dtype)
+    compare_with_eager(_mlp, _run(gm, examples, inputs)[0], inputs, dtype)
 
 
 def test_members_read_outside_the_kernel_are_stored(graphs, any_size):
@@ -170,7 +149,7 @@ def test_members_read_outside_the_kernel_are_stored(graphs, any_size):
     assert _launches(sched) == 1 and not sched.local_buffers & set(group.origins), str(sched)
     stored = {s.buffer for s in group.stages[0].body if isinstance(s, ir.Store)}
     assert stored == set(group.origins), str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 # -- q, k and v: one launch over the stacked column ranges
@@ -200,7 +179,7 @@ def test_a_qkv_triple_is_one_launch(graphs, any_size, fn, m, dtype):
     (group,) = _siblings(sched)
     assert group.template.segments == ((0,), (1, 2)) and len(group.stages) == 2, str(sched)
     assert _launches(before) == 3 and _launches(sched) == 1, f"{before}\n----\n{sched}"
-    _compare(fn, _run(gm, examples, inputs), inputs, dtype)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, dtype)
 
 
 # -- where products of one A are not grouped
@@ -217,7 +196,7 @@ def test_an_epilogue_reading_two_segments_is_refused(graphs, any_size):
     (group,) = _siblings(sched)
     assert _launches(sched) == 2 and len(group.origins) == 3, str(sched)
     assert any("several segments" in w.reason for w in sched.refused), str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 def test_a_weight_made_after_the_first_member_keeps_them_apart(graphs, any_size):
@@ -231,7 +210,7 @@ def test_a_weight_made_after_the_first_member_keeps_them_apart(graphs, any_size)
     sched, gm, examples = _schedule(graphs, fn, *inputs)
     assert not _siblings(sched), str(sched)
     assert sum(isinstance(s, ir.Kernel) and s.template is not None for s in sched.steps) == 2, str(sched)
-    _compare(fn, _run(gm, examples, inputs), inputs, torch.float32)
+    compare_with_eager(fn, _run(gm, examples, inputs), inputs, torch.float32)
 
 
 def test_many_rows_or_other_operands_keep_their_own_products(graphs, any_size):

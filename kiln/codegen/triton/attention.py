@@ -100,12 +100,6 @@ def _row(expr: ir.ScalarExpr, i: int, last) -> ir.ScalarExpr:
                                 ir.loop_var(3): last})
 
 
-def _f32(v: Value, shape: str) -> str:
-    """A printed value as float32 over `shape` (a value that does not vary broadcasts)."""
-    text = v.text if ops.compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
-    return text if v.deps else f"(tl.full({shape}, 0, tl.float32) + {text})"
-
-
 def _pointer(p: KernelPrinter, view: ir.ViewArg, group: int) -> str:
     """The start of the program's kv head in a `[B, Hkv, Lk, D]` view."""
     sb, sh = (int(s) for s in view.strides[:2])
@@ -139,7 +133,7 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     head = [l.strip() for l in lines]
     for i in range(lq):
         v = rows.value(_row(query, i, r0))
-        rows.out.line(f"q_{i} = tl.where(rmask0, {_f32(v, '[1, BLOCK_D]')}, 0.0)")
+        rows.out.line(f"q_{i} = tl.where(rmask0, {ops.float32_block(v, '[1, BLOCK_D]')}, 0.0)")
         rows.out.line(f"m_{i} = tl.full([1, 1], float('-inf'), tl.float32)")
         rows.out.line(f"l_{i} = tl.full([1, 1], 0, tl.float32)")
         rows.out.line(f"acc_{i} = tl.full([1, BLOCK_D], 0, tl.float32)")
@@ -159,7 +153,7 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
         score = f"{_REDUCE}(k_tile * q_{i}, 1, {_ADD})[:, None] * {product.scale!r}"
         keys.out.line(f"s_{i} = {score}")
         if mask is not None:
-            keys.out.line(f"s_{i} = s_{i} + {_f32(keys.value(_row(mask, i, x0)), '[BLOCK_N, 1]')}")
+            keys.out.line(f"s_{i} = s_{i} + {ops.float32_block(keys.value(_row(mask, i, x0)), '[BLOCK_N, 1]')}")
         keys.out.line(f"s_{i} = tl.where(xmask, s_{i}, float('-inf'))")
         keys.out.line(f"m_new = tl.maximum(m_{i}, {_REDUCE}(s_{i}, 0, {_MAX})[None, :])")
         keys.out.line("m_use = tl.where(m_new == float('-inf'), 0.0, m_new)   # every key so far masked")

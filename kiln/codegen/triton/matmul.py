@@ -26,7 +26,9 @@ That is the "dot" form of `ir.MatmulConfig`; a product of a few rows (decoding's
 too, with no `tl.dot`: each program all of A's rows and a block of columns over all of K, its
 weight tile read once ([Note: the GEMV form]), and the same epilogue. Sibling products (several
 products of one A, `ir.SiblingGemvs`: [Note: sibling GEMVs] in matmul_templates.py) print as that
-loop over every member of a segment, the segments' column blocks stacked in one launch.
+loop over every member of a segment, the segments' column blocks stacked in one launch. A GEMV
+whose A has a prologue ([Note: norm prologues] in kiln/codegen/prologues.py) computes A's rows in
+its loop instead of loading them, after loops of its own for A's row statistics (`_RowPrologue`).
 
 Under Triton's interpreter `tl.dot` of bfloat16 tiles computes garbage (Triton 3.6 multiplies
 their bits), so there the half tiles are widened to float32 first: exact, since a product of two
@@ -104,7 +106,7 @@ def _on_tile(kernel: ir.Kernel) -> ir.Stage:
         if isinstance(s, ir.Store):
             return ir.Store(s.buffer, sympy.sympify(s.index).xreplace(rename), ir.subs_index(s.expr, rename))
         return dataclasses.replace(s, expr=ir.subs_index(s.expr, rename))
-    (stage,) = kernel.stages
+    (stage,) = kernel.epilogue
     return ir.Stage((), tuple(stmt(s) for s in stage.body))
 
 
@@ -147,7 +149,12 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     params = [tile.ptr(name) for name in kernel.buffer_args]
     params += ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
     body = "\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue)
-    return f"@triton.jit\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+    return f"{_decorator(kernel, interpret)}\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+
+
+def _decorator(kernel: ir.Kernel, interpret: bool) -> str:
+    """`device_assert`s compile in where a prologue gathers (an embedding read by the first norm)."""
+    return "@triton.jit(debug=True)" if ir.index_checks(kernel) and not interpret else "@triton.jit"
 
 
 def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
@@ -206,19 +213,127 @@ def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.
     matmul_templates.py) are the same loop over several Bs: each K step loads every member's tile
     of B and A's slice once, and keeps a sum per member and row."""
     product = kernel.template
-    m, n, k, a, b = _operands(kernel, tile)
-    return ["pid_n = tile"] + _gemv_sums(m, n, k, a, [(ir.ACCUMULATOR, b)], product.config)
+    m, n, k = (int(r) for r in (*kernel.ranges[-2:], product.k))
+    rows = _rows(kernel, tile, buffers, interpret)
+    b = (tile.ptr(product.b.name), *_pointer_terms(product.b))
+    return ["pid_n = tile"] + _gemv_sums(m, n, k, rows, [(ir.ACCUMULATOR, b)], product.config)
 
 
-def _gemv_sums(m: int, n: int, k: int, a: tuple, members: list[tuple[str, tuple]], config: ir.MatmulConfig) -> list[str]:
+def _rows(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool):
+    """How the GEMV loop gets A's rows: loaded, or computed by the kernel's prologue."""
+    product = kernel.template
+    if product.prologue:
+        return _RowPrologue(kernel, buffers, interpret, tile.out.counter + 1000)
+    return _LoadedRows(tile.ptr(product.a.name), *_pointer_terms(product.a), int(product.k),
+                       int(product.k) % product.config.BLOCK_K == 0)
+
+
+@dataclasses.dataclass
+class _LoadedRows:
+    """A's rows loaded from memory, a `[BLOCK_K]` slice a K step (the last step masked)."""
+
+    pointer: str
+    start: str
+    row_stride: str
+    k_stride: str
+    k: int
+    whole: bool
+
+    def before(self, m: int) -> list[str]:
+        return []
+
+    def row(self, i: int) -> tuple[list[str], str]:
+        mask = "" if self.whole else f", kindex < {self.k}, other=0"
+        start = _plus(self.start, i * int(self.row_stride))
+        return [f"    a_{i} = tl.load({self.pointer} + ({start}kindex * {self.k_stride}){mask}).to(tl.float32)"], f"a_{i}[None, :]"
+
+
+class _RowPrologue:
+    """[Note: norm prologues]'s stages (`ir.Kernel.prologue`) on the GEMV form's unrolled rows, with
+    K as the statement printer's `r` (`r0_`, a `[1, BLOCK_K]` row; row i's `x0` is i). Each
+    statistics stage is a loop over K of its own before the product's: per row, a float32 lane
+    sum of its `Accumulate`s, summed across the lanes after it. A's row i is its `Assign`'s value,
+    computed in the product's loop; the parts of it that do not vary along K (the statistics'
+    rsqrt, a gathered row's index) are computed once, before that loop, and reused by name."""
+
+    def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool, counter: int):
+        *self.statistics, last = kernel.prologue
+        (assign,) = last.body
+        self.value = assign.expr
+        self.k = int(last.reduction_ranges[0])
+        self.whole = self.k % kernel.template.config.BLOCK_K == 0
+        p = KernelPrinter(kernel, buffers, interpret, persistent=True, tile=("1", "BLOCK_K"))
+        p.index = IndexPrinter([LoopSpace("r", (sympy.Integer(self.k),), "r0_")], {})
+        p.rmask = "kmask"                    # r's mask: `kmask0`; `rmask0` is the epilogue's, along N
+        p.out.indent = 0
+        p.out.counter = counter              # the epilogue's temporaries are named already
+        self.p = p
+        self.rows: list[dict[str, Value]] = []
+
+    def _at_row(self, e: ir.ScalarExpr, i: int) -> ir.ScalarExpr:
+        self.p.vars = dict(self.rows[i])
+        return ir.subs_index(e, {ir.loop_var(0): sympy.Integer(i)})
+
+    def before(self, m: int) -> list[str]:
+        p, out = self.p, self.p.out
+        self.rows = [{} for _ in range(m)]
+        for stage in self.statistics:
+            sums = [(s, i, f"{s.name}_lanes{i}") for s in stage.body for i in range(m)]
+            for s, i, lanes in sums:
+                for e in _along_k_free(self._at_row(s.expr, i)):
+                    p.value(e)
+                out.line(f"{lanes} = tl.full([1, BLOCK_K], 0, tl.float32)")
+            outer = out.cse
+            out.cse = dict(outer)
+            out.line(f"for k0 in range(0, {self.k}, BLOCK_K):")
+            out.indent += 1
+            out.line("r0_ = (k0 + tl.arange(0, BLOCK_K)).to(INDEX_DTYPE)[None, :]")
+            out.line(f"kmask0 = r0_ < {self.k}")
+            for s, i, lanes in sums:
+                v = p.value(self._at_row(s.expr, i))
+                out.line(f"{lanes} += tl.where(kmask0, {ops.float32_block(v, '[1, BLOCK_K]')}, 0.0)")
+            out.indent -= 1
+            out.cse = outer
+            for s, i, lanes in sums:
+                out.line(f"{s.name}_{i} = tl.reduce({lanes}, 1, tl.standard._sum_combine)[:, None]")
+                self.rows[i][s.name] = Value(f"{s.name}_{i}", frozenset(), torch.float32)
+        for i in range(m):      # what does not vary along K, once
+            for e in _along_k_free(self._at_row(self.value, i)):
+                p.value(e)
+        lines, out.lines = out.lines, []
+        return lines
+
+    def row(self, i: int) -> tuple[list[str], str]:
+        p, out = self.p, self.p.out
+        if i == 0:         # the loop's scope: what it computes is shared by its rows, not after it
+            out.cse = dict(out.cse)
+            out.indent = 1
+            out.line("r0_ = kindex[None, :]")
+            out.line(f"kmask0 = r0_ < {self.k}")
+        v = p.value(self._at_row(self.value, i))
+        value = ops.float32_block(v, "[1, BLOCK_K]")
+        out.line(f"a_{i} = {value if self.whole else f'tl.where(kmask0, {value}, 0.0)'}")
+        lines, out.lines = out.lines, []
+        return lines, f"a_{i}"
+
+
+def _along_k_free(e: ir.ScalarExpr) -> list[ir.ScalarExpr]:
+    """The largest sub-expressions of `e` that read nothing along K (`r0`) and compute something."""
+    def free(x) -> bool:
+        return all(ir.reduction_var(0) not in sympy.sympify(y.index).free_symbols
+                   for y in ir.walk(x) if isinstance(y, (ir.Load, ir.IndexValue)))
+    if free(e):
+        return [] if isinstance(e, (ir.Constant, ir.Var)) else [e]
+    return [x for c in ir.children(e) for x in _along_k_free(c)]
+
+
+def _gemv_sums(m: int, n: int, k: int, rows, members: list[tuple[str, tuple]], config: ir.MatmulConfig) -> list[str]:
     """[Note: the GEMV form]'s loop for column block `pid_n`: for each member (its accumulator's name,
-    and B's pointer, start and strides) the `[BLOCK_M, BLOCK_N]` float32 sum over K of A (pointer,
-    start and strides) times its B."""
+    and B's pointer, start and strides) the `[BLOCK_M, BLOCK_N]` float32 sum over K of A's rows
+    (`rows`: `_LoadedRows` or `_RowPrologue`) times its B."""
     if config.BLOCK_M < m:
         raise ValueError(f"a GEMV tiling covers every row of A: BLOCK_M={config.BLOCK_M} < M={m}")
-    a, a_start, a_m, a_k = a
     whole = k % config.BLOCK_K == 0
-    mask = "" if whole else f", kindex < {k}, other=0"
     mask_b = "" if whole else f", kindex[None, :] < {k}, other=0"
     lines = [
         "# [Note: the GEMV form] one program: BLOCK_N columns over all of K, for every row of A",
@@ -232,6 +347,7 @@ def _gemv_sums(m: int, n: int, k: int, a: tuple, members: list[tuple[str, tuple]
     lines += [f"b{tag}_rows = {b} + ({_plus(b_start)}(nindex % {n})[:, None] * {b_n})"
               for tag, (_, (b, b_start, b_k, b_n)) in zip(tags, members)]
     lines += [f"{acc}_{i} = tl.full([BLOCK_N], 0, tl.float32)" for acc, _ in members for i in range(m)]
+    lines += rows.before(m)
     lines += [
         f"for k0 in range(0, {k}, BLOCK_K):",
         "    kindex = k0 + tl.arange(0, BLOCK_K).to(INDEX_DTYPE)",
@@ -239,8 +355,9 @@ def _gemv_sums(m: int, n: int, k: int, a: tuple, members: list[tuple[str, tuple]
     lines += [f"    b{tag}_tile = tl.load(b{tag}_rows + kindex[None, :] * {b_k}{mask_b}).to(tl.float32)"
               for tag, (_, (_, _, b_k, _)) in zip(tags, members)]
     for i in range(m):
-        lines.append(f"    a_{i} = tl.load({a} + ({_plus(a_start, i * int(a_m))}kindex * {a_k}){mask}).to(tl.float32)")
-        lines += [f"    {acc}_{i} += tl.reduce(b{tag}_tile * a_{i}[None, :], 1, tl.standard._sum_combine)"
+        row, a_i = rows.row(i)
+        lines += row
+        lines += [f"    {acc}_{i} += tl.reduce(b{tag}_tile * {a_i}, 1, tl.standard._sum_combine)"
                   for tag, (acc, _) in zip(tags, members)]
     for acc, _ in members:
         if config.BLOCK_M == 1:
@@ -260,22 +377,23 @@ def _print_siblings(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     group = kernel.template
     m, k = (int(s) for s in group.a.sizes)
     pointers, segments = [], []
-    for i, (members, stage) in enumerate(zip(group.segments, kernel.stages)):
-        part = dataclasses.replace(kernel, ranges=(sympy.Integer(m), sympy.Integer(group.n(i))), stages=(stage,))
+    for i, (members, stage) in enumerate(zip(group.segments, kernel.epilogue)):
+        part = dataclasses.replace(kernel, ranges=(sympy.Integer(m), sympy.Integer(group.n(i))),
+                                   stages=kernel.prologue + (stage,))
         tile = _TilePrinter(part, buffers, interpret, tuple(group.accumulator(j) for j in members))
         pointers = [tile.ptr(name) for name in kernel.buffer_args]
-        a = (tile.ptr(group.a.name), *_pointer_terms(group.a))
+        epilogue = tile.epilogue(_on_tile(part))
         sums = [(group.accumulator(j), (tile.ptr(group.bs[j].name), *_pointer_terms(group.bs[j]))) for j in members]
-        lines = ["pid_n = tile"] + _gemv_sums(m, group.n(i), k, a, sums, group.config)
-        segments.append("\n".join("    " + line for line in lines) + "\n" + "\n".join(tile.epilogue(_on_tile(part))))
+        lines = ["pid_n = tile"] + _gemv_sums(m, group.n(i), k, _rows(part, tile, buffers, interpret), sums, group.config)
+        segments.append("\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue))
     params = ", ".join(pointers + ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"])
-    head = f"@triton.jit\ndef {kernel.name}({params}):\n    pid = tl.program_id(0)\n"
+    head = f"{_decorator(kernel, interpret)}\ndef {kernel.name}({params}):\n    pid = tl.program_id(0)\n"
     if len(segments) == 1:
         return head + "    tile = pid\n" + segments[0] + "\n"
     functions, calls, start = [], [], 0
     for i, (body, blocks) in enumerate(zip(segments, _segment_blocks(kernel))):
         name = f"{kernel.name}_segment{i}"
-        functions.append(f"@triton.jit\ndef {name}({', '.join(pointers)}, tile, INDEX_DTYPE: tl.constexpr):\n{body}\n")
+        functions.append(f"{_decorator(kernel, interpret)}\ndef {name}({', '.join(pointers)}, tile, INDEX_DTYPE: tl.constexpr):\n{body}\n")
         test = "else:" if i == len(segments) - 1 else f"{'if' if i == 0 else 'elif'} pid < {start + blocks}:"
         calls += [f"    {test}", f"        {name}({', '.join(pointers)}, {f'pid - {start}' if start else 'pid'}, INDEX_DTYPE)"]
         start += blocks

@@ -52,6 +52,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
+def float32_block(v: Value, shape: str) -> str:
+    """A printed value as float32 over the block `shape` (a value that does not vary broadcasts):
+    the template printers' operands, which they multiply and sum in float32."""
+    text = v.text if compute_dtype(v.dtype) == torch.float32 else f"({v.text}).to(tl.float32)"
+    return text if v.deps else f"(tl.full({shape}, 0, tl.float32) + {text})"
+
+
 def _is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 

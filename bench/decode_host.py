@@ -44,6 +44,8 @@ def main() -> None:
     p.add_argument("--new", type=int, default=40)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--sort", default="tottime")
+    p.add_argument("--filter", default="kiln", help="the profile lists functions whose file matches this")
     a = p.parse_args()
     warnings.simplefilter("ignore")
     pipeline._wrap = _wrap
@@ -79,7 +81,7 @@ def main() -> None:
             fast.generate(ids, **kw)
             profile.disable()
             out = io.StringIO()
-            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats("kiln", 25)
+            pstats.Stats(profile, stream=out).sort_stats(a.sort).print_stats(a.filter, 30)
             print(out.getvalue())
         model.__dict__.pop("__call__")
 

@@ -1,0 +1,64 @@
+"""Why decoding's attention does or does not become kiln's template kernel on this device ([Note:
+decode attention] in kiln/codegen/attention_templates.py): two layers of dolly's and LLaMA-1.1B's real
+widths, bf16, a static-cache generate(); for each SDPA extern the pass sees, its op, operand shapes
+and whether `_candidate` and `_template` took it; then the kernels built and the tokens against eager.
+
+    python bench/attention_probe.py [--device cuda]"""
+import argparse
+import warnings
+
+import torch
+
+import kiln
+from kiln.bench.decoding import MODELS
+from kiln.bench.suites import ensure_torchvision_importable
+from kiln.codegen import attention_templates as at
+from kiln.codegen.matmul_padding import extern_name
+
+p = argparse.ArgumentParser()
+p.add_argument("--device", default="cuda")
+a = p.parse_args()
+warnings.simplefilter("ignore")
+ensure_torchvision_importable()
+import transformers
+
+seen = []
+candidate, template = at._candidate, at._template
+
+
+def traced_candidate(ctx, node, configs_for):
+    found = candidate(ctx, node, configs_for)
+    if hasattr(node, "op") and "attention" in extern_name(node):
+        shapes = [tuple(str(s) for s in ctx.buffers[x.name].sizes) if hasattr(x, "name") and x.name in ctx.buffers
+                  else x for x in node.args[:4]]
+        seen.append(f"  {extern_name(node)} args {shapes} kwargs {dict(node.kwargs)} -> candidate {found is not None}")
+    return found
+
+
+def traced_template(ctx, att, readers_ok, configs_for):
+    made = template(ctx, att, readers_ok, configs_for)
+    seen.append(f"  template {'made' if made is not None else 'refused'}")
+    return made
+
+
+at._candidate, at._template = traced_candidate, traced_template
+for name in ("dolly", "llama-1b"):
+    cls, config_cls, config = MODELS[name]
+    torch.manual_seed(0)
+    with torch.device(a.device):
+        model = getattr(transformers, cls)(getattr(transformers, config_cls)(**{**config, "num_hidden_layers": 2}))
+    model = model.to(torch.bfloat16).eval()
+    ids = torch.randint(1, 1000, (1, 8), device=a.device)
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+              pad_token_id=0, cache_implementation="static")
+    kiln.reset()
+    seen.clear()
+    options = {} if a.device == "cuda" else {"triton_interpret": True}
+    with torch.no_grad():
+        expected = model.generate(ids, **kw)
+        got = kiln.compile(model, mode="reduce-overhead", options=options).generate(ids, **kw)
+        plain = kiln.compile(model, options=options).generate(ids, **kw)
+    print(f"{name}: reduce-overhead tokens equal eager's: {torch.equal(got, expected)}; default mode: "
+          f"{torch.equal(plain, expected)}; first difference at "
+          f"{(got != expected).nonzero()[:1].tolist()} of {got.shape[1]}")
+    print("\n".join(dict.fromkeys(seen)))

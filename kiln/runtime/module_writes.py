@@ -47,7 +47,11 @@ def _counted(method):
         try:
             return method(self, *args, **kwargs)
         finally:
-            MODULE_WRITES[0] += 1
+            # not while a compiler traces the write (it replays the write when the compiled code
+            # runs, and a traced read of the count would be guarded on: torch.compile recompiled
+            # transformers' LLaMA on every call, whose forward adds a module)
+            if not torch.compiler.is_compiling():
+                MODULE_WRITES[0] += 1
     # a code object of its own per method: tools that key nn.Module's methods by their code (Dynamo's
     # table of module methods it will not trace) tell them apart as they did before the wrap
     counted = types.FunctionType(counted.__code__.replace(co_name=method.__name__), counted.__globals__,

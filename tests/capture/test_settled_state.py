@@ -136,12 +136,11 @@ def test_dynamo_traces_modules_as_before():
             def __init__(self):
                 super().__init__()
                 self.lin = torch.nn.Linear(4, 4)
-                self.calls = 0
 
             def forward(self, x):
-                self.calls = self.calls + 1
                 super().__setattr__("flag", True)
-                return self.lin(x).relu() * self.calls
+                self.add_module("extra", self.lin)          # as transformers' output capturing does
+                return self.lin(x).relu()
 
         if sys.argv[1] == "wrapped":
             from kiln.runtime.module_writes import count_module_writes
@@ -151,9 +150,9 @@ def test_dynamo_traces_modules_as_before():
         x = torch.randn(2, 4)
         for _ in range(3):
             y = f(x)
-        assert torch.allclose(y, m.lin(x).relu() * m.calls)
-        print(counter.frame_count, counter.op_count, m.calls)
+        assert torch.allclose(y, m.lin(x).relu())
+        print(counter.frame_count, counter.op_count)
     """)
     counts = [subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True,
-                             timeout=300).stdout.split()[-3:] for mode in ("plain", "wrapped")]
-    assert counts[0] == counts[1]
+                             timeout=300).stdout.split()[-2:] for mode in ("plain", "wrapped")]
+    assert counts[0] == counts[1], counts

@@ -11,7 +11,7 @@
 #   bash bench/gpu_checks.sh lengths    # GPT-2 training and dolly generate over lengths, pinned sizes (~250 s)
 #   bash bench/gpu_checks.sh compile    # dolly generate's compile, warm starts (~200 s)
 #   bash bench/gpu_checks.sh decode     # issue #36: decoding bench (dolly, LLaMA-1.1B; b1, b16), dolly profile, GEMV probe (~540 s)
-#   bash bench/gpu_checks.sh decode_b1  # issue #36: batch-1 decoding, kiln-static against Inductor-static, and each model's profile (~540 s)
+#   bash bench/gpu_checks.sh decode_b1  # issue #36: batch-1 decoding, kiln-static against Inductor-static, the attention probe, and each model's profile (~430 s)
 #   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
 #   bash bench/gpu_checks.sh partition_ab  # issue #35: resnet18/50 training with and without saving values both passes' externs read (~300 s)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
@@ -79,15 +79,19 @@ decode)     # issue #36: the decoding figures, then where a dolly token's GPU an
     grep -h "unprofiled\|recordings\|a token (profiled" "$OUT/decode_profile.txt"; grep -v "^  " "$OUT/gemv.txt" | tail -6
     grep -h "^|" "$OUT"/decoding_*.txt
     ;;
-decode_b1)  # issue #36: batch 1 only, the GEMV tests first, then per model the figures and where a token's time goes
-    $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 | tail -2 > "$OUT/gemv_tests.txt"
+decode_b1)  # issue #36: batch 1 only, the GEMV and attention tests first (a failure's lines kept), whether the
+            # models' attention is kiln's template, then per model the figures and where a token's time goes
+    $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 \
+        | grep -v "^  \|Warning\|warnings.warn" | tail -30 > "$OUT/gemv_tests.txt"
+    timeout 90 $py bench/attention_probe.py > "$OUT/attention_probe.txt" 2>&1
     for m in llama-1b dolly; do
         timeout 150 $py -m kiln.bench.decoding --device cuda --models $m --cases 1x8+50 \
             --forms inductor-static,kiln-static --rounds 3 --out "$OUT/generate" > "$OUT/decoding_$m.txt" 2>&1
         timeout 100 $py bench/decode_profile.py $m --forms kiln-static --new 50 --top 30 --out "$OUT/profile_$m" 2>&1 \
             | grep -v USDT > "$OUT/decode_profile_$m.txt"
     done
-    cat "$OUT/gemv_tests.txt"; grep -h "unprofiled\|^## \|recordings" "$OUT"/decode_profile_*.txt; grep -h "^|" "$OUT"/decoding_*.txt
+    tail -12 "$OUT/gemv_tests.txt"; tail -8 "$OUT/attention_probe.txt"
+    grep -h "unprofiled\|pieces\|^## \|recordings" "$OUT"/decode_profile_*.txt; grep -h "^|" "$OUT"/decoding_*.txt
     ;;
 convtrain)  # issue #35: the conv nets whose training trailed Inductor, after saving values materialized on both sides
     $py -m kiln.bench --device cuda --suite pt2-vision --models resnet18,resnet50,densenet121,shufflenet_v2_x1_0 \

@@ -65,7 +65,7 @@ def _stored(module: torch.nn.Module, name: str) -> Any:
         return _MISSING if _class_data_descriptor(type(module), name) else module.__dict__[name]
     if any(name in klass.__dict__ for klass in type(module).__mro__):
         return _MISSING
-    for table in MODULE_TABLES:
+    for table in ("_parameters", "_buffers", "_modules"):     # nn.Module.__getattr__'s order
         found = module.__dict__.get(table, {})
         if name in found:
             return found[name]

@@ -33,7 +33,7 @@ from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
 from kiln.capture.sources import AttrSource, GlobalSource, WeakRefCallSource
-from kiln.capture.torch_calls import (FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
+from kiln.capture.torch_calls import (AUTOGRAD_CALL, FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
                                      tensor_of_tensors, to_fx)
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
@@ -503,6 +503,10 @@ def _checkpoint(tx, args, kwargs):
     return tx.call(fn, rest, kwargs)
 
 
+def _autograd_call(tx, args, kwargs):
+    raise tx.unsupported(AUTOGRAD_CALL)   # [Note: autograd ends the graph] in torch_calls.py
+
+
 def _rng_frozen(tx, args, kwargs):
     """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
     enabled = python_value(kwargs.get("enabled", args[1] if len(args) > 1 else V.Constant(True)))
@@ -517,6 +521,8 @@ CALLABLES.update({
     inspect.signature: _signature,
     torch.random.fork_rng: _rng_frozen,
     torch._is_all_true: _is_all_true,
+    torch.autograd.backward: _autograd_call,
+    torch.autograd.grad: _autograd_call,
 })
 for _fn, _query in FOLDED.items():
     CALLABLES[_fn] = (lambda query: lambda tx, args, kwargs: _fold(tx, query, args, kwargs))(_query)

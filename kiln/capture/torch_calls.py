@@ -84,7 +84,7 @@ for _name in ("is_compiling", "is_dynamo_compiling"):
 TENSOR_META_ATTRS = {"shape", "dtype", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized", "layout",
                      "is_leaf", "is_mps", "is_meta", "is_nested", "itemsize", "names", "is_mkldnn", "is_xpu"}
 # tensor attributes that are tensors
-TENSOR_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "grad"}
+TENSOR_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 # tensor methods answered from metadata
 TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride", "is_floating_point",
                        "is_complex", "element_size", "is_contiguous", "get_device", "is_signed", "__len__",
@@ -92,6 +92,11 @@ TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride
 # tensor methods whose value depends on data: a graph break
 TENSOR_DATA_METHODS = {"tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
                        "nonzero_static", "__array__", "__iter__"}
+# [Note: autograd ends the graph] `loss.backward()`, `torch.autograd.grad(...)` differentiate what
+# the graph computed so far: in a graph they would be traced too (a backend tracing the graph's own
+# backward meets a second one), so the graph ends before them and they run as Python, as
+# torch.compile's graph does
+AUTOGRAD_CALL = "autograd (backward, autograd.grad) runs on what the graph computed: the graph ends before it"
 
 
 def to_fx(tx, v: V.Variable) -> Any:
@@ -296,6 +301,8 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
         return V.Constant(device_of(t.example).type == "cuda")
     if name in TENSOR_TENSOR_ATTRS:
         return call_torch(tx, "call_function", getattr, [t, V.Constant(name)], {})
+    if name == "grad":
+        return _grad(tx, t)
     if name == "data":
         return call_torch(tx, "call_method", "detach", [t], {})
     if name == "__class__":
@@ -309,6 +316,19 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
     if callable(attr):
         return V.MethodVar(V.ObjectVar(attr), t)
     raise tx.unsupported(f"reading tensor attribute {name!r} is not supported")
+
+
+def _grad(tx, t: V.TensorVar) -> V.Variable:
+    """`t.grad`: an input's is read from the real tensor, as any attribute of an input is (a
+    tensor becomes an input of the graph, None is guarded None). A tensor the graph computes has
+    none: no backward runs inside a graph ([Note: autograd ends the graph]), and a fake's `.grad`
+    says nothing of the real one's."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.sources import AttrSource
+    real = tx.out.input_values.get(t.node) if t.source is not None else None
+    if not isinstance(real, torch.Tensor):
+        return V.Constant(None)
+    return wrap(tx.out, real.grad, AttrSource(t.source, "grad"))
 
 
 def _own_attribute(tx, t: V.TensorVar, name: str) -> V.Variable | None:
@@ -378,6 +398,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         return tensor_tolist(tx, self_var)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
+    if name == "backward":
+        raise tx.unsupported(AUTOGRAD_CALL)
     if name == "item":
         return tensor_item(tx, self_var)
     if name == "__setitem__":

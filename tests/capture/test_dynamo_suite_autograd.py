@@ -1,0 +1,92 @@
+"""Autograd inside captured code, as test_repros.py of the Dynamo suite (issue #39) exercises it:
+`backward()` and `torch.autograd.grad` end the graph and run as Python, and `t.grad` of an input
+is the real tensor's. Each program runs eagerly and under kiln; the gradients must be eager's, and
+kiln makes as many graphs as torch.compile."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch._dynamo  # the reference compiler; tests may use torch's compiler
+
+import kiln
+from capture_support import Recorder, assert_same
+
+
+def graphs_of(fn, *args) -> tuple[int, int]:
+    """(torch.compile's graphs, kiln's graphs) for one call of `fn(*args)`, each on fresh copies."""
+    torch._dynamo.reset()
+    kiln.reset()
+    theirs, ours = Recorder(), Recorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(fn, backend=theirs)(*[a.detach().clone().requires_grad_(a.requires_grad) for a in args])
+        kiln.compile(fn, backend=ours)(*[a.detach().clone().requires_grad_(a.requires_grad) for a in args])
+    return len(theirs.graphs), len(ours.graphs)
+
+
+def two_backwards(a, b):
+    c = torch.ones(2, 2)
+    e = torch.matmul(a, c)
+    torch.abs(e - c).mean().backward()
+    torch.matmul(b, e.detach()).mean().backward()
+
+
+def test_backward_in_captured_code_fills_the_leaves_grads():
+    # traced into an aot graph, the backward call would be differentiated with the graph: no grads
+    a, b = torch.randn(2, 2, requires_grad=True), torch.randn(2, 2, requires_grad=True)
+    two_backwards(a, b)
+    a2, b2 = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kiln.compile(two_backwards, backend="aot_eager")(a2, b2)
+    assert_same(a2.grad, a.grad)
+    assert_same(b2.grad, b.grad)
+    assert graphs_of(two_backwards, a, b)[1] == graphs_of(two_backwards, a, b)[0]
+
+
+def grad_of_inner(x):
+    y = torch.sin(x)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    return g * 2
+
+
+def test_autograd_grad_ends_the_graph():
+    x = torch.randn(3, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = kiln.compile(grad_of_inner, backend="aot_eager")(x)
+    assert_same(got, grad_of_inner(x))
+    theirs, ours = graphs_of(grad_of_inner, x)
+    assert ours == theirs
+
+
+def grad_after_backward(x):
+    with torch.enable_grad():
+        y = torch.sigmoid(torch.sin(x))
+        y.sum().backward()
+        return x.grad, (x * 2).grad
+
+
+def test_grad_of_an_input_is_the_real_tensors():
+    # the grad the backward wrote, not a fake's (None)
+    x = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        expected = grad_after_backward(x)
+    x.grad = None
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = kiln.compile(grad_after_backward, backend="eager")(x)
+    assert_same(got, expected)
+
+
+def reads_grad(x):
+    return x.grad if x.grad is None else x.grad * 2
+
+
+def test_grad_read_is_guarded():
+    compiled = kiln.compile(reads_grad, backend="eager")
+    x = torch.randn(3, requires_grad=True)
+    assert compiled(x) is None
+    x.grad = torch.ones(3)
+    assert_same(compiled(x), torch.full((3,), 2.0))

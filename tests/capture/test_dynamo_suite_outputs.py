@@ -66,3 +66,32 @@ def test_values_used_inside_the_graph_are_still_merged():
     gm = torch.fx.symbolic_trace(used_twice_inside)
     joint = trace_joint(gm, [torch.randn(3)])
     assert eliminate_common_subexpressions(joint.gm.graph) >= 1
+
+
+# -- out= into a tensor the compiled code made: it is resized, as in eager ([Note: out= resizes]) --
+def sigmoid_into_empty():
+    out = torch.empty(0)
+
+    def run():
+        torch.sigmoid(torch.zeros(3, 5), out=out)    # `out` is a cell of the inner function
+        return out.size()
+    return run(), out
+
+
+def sort_into_empties(x):
+    values, indices = torch.empty(0), torch.empty(0, dtype=torch.long)
+    torch.sort(x, out=(values, indices))
+    return values.size(), indices.size(), values + 1, indices
+
+
+def resize_grows(x):
+    y = torch.empty(2)
+    y.resize_(3, 4)
+    return y.size(), y.fill_(1.0) + x
+
+
+@pytest.mark.parametrize("fn, args", [(sigmoid_into_empty, ()), (sort_into_empties, (torch.randn(3, 5),)),
+                                      (resize_grows, (torch.randn(3, 4),))])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_out_argument_made_in_compiled_code_is_resized(fn, args, backend):
+    assert_same(compiled(fn, backend)(*args), fn(*args))

@@ -10,6 +10,7 @@ later ops may take as a size.
 """
 from __future__ import annotations
 
+import keyword
 import operator
 import sys
 import types
@@ -158,6 +159,8 @@ def _no_fn(tx):
 def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variable:
     fx_args = tuple(to_fx(tx, a) for a in args)
     fx_kwargs = {k: to_fx(tx, v) for k, v in kwargs.items()}
+    if any(keyword.iskeyword(k) for k in fx_kwargs):
+        fx_args, fx_kwargs = _keywords_by_position(target, fx_args, fx_kwargs)
     try:
         node, example = tx.out.call(kind, target, fx_args, fx_kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError, KilnError) as e:
@@ -173,6 +176,27 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e
     return wrap_result(tx, node, example, args)
+
+
+def _keywords_by_position(target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`t.random_(**{"from": -10, "to": 10})`: a graph's printed code cannot pass an argument named by
+    a Python keyword (`from = -10` does not parse), so it goes by position, as the ATen schema of the
+    op's name orders its parameters (the defaults of the ones skipped filled in). Left as they are
+    where no schema takes them so."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    packet = getattr(torch.ops.aten, name, None)
+    for overload in packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ():
+        params = [a for a in getattr(packet, overload)._schema.arguments if not a.kwarg_only]
+        names = [a.name for a in params]
+        wanted = [k for k in kwargs if keyword.iskeyword(k)]
+        if not all(k in names[len(args):] for k in wanted):
+            continue
+        last = max(names.index(k) for k in wanted)
+        filled = params[len(args):last + 1]
+        if all(a.name in kwargs or a.has_default_value() for a in filled):
+            rest = {k: v for k, v in kwargs.items() if k not in {a.name for a in filled}}
+            return (*args, *(kwargs[a.name] if a.name in kwargs else a.default_value for a in filled)), rest
+    return args, kwargs
 
 
 # [Note: data-dependent ops] ATen ops whose output size, or the Python value they hand back, is

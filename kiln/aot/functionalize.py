@@ -168,8 +168,10 @@ class _Functionalizer:
         raise AssertionError("graph without output")
 
     def call(self, node: fx.Node) -> None:
+        # a view of a Python number (`aten._conj(2j)`, mul's backward of a complex scalar: torch
+        # hands a wrapped number to Python as the number) is a new tensor, aliasing nothing
         op, eff = node.target, schema.effects(node.target)
-        if eff.view:
+        if eff.view and isinstance(node.args[0], fx.Node):
             self.view(node)
         elif eff.mutated and not (op is aten.native_batch_norm.default and not node.args[5]):
             self.mutation(node, eff)

@@ -101,6 +101,25 @@ class ResumeIterator:
         return self.items[self.index - 1]
 
 
+def _same(x):
+    return x
+
+
+def _kept(x):
+    return True
+
+
+def iterator_like(cls: type, items: tuple):
+    """An iterator over `items` (what the graph computed) of the type Python's own would have:
+    `return map(f, xs)` hands back a map, which code may test for. A map or filter is remade over
+    the items as they are; another kind is a ResumeIterator."""
+    if cls is map:
+        return map(_same, items)
+    if cls is filter:
+        return filter(_kept, items)
+    return ResumeIterator(items)
+
+
 def function_with(fn, kwdefaults, attrs):
     """A function made again after the graph, given the keyword defaults and attributes (its
     `__dict__`: `__wrapped__`, ...; `__qualname__`, `__doc__`, ... are set as functools.wraps sets
@@ -400,7 +419,8 @@ def _generator(r, v):
 
 def _lazy_iterator(r, v):
     if v.drained is not None:   # [Note: drained generators]
-        return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}))"
+        items = f"({''.join(r.expr(i) + ', ' for i in v.drained)})"
+        return f"{r.const(iterator_like)}({r.const(v.cls)}, {items})"
     raise CannotRebuild(f"a {v.cls.__name__} iterator over a generator made in captured code, open where "
                         "the graph breaks")
 

@@ -31,3 +31,77 @@ def test_numpy_scalar_arguments_are_guarded_by_value():
         assert_same(fn(x, values), scaled_by_list(x, values))
     floats = [np.float32(0.5)]
     assert_same(fn(torch.ones(1), floats), scaled_by_list(torch.ones(1), floats))
+
+
+# -- an OptimizedModule's training flag is the original's ----------------------------------------
+def test_compiled_module_training_is_the_originals():
+    mod = torch.nn.Linear(3, 3)
+    mod.eval()
+    fast = compiled(mod)
+    assert not fast.training
+    fast.train()
+    assert fast.training and mod.training
+    mod.eval()
+    assert not fast.training
+
+
+# -- arguments named by Python keywords (`from`) ---------------------------------------------------
+def random_between(t, params):
+    torch.manual_seed(0)
+    return t.random_(**params), torch.empty(3).uniform_(**params)
+
+
+def test_keyword_named_arguments_reach_the_graph():
+    # FX prints keyword arguments as `name = value`: `from = -10` made the graph's code unparsable
+    params = {"from": -10, "to": 10}
+    assert_same(compiled(random_between)(torch.zeros(2, 3), params), random_between(torch.zeros(2, 3), params))
+
+
+# -- a complex Python scalar in an aot graph -------------------------------------------------------
+def times_2j(x):
+    return torch.mul(x, 2j)
+
+
+def test_complex_scalar_through_aot():
+    # mul's backward conjugates the scalar: torch hands `aten._conj` the number itself
+    x_ref = torch.randn(4, 2, requires_grad=True)
+    x = x_ref.detach().clone().requires_grad_(True)
+    out = compiled(times_2j, "aot_eager")(torch.view_as_complex(x))
+    expected = times_2j(torch.view_as_complex(x_ref))
+    assert_same(out, expected)
+    torch.view_as_real(out).sum().backward()
+    torch.view_as_real(expected).sum().backward()
+    assert_same(x.grad, x_ref.grad)
+
+
+# -- a map returned from captured code is a map ----------------------------------------------------
+def dot2(a, b):
+    return a[0] * b[0] + a[1] * b[1]
+
+
+def maps(xs, ys):
+    return map(dot2, xs, ys), filter(lambda x: True, map(dot2, xs, ys))
+
+
+def test_returned_map_and_filter_keep_their_type():
+    xs, ys = [torch.randn(5) for _ in range(3)], [torch.randn(5) for _ in range(4)]
+    got, expected = compiled(maps, fullgraph=True)(xs, ys), maps(xs, ys)
+    assert [type(g) for g in got] == [map, filter]
+    assert_same([list(g) for g in got], [list(e) for e in expected])
+
+
+# -- torch's aot_eager_decomp_partition backend name -----------------------------------------------
+def write_through_view(a):
+    b = torch.zeros(4, 3, 5)
+    b[:, 0, 1:4] = a
+    d = b.transpose(2, 1)
+    d.add_(1)
+    return d, (a * 2).sin()
+
+
+def test_aot_eager_decomp_partition_backend():
+    a = torch.randn(4, 3, requires_grad=True)
+    got = compiled(write_through_view, "aot_eager_decomp_partition")(a)
+    assert_same(got, write_through_view(a))
+    got[1].sum().backward()
+    assert_same(a.grad, 2 * (a * 2).cos().detach())

@@ -372,6 +372,9 @@ def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
     not one of Tensor's), or of `t.grad`: read back from the frame's overlay while tracing, and set
     on the real tensor (an input, or the graph's output) after the graph. False where kiln does
     not model the store (`t.data = ...`, `t.requires_grad = ...`)."""
+    if name == "data" and isinstance(value, V.TensorVar) and t.source is not None:
+        _set_data(tx, t, value)
+        return True
     if name != "grad" and hasattr(torch.Tensor, name):
         return False
     if name == "grad" and not (isinstance(value, V.TensorVar) or isinstance(value, V.Constant) and value.value is None):
@@ -380,6 +383,22 @@ def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
     tx.out.__dict__.setdefault("tensor_attr_owners", []).append(t)   # keeps the id valid
     tx.out.side_effects.append(AttrWrite(t, name, value))
     return True
+
+
+def _set_data(tx, t: V.TensorVar, value: V.TensorVar) -> None:
+    """[Note: .data = ...] `x.data = y` of an input x: x stays the same object, with its own
+    requires_grad, and from now on holds y's storage and metadata (y's values detached). In the
+    graph, x's tracker is y detached; after the graph, the store is replayed on the real x with the
+    value the graph computed, in order with the other stores (`y.data = ...` after it leaves x on
+    y's old storage), and x itself is what the frame hands on. Where x requires grad, ops on its
+    new data would differentiate to x in eager: the graph has no such input, so a later graph use
+    of x breaks the graph instead ([Note: a replaced .data that requires grad] in torch_calls.py)."""
+    from kiln.capture.torch_calls import call_torch
+    detached = call_torch(tx, "call_method", "detach", [value], {})
+    before = V.TensorVar(t.node, t.example, t.data_replaced, source=t.source)
+    tx.out.side_effects.append(AttrWrite(before, "data", detached))
+    t.node, t.data_replaced = detached.node, True
+    t.example = detached.example.detach().requires_grad_(t.example.requires_grad)
 
 
 _GETATTR = {

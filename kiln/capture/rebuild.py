@@ -248,7 +248,7 @@ class Rebuilder:
 
 
 def _tensor(r: Rebuilder, v: V.TensorVar) -> str:
-    if v.node.op == "placeholder" and v.source is not None:
+    if (v.node.op == "placeholder" or v.data_replaced) and v.source is not None:   # [Note: .data = ...]
         return v.source.expr()
     if v.node.op == "get_attr" and v.source is not None:
         return v.source.expr()

@@ -133,8 +133,16 @@ def _constant_to_fx(tx, v):
     return v.value
 
 
+def _tensor_to_fx(tx, v: V.TensorVar):
+    if v.data_replaced and v.example.requires_grad:
+        # [Note: a replaced .data that requires grad] ([Note: .data = ...] in attributes.py)
+        raise tx.unsupported("an op on a tensor that requires grad whose .data the program replaced "
+                             "(its gradient would reach the input itself)")
+    return v.node
+
+
 _TO_FX = {
-    V.TensorVar: lambda tx, v: v.node,
+    V.TensorVar: _tensor_to_fx,
     V.SymNumber: lambda tx, v: v.node,
     V.Constant: _constant_to_fx,
     # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 import torch
 
 import kiln
@@ -105,3 +106,43 @@ def test_aot_eager_decomp_partition_backend():
     assert_same(got, write_through_view(a))
     got[1].sum().backward()
     assert_same(a.grad, 2 * (a * 2).cos().detach())
+
+
+# -- `x.data = y` of an input ([Note: .data = ...] in kiln/capture/attributes.py) -------------------
+def data_then_add(x, y):
+    x.data = y
+    x.add_(1)
+    return x
+
+
+def data_swapped_twice(x, y):
+    z = x
+    x.data = y
+    y.data = torch.zeros([0])
+    return x, x is z
+
+
+def data_then_graph_use(x, y):
+    x.data = y * 2
+    return x * 3, x.shape, x.requires_grad
+
+
+@pytest.mark.parametrize("fn, requires_grad, fullgraph", [(data_then_add, False, True), (data_swapped_twice, True, True),
+                                                          (data_then_graph_use, True, False)])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_setting_data_of_an_input(fn, requires_grad, fullgraph, backend):
+    if fn is data_then_add and backend != "eager":
+        pytest.skip("an in-place op on an input's replaced data: eager backend only, as in the Dynamo suite")
+    compiled_fn = compiled(fn, backend, fullgraph=fullgraph)
+    for _ in range(3):    # one graph, reused: the replay happens on every call
+        ours = [torch.ones(3, requires_grad=requires_grad), torch.arange(3.0).requires_grad_(requires_grad)]
+        theirs = [t.detach().clone().requires_grad_(requires_grad) for t in ours]
+        got, expected = compiled_fn(*ours), fn(*theirs)
+        assert_same(got, expected)
+        assert_same(ours, theirs)
+        assert (got[0] if isinstance(got, tuple) else got) is ours[0] or fn is data_then_graph_use
+        if requires_grad:
+            grad = torch.randn(3)
+            ours[0].backward(grad)
+            theirs[0].backward(grad)
+            assert_same(ours[0].grad, theirs[0].grad)

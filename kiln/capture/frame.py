@@ -25,6 +25,7 @@ import torch
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
+from kiln.capture.eager_frames import in_loop, run_capturing_calls
 from kiln.capture.convert import Entry, SharedInputsWritten, bind_frame, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
@@ -264,6 +265,9 @@ class CompiledFunction:
                 at_module = e.wrap_callee and self.fn.__code__ is _call_module.__code__
                 if self.config.fullgraph and not at_module:
                     raise Unsupported(e.reason, e.where) from None
+                if e.root_offset is not None and in_loop(self.fn.__code__, e.root_offset):
+                    return self._eager_entry(args, kwargs, f"a graph break in a loop ({e.reason})", e.where,
+                                             run=self._run_capturing_calls)   # [Note: a graph break in a loop]
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
                 stop_at, reason = e.root_offset, e
@@ -320,9 +324,10 @@ class CompiledFunction:
         prints guards again with them)."""
         return {"__G": self.fn.__globals__, "__fn": self.fn, **out.globals_dicts}
 
-    def _eager_entry(self, args, kwargs, reason: str, where: str | None, check=None, guards=()) -> Entry:
-        """Run the whole function eagerly; guarded on nothing unless `check` (and its `guards`) is
-        given, so it is always reused. Never under fullgraph=True: that contract is one graph or an error."""
+    def _eager_entry(self, args, kwargs, reason: str, where: str | None, check=None, guards=(), run=None) -> Entry:
+        """Run the whole function eagerly (by `run`, if given); guarded on nothing unless `check`
+        (and its `guards`) is given, so it is always reused. Never under fullgraph=True: that
+        contract is one graph or an error."""
         if self.config.fullgraph:
             raise Unsupported(f"the whole function would run eagerly: {reason}", where)
         _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
@@ -330,10 +335,16 @@ class CompiledFunction:
         if check is None:
             check = lambda *a, **k: True  # noqa: E731
             check.__kiln_bindings__ = {}
-        return Entry(check, self._run_eagerly, list(guards), None, None, "<eager>")
+        return Entry(check, run or self._run_eagerly, list(guards), None, None, "<eager>")
 
     def _run_eagerly(self, *args, **kwargs):
         return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)
+
+    def _run_capturing_calls(self, *args, **kwargs):
+        wrap = self.__dict__.get("_wrap_callee")
+        if wrap is None:   # one per wrapper: the rewritten code is cached by it
+            wrap = self._wrap_callee = functools.partial(_wrap_user_callee, backend=self.backend, config=self.config)
+        return run_capturing_calls(self.fn, args, kwargs, wrap)
 
     def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
         code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
@@ -443,6 +454,15 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
             return target
         return _cached(target, backend, config, lambda: CompiledFunction(target, backend, config))
     return target
+
+
+def _wrap_user_callee(target: Any, *, backend, config) -> Any:
+    """A callee of a frame that runs as Python ([Note: a graph break in a loop]): captured as
+    torch.compile's frame hook would capture it, which passes over torch's own modules (an
+    nn.Linear called there runs as it is)."""
+    if isinstance(target, torch.nn.Module) and not _own_forward(target):
+        return target
+    return wrap_callable(target, backend=backend, config=config)
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:

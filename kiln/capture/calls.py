@@ -67,7 +67,11 @@ def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     unmarked callable."""
     mark = controls.disabled(real)
     if mark is not None:
-        raise tx.unsupported(controls.disabled_message(real, mark))
+        brk = tx.unsupported(controls.disabled_message(real, mark))
+        # disable(recursive=False) skips only the function's own frame:
+        # it is called through wrap_callable, which runs it with its callees captured (frame.py)
+        brk.wrap_callee = not mark.recursive
+        raise brk
     if controls.is_graph_break(real):
         raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
     if controls.is_compiling_query(real):

@@ -91,7 +91,10 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
     sig = inspect.signature(fn, follow_wrapped=False)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
-    return dict(bound.arguments)
+    # inspect names a comprehension's parameter `.0` (its iterator) `implicit0`
+    names = fn.__code__.co_varnames
+    return {f".{name[8:]}" if name.startswith("implicit") and f".{name[8:]}" in names else name: value
+            for name, value in bound.arguments.items()}
 
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,

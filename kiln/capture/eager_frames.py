@@ -15,6 +15,7 @@ captured: user functions, modules' forwards, methods; torch's and builtins are c
     CALL n (KW_NAMES k)     ->  BUILD_TUPLE n; LOAD_CONST k; [rotate in `_call`]; CALL 3
     CALL_KW n  (3.13)       ->  BUILD_TUPLE n + 1; [rotate in `_call_packed`]; CALL 2
     CALL_FUNCTION_EX        ->  the callable wrapped where it lies, under its arguments
+    GET_ITER; CALL 0        ->  a comprehension called on its iterator: `_call` in the method slots
 
 A method call's load (LOAD_METHOD, LOAD_ATTR / LOAD_SUPER_ATTR in method form) leaves a method and
 its `self` in the call's two callable slots; it is turned into an attribute load (a bound method)
@@ -66,7 +67,7 @@ def capturing_calls(code: types.CodeType, wrap: Callable) -> types.CodeType:
     """`code` with its calls going through `wrap` ([Note: a graph break in a loop])."""
     call, call_packed = functools.partial(_call, wrap), functools.partial(_call_packed, wrap)
     bc = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
-    out, names = [], ()
+    out, names, previous = [], (), None
     for ins in bc:
         if not isinstance(ins, Instr):
             out.append(ins)
@@ -76,6 +77,11 @@ def capturing_calls(code: types.CodeType, wrap: Callable) -> types.CodeType:
             names = ins.arg
         elif ins.name == "PRECALL":
             pass
+        elif ins.name == "CALL" and ins.arg == 0 and previous == "GET_ITER":
+            # a comprehension's (a generator expression's) function called on its iterator: the two
+            # callable slots hold [function, iterator], a call of the first on the second
+            out += [at("BUILD_TUPLE", 1), at("LOAD_CONST", ()), at("LOAD_CONST", call),
+                    at("SWAP", 4), at("SWAP", 3), at("SWAP", 2), *_call_op(at, 2)]
         elif ins.name == "CALL":
             out += [at("BUILD_TUPLE", ins.arg), at("LOAD_CONST", names), at("LOAD_CONST", call),
                     *_rotate_under_slots(at, 3), *_call_op(at, 3)]
@@ -93,6 +99,8 @@ def capturing_calls(code: types.CodeType, wrap: Callable) -> types.CodeType:
                 out.append(at("SWAP", 2))
         else:
             out.append(ins)
+        if ins.name != "PRECALL":
+            previous = ins.name
     bc.clear()
     bc.extend(out)
     return bc.to_code()

@@ -251,6 +251,10 @@ class CompiledFunction:
                          if type(value) is int and value != g.expected)
 
     def _compile(self, args, kwargs) -> Entry:
+        mark = controls.disabled(self.fn)
+        if mark is not None and not mark.recursive:   # [Note: a graph break in a loop]
+            return self._eager_entry(args, kwargs, "torch.compiler.disable(recursive=False) skips this frame only",
+                                     None, run=functools.partial(self._run_capturing_calls, mark.original or self.fn))
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
             self.compiles += 1
@@ -267,7 +271,7 @@ class CompiledFunction:
                     raise Unsupported(e.reason, e.where) from None
                 if e.root_offset is not None and in_loop(self.fn.__code__, e.root_offset):
                     return self._eager_entry(args, kwargs, f"a graph break in a loop ({e.reason})", e.where,
-                                             run=self._run_capturing_calls)   # [Note: a graph break in a loop]
+                                             run=functools.partial(self._run_capturing_calls, self.fn))
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
                 stop_at, reason = e.root_offset, e
@@ -340,11 +344,13 @@ class CompiledFunction:
     def _run_eagerly(self, *args, **kwargs):
         return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)
 
-    def _run_capturing_calls(self, *args, **kwargs):
+    def _run_capturing_calls(self, fn, *args, **kwargs):
+        """`fn` (the function, or the one torch's disable(recursive=False) wraps) as Python, its
+        callees captured ([Note: a graph break in a loop])."""
         wrap = self.__dict__.get("_wrap_callee")
         if wrap is None:   # one per wrapper: the rewritten code is cached by it
             wrap = self._wrap_callee = functools.partial(_wrap_user_callee, backend=self.backend, config=self.config)
-        return run_capturing_calls(self.fn, args, kwargs, wrap)
+        return run_capturing_calls(fn, args, kwargs, wrap)
 
     def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
         code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
@@ -429,8 +435,9 @@ _WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def wrap_callable(target: Any, *, backend, config) -> Any:
     """A callable that behaves as `target` with its Python frames captured by kiln."""
-    if compiled_original(target) is not None or controls.disabled(target) is not None:
-        return target
+    mark = controls.disabled(target)
+    if compiled_original(target) is not None or mark is not None and mark.recursive:
+        return target      # a recursive disable: Python all the way down
     if isinstance(target, types.MethodType):
         if isinstance(target.__self__, contextlib._GeneratorContextManager):
             return target   # __enter__/__exit__ step a real generator, which runs as Python anyway

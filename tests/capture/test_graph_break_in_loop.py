@@ -111,3 +111,39 @@ def test_in_loop_is_dynamos_test():
     assert all(in_loop(code, offset) for offset in calls[1:])       # inner(x), graph_break()
     after = calls_a_looping_function.__code__
     assert not any(in_loop(after, i.offset) for i in dis.get_instructions(after))
+
+
+def comprehensions_in_a_broken_loop(x):
+    out = []
+    for k in range(2):
+        squares = [i * torch.cos(x) for i in range(3)]        # a function of its own on 3.11
+        out.append(sum(v.sum() for v in squares) + len({i for i in range(k + 1)}))
+        print(end="")
+    return out
+
+
+class SkippedForward(torch.nn.Module):
+    @torch._dynamo.disable(recursive=False)
+    def forward(self, x):
+        return scale(x, by=2.0) + self.helper(x)
+
+    def helper(self, x):
+        return torch.sin(x) * 3
+
+
+@pytest.mark.parametrize("fn", [comprehensions_in_a_broken_loop, SkippedForward()], ids=["comprehensions", "skip"])
+def test_frames_run_as_python_keep_their_calls(fn):
+    """Comprehensions and generator expressions in a frame run as Python (their function called on
+    the iterator), and disable(recursive=False), whose frame alone runs as Python."""
+    torch._dynamo.reset()
+    kiln.reset()
+    theirs, ours = CompileCounter(), CompileCounter()
+    x = torch.randn(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fn(x)
+        torch.compile(fn, backend=theirs)(x)
+        got = kiln.compile(fn, backend=ours)(x)
+    assert_same(got, expected)
+    if fn is not comprehensions_in_a_broken_loop:   # a comprehension over a real iterator runs eagerly here
+        assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count)

@@ -294,7 +294,7 @@ def require_true(value: torch.Tensor, where: str, message: str | None = None, er
     `torch_python.values_hold` with eager's own `error` and `message`)."""
     if not value:
         if message is not None:
-            raise error(f"{message} (checked after the compiled graph ran; {where})")
+            raise error(f"{message + ' ' if message else ''}(checked after the compiled graph ran; {where})")
         raise ValueError(f"a check on tensor values failed ({where}); it was assumed to pass while compiling, "
                          "as in eager this raises an error here")
 

@@ -146,3 +146,28 @@ def test_setting_data_of_an_input(fn, requires_grad, fullgraph, backend):
             ours[0].backward(grad)
             theirs[0].backward(grad)
             assert_same(ours[0].grad, theirs[0].grad)
+
+
+# -- `assert` on a tensor's truth: checked after the graph ------------------------------------------
+_ASSERTS = """
+def asserts_on_values(x):
+    b = x.sin()
+    assert x[0] == 3, "First dim need to be 3"
+    assert x.sum() > 0
+    return x.cos() + b
+"""
+_namespace: dict = {}
+exec(compile(_ASSERTS, __file__, "exec"), _namespace)   # `assert`'s own bytecode: pytest rewrites this module's
+asserts_on_values = _namespace["asserts_on_values"]
+
+
+def test_assert_on_a_tensor_is_checked_after_the_graph():
+    recorder = Recorder()
+    fn = compiled(asserts_on_values, recorder, fullgraph=True)
+    x = torch.tensor([3.0, 4.0, 5.0])
+    assert_same(fn(x), asserts_on_values(x))
+    assert len(recorder.graphs) == 1
+    with pytest.raises(AssertionError, match="First dim need to be 3"):
+        fn(torch.tensor([5.0, 4.0, 5.0]))
+    with pytest.raises(AssertionError, match="checked after the compiled graph ran"):
+        fn(torch.tensor([3.0, -4.0, -5.0]))

@@ -149,6 +149,13 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
             return viewed.items[name]
     elif isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
         return _wrap(tx, inst_dict[name], AttrSource(source, name) if source else None)
+    elif viewed is None and isinstance(inst_dict, dict) and source is not None and not is_data_descriptor \
+            and not isinstance(obj, torch.nn.Module):
+        # what follows (the class's attribute, __getattr__, an AttributeError: `hasattr(obj, "z")`
+        # False) holds while the instance has no attribute of that name: one set later is a miss
+        # (a module's methods are many and read often: its instance attributes are not guarded so)
+        from kiln.capture.guards import Guard, GuardKind
+        tx.out.guard(Guard(GuardKind.ABSENT, AttrSource(source, "__dict__"), name))
     if entry is not _MISSING:
         return bind_class_entry(tx, entry, v, type(obj), name)
     getattr_hook = class_lookup(type(obj), "__getattr__")

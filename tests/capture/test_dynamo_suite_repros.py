@@ -171,3 +171,23 @@ def test_assert_on_a_tensor_is_checked_after_the_graph():
         fn(torch.tensor([5.0, 4.0, 5.0]))
     with pytest.raises(AssertionError, match="checked after the compiled graph ran"):
         fn(torch.tensor([3.0, -4.0, -5.0]))
+
+
+# -- an attribute an object lacks, or takes from its class, is guarded absent from the instance ----
+class Config:
+    scale = 2.0
+
+
+def reads_config(cfg, x):
+    if hasattr(cfg, "bias"):
+        return x * cfg.scale + cfg.bias
+    return x * cfg.scale
+
+
+def test_an_instance_attribute_set_later_is_a_miss():
+    fn, cfg, x = compiled(reads_config), Config(), torch.randn(3)
+    assert_same(fn(cfg, x), reads_config(cfg, x))
+    cfg.bias = 1.0           # hasattr was False: the first graph must not be reused
+    assert_same(fn(cfg, x), reads_config(cfg, x))
+    cfg.scale = 3.0          # shadows the class attribute read before
+    assert_same(fn(cfg, x), reads_config(cfg, x))

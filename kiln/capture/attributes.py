@@ -452,11 +452,23 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
     return fn(tx, v, name)
 
 
+def _set_class(tx, obj: V.Variable, value: V.Variable):
+    """`obj.__class__ = cls` of an object made in traced code: its tracker's class is `cls` from now
+    on (isinstance, attribute lookups), as the object's is in Python. Another object's class would
+    change under the trackers already made of it: the graph breaks."""
+    cls = value.value if isinstance(value, V.ObjectVar) else None
+    if not (isinstance(obj, V.NewObjectVar) and isinstance(cls, type) and cls.__new__ is obj.cls.__new__):
+        raise tx.unsupported("assigning __class__ of an object captured code did not make")
+    obj.cls = cls
+
+
 def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool = False):
     """`obj.name = value`, as Python stores it: through the class's own `__setattr__` (unless `base`:
     object's store, which that method ends in), then a property's setter, then the instance."""
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
+    if name == "__class__":
+        return _set_class(tx, obj, value)
     plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
         not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
     program_subclass = _program_dict_subclass(obj)

@@ -191,3 +191,36 @@ def test_an_instance_attribute_set_later_is_a_miss():
     assert_same(fn(cfg, x), reads_config(cfg, x))
     cfg.scale = 3.0          # shadows the class attribute read before
     assert_same(fn(cfg, x), reads_config(cfg, x))
+
+
+# -- `obj.__class__ = Other` -------------------------------------------------------------------------
+class Base:
+    def __init__(self, x):
+        self.x = x
+
+    def kind(self):
+        return "base"
+
+
+class Derived(Base):
+    def kind(self):
+        return "derived"
+
+
+def reclassed(x):
+    obj = Base(x)
+    obj.__class__ = Derived
+    return x + 1, isinstance(obj, Derived), obj.kind(), hasattr(obj, "y"), obj
+
+
+def reclass_argument(obj, x):
+    obj.__class__ = Derived
+    return x * 2, obj.kind()
+
+
+def test_assigning_class_of_an_object():
+    x = torch.ones(2)
+    assert_same(compiled(reclassed, fullgraph=True)(x), reclassed(x))
+    ours, theirs = Base(1), Base(1)
+    assert_same(compiled(reclass_argument)(ours, x), reclass_argument(theirs, x))   # breaks the graph
+    assert type(ours) is type(theirs) is Derived

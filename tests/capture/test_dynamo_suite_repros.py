@@ -224,3 +224,37 @@ def test_assigning_class_of_an_object():
     ours, theirs = Base(1), Base(1)
     assert_same(compiled(reclass_argument)(ours, x), reclass_argument(theirs, x))   # breaks the graph
     assert type(ours) is type(theirs) is Derived
+
+
+# -- torch.use_deterministic_algorithms in captured code: in order, and put back after the trace ---
+_STATES: list = []
+
+
+@torch._dynamo.allow_in_graph
+def record_deterministic():
+    _STATES.append((torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()))
+
+
+def turns_determinism_off(x):
+    record_deterministic()
+    enabled = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False, warn_only=False)
+    return x + 1 if enabled else x - 1
+
+
+def test_deterministic_algorithms_set_in_captured_code():
+    prior = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    fn = compiled(turns_determinism_off, fullgraph=True)
+    try:
+        for mode in (True, True, False):
+            _STATES.clear()
+            torch.use_deterministic_algorithms(mode, warn_only=True)
+            x = torch.zeros(2)
+            # the trace's own run (compiling, which calls the allowed function too) set nothing the
+            # graph then sees: the state as the call found it, and after it the one the function left
+            assert_same(fn(x), x + 1 if mode else x - 1)
+            assert _STATES[-1] == (mode, True)
+            assert not torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(prior[0], warn_only=prior[1])

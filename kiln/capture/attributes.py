@@ -515,6 +515,12 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         return
     if isinstance(obj, V.TensorVar) and _setattr_tensor(tx, obj, name, value):
         return
+    if isinstance(obj, V.TupleVar) and obj.source is not None and obj.cls.__dictoffset__ != 0:
+        # an input instance of a user's tuple subclass (a namedtuple's): read back from the tracker,
+        # set on the real object after the graph (a list, dict or set subclass has its own path above)
+        obj.attrs[name] = value
+        tx.out.side_effects.append(AttrWrite(obj, name, value))
+        return
     if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
             class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple
         tx.raise_(AttributeError, f"{obj.python_type().__name__!r} object has no attribute {name!r}"

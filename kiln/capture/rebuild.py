@@ -273,8 +273,8 @@ def _tuple(r, v):
         return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
     if hasattr(v.cls, "n_sequence_fields"):  # a structseq (torch.return_types.max): built from one sequence
         return f"{r.const(v.cls)}(({inner},))"
-    if not hasattr(v.cls, "_fields"):  # a user's subclass: made without running its __new__ again
-        return _subclass_instance(r, v, f"[{inner}]")
+    if not hasattr(v.cls, "_fields") or v.attrs:  # a user's subclass (a namedtuple's, given attributes)
+        return _subclass_instance(r, v, f"[{inner}]")     # made without running its __new__ again
     return f"{r.const(v.cls)}({inner})"
 
 

@@ -2,6 +2,7 @@
 program runs eagerly and under kiln, over calls that must not reuse a stale graph."""
 from __future__ import annotations
 
+import typing
 import warnings
 
 import numpy as np
@@ -258,3 +259,34 @@ def test_deterministic_algorithms_set_in_captured_code():
             assert not torch.is_deterministic_algorithms_warn_only_enabled()
     finally:
         torch.use_deterministic_algorithms(prior[0], warn_only=prior[1])
+
+
+# -- attributes set on an instance of a namedtuple's subclass ----------------------------------------
+class Pair(typing.NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class PairWithExtras(Pair):
+    pass
+
+
+def extra_on_argument(tup):
+    tup.c = tup.a * 3
+    return tup, tup.c + 1
+
+
+def extra_on_new():
+    tup = PairWithExtras(a=torch.tensor([1.0]), b=torch.tensor(2.0))
+    tup.c = torch.tensor(3.0)
+    return tup
+
+
+def test_attributes_of_a_namedtuple_subclass_instance():
+    ours, theirs = PairWithExtras(torch.ones(2), torch.zeros(2)), PairWithExtras(torch.ones(2), torch.zeros(2))
+    got = compiled(extra_on_argument, fullgraph=True)(ours)
+    assert_same(got, extra_on_argument(theirs))
+    assert got[0] is ours and hasattr(ours, "c")
+    made = compiled(extra_on_new, fullgraph=True)()     # the attribute was dropped: wrong results
+    assert_same(made, extra_on_new())
+    assert_same(made.c, torch.tensor(3.0))

@@ -432,6 +432,8 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
     if name == "backward":
         raise tx.unsupported(AUTOGRAD_CALL)
+    if name == "retain_grad" and len(args) == 1 and not kwargs:
+        return _retain_grad(tx, self_var)
     if name == "item":
         return tensor_item(tx, self_var)
     if name == "__setitem__":
@@ -450,6 +452,20 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         device, cpu_name = device_of(self_var.example), torch.empty(0, dtype=self_var.example.dtype).type()
         return V.Constant(cpu_name if device.type == "cpu" else cpu_name.replace("torch.", f"torch.{device.type}.", 1))
     return call_torch(tx, "call_method", name, args, kwargs)
+
+
+def _retain_grad(tx, t: V.TensorVar) -> V.Variable:
+    """`t.retain_grad()` of an input marks the real tensor for the backward that runs after the
+    graph: done on it after the graph ran (a node would mark the graph's own value, which no
+    backward outside the graph reaches). A tensor the graph computes gets its gradient inside the
+    graph's backward: the graph ends before the call, which then marks the real tensor."""
+    from kiln.capture.output import DeferredCall
+    if not t.example.requires_grad:
+        tx.raise_(RuntimeError, "can't retain_grad on Tensor that has requires_grad=False")
+    if t.source is None:
+        raise tx.unsupported("retain_grad() of a tensor the graph computes (its gradient flows inside the graph)")
+    tx.out.side_effects.append(DeferredCall(torch.Tensor.retain_grad, (t,), ()))
+    return V.Constant(None)
 
 
 def _legacy_new(tx, args: list, kwargs: dict) -> V.Variable:

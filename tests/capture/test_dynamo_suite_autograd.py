@@ -90,3 +90,24 @@ def test_grad_read_is_guarded():
     assert compiled(x) is None
     x.grad = torch.ones(3)
     assert_same(compiled(x), torch.full((3,), 2.0))
+
+
+def retains(x, y):
+    y.retain_grad()
+    h = torch.sin(y) * 2
+    h.retain_grad()
+    return h + x, h
+
+
+def test_retain_grad_marks_the_real_tensors():
+    # a node marked the graph's own value: the input's .grad stayed None after backward
+    x = torch.randn(4, requires_grad=True)
+    for backend in ("eager", "aot_eager"):
+        kiln.reset()
+        y, y_ref = torch.cos(x), torch.cos(x)
+        out, h = kiln.compile(retains, backend=backend)(x, y)
+        out_ref, h_ref = retains(x, y_ref)
+        out.sum().backward()
+        out_ref.sum().backward()
+        assert_same(y.grad, y_ref.grad)
+        assert_same(h.grad, h_ref.grad)

@@ -183,7 +183,20 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e
+    if _new_leaf(example, args):
+        raise tx.unsupported("a tensor made with requires_grad=True is a leaf of autograd, whose gradient a "
+                             "backward after the graph fills: it is made outside the graph")
     return wrap_result(tx, node, example, args)
+
+
+def _new_leaf(example, args: list) -> bool:
+    """Whether an op made a new autograd leaf (`torch.ones(2, requires_grad=True)`,
+    `t.detach().requires_grad_()`): inside a graph it would be a value of the graph, which a
+    backward differentiates through instead of filling its `.grad`. (A view made under no_grad of
+    a parameter says requires_grad and is_leaf too: it is no new leaf.)"""
+    return isinstance(example, torch.Tensor) and example.requires_grad and example.is_leaf and \
+        not example._is_view() and \
+        not any(isinstance(a, V.TensorVar) and a.source is not None and a.example is example for a in args)
 
 
 def _keywords_by_position(target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -111,3 +111,22 @@ def test_retain_grad_marks_the_real_tensors():
         out_ref.sum().backward()
         assert_same(y.grad, y_ref.grad)
         assert_same(h.grad, h_ref.grad)
+
+
+def makes_a_leaf(x):
+    leaf = torch.ones(2, requires_grad=True)
+    made = x.detach().requires_grad_()
+    return leaf, made, leaf * 2 + made.sum()
+
+
+def test_a_leaf_made_in_captured_code_gets_its_grad():
+    # made inside an aot graph, the leaf was a graph value: backward raised, or left .grad None
+    for backend in ("eager", "aot_eager"):
+        kiln.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            leaf, made, out = kiln.compile(makes_a_leaf, backend=backend)(torch.ones(3))
+        out.sum().backward()
+        assert leaf.is_leaf and made.is_leaf
+        assert_same(leaf.grad, torch.full((2,), 2.0))
+        assert_same(made.grad, torch.full((3,), 2.0))

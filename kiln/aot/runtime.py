@@ -205,9 +205,14 @@ class AotRuntime:
             target = primals[spec.index]
             if value.is_set_to(target):   # written in place by the program: nothing to copy
                 continue
+            if target.requires_grad and target.is_leaf:
+                # autograd refuses an in-place write to a leaf that requires grad: eager wrote it
+                # through `.data` (or under no_grad), and `.data` writes without a new version, so
+                # that what a backward saved of it is read as it now is, as in eager
+                plain.append((target.data, value))
             # as eager's in-place write: an input written with a value that requires grad joins
             # the autograd graph (x.copy_(w) makes x require grad)
-            if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
+            elif target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
                 target.copy_(value)
             else:
                 plain.append((target, value))

@@ -348,8 +348,8 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
         return call_torch(tx, "call_function", getattr, [t, V.Constant(name)], {})
     if name == "grad":
         return _grad(tx, t)
-    if name == "data":
-        return call_torch(tx, "call_method", "detach", [t], {})
+    if name == "data":   # not detach(): `.data` has a version counter of its own, which a write through it leaves
+        return call_torch(tx, "call_function", getattr, [t, V.Constant("data")], {})
     if name == "__class__":
         return V.ObjectVar(t.python_type())
     attr = getattr(torch.Tensor, name, None)

@@ -130,3 +130,25 @@ def test_a_leaf_made_in_captured_code_gets_its_grad():
         assert leaf.is_leaf and made.is_leaf
         assert_same(leaf.grad, torch.full((2,), 2.0))
         assert_same(made.grad, torch.full((3,), 2.0))
+
+
+def writes_through_data(x):
+    out = x.sin()
+    x.data.mul_(2)
+    return out
+
+
+def test_a_write_through_data_after_the_forward_saved_the_input():
+    # `.data` writes without bumping the input's version: eager's backward reads the new values,
+    # where a write through detach() (or a copy into the leaf) raised
+    for backend in ("eager", "aot_eager"):
+        kiln.reset()
+        x = torch.randn(4, requires_grad=True)
+        ours = x.detach().clone().requires_grad_(True)
+        out = writes_through_data(x)
+        got = kiln.compile(writes_through_data, backend=backend)(ours)
+        out.sum().backward()
+        got.sum().backward()
+        assert_same(got, out)
+        assert_same(ours.detach(), x.detach())
+        assert_same(ours.grad, x.grad)

@@ -13,7 +13,7 @@ value (a node of the new graph) and a generation that counts the writes into it:
 
 Inputs whose base was written get their final value as graph outputs (`OutputSpec('mutation')`,
 which the tracer placed); the runtime copies them into the real inputs. User outputs that alias an
-input or an earlier output get `OutputSpec.alias = (kind, index, chain)` so the runtime returns
+input or another output get `OutputSpec.alias = (kind, index, chain)` so the runtime returns
 views as eager does, instead of fresh tensors (under symbolic sizes too, where the chain's sizes
 are nodes computing them from the inputs' sizes).
 
@@ -311,6 +311,14 @@ class _Functionalizer:
                 prefix = self.chain[other]
                 if chain[:len(prefix)] == prefix:
                     return ("output", j, chain[len(prefix):])
+        # a view of an intermediate that a later output is (`return t.view(-1), t`): rebuilt from
+        # that output, which is the intermediate itself and so stays as the Function returns it (a
+        # view among a custom Function's outputs may not be written in place)
+        for j in range(k + 1, len(olds)):
+            other = olds[j]
+            if isinstance(other, fx.Node) and self.base.get(other) is b and not self.chain[other] and \
+                    not any(isinstance(o, fx.Node) and self.base.get(o) is b and not self.chain[o] for o in olds[:j]):
+                return ("output", j, chain)
         return None
 
 

@@ -102,7 +102,7 @@ class _CompiledFunction(torch.autograd.Function):
 
 
 def _rebuilt(runtime: "AotRuntime", spec, sources: list, primals: list):
-    """A user output rebuilt as the view it is of an input or an earlier output (`spec.alias`);
+    """A user output rebuilt as the view it is of an input or another output (`spec.alias`);
     the sizes of a chain traced over symbolic ones are computed from `primals`."""
     _, index, chain = spec.alias
     inputs = None if all(step.static for step in chain) else dict(zip(runtime.placeholders, primals))
@@ -195,8 +195,8 @@ class AotRuntime:
         return self._epilogue(primals, list(outs), inside)
 
     def _epilogue(self, primals: list, outs: list, inside: frozenset):
-        """Mutated inputs get their new values; outputs that alias an input or an earlier output
-        are rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
+        """Mutated inputs get their new values; outputs that alias an input or another output are
+        rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
         # writes autograd need not see (BatchNorm's running stats: 159 in a ResNet-50 training step)
         # go as one multi-tensor copy: one launch per dtype instead of one per tensor

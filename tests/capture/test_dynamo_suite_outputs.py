@@ -95,3 +95,22 @@ def resize_grows(x):
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_out_argument_made_in_compiled_code_is_resized(fn, args, backend):
     assert_same(compiled(fn, backend)(*args), fn(*args))
+
+
+# -- an output that is a view of a later output ------------------------------------------------------
+def view_then_base(x):
+    intermediate = x.mul(2)
+    return intermediate.view(-1), intermediate
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_an_output_viewing_a_later_output_is_its_view(backend, requires_grad):
+    # returned from the autograd Function as one of several views, it could not be written in place
+    x = torch.randn(4, requires_grad=requires_grad)
+    expected, got = view_then_base(x), compiled(view_then_base, backend)(x)
+    assert_same(got, expected)
+    assert [t.requires_grad for t in got] == [t.requires_grad for t in expected]
+    expected[0].mul_(2)
+    got[0].mul_(2)
+    assert_same(got, expected)    # the write shows through the other output, as in eager

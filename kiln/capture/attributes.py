@@ -42,6 +42,15 @@ def class_lookup(cls: type, name: str, start_after: type | None = None) -> Any:
     return _MISSING
 
 
+def _bound_classmethod(tx, entry: classmethod, cls_var: V.Variable) -> V.Variable:
+    """A classmethod bound to its class; one wrapping a property (`@classmethod @property`, which
+    Python 3.9 to 3.12 chain) is the property's value for the class."""
+    inner = entry.__func__
+    if isinstance(inner, property) and sys.version_info < (3, 13):
+        return tx.call(_plain(tx, inner.fget), [cls_var])
+    return V.MethodVar(_plain(tx, inner), cls_var)
+
+
 def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V.Variable:
     """What `obj.name` is when `name` was found in the class dict as `entry`."""
     if isinstance(entry, types.FunctionType):
@@ -49,7 +58,7 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
     if isinstance(entry, staticmethod):
         return _plain(tx, entry.__func__)
     if isinstance(entry, classmethod):
-        return V.MethodVar(_plain(tx, entry.__func__), V.ObjectVar(cls))
+        return _bound_classmethod(tx, entry, V.ObjectVar(cls))
     if isinstance(entry, property):
         if entry.fget is None:
             tx.raise_(AttributeError, f"property {name!r} has no getter")
@@ -205,7 +214,7 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
             if isinstance(entry, staticmethod):
                 return _plain(tx, entry.__func__)
             if isinstance(entry, classmethod):
-                return V.MethodVar(_plain(tx, entry.__func__), v)
+                return _bound_classmethod(tx, entry, v)
             break
     if not hasattr(cls, name):
         tx.raise_(AttributeError, f"type object {cls.__name__!r} has no attribute {name!r}")

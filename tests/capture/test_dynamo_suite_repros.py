@@ -2,6 +2,8 @@
 program runs eagerly and under kiln, over calls that must not reuse a stale graph."""
 from __future__ import annotations
 
+import enum
+import sys
 import typing
 import warnings
 
@@ -290,3 +292,29 @@ def test_attributes_of_a_namedtuple_subclass_instance():
     made = compiled(extra_on_new, fullgraph=True)()     # the attribute was dropped: wrong results
     assert_same(made, extra_on_new())
     assert_same(made.c, torch.tensor(3.0))
+
+
+# -- a classmethod chaining a property (Python 3.9 to 3.12) -------------------------------------------
+class Index(enum.IntEnum):
+    X = 0
+    Y = 1
+
+    @classmethod
+    def size(cls):
+        return 3
+
+    if sys.version_info < (3, 13):
+        @classmethod
+        @property
+        def POINT(cls):
+            return slice(cls.X, cls.Y + 1)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="Python 3.13 no longer chains classmethod and property")
+def test_classmethod_property():
+    def fn(x):
+        x = x.clone()
+        x[..., Index.POINT] = x[..., Index.POINT].tanh() * Index.size()
+        return x
+    x = torch.randn(2, 3)
+    assert_same(compiled(fn, fullgraph=True)(x), fn(x))

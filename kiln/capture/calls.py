@@ -175,6 +175,12 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    if _is_dict_read(value) and isinstance(fn.source, AttrSource):
+        # `self.items()` in a method of a user's dict subclass, an object to capture (its own
+        # `__getitem__` is followed): dict's read on the items, each read from its source
+        from kiln.capture.builder import dict_tracker
+        return tx.call(V.ObjectVar(getattr(dict, value.__name__)),
+                       [dict_tracker(tx.out, value.__self__, fn.source.base), *args], kwargs)
     if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, type) and \
             value.__name__ in ("__subclasses__", "mro") and not args and not kwargs:
         # a class's hierarchy, read at trace time (as torch's compiler reads it): a new list of classes
@@ -299,7 +305,28 @@ def _dereference(tx, fn: V.ObjectVar, args, kwargs) -> V.Variable:
     return wrap(tx.out, fn.value(), source)
 
 
+_DICT_READS = frozenset({"items", "keys", "values", "get", "__getitem__", "__contains__", "__len__", "__iter__"})
+
+
+def _is_dict_read(value) -> bool:
+    """A bound read method of dict's own (or OrderedDict's) on an instance of a user's dict subclass."""
+    return isinstance(value, types.BuiltinMethodType) and value.__name__ in _DICT_READS and \
+        isinstance(value.__self__, dict) and type(value.__self__).__module__ not in ("builtins", "collections")
+
+
+def _call_container(tx, v: V.Variable, args, kwargs):
+    """An instance of a user's list, tuple, dict or set subclass with a `__call__` of its own."""
+    call = getattr(v.python_type(), "__call__", None)
+    if not isinstance(call, types.FunctionType):
+        tx.raise_(TypeError, f"'{v.python_type().__name__}' object is not callable")
+    return tx.inline(_fn_of(call), [v, *args], kwargs)
+
+
 CALLS.update({
+    V.ListVar: _call_container,
+    V.TupleVar: _call_container,
+    V.DictVar: _call_container,
+    V.SetVar: _call_container,
     V.WeakRefVar: _call_weakref,
     V.FunctionVar: _call_function,
     V.MethodVar: _call_method,

@@ -2,6 +2,7 @@
 program runs eagerly and under kiln, over calls that must not reuse a stale graph."""
 from __future__ import annotations
 
+import collections
 import enum
 import sys
 import typing
@@ -318,3 +319,38 @@ def test_classmethod_property():
         return x
     x = torch.randn(2, 3)
     assert_same(compiled(fn, fullgraph=True)(x), fn(x))
+
+
+# -- a user's container subclass: called (its __call__), and read by dict's own methods ----------------
+class Processors(list):
+    def __call__(self, x):
+        for processor in self:
+            x = processor(x)
+        return x
+
+
+def merged_and_called(x, left, right):
+    if len(right) == 0:
+        return left(x)
+    left.extend(right)
+    return left(x)
+
+
+class Output(collections.OrderedDict):
+    def __getitem__(self, k):
+        return dict(self.items())[k] if isinstance(k, str) else self.to_tuple()[k]
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+def test_container_subclasses_called_and_read():
+    x = torch.randn(8)
+    fn = compiled(merged_and_called, fullgraph=True)
+    theirs = Processors([torch.nn.ReLU(), torch.nn.Sigmoid()])
+    ours = Processors([torch.nn.ReLU(), torch.nn.Sigmoid()])
+    assert_same(fn(x, ours, Processors([torch.nn.SiLU()])), merged_and_called(x, theirs, Processors([torch.nn.SiLU()])))
+    assert len(ours) == 3
+    out = Output(a=torch.randn(4), b=torch.randn(4))
+    for read in (lambda o: o["b"] + 1, lambda o: o.to_tuple()[0] + 1, lambda o: o[1] * 2):
+        assert_same(compiled(read, fullgraph=True)(out), read(out))

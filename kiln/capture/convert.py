@@ -37,6 +37,7 @@ from kiln.capture.resume import resume_parameters
 from kiln.capture.constants import python_value
 from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
 from kiln.capture.sources import KEYS, ConstSource, LocalSource
+from kiln.symbolic.fake import UnsupportedFakeOp
 
 
 @dataclasses.dataclass
@@ -110,7 +111,13 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
                       dynamic_ints=dynamic_ints, token_dims=token_dims)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
-        locals_[name] = wrap(out, value, LocalSource(name))
+        try:
+            locals_[name] = wrap(out, value, LocalSource(name))
+        except UnsupportedFakeOp as e:
+            # a sparse (quantized, nested) tensor argument: kiln's fakes are strided and dense, so
+            # it can be no input of a graph and the frame runs as Python (`x.to_sparse()` broke the
+            # graph before: its resume function gets the sparse tensor)
+            raise GraphBreak(f"argument {name!r}: {e}") from None
     tracer = Tracer(fn.__code__, fn.__globals__, out, locals_=locals_, closure=fn.__closure__ or ())
     tracer.fn_source = ConstSource("__fn")
     tracer.stop_at = stop_at

@@ -11,6 +11,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+import torch._dynamo  # the reference compiler: its config, which kiln reads
 
 import kiln
 from capture_support import Recorder, assert_same
@@ -367,3 +368,23 @@ def test_a_sparse_tensor_runs_its_frame_as_python(backend):
     # the resume function got the sparse tensor as an input kiln's fakes cannot be: an error
     x = torch.randn(4, 4)
     assert_same(compiled(sparse_then_scaled, backend)(x).to_dense(), sparse_then_scaled(x).to_dense())
+
+
+# -- bool() of a number read from a tensor: computed by the graph --------------------------------------
+def all_zero(mask):
+    return bool((mask == 0).all())
+
+
+def item_truth(x):
+    return bool(x.item())
+
+
+@pytest.mark.parametrize("fn, inputs", [(all_zero, [torch.zeros(2, 3), torch.tensor([[0, 1], [0, 0]])]),
+                                        (item_truth, [torch.tensor([3]), torch.tensor([0])]),
+                                        (item_truth, [torch.tensor([True]), torch.tensor([False])])])
+def test_bool_of_a_number_read_from_a_tensor(fn, inputs):
+    # a guard on it could not be checked (it depends on the data): refused under fullgraph
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled_fn = compiled(fn, fullgraph=True)
+        for x in inputs:     # one graph for both values
+            assert compiled_fn(x) is fn(x)

@@ -135,6 +135,13 @@ def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
     if isinstance(d, V.ObjectVar) and isinstance(d.value, dict):
         from kiln.capture.builder import wrap
         return list(wrap(tx.out, d.value, d.source).items.items())
+    if isinstance(d, (V.ObjectVar, V.NewObjectVar, V.MappingProxyVar)) and hasattr(d.python_type(), "keys"):
+        # any other mapping, as Python unpacks it: its keys(), then `d[key]` for each
+        from kiln.capture.attributes import getattr_var
+        keys = iterate(tx, tx.call(getattr_var(tx, d, "keys"), []))
+        if not all(is_python_constant(k) for k in keys):
+            raise tx.unsupported(f"** of a {d.python_type().__name__} with keys known only at run time")
+        return [(python_value(k), getitem(tx, d, k)) for k in keys]
     raise tx.unsupported(f"** of a {d.python_type().__name__}")
 
 

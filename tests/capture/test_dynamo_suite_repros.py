@@ -3,6 +3,7 @@ program runs eagerly and under kiln, over calls that must not reuse a stale grap
 from __future__ import annotations
 
 import collections
+import collections.abc
 import enum
 import sys
 import typing
@@ -388,3 +389,37 @@ def test_bool_of_a_number_read_from_a_tensor(fn, inputs):
         compiled_fn = compiled(fn, fullgraph=True)
         for x in inputs:     # one graph for both values
             assert compiled_fn(x) is fn(x)
+
+
+# -- `**mapping` of a mapping that is no dict -------------------------------------------------------------
+class Registry(collections.abc.MutableMapping, torch.nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self._items = kwargs
+
+    def keys(self):
+        return self._items.keys()
+
+    def __getitem__(self, item):
+        return self._items[item]
+
+    def __setitem__(self, key, value):
+        self._items[key] = value
+
+    def __delitem__(self, item):
+        del self._items[item]
+
+    def __len__(self):
+        return len(self._items)
+
+    def __iter__(self):
+        yield from self._items
+
+
+def unpacks_a_mapping(x, d):
+    return x * d["a"] + sum(dict(**d).values()), {**d}
+
+
+def test_double_star_of_a_mapping():
+    d, x = Registry(a=torch.ones(2), b=torch.full((2,), 2.0)), torch.randn(2)
+    assert_same(compiled(unpacks_a_mapping, fullgraph=True)(x, d), unpacks_a_mapping(x, d))

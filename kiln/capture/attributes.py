@@ -67,7 +67,8 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         # a plain class attribute (a constant, a class, a builtin), read through the instance's
         # class where the instance has a source, so the guards see a later `A.a = 5`
         return _wrap(tx, entry, _class_entry_source(obj, cls, name))
-    if isinstance(obj, V.ObjectVar):
+    get = class_lookup(type(entry), "__get__")
+    if isinstance(obj, V.ObjectVar) and not isinstance(get, types.FunctionType):
         # C descriptors (slots, getset, method descriptors) of a real object: ask the object
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
     if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
@@ -76,7 +77,6 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         return V.ObjectVar(obj.python_type())
     if name == "__weakref__" and isinstance(entry, types.GetSetDescriptorType) and obj.source is None:
         return V.Constant(None)   # an object made in traced code: nothing holds a weak reference to it yet
-    get = class_lookup(type(entry), "__get__")
     if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
         return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
@@ -149,7 +149,9 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
                 return _wrap(tx, value, src, module_state=table != "_modules")
     inst_dict = getattr(obj, "__dict__", None)
     entry = class_lookup(type(obj), name)
-    is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and not isinstance(entry, V.Variable)
+    # (a data descriptor has a __get__ too: one with only __set__ leaves reads to the instance dict)
+    is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and hasattr(entry, "__get__") and \
+        not isinstance(entry, V.Variable)
     if name == "__dict__" and isinstance(inst_dict, dict) and not isinstance(obj, torch.nn.Module):
         return instance_dict(tx, v)
     viewed = _viewed_dict(tx, obj)
@@ -493,8 +495,11 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
                 tx.raise_(AttributeError, f"property {name!r} of {cls.__name__!r} object has no setter")
             tx.call(_plain(tx, entry.fset), [obj, value])
             return
-        if entry is not _MISSING and isinstance(class_lookup(type(entry), "__set__"), types.FunctionType):
-            raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
+        setter = class_lookup(type(entry), "__set__") if entry is not _MISSING else _MISSING
+        if isinstance(setter, types.FunctionType):   # a descriptor written in Python: its __set__ stores
+            descriptor = _wrap(tx, entry, _class_entry_source(obj, cls, name))
+            tx.call(V.MethodVar(_function(setter), descriptor), [obj, value])
+            return
     if keeps_attributes(obj):
         obj.attrs[name] = value
         return

@@ -423,3 +423,40 @@ def unpacks_a_mapping(x, d):
 def test_double_star_of_a_mapping():
     d, x = Registry(a=torch.ones(2), b=torch.full((2,), 2.0)), torch.randn(2)
     assert_same(compiled(unpacks_a_mapping, fullgraph=True)(x, d), unpacks_a_mapping(x, d))
+
+
+# -- descriptors written in Python: __set__ on a store, __get__ on a read --------------------------
+class Doubling:     # __set__ only: reads go to the instance dict
+    def __set__(self, obj, value):
+        obj.__dict__["field"] += value * 2
+
+
+class Shifted:      # a data descriptor: __get__ and __set__
+    def __set_name__(self, owner, name):
+        self.name = "_" + name
+
+    def __get__(self, obj, objtype=None):
+        return getattr(obj, self.name) * 10
+
+    def __set__(self, obj, value):
+        setattr(obj, self.name, value + 1)
+
+
+class WithDescriptors:
+    field = Doubling()
+    shifted = Shifted()
+
+    def __init__(self):
+        self.__dict__["field"] = 0
+
+
+def stores_through_descriptors(x, obj):
+    obj.field = 10
+    obj.shifted = 3
+    return x + obj.field + obj.shifted
+
+
+def test_stores_through_python_descriptors():
+    ours, theirs, x = WithDescriptors(), WithDescriptors(), torch.zeros(2)
+    assert_same(compiled(stores_through_descriptors, fullgraph=True)(x, ours), stores_through_descriptors(x, theirs))
+    assert (ours.field, ours._shifted) == (theirs.field, theirs._shifted) == (20, 4)

@@ -273,8 +273,11 @@ def _bool(tx, args, kwargs):
     from kiln.capture.torch_calls import call_torch, tensor_item
     from kiln.symbolic.decide import is_unbacked
     value = args[0] if args else None
-    if isinstance(value, V.TensorVar) and controls.capture_scalar_outputs() and value.example.numel() == 1:
-        value = tensor_item(tx, value)      # as `.item()` reads it: a symbolic number read from the tensor
+    if isinstance(value, V.TensorVar) and isinstance(value.example.numel(), int) and value.example.numel() != 1:
+        tx.raise_(RuntimeError, f"Boolean value of Tensor with {'no values' if value.example.numel() == 0 else 'more than one value'} is ambiguous")
+    if isinstance(value, V.TensorVar) and controls.capture_scalar_outputs():
+        # its truth read from the tensor (a float's too: `t != 0` is a bool tensor), a symbolic bool
+        value = tensor_item(tx, call_torch(tx, "call_function", operator.ne, [value, V.Constant(0)], {}))
     if isinstance(value, V.SymNumber) and is_unbacked(value.example):
         # read from a tensor: the graph computes its truth (a guard on it could not be checked)
         if isinstance(value.example, torch.SymBool):

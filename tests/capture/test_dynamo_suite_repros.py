@@ -380,15 +380,22 @@ def item_truth(x):
     return bool(x.item())
 
 
+def truth(x):
+    return bool(x)
+
+
 @pytest.mark.parametrize("fn, inputs", [(all_zero, [torch.zeros(2, 3), torch.tensor([[0, 1], [0, 0]])]),
                                         (item_truth, [torch.tensor([3]), torch.tensor([0])]),
-                                        (item_truth, [torch.tensor([True]), torch.tensor([False])])])
+                                        (item_truth, [torch.tensor([True]), torch.tensor([False])]),
+                                        (truth, [torch.tensor(3.14), torch.tensor(0.0)])])
 def test_bool_of_a_number_read_from_a_tensor(fn, inputs):
     # a guard on it could not be checked (it depends on the data): refused under fullgraph
     with torch._dynamo.config.patch(capture_scalar_outputs=True):
         compiled_fn = compiled(fn, fullgraph=True)
         for x in inputs:     # one graph for both values
             assert compiled_fn(x) is fn(x)
+        with pytest.raises(RuntimeError, match="ambiguous"):   # as eager's
+            compiled(truth, fullgraph=True)(torch.tensor([1, 2, 3]))
 
 
 # -- `**mapping` of a mapping that is no dict -------------------------------------------------------------

@@ -34,7 +34,12 @@ def is_torch_op(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if isinstance(fn, types.BuiltinFunctionType) and (module.startswith("torch") or module == ""):
         self_obj = getattr(fn, "__self__", None)
-        return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
+        if self_obj is None or isinstance(self_obj, types.ModuleType):
+            return True
+        # a method of a torch object: a node only where FX can name it in the graph's code (a
+        # Generator's `get_state` has no module to be read from: it runs outside the graph)
+        return type(self_obj).__module__.startswith("torch") and \
+            (module != "" or getattr(sys.modules["torch"], fn.__name__, None) is fn)
     if isinstance(fn, types.FunctionType):
         # a graph node must name its target as module.name (lambdas and local helpers are inlined)
         return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \

@@ -467,3 +467,18 @@ def test_stores_through_python_descriptors():
     ours, theirs, x = WithDescriptors(), WithDescriptors(), torch.zeros(2)
     assert_same(compiled(stores_through_descriptors, fullgraph=True)(x, ours), stores_through_descriptors(x, theirs))
     assert (ours.field, ours._shifted) == (theirs.field, theirs._shifted) == (20, 4)
+
+
+# -- a method of a torch object FX cannot name: run outside the graph --------------------------------
+def reseeds(x):
+    state = torch.default_generator.get_state()
+    a = torch.rand(3) + x
+    torch.default_generator.set_state(state)
+    return a, torch.rand(3) + x
+
+
+def test_generator_state_methods():
+    # as graph nodes, the graph's code could not be printed (no module to read them from)
+    x = torch.zeros(3)
+    a, b = compiled(reseeds)(x)
+    assert_same(a, b)

@@ -164,6 +164,9 @@ class CompiledFunction:
 
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):
+        if torch._C._get_tracing_state() is not None:   # sizes are tensors there: nothing to capture
+            raise RuntimeError(f"kiln: {_name(self.fn)} is compiled; torch.jit.trace cannot trace it: trace the "
+                               "function kiln.compile was given instead")
         if self.entries:
             reason = why_missed(self.entries[-1], self.params, *_bind_defaults(self.fn, args, kwargs))
             if len(self.entries) >= self.config.cache_size_limit:

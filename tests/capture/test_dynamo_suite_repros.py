@@ -482,3 +482,9 @@ def test_generator_state_methods():
     x = torch.zeros(3)
     a, b = compiled(reseeds)(x)
     assert_same(a, b)
+
+
+def test_jit_trace_of_a_compiled_function_is_refused_plainly():
+    fn = compiled(lambda x: x + 1, dynamic=True)
+    with pytest.raises(RuntimeError, match="torch.jit.trace"):
+        torch.jit.trace(fn, torch.randn(3))

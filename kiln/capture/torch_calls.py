@@ -98,6 +98,9 @@ TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride
 # tensor methods whose value depends on data: a graph break
 TENSOR_DATA_METHODS = {"tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
                        "nonzero_static", "__array__", "__iter__"}
+# in-place methods that change a tensor's sizes or strides
+INPUT_METADATA_WRITES = {"unsqueeze_", "squeeze_", "t_", "transpose_", "swapdims_", "swapaxes_", "resize_",
+                         "resize_as_", "as_strided_", "set_"}
 # [Note: autograd ends the graph] `loss.backward()`, `torch.autograd.grad(...)` differentiate what
 # the graph computed so far: in a graph they would be traced too (a backend tracing the graph's own
 # backward meets a second one), so the graph ends before them and they run as Python, as
@@ -452,6 +455,10 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         raise tx.unsupported(AUTOGRAD_CALL)
     if name == "retain_grad" and len(args) == 1 and not kwargs:
         return _retain_grad(tx, self_var)
+    if name in INPUT_METADATA_WRITES and self_var.source is not None:
+        # the caller's tensor changes shape: a graph's input keeps the metadata it was traced with
+        # (aot refuses to replay it), so the call runs before the graph that follows, on the input
+        raise tx.unsupported(f"Tensor.{name}() changes the sizes or strides of an input in place")
     if name == "item":
         return tensor_item(tx, self_var)
     if name == "__setitem__":

@@ -488,3 +488,18 @@ def test_jit_trace_of_a_compiled_function_is_refused_plainly():
     fn = compiled(lambda x: x + 1, dynamic=True)
     with pytest.raises(RuntimeError, match="torch.jit.trace"):
         torch.jit.trace(fn, torch.randn(3))
+
+
+# -- an input's sizes changed in place -----------------------------------------------------------------
+def unsqueezes_input(x):
+    x.unsqueeze_(0)
+    return x + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_input_metadata_written_in_place(backend):
+    # aot refused it (the caller's tensor would change): the call runs before the graph, on the input
+    ours, theirs = torch.randn(3, 4), torch.randn(3, 4)
+    theirs.copy_(ours)
+    assert_same(compiled(unsqueezes_input, backend)(ours), unsqueezes_input(theirs))
+    assert ours.shape == theirs.shape == (1, 3, 4)

@@ -51,6 +51,20 @@ class OptimizedModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         return self._compiled_call(*args, **kwargs)
 
+    # [Note: training is the original's] `mod.eval(); fast = kiln.compile(mod)` reports
+    # fast.training False, and `mod.train()` shows through `fast` (nn.Module.__init__ sets the
+    # flag before `_orig_mod` exists: that store is the default, dropped)
+    @property
+    def training(self) -> bool:
+        original = self.__dict__.get("_modules", {}).get("_orig_mod")
+        return True if original is None else original.training
+
+    @training.setter
+    def training(self, value: bool):
+        original = self.__dict__.get("_modules", {}).get("_orig_mod")
+        if original is not None:
+            original.training = value
+
     def __getattr__(self, name: str):
         try:
             return super().__getattr__(name)

@@ -49,6 +49,15 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list, options: Options =
     return aot_compile(gm, example_inputs, fw_compiler=_run_as_fx, bw_compiler=_run_as_fx)
 
 
+@register_backend("aot_eager_decomp_partition")
+def aot_eager_decomp_partition(gm: torch.fx.GraphModule, example_inputs: list, options: Options = Options()):
+    """kiln's backend up to code generation: aot with every ATen op decomposed into prims and the
+    min-cut partition, then the prim graphs run as FX Python (each prim's reference in eager torch),
+    as torch's backend of that name tests decompositions and partition without kernels."""
+    from kiln.pipeline import aot_to_prims
+    return aot_to_prims(gm, example_inputs, options, _run_as_fx)
+
+
 def _run_as_fx(gm: torch.fx.GraphModule, example_inputs: list):
     return gm.forward
 

@@ -16,6 +16,12 @@ no random op that is not functional (kiln's philox ops are: their offset argumen
 one read: a second read is another symbol). Arguments are keyed by identity for nodes and by type
 and value for constants: `full(0.0)` and `full(-0.0)` are different ops, so are `full(1)`,
 `full(1.0)` and `full(True)`.
+
+[Note: outputs stay distinct] Two nodes that each reach the graph's outputs (themselves, or through
+views) are not merged: `return x * 2, x * 2` hands eager's caller two tensors, and merged they would
+be one storage (a write into one shows in the other) and one autograd history (the first computed
+under no_grad, the second not: both would say the first's requires_grad). A value that escapes is
+computed once per escape; values used only inside the graph are still merged.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 def eliminate_common_subexpressions(graph: fx.Graph) -> int:
     """Merge `graph`'s repeated pure nodes into their first occurrence; returns how many went."""
     first: dict[tuple, fx.Node] = {}
+    escaping = _escaping(graph)
     merged = 0
     for node in list(graph.nodes):
         if node.op != "call_function" or not _pure(node):
@@ -46,11 +53,24 @@ def eliminate_common_subexpressions(graph: fx.Graph) -> int:
         except TypeError:          # an argument with no value identity (an opaque object)
             continue
         earlier = first.setdefault(key, node)
-        if earlier is not node:
+        if earlier is not node and not (node in escaping and earlier in escaping):   # [Note: outputs stay distinct]
             node.replace_all_uses_with(earlier)
             graph.erase_node(node)
             merged += 1
     return merged
+
+
+def _escaping(graph: fx.Graph) -> set[fx.Node]:
+    """The nodes whose storage the graph's outputs hold: outputs, and what an output is a view of."""
+    escaping: set[fx.Node] = set()
+    for node in reversed(graph.nodes):
+        if any(user.op == "output" or user in escaping and _is_view(user) for user in node.users):
+            escaping.add(node)
+    return escaping
+
+
+def _is_view(node: fx.Node) -> bool:
+    return node.target is operator.getitem or schema.effects(node.target).view
 
 
 def _pure(node: fx.Node) -> bool:

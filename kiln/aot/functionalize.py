@@ -13,7 +13,7 @@ value (a node of the new graph) and a generation that counts the writes into it:
 
 Inputs whose base was written get their final value as graph outputs (`OutputSpec('mutation')`,
 which the tracer placed); the runtime copies them into the real inputs. User outputs that alias an
-input or an earlier output get `OutputSpec.alias = (kind, index, chain)` so the runtime returns
+input or another output get `OutputSpec.alias = (kind, index, chain)` so the runtime returns
 views as eager does, instead of fresh tensors (under symbolic sizes too, where the chain's sizes
 are nodes computing them from the inputs' sizes).
 
@@ -168,8 +168,10 @@ class _Functionalizer:
         raise AssertionError("graph without output")
 
     def call(self, node: fx.Node) -> None:
+        # a view of a Python number (`aten._conj(2j)`, mul's backward of a complex scalar: torch
+        # hands a wrapped number to Python as the number) is a new tensor, aliasing nothing
         op, eff = node.target, schema.effects(node.target)
-        if eff.view:
+        if eff.view and isinstance(node.args[0], fx.Node):
             self.view(node)
         elif eff.mutated and not (op is aten.native_batch_norm.default and not node.args[5]):
             self.mutation(node, eff)
@@ -309,6 +311,14 @@ class _Functionalizer:
                 prefix = self.chain[other]
                 if chain[:len(prefix)] == prefix:
                     return ("output", j, chain[len(prefix):])
+        # a view of an intermediate that a later output is (`return t.view(-1), t`): rebuilt from
+        # that output, which is the intermediate itself and so stays as the Function returns it (a
+        # view among a custom Function's outputs may not be written in place)
+        for j in range(k + 1, len(olds)):
+            other = olds[j]
+            if isinstance(other, fx.Node) and self.base.get(other) is b and not self.chain[other] and \
+                    not any(isinstance(o, fx.Node) and self.base.get(o) is b and not self.chain[o] for o in olds[:j]):
+                return ("output", j, chain)
         return None
 
 

@@ -103,7 +103,7 @@ class _CompiledFunction(torch.autograd.Function):
 
 
 def _rebuilt(runtime: "AotRuntime", spec, sources: list, primals: list):
-    """A user output rebuilt as the view it is of an input or an earlier output (`spec.alias`);
+    """A user output rebuilt as the view it is of an input or another output (`spec.alias`);
     the sizes of a chain traced over symbolic ones are computed from `primals`."""
     _, index, chain = spec.alias
     inputs = None if all(step.static for step in chain) else dict(zip(runtime.placeholders, primals))
@@ -205,8 +205,8 @@ class AotRuntime:
         return self._epilogue(primals, list(outs), inside)
 
     def _epilogue(self, primals: list, outs: list, inside: frozenset):
-        """Mutated inputs get their new values; outputs that alias an input or an earlier output
-        are rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
+        """Mutated inputs get their new values; outputs that alias an input or another output are
+        rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
         num_user = len(outs) - len(self.joint.output_indices("mutation"))
         # writes autograd need not see (BatchNorm's running stats: 159 in a ResNet-50 training step)
         # go as one multi-tensor copy: one launch per dtype instead of one per tensor
@@ -215,9 +215,14 @@ class AotRuntime:
             target = primals[spec.index]
             if value is target or value.is_set_to(target):   # written in place by the program: nothing to copy
                 continue
+            if target.requires_grad and target.is_leaf:
+                # autograd refuses an in-place write to a leaf that requires grad: eager wrote it
+                # through `.data` (or under no_grad), and `.data` writes without a new version, so
+                # that what a backward saved of it is read as it now is, as in eager
+                plain.append((target.data, value))
             # as eager's in-place write: an input written with a value that requires grad joins
             # the autograd graph (x.copy_(w) makes x require grad)
-            if target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
+            elif target.requires_grad or (value.requires_grad and torch.is_grad_enabled()):
                 target.copy_(value)
             else:
                 plain.append((target, value))

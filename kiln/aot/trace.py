@@ -61,7 +61,7 @@ class InputSpec:
 class OutputSpec:
     """One output of a joint graph. kind: user | mutation | grad. `index`: the user output's
     position, or the input (position in `JointGraph.inputs`) that is mutated / differentiated.
-    `alias`: for user outputs that alias an input or an earlier output, how to rebuild them
+    `alias`: for user outputs that alias an input or another output, how to rebuild them
     (filled in by functionalization)."""
 
     kind: str

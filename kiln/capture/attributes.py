@@ -42,6 +42,15 @@ def class_lookup(cls: type, name: str, start_after: type | None = None) -> Any:
     return _MISSING
 
 
+def _bound_classmethod(tx, entry: classmethod, cls_var: V.Variable) -> V.Variable:
+    """A classmethod bound to its class; one wrapping a property (`@classmethod @property`, which
+    Python 3.9 to 3.12 chain) is the property's value for the class."""
+    inner = entry.__func__
+    if isinstance(inner, property) and sys.version_info < (3, 13):
+        return tx.call(_plain(tx, inner.fget), [cls_var])
+    return V.MethodVar(_plain(tx, inner), cls_var)
+
+
 def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V.Variable:
     """What `obj.name` is when `name` was found in the class dict as `entry`."""
     if isinstance(entry, types.FunctionType):
@@ -49,7 +58,7 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
     if isinstance(entry, staticmethod):
         return _plain(tx, entry.__func__)
     if isinstance(entry, classmethod):
-        return V.MethodVar(_plain(tx, entry.__func__), V.ObjectVar(cls))
+        return _bound_classmethod(tx, entry, V.ObjectVar(cls))
     if isinstance(entry, property):
         if entry.fget is None:
             tx.raise_(AttributeError, f"property {name!r} has no getter")
@@ -58,7 +67,8 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         # a plain class attribute (a constant, a class, a builtin), read through the instance's
         # class where the instance has a source, so the guards see a later `A.a = 5`
         return _wrap(tx, entry, _class_entry_source(obj, cls, name))
-    if isinstance(obj, V.ObjectVar):
+    get = class_lookup(type(entry), "__get__")
+    if isinstance(obj, V.ObjectVar) and not isinstance(get, types.FunctionType):
         # C descriptors (slots, getset, method descriptors) of a real object: ask the object
         return _wrap(tx, getattr(obj.value, name), AttrSource(obj.source, name) if obj.source else None)
     if isinstance(entry, (types.MethodDescriptorType, types.WrapperDescriptorType)):
@@ -67,7 +77,6 @@ def bind_class_entry(tx, entry: Any, obj: V.Variable, cls: type, name: str) -> V
         return V.ObjectVar(obj.python_type())
     if name == "__weakref__" and isinstance(entry, types.GetSetDescriptorType) and obj.source is None:
         return V.Constant(None)   # an object made in traced code: nothing holds a weak reference to it yet
-    get = class_lookup(type(entry), "__get__")
     if isinstance(get, types.FunctionType):  # a descriptor written in Python (lazy_property, ...)
         return tx.call(V.MethodVar(_function(get), _wrap(tx, entry, None)), [obj, V.ObjectVar(cls)])
     raise tx.unsupported(f"the descriptor {type(entry).__name__} for attribute {name!r} is not supported")
@@ -140,7 +149,9 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
                 return _wrap(tx, value, src, module_state=table != "_modules")
     inst_dict = getattr(obj, "__dict__", None)
     entry = class_lookup(type(obj), name)
-    is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and not isinstance(entry, V.Variable)
+    # (a data descriptor has a __get__ too: one with only __set__ leaves reads to the instance dict)
+    is_data_descriptor = entry is not _MISSING and hasattr(entry, "__set__") and hasattr(entry, "__get__") and \
+        not isinstance(entry, V.Variable)
     if name == "__dict__" and isinstance(inst_dict, dict) and not isinstance(obj, torch.nn.Module):
         return instance_dict(tx, v)
     viewed = _viewed_dict(tx, obj)
@@ -149,6 +160,13 @@ def _getattr_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
             return viewed.items[name]
     elif isinstance(inst_dict, dict) and name in inst_dict and not is_data_descriptor:
         return _wrap(tx, inst_dict[name], AttrSource(source, name) if source else None)
+    elif viewed is None and isinstance(inst_dict, dict) and source is not None and not is_data_descriptor \
+            and not isinstance(obj, torch.nn.Module):
+        # what follows (the class's attribute, __getattr__, an AttributeError: `hasattr(obj, "z")`
+        # False) holds while the instance has no attribute of that name: one set later is a miss
+        # (a module's methods are many and read often: its instance attributes are not guarded so)
+        from kiln.capture.guards import Guard, GuardKind
+        tx.out.guard(Guard(GuardKind.ABSENT, AttrSource(source, "__dict__"), name))
     if entry is not _MISSING:
         return bind_class_entry(tx, entry, v, type(obj), name)
     getattr_hook = class_lookup(type(obj), "__getattr__")
@@ -198,7 +216,7 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
             if isinstance(entry, staticmethod):
                 return _plain(tx, entry.__func__)
             if isinstance(entry, classmethod):
-                return V.MethodVar(_plain(tx, entry.__func__), v)
+                return _bound_classmethod(tx, entry, v)
             break
     if not hasattr(cls, name):
         tx.raise_(AttributeError, f"type object {cls.__name__!r} has no attribute {name!r}")
@@ -372,6 +390,9 @@ def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
     not one of Tensor's), or of `t.grad`: read back from the frame's overlay while tracing, and set
     on the real tensor (an input, or the graph's output) after the graph. False where kiln does
     not model the store (`t.data = ...`, `t.requires_grad = ...`)."""
+    if name == "data" and isinstance(value, V.TensorVar) and t.source is not None:
+        _set_data(tx, t, value)
+        return True
     if name != "grad" and hasattr(torch.Tensor, name):
         return False
     if name == "grad" and not (isinstance(value, V.TensorVar) or isinstance(value, V.Constant) and value.value is None):
@@ -380,6 +401,22 @@ def _setattr_tensor(tx, t: V.TensorVar, name: str, value: V.Variable) -> bool:
     tx.out.__dict__.setdefault("tensor_attr_owners", []).append(t)   # keeps the id valid
     tx.out.side_effects.append(AttrWrite(t, name, value))
     return True
+
+
+def _set_data(tx, t: V.TensorVar, value: V.TensorVar) -> None:
+    """[Note: .data = ...] `x.data = y` of an input x: x stays the same object, with its own
+    requires_grad, and from now on holds y's storage and metadata (y's values detached). In the
+    graph, x's tracker is y detached; after the graph, the store is replayed on the real x with the
+    value the graph computed, in order with the other stores (`y.data = ...` after it leaves x on
+    y's old storage), and x itself is what the frame hands on. Where x requires grad, ops on its
+    new data would differentiate to x in eager: the graph has no such input, so a later graph use
+    of x breaks the graph instead ([Note: a replaced .data that requires grad] in torch_calls.py)."""
+    from kiln.capture.torch_calls import call_torch
+    detached = call_torch(tx, "call_method", "detach", [value], {})
+    before = V.TensorVar(t.node, t.example, t.data_replaced, source=t.source)
+    tx.out.side_effects.append(AttrWrite(before, "data", detached))
+    t.node, t.data_replaced = detached.node, True
+    t.example = detached.example.detach().requires_grad_(t.example.requires_grad)
 
 
 _GETATTR = {
@@ -426,11 +463,23 @@ def getattr_var(tx, v: V.Variable, name: str) -> V.Variable:
     return fn(tx, v, name)
 
 
+def _set_class(tx, obj: V.Variable, value: V.Variable):
+    """`obj.__class__ = cls` of an object made in traced code: its tracker's class is `cls` from now
+    on (isinstance, attribute lookups), as the object's is in Python. Another object's class would
+    change under the trackers already made of it: the graph breaks."""
+    cls = value.value if isinstance(value, V.ObjectVar) else None
+    if not (isinstance(obj, V.NewObjectVar) and isinstance(cls, type) and cls.__new__ is obj.cls.__new__):
+        raise tx.unsupported("assigning __class__ of an object captured code did not make")
+    obj.cls = cls
+
+
 def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool = False):
     """`obj.name = value`, as Python stores it: through the class's own `__setattr__` (unless `base`:
     object's store, which that method ends in), then a property's setter, then the instance."""
     if isinstance(obj, V.DictVar) and is_model_output(obj.cls):
         return setattr_field(tx, obj, name, value)
+    if name == "__class__":
+        return _set_class(tx, obj, value)
     plain_object = isinstance(obj, V.ObjectVar) and obj.source is not None and \
         not isinstance(obj.value, (type, torch.nn.Module))   # nn.Module's own stores: the overlay below
     program_subclass = _program_dict_subclass(obj)
@@ -446,8 +495,11 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
                 tx.raise_(AttributeError, f"property {name!r} of {cls.__name__!r} object has no setter")
             tx.call(_plain(tx, entry.fset), [obj, value])
             return
-        if entry is not _MISSING and isinstance(class_lookup(type(entry), "__set__"), types.FunctionType):
-            raise tx.unsupported(f"setting attribute {name!r} through the descriptor {type(entry).__name__}")
+        setter = class_lookup(type(entry), "__set__") if entry is not _MISSING else _MISSING
+        if isinstance(setter, types.FunctionType):   # a descriptor written in Python: its __set__ stores
+            descriptor = _wrap(tx, entry, _class_entry_source(obj, cls, name))
+            tx.call(V.MethodVar(_function(setter), descriptor), [obj, value])
+            return
     if keeps_attributes(obj):
         obj.attrs[name] = value
         return
@@ -476,6 +528,12 @@ def setattr_var(tx, obj: V.Variable, name: str, value: V.Variable, *, base: bool
         set_exception_attribute(tx, obj, name, value)
         return
     if isinstance(obj, V.TensorVar) and _setattr_tensor(tx, obj, name, value):
+        return
+    if isinstance(obj, V.TupleVar) and obj.source is not None and obj.cls.__dictoffset__ != 0:
+        # an input instance of a user's tuple subclass (a namedtuple's): read back from the tracker,
+        # set on the real object after the graph (a list, dict or set subclass has its own path above)
+        obj.attrs[name] = value
+        tx.out.side_effects.append(AttrWrite(obj, name, value))
         return
     if isinstance(obj, (V.ListVar, V.TupleVar, V.SetVar, V.DictVar)) and obj.python_type().__dictoffset__ == 0 and \
             class_lookup(obj.python_type(), name) is _MISSING:   # no instance dict: a builtin, a namedtuple

@@ -181,9 +181,14 @@ def _wrap_dict(out, value, source):
     if not all(_plain_key(k) for k in value) or _overrides_items(type(value), dict) and \
             not _overrides_getitem_only(type(value)):
         return _wrap_object(out, value, source)
+    return dict_tracker(out, value, source)
+
+
+def dict_tracker(out, value: dict, source):
+    """A dict's tracker: its keys guarded, each item read from its source (past the subclass's own
+    `__getitem__`, which is not what a guard or a later read of an item should run)."""
     _guard(out, GuardKind.TYPE, source, type(value))
     _guard(out, GuardKind.DICT_KEYS, source, tuple(value))
-    # a subclass's own __getitem__ is not what a guard or a later read of an item should run
     item = (lambda k: BuiltinItemSource(source, k, "dict")) if _overrides_items(type(value), dict) else \
         (lambda k: ItemSource(source, k))
     items = {k: wrap(out, v, item(k) if source else None) for k, v in value.items()}

@@ -19,6 +19,7 @@ import typing
 
 import torch
 
+from kiln.capture import controls
 from kiln.capture import variables as V
 from kiln.capture.callables import CALLABLE_TYPES, CALLABLES as BUILTINS, PACKAGES, handles as builtin
 from kiln.capture.interpreter import ObservedException
@@ -265,11 +266,26 @@ for _name in ("int", "float"):
 
 @builtin(bool)
 def _bool(tx, args, kwargs):
-    """Python's truth rule (`truth`): a container of tensors is true when not empty."""
+    """Python's truth rule (`truth`): a container of tensors is true when not empty. Of a number
+    read from a tensor (`bool(t.item())`, or `bool(t)` under torch's capture_scalar_outputs), the
+    truth is a symbolic bool the graph computes, as torch.compile's is."""
     from kiln.capture.semantics import truth
-    if args and isinstance(args[0], V.TensorVar):
+    from kiln.capture.torch_calls import call_torch, tensor_item
+    from kiln.symbolic.decide import is_unbacked
+    value = args[0] if args else None
+    if isinstance(value, V.TensorVar) and isinstance(value.example.numel(), int) and value.example.numel() != 1:
+        tx.raise_(RuntimeError, f"Boolean value of Tensor with {'no values' if value.example.numel() == 0 else 'more than one value'} is ambiguous")
+    if isinstance(value, V.TensorVar) and controls.capture_scalar_outputs():
+        # its truth read from the tensor (a float's too: `t != 0` is a bool tensor), a symbolic bool
+        value = tensor_item(tx, call_torch(tx, "call_function", operator.ne, [value, V.Constant(0)], {}))
+    if isinstance(value, V.SymNumber) and is_unbacked(value.example):
+        # read from a tensor: the graph computes its truth (a guard on it could not be checked)
+        if isinstance(value.example, torch.SymBool):
+            return value
+        return call_torch(tx, "call_function", operator.ne, [value, V.Constant(0)], {})
+    if isinstance(value, V.TensorVar):
         raise tx.unsupported("bool() of a tensor reads its data, which a graph cannot hand back to Python")
-    return V.Constant(bool(args) and truth(tx, args[0]))
+    return V.Constant(bool(args) and truth(tx, value))
 
 
 @builtin(print)

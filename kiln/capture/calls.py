@@ -33,7 +33,7 @@ from kiln.capture.guards import Guard, GuardKind
 from kiln.capture.interpreter import CALLS, GraphBreak, call_variable
 from kiln.capture.output import DeferredCall
 from kiln.capture.sources import AttrSource, GlobalSource, WeakRefCallSource
-from kiln.capture.torch_calls import (FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
+from kiln.capture.torch_calls import (AUTOGRAD_CALL, FOLDED, call_torch, is_tensor_method, is_torch_op, tensor_method,
                                      tensor_of_tensors, to_fx)
 
 def _call_function(tx, fn: V.FunctionVar, args, kwargs):
@@ -67,7 +67,11 @@ def _controlled_call(tx, real, args, kwargs) -> V.Variable | None:
     unmarked callable."""
     mark = controls.disabled(real)
     if mark is not None:
-        raise tx.unsupported(controls.disabled_message(real, mark))
+        brk = tx.unsupported(controls.disabled_message(real, mark))
+        # disable(recursive=False) skips only the function's own frame:
+        # it is called through wrap_callable, which runs it with its callees captured (frame.py)
+        brk.wrap_callee = not mark.recursive
+        raise brk
     if controls.is_graph_break(real):
         raise tx.unsupported("a call of graph_break (of torch's dynamo package) asks for a graph break here")
     if controls.is_compiling_query(real):
@@ -171,6 +175,12 @@ def _call_object(tx, fn: V.ObjectVar, args, kwargs):
     call = getattr(type(value), "__call__", None)
     if isinstance(call, types.FunctionType):  # a user object with a Python __call__
         return tx.inline(_fn_of(call), [fn, *args], kwargs)
+    if _is_dict_read(value) and isinstance(fn.source, AttrSource):
+        # `self.items()` in a method of a user's dict subclass, an object to capture (its own
+        # `__getitem__` is followed): dict's read on the items, each read from its source
+        from kiln.capture.builder import dict_tracker
+        return tx.call(V.ObjectVar(getattr(dict, value.__name__)),
+                       [dict_tracker(tx.out, value.__self__, fn.source.base), *args], kwargs)
     if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, type) and \
             value.__name__ in ("__subclasses__", "mro") and not args and not kwargs:
         # a class's hierarchy, read at trace time (as torch's compiler reads it): a new list of classes
@@ -295,7 +305,28 @@ def _dereference(tx, fn: V.ObjectVar, args, kwargs) -> V.Variable:
     return wrap(tx.out, fn.value(), source)
 
 
+_DICT_READS = frozenset({"items", "keys", "values", "get", "__getitem__", "__contains__", "__len__", "__iter__"})
+
+
+def _is_dict_read(value) -> bool:
+    """A bound read method of dict's own (or OrderedDict's) on an instance of a user's dict subclass."""
+    return isinstance(value, types.BuiltinMethodType) and value.__name__ in _DICT_READS and \
+        isinstance(value.__self__, dict) and type(value.__self__).__module__ not in ("builtins", "collections")
+
+
+def _call_container(tx, v: V.Variable, args, kwargs):
+    """An instance of a user's list, tuple, dict or set subclass with a `__call__` of its own."""
+    call = getattr(v.python_type(), "__call__", None)
+    if not isinstance(call, types.FunctionType):
+        tx.raise_(TypeError, f"'{v.python_type().__name__}' object is not callable")
+    return tx.inline(_fn_of(call), [v, *args], kwargs)
+
+
 CALLS.update({
+    V.ListVar: _call_container,
+    V.TupleVar: _call_container,
+    V.DictVar: _call_container,
+    V.SetVar: _call_container,
     V.WeakRefVar: _call_weakref,
     V.FunctionVar: _call_function,
     V.MethodVar: _call_method,
@@ -503,6 +534,10 @@ def _checkpoint(tx, args, kwargs):
     return tx.call(fn, rest, kwargs)
 
 
+def _autograd_call(tx, args, kwargs):
+    raise tx.unsupported(AUTOGRAD_CALL)   # [Note: autograd ends the graph] in torch_calls.py
+
+
 def _rng_frozen(tx, args, kwargs):
     """`torch.testing`'s freeze_rng_state(), `torch.random.fork_rng(...)`: see `exit_context`."""
     enabled = python_value(kwargs.get("enabled", args[1] if len(args) > 1 else V.Constant(True)))
@@ -517,6 +552,8 @@ CALLABLES.update({
     inspect.signature: _signature,
     torch.random.fork_rng: _rng_frozen,
     torch._is_all_true: _is_all_true,
+    torch.autograd.backward: _autograd_call,
+    torch.autograd.grad: _autograd_call,
 })
 for _fn, _query in FOLDED.items():
     CALLABLES[_fn] = (lambda query: lambda tx, args, kwargs: _fold(tx, query, args, kwargs))(_query)

@@ -39,10 +39,12 @@ def _torch_own(obj: Any) -> bool:
 @dataclasses.dataclass(frozen=True)
 class Disabled:
     """A function `torch.compiler.disable` wrapped: `original` is the function it runs (None for
-    one marked in place by `skip`). With `recursive=False` torch.compile still compiles the functions
-    it calls; kiln, without a frame hook, runs them eagerly too."""
+    one marked in place by `skip`). With `recursive=False` (torch's nonrecursive wrapper, or a mark
+    in place) torch.compile still compiles the functions it calls, and so does kiln ([Note: a graph
+    break in a loop] in eager_frames.py)."""
     original: Any
     reason: str | None
+    recursive: bool = True
 
 
 def disabled(fn: Any) -> Disabled | None:
@@ -57,7 +59,8 @@ def disabled(fn: Any) -> Disabled | None:
     if _torch_own(fn if original is None else original):
         return None
     reason = inspect.getattr_static(fn, "_torchdynamo_disable_msg", None)
-    return Disabled(original, reason if isinstance(reason, str) else None)
+    recursive = original is not None and inspect.getattr_static(fn, "_torchdynamo_disable_recursive", True) is not False
+    return Disabled(original, reason if isinstance(reason, str) else None, recursive)
 
 
 def is_graph_break(fn: Any) -> bool:

@@ -37,6 +37,7 @@ from kiln.capture.resume import resume_parameters
 from kiln.capture.constants import python_value
 from kiln.capture.distributed import PROCESS_STATE, ProcessQuery
 from kiln.capture.sources import KEYS, ConstSource, LocalSource
+from kiln.symbolic.fake import UnsupportedFakeOp
 
 
 @dataclasses.dataclass
@@ -91,7 +92,10 @@ def bind_frame(fn: types.FunctionType, args: tuple, kwargs: dict) -> dict[str, A
     sig = inspect.signature(fn, follow_wrapped=False)
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
-    return dict(bound.arguments)
+    # inspect names a comprehension's parameter `.0` (its iterator) `implicit0`
+    names = fn.__code__.co_varnames
+    return {f".{name[8:]}" if name.startswith("implicit") and f".{name[8:]}" in names else name: value
+            for name, value in bound.arguments.items()}
 
 
 def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: int | None,
@@ -107,7 +111,13 @@ def trace_frame(fn: types.FunctionType, args: tuple, kwargs: dict, *, stop_at: i
                       dynamic_ints=dynamic_ints, token_dims=token_dims)
     locals_ = {}
     for name, value in bind_frame(fn, args, kwargs).items():
-        locals_[name] = wrap(out, value, LocalSource(name))
+        try:
+            locals_[name] = wrap(out, value, LocalSource(name))
+        except UnsupportedFakeOp as e:
+            # a sparse (quantized, nested) tensor argument: kiln's fakes are strided and dense, so
+            # it can be no input of a graph and the frame runs as Python (`x.to_sparse()` broke the
+            # graph before: its resume function gets the sparse tensor)
+            raise GraphBreak(f"argument {name!r}: {e}") from None
     tracer = Tracer(fn.__code__, fn.__globals__, out, locals_=locals_, closure=fn.__closure__ or ())
     tracer.fn_source = ConstSource("__fn")
     tracer.stop_at = stop_at

@@ -174,12 +174,25 @@ def _state_pairs(*names):
             if hasattr(torch._C, get) and hasattr(torch._C, set_)]
 
 
+def _set_deterministic(enabled: bool):
+    torch._C._set_deterministic_algorithms(enabled, warn_only=torch._C._get_deterministic_algorithms_warn_only())
+
+
+def _set_deterministic_warn_only(warn_only: bool):
+    torch._C._set_deterministic_algorithms(torch._C._get_deterministic_algorithms(), warn_only=warn_only)
+
+
 PROCESS_STATE = _state_pairs(
     *[(f"_get_{name}_sdp_enabled", f"_set_sdp_use_{name}")
       for name in ("flash", "mem_efficient", "math", "cudnn", "overrideable", "fa3")],
     ("_get_sdp_priority_order", "_set_sdp_priority_order"),
     ("_get_math_sdp_allow_fp16_bf16_reduction", "_set_math_sdp_allow_fp16_bf16_reduction"),
-) + [(torch.get_default_dtype, torch.set_default_dtype)]
+) + [
+    # torch.use_deterministic_algorithms(mode, warn_only=...) sets both at once: each is put back alone
+    (torch._C._get_deterministic_algorithms, _set_deterministic),
+    (torch._C._get_deterministic_algorithms_warn_only, _set_deterministic_warn_only),
+    (torch.get_default_dtype, torch.set_default_dtype),
+]
 
 
 def _state_read(getter: Callable):

@@ -25,6 +25,7 @@ import torch
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
 from kiln.capture.builder import compiled_original
+from kiln.capture.eager_frames import in_loop, run_capturing_calls
 from kiln.capture.convert import Entry, SharedInputsWritten, bind_frame, build_entry, params_text, trace_frame
 from kiln.capture.guards import GuardKind
 from kiln.capture.recompiles import why_missed
@@ -163,6 +164,9 @@ class CompiledFunction:
 
     # -- compiling ----------------------------------------------------------------------------
     def _miss(self, args, kwargs):
+        if torch._C._get_tracing_state() is not None:   # sizes are tensors there: nothing to capture
+            raise RuntimeError(f"kiln: {_name(self.fn)} is compiled; torch.jit.trace cannot trace it: trace the "
+                               "function kiln.compile was given instead")
         if self.entries:
             reason = why_missed(self.entries[-1], self.params, *_bind_defaults(self.fn, args, kwargs))
             if len(self.entries) >= self.config.cache_size_limit:
@@ -250,6 +254,10 @@ class CompiledFunction:
                          if type(value) is int and value != g.expected)
 
     def _compile(self, args, kwargs) -> Entry:
+        mark = controls.disabled(self.fn)
+        if mark is not None and not mark.recursive:   # [Note: a graph break in a loop]
+            return self._eager_entry(args, kwargs, "torch.compiler.disable(recursive=False) skips this frame only",
+                                     None, run=functools.partial(self._run_capturing_calls, mark.original or self.fn))
         stop_at, nested, reason = None, False, None
         for _ in range(MAX_BREAK_RETRIES):
             self.compiles += 1
@@ -264,6 +272,9 @@ class CompiledFunction:
                 at_module = e.wrap_callee and self.fn.__code__ is _call_module.__code__
                 if self.config.fullgraph and not at_module:
                     raise Unsupported(e.reason, e.where) from None
+                if e.root_offset is not None and in_loop(self.fn.__code__, e.root_offset):
+                    return self._eager_entry(args, kwargs, f"a graph break in a loop ({e.reason})", e.where,
+                                             run=functools.partial(self._run_capturing_calls, self.fn))
                 if e.root_offset is None or e.root_offset == stop_at:
                     return self._eager_entry(args, kwargs, e.reason, e.where)
                 stop_at, reason = e.root_offset, e
@@ -320,9 +331,10 @@ class CompiledFunction:
         prints guards again with them)."""
         return {"__G": self.fn.__globals__, "__fn": self.fn, **out.globals_dicts}
 
-    def _eager_entry(self, args, kwargs, reason: str, where: str | None, check=None, guards=()) -> Entry:
-        """Run the whole function eagerly; guarded on nothing unless `check` (and its `guards`) is
-        given, so it is always reused. Never under fullgraph=True: that contract is one graph or an error."""
+    def _eager_entry(self, args, kwargs, reason: str, where: str | None, check=None, guards=(), run=None) -> Entry:
+        """Run the whole function eagerly (by `run`, if given); guarded on nothing unless `check`
+        (and its `guards`) is given, so it is always reused. Never under fullgraph=True: that
+        contract is one graph or an error."""
         if self.config.fullgraph:
             raise Unsupported(f"the whole function would run eagerly: {reason}", where)
         _emit(Event("break", _name(self.fn), f"running the whole function eagerly: {reason}", where))
@@ -330,10 +342,18 @@ class CompiledFunction:
         if check is None:
             check = lambda *a, **k: True  # noqa: E731
             check.__kiln_bindings__ = {}
-        return Entry(check, self._run_eagerly, list(guards), None, None, "<eager>")
+        return Entry(check, run or self._run_eagerly, list(guards), None, None, "<eager>")
 
     def _run_eagerly(self, *args, **kwargs):
         return run_with_callees_captured(self.fn, args, kwargs, self.backend, self.config)
+
+    def _run_capturing_calls(self, fn, *args, **kwargs):
+        """`fn` (the function, or the one torch's disable(recursive=False) wraps) as Python, its
+        callees captured ([Note: a graph break in a loop])."""
+        wrap = self.__dict__.get("_wrap_callee")
+        if wrap is None:   # one per wrapper: the rewritten code is cached by it
+            wrap = self._wrap_callee = functools.partial(_wrap_user_callee, backend=self.backend, config=self.config)
+        return run_capturing_calls(fn, args, kwargs, wrap)
 
     def _make_resume(self, offset: int, stack_nulls: tuple, local_names: tuple):
         code = resume_code(self.fn.__code__, offset, stack_nulls, local_names)
@@ -418,8 +438,9 @@ _WRAPPED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 def wrap_callable(target: Any, *, backend, config) -> Any:
     """A callable that behaves as `target` with its Python frames captured by kiln."""
-    if compiled_original(target) is not None or controls.disabled(target) is not None:
-        return target
+    mark = controls.disabled(target)
+    if compiled_original(target) is not None or mark is not None and mark.recursive:
+        return target      # a recursive disable: Python all the way down
     if isinstance(target, types.MethodType):
         if isinstance(target.__self__, contextlib._GeneratorContextManager):
             return target   # __enter__/__exit__ step a real generator, which runs as Python anyway
@@ -443,6 +464,15 @@ def wrap_callable(target: Any, *, backend, config) -> Any:
             return target
         return _cached(target, backend, config, lambda: CompiledFunction(target, backend, config))
     return target
+
+
+def _wrap_user_callee(target: Any, *, backend, config) -> Any:
+    """A callee of a frame that runs as Python ([Note: a graph break in a loop]): captured as
+    torch.compile's frame hook would capture it, which passes over torch's own modules (an
+    nn.Linear called there runs as it is)."""
+    if isinstance(target, torch.nn.Module) and not _own_forward(target):
+        return target
+    return wrap_callable(target, backend=backend, config=config)
 
 
 def _has_hooks(module: torch.nn.Module) -> bool:

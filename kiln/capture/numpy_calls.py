@@ -344,6 +344,9 @@ def _register_printers():
     torch_calls._TO_FX[V.NdarrayVar] = lambda tx, v: v.node
     rebuild._PRINTERS[V.NdarrayVar] = _print_array
     builder._WRAPPERS[np.ndarray] = _wrap_ndarray
+    # a NumPy scalar argument (`np.int64(3)`, which is no int) is a constant, guarded by type and
+    # value as an int is: guarded on its type alone, a call with another value reused the graph
+    builder._WRAPPERS[np.generic] = builder._wrap_constant
 
 
 _register_printers()

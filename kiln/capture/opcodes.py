@@ -489,7 +489,8 @@ def _pop_jump(when, jump_on: bool | None = None):
 # function. When one side of a jump on a tensor's truth builds a builtin exception from constants
 # and raises it, capture takes the other side and the compiled program checks the truth after the
 # graph ran (`semantics.require_true`), raising that exception, with eager's type and message, when
-# the values would have raised in eager.
+# the values would have raised in eager. `assert cond, "message"` on a tensor is such a branch too
+# (torch.compile checks it in the graph, `torch._assert_async`).
 _RAISE_PREAMBLE = {"NOP", "PUSH_NULL", "PRECALL", "KW_NAMES", "CACHE", "RESUME"}
 
 
@@ -500,15 +501,17 @@ def _raised_at(tx, i: int) -> BaseException | None:
     for inst in tx.insts[i:i + 12]:
         if inst.opname in _RAISE_PREAMBLE:
             continue
-        if inst.opname == "LOAD_GLOBAL" and cls is None and not args:
+        if inst.opname == "LOAD_ASSERTION_ERROR" and cls is None:   # `assert cond, "message"`
+            cls = AssertionError
+        elif inst.opname == "LOAD_GLOBAL" and cls is None and not args:
             name = inst.argval
             cls = tx.f_globals.get(name, getattr(builtins, name, None))
             if not (isinstance(cls, type) and issubclass(cls, Exception) and getattr(builtins, cls.__name__, None) is cls):
                 return None
         elif inst.opname == "LOAD_CONST" and cls is not None and isinstance(inst.argval, (str, int, float)):
             args.append(inst.argval)
-        elif inst.opname == "CALL" and cls is not None and inst.arg == len(args):
-            continue
+        elif inst.opname == "CALL" and cls is not None and inst.arg == len(args) - (cls is AssertionError):
+            continue   # (an assert's message is the call's second slot: CALL 0)
         elif inst.opname == "RAISE_VARARGS" and inst.arg == 1 and cls is not None:
             return cls(*args)
         else:

@@ -101,6 +101,25 @@ class ResumeIterator:
         return self.items[self.index - 1]
 
 
+def _same(x):
+    return x
+
+
+def _kept(x):
+    return True
+
+
+def iterator_like(cls: type, items: tuple):
+    """An iterator over `items` (what the graph computed) of the type Python's own would have:
+    `return map(f, xs)` hands back a map, which code may test for. A map or filter is remade over
+    the items as they are; another kind is a ResumeIterator."""
+    if cls is map:
+        return map(_same, items)
+    if cls is filter:
+        return filter(_kept, items)
+    return ResumeIterator(items)
+
+
 def function_with(fn, kwdefaults, attrs):
     """A function made again after the graph, given the keyword defaults and attributes (its
     `__dict__`: `__wrapped__`, ...; `__qualname__`, `__doc__`, ... are set as functools.wraps sets
@@ -229,7 +248,7 @@ class Rebuilder:
 
 
 def _tensor(r: Rebuilder, v: V.TensorVar) -> str:
-    if v.node.op == "placeholder" and v.source is not None:
+    if (v.node.op == "placeholder" or v.data_replaced) and v.source is not None:   # [Note: .data = ...]
         return v.source.expr()
     if v.node.op == "get_attr" and v.source is not None:
         return v.source.expr()
@@ -254,8 +273,8 @@ def _tuple(r, v):
         return f"{r.const(torch.Size)}(({inner},))" if v.items else f"{r.const(torch.Size)}()"
     if hasattr(v.cls, "n_sequence_fields"):  # a structseq (torch.return_types.max): built from one sequence
         return f"{r.const(v.cls)}(({inner},))"
-    if not hasattr(v.cls, "_fields"):  # a user's subclass: made without running its __new__ again
-        return _subclass_instance(r, v, f"[{inner}]")
+    if not hasattr(v.cls, "_fields") or v.attrs:  # a user's subclass (a namedtuple's, given attributes)
+        return _subclass_instance(r, v, f"[{inner}]")     # made without running its __new__ again
     return f"{r.const(v.cls)}({inner})"
 
 
@@ -400,7 +419,8 @@ def _generator(r, v):
 
 def _lazy_iterator(r, v):
     if v.drained is not None:   # [Note: drained generators]
-        return f"{r.const(ResumeIterator)}(({''.join(r.expr(i) + ', ' for i in v.drained)}))"
+        items = f"({''.join(r.expr(i) + ', ' for i in v.drained)})"
+        return f"{r.const(iterator_like)}({r.const(v.cls)}, {items})"
     raise CannotRebuild(f"a {v.cls.__name__} iterator over a generator made in captured code, open where "
                         "the graph breaks")
 

@@ -135,6 +135,13 @@ def dict_items(tx, d: V.Variable) -> list[tuple[Any, V.Variable]]:
     if isinstance(d, V.ObjectVar) and isinstance(d.value, dict):
         from kiln.capture.builder import wrap
         return list(wrap(tx.out, d.value, d.source).items.items())
+    if isinstance(d, (V.ObjectVar, V.NewObjectVar, V.MappingProxyVar)) and hasattr(d.python_type(), "keys"):
+        # any other mapping, as Python unpacks it: its keys(), then `d[key]` for each
+        from kiln.capture.attributes import getattr_var
+        keys = iterate(tx, tx.call(getattr_var(tx, d, "keys"), []))
+        if not all(is_python_constant(k) for k in keys):
+            raise tx.unsupported(f"** of a {d.python_type().__name__} with keys known only at run time")
+        return [(python_value(k), getitem(tx, d, k)) for k in keys]
     raise tx.unsupported(f"** of a {d.python_type().__name__}")
 
 
@@ -294,7 +301,7 @@ def require_true(value: torch.Tensor, where: str, message: str | None = None, er
     `torch_python.values_hold` with eager's own `error` and `message`)."""
     if not value:
         if message is not None:
-            raise error(f"{message} (checked after the compiled graph ran; {where})")
+            raise error(f"{message + ' ' if message else ''}(checked after the compiled graph ran; {where})")
         raise ValueError(f"a check on tensor values failed ({where}); it was assumed to pass while compiling, "
                          "as in eager this raises an error here")
 

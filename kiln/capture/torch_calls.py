@@ -10,6 +10,7 @@ later ops may take as a size.
 """
 from __future__ import annotations
 
+import keyword
 import operator
 import sys
 import types
@@ -33,7 +34,12 @@ def is_torch_op(fn: Any) -> bool:
     module = getattr(fn, "__module__", None) or ""
     if isinstance(fn, types.BuiltinFunctionType) and (module.startswith("torch") or module == ""):
         self_obj = getattr(fn, "__self__", None)
-        return self_obj is None or isinstance(self_obj, types.ModuleType) or type(self_obj).__module__.startswith("torch")
+        if self_obj is None or isinstance(self_obj, types.ModuleType):
+            return True
+        # a method of a torch object: a node only where FX can name it in the graph's code (a
+        # Generator's `get_state` has no module to be read from: it runs outside the graph)
+        return type(self_obj).__module__.startswith("torch") and \
+            (module != "" or getattr(sys.modules["torch"], fn.__name__, None) is fn)
     if isinstance(fn, types.FunctionType):
         # a graph node must name its target as module.name (lambdas and local helpers are inlined)
         return module.startswith("torch.") and not module.startswith(_INLINED_TORCH_MODULES) and \
@@ -84,7 +90,7 @@ for _name in ("is_compiling", "is_dynamo_compiling"):
 TENSOR_META_ATTRS = {"shape", "dtype", "ndim", "requires_grad", "is_cuda", "is_sparse", "is_quantized", "layout",
                      "is_leaf", "is_mps", "is_meta", "is_nested", "itemsize", "names", "is_mkldnn", "is_xpu"}
 # tensor attributes that are tensors
-TENSOR_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag", "grad"}
+TENSOR_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 # tensor methods answered from metadata
 TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride", "is_floating_point",
                        "is_complex", "element_size", "is_contiguous", "get_device", "is_signed", "__len__",
@@ -92,6 +98,14 @@ TENSOR_META_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "stride
 # tensor methods whose value depends on data: a graph break
 TENSOR_DATA_METHODS = {"tolist", "numpy", "__bool__", "__int__", "__float__", "__index__", "data_ptr",
                        "nonzero_static", "__array__", "__iter__"}
+# in-place methods that change a tensor's sizes or strides
+INPUT_METADATA_WRITES = {"unsqueeze_", "squeeze_", "t_", "transpose_", "swapdims_", "swapaxes_", "resize_",
+                         "resize_as_", "as_strided_", "set_"}
+# [Note: autograd ends the graph] `loss.backward()`, `torch.autograd.grad(...)` differentiate what
+# the graph computed so far: in a graph they would be traced too (a backend tracing the graph's own
+# backward meets a second one), so the graph ends before them and they run as Python, as
+# torch.compile's graph does
+AUTOGRAD_CALL = "autograd (backward, autograd.grad) runs on what the graph computed: the graph ends before it"
 
 
 def to_fx(tx, v: V.Variable) -> Any:
@@ -127,8 +141,16 @@ def _constant_to_fx(tx, v):
     return v.value
 
 
+def _tensor_to_fx(tx, v: V.TensorVar):
+    if v.data_replaced and v.example.requires_grad:
+        # [Note: a replaced .data that requires grad] ([Note: .data = ...] in attributes.py)
+        raise tx.unsupported("an op on a tensor that requires grad whose .data the program replaced "
+                             "(its gradient would reach the input itself)")
+    return v.node
+
+
 _TO_FX = {
-    V.TensorVar: lambda tx, v: v.node,
+    V.TensorVar: _tensor_to_fx,
     V.SymNumber: lambda tx, v: v.node,
     V.Constant: _constant_to_fx,
     # a torch.Size holding symbolic sizes (nodes) goes into the graph as a tuple of them
@@ -153,6 +175,8 @@ def _no_fn(tx):
 def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variable:
     fx_args = tuple(to_fx(tx, a) for a in args)
     fx_kwargs = {k: to_fx(tx, v) for k, v in kwargs.items()}
+    if any(keyword.iskeyword(k) for k in fx_kwargs):
+        fx_args, fx_kwargs = _keywords_by_position(target, fx_args, fx_kwargs)
     try:
         node, example = tx.out.call(kind, target, fx_args, fx_kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError, KilnError) as e:
@@ -167,7 +191,41 @@ def call_torch(tx, kind: str, target: Any, args: list, kwargs: dict) -> V.Variab
         text = str(e).split("\n")[0]
         raise tx.unsupported(f"torch op {name} could not run on example values ({type(e).__name__}: {text}); "
                              "it probably depends on tensor data") from e
+    if _new_leaf(example, args):
+        raise tx.unsupported("a tensor made with requires_grad=True is a leaf of autograd, whose gradient a "
+                             "backward after the graph fills: it is made outside the graph")
     return wrap_result(tx, node, example, args)
+
+
+def _new_leaf(example, args: list) -> bool:
+    """Whether an op made a new autograd leaf (`torch.ones(2, requires_grad=True)`,
+    `t.detach().requires_grad_()`): inside a graph it would be a value of the graph, which a
+    backward differentiates through instead of filling its `.grad`. (A view made under no_grad of
+    a parameter says requires_grad and is_leaf too: it is no new leaf.)"""
+    return isinstance(example, torch.Tensor) and example.requires_grad and example.is_leaf and \
+        not example._is_view() and \
+        not any(isinstance(a, V.TensorVar) and a.source is not None and a.example is example for a in args)
+
+
+def _keywords_by_position(target, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`t.random_(**{"from": -10, "to": 10})`: a graph's printed code cannot pass an argument named by
+    a Python keyword (`from = -10` does not parse), so it goes by position, as the ATen schema of the
+    op's name orders its parameters (the defaults of the ones skipped filled in). Left as they are
+    where no schema takes them so."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    packet = getattr(torch.ops.aten, name, None)
+    for overload in packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ():
+        params = [a for a in getattr(packet, overload)._schema.arguments if not a.kwarg_only]
+        names = [a.name for a in params]
+        wanted = [k for k in kwargs if keyword.iskeyword(k)]
+        if not all(k in names[len(args):] for k in wanted):
+            continue
+        last = max(names.index(k) for k in wanted)
+        filled = params[len(args):last + 1]
+        if all(a.name in kwargs or a.has_default_value() for a in filled):
+            rest = {k: v for k, v in kwargs.items() if k not in {a.name for a in filled}}
+            return (*args, *(kwargs[a.name] if a.name in kwargs else a.default_value for a in filled)), rest
+    return args, kwargs
 
 
 # [Note: data-dependent ops] ATen ops whose output size, or the Python value they hand back, is
@@ -296,8 +354,10 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
         return V.Constant(device_of(t.example).type == "cuda")
     if name in TENSOR_TENSOR_ATTRS:
         return call_torch(tx, "call_function", getattr, [t, V.Constant(name)], {})
-    if name == "data":
-        return call_torch(tx, "call_method", "detach", [t], {})
+    if name == "grad":
+        return _grad(tx, t)
+    if name == "data":   # not detach(): `.data` has a version counter of its own, which a write through it leaves
+        return call_torch(tx, "call_function", getattr, [t, V.Constant("data")], {})
     if name == "__class__":
         return V.ObjectVar(t.python_type())
     attr = getattr(torch.Tensor, name, None)
@@ -309,6 +369,19 @@ def tensor_getattr(tx, t: V.TensorVar, name: str) -> V.Variable:
     if callable(attr):
         return V.MethodVar(V.ObjectVar(attr), t)
     raise tx.unsupported(f"reading tensor attribute {name!r} is not supported")
+
+
+def _grad(tx, t: V.TensorVar) -> V.Variable:
+    """`t.grad`: an input's is read from the real tensor, as any attribute of an input is (a
+    tensor becomes an input of the graph, None is guarded None). A tensor the graph computes has
+    none: no backward runs inside a graph ([Note: autograd ends the graph]), and a fake's `.grad`
+    says nothing of the real one's."""
+    from kiln.capture.builder import wrap
+    from kiln.capture.sources import AttrSource
+    real = tx.out.input_values.get(t.node) if t.source is not None else None
+    if not isinstance(real, torch.Tensor):
+        return V.Constant(None)
+    return wrap(tx.out, real.grad, AttrSource(t.source, "grad"))
 
 
 def _own_attribute(tx, t: V.TensorVar, name: str) -> V.Variable | None:
@@ -378,6 +451,14 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         return tensor_tolist(tx, self_var)
     if name in TENSOR_DATA_METHODS:
         raise tx.unsupported(f"Tensor.{name}() reads tensor data, which a graph cannot hand back to Python")
+    if name == "backward":
+        raise tx.unsupported(AUTOGRAD_CALL)
+    if name == "retain_grad" and len(args) == 1 and not kwargs:
+        return _retain_grad(tx, self_var)
+    if name in INPUT_METADATA_WRITES and self_var.source is not None:
+        # the caller's tensor changes shape: a graph's input keeps the metadata it was traced with
+        # (aot refuses to replay it), so the call runs before the graph that follows, on the input
+        raise tx.unsupported(f"Tensor.{name}() changes the sizes or strides of an input in place")
     if name == "item":
         return tensor_item(tx, self_var)
     if name == "__setitem__":
@@ -396,6 +477,20 @@ def tensor_method(tx, name: str, args: list, kwargs: dict) -> V.Variable:
         device, cpu_name = device_of(self_var.example), torch.empty(0, dtype=self_var.example.dtype).type()
         return V.Constant(cpu_name if device.type == "cpu" else cpu_name.replace("torch.", f"torch.{device.type}.", 1))
     return call_torch(tx, "call_method", name, args, kwargs)
+
+
+def _retain_grad(tx, t: V.TensorVar) -> V.Variable:
+    """`t.retain_grad()` of an input marks the real tensor for the backward that runs after the
+    graph: done on it after the graph ran (a node would mark the graph's own value, which no
+    backward outside the graph reaches). A tensor the graph computes gets its gradient inside the
+    graph's backward: the graph ends before the call, which then marks the real tensor."""
+    from kiln.capture.output import DeferredCall
+    if not t.example.requires_grad:
+        tx.raise_(RuntimeError, "can't retain_grad on Tensor that has requires_grad=False")
+    if t.source is None:
+        raise tx.unsupported("retain_grad() of a tensor the graph computes (its gradient flows inside the graph)")
+    tx.out.side_effects.append(DeferredCall(torch.Tensor.retain_grad, (t,), ()))
+    return V.Constant(None)
 
 
 def _legacy_new(tx, args: list, kwargs: dict) -> V.Variable:

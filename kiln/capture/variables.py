@@ -44,6 +44,9 @@ class Constant(Variable):
 class TensorVar(Variable):
     node: torch.fx.Node
     example: torch.Tensor
+    # an input whose `.data` the program replaced: `node` computes its new data, and the tensor
+    # itself is still the input object ([Note: .data = ...] in attributes.py)
+    data_replaced: bool = False
 
     def python_type(self):
         return self.node.meta.get("python_type", torch.Tensor)

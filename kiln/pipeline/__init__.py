@@ -149,6 +149,21 @@ def _layout_of(args: Sequence[Any]) -> tuple:
     return tuple((tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a for a in args)
 
 
+def aot_to_prims(gm: torch.fx.GraphModule, example_inputs: list, options: Options, compiler):
+    """aot as this backend runs it: every ATen op decomposed into prims, the joint graph cut by the
+    min-cut partition; `compiler(prim_gm, example_inputs)` compiles each half (codegen's, or FX
+    Python for the aot_eager_decomp_partition backend)."""
+    with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
+        from kiln.aot import aot_compile, min_cut_partition
+        from kiln.prims import EXTERN_OPS, RECOMPUTABLE_MOVEMENT, decompositions_for
+        decompositions = decompositions_for(set(BACKEND_OPS), options.numerics)
+    return aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
+                       decompositions=decompositions,
+                       partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT,
+                                                   materializing_ops=EXTERN_OPS),
+                       numerics=options.numerics)
+
+
 def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     """aot and the code generator on one graph, or their result from the disk cache
     ([Note: warm start of a captured graph])."""
@@ -167,16 +182,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Options):
     if on_cuda:                        # Triton's compile workers start while aot and lowering run
         from kiln.codegen.triton import compile_pool
         compile_pool.prestart()
-    with log.stage("import"):          # not needed by a warm start: the decomposition tables are built here
-        from kiln.aot import aot_compile, min_cut_partition
-        from kiln.prims import EXTERN_OPS, RECOMPUTABLE_MOVEMENT, decompositions_for
-        decompositions = decompositions_for(set(BACKEND_OPS), options.numerics)
-    compiler = _compiler(options)
-    runtime = aot_compile(gm, example_inputs, fw_compiler=compiler, bw_compiler=compiler,
-                          decompositions=decompositions,
-                          partition=functools.partial(min_cut_partition, recomputable_ops=RECOMPUTABLE_MOVEMENT,
-                                                      materializing_ops=EXTERN_OPS),
-                          numerics=options.numerics)
+    runtime = aot_to_prims(gm, example_inputs, options, _compiler(options))
     if hasattr(runtime, "fw"):         # an AotRuntime: link both halves now, errors included
         runtime.fw = _finished(runtime.fw)
         runtime.bw = _finished(runtime.bw)

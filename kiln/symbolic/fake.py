@@ -16,6 +16,8 @@ DataDependentOp, RealTensorInput, UnsupportedFakeOp).
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable, Sequence
 
 import sympy
@@ -305,6 +307,9 @@ class FakeTensorMode(TorchDispatchMode):
         out = _wrap_outputs(self, out, fakes, device)
         if func in METADATA_MUTATING:
             _follow_metadata(func, out)
+        for name in _out_arguments(func):   # [Note: out= resizes]
+            if isinstance(kwargs.get(name), FakeTensor):
+                _follow_metadata(func, kwargs[name])
         return out
 
 
@@ -349,18 +354,30 @@ def _wrap_outputs(mode: FakeTensorMode, out: Any, fakes: dict[int, FakeTensor],
 def _follow_metadata(func, fake: FakeTensor) -> None:
     """After an in-place op changed the meta tensor's sizes/strides, make the wrapper match.
 
-    as_strided_ on the wrapper itself (Python dispatch off) updates its metadata; it cannot grow
-    past the wrapper's storage, so a growing resize_ is refused plainly.
+    as_strided_ on the wrapper itself (Python dispatch off) updates its metadata. It cannot grow
+    past the wrapper's storage; a wrapper's storage holds no data, so a growing op (`resize_`, an
+    out= op writing into `torch.empty(0)`) gives it a storage as large as the meta tensor needs:
+    that of a new wrapper of the meta tensor's metadata, which allocates nothing either.
     """
     meta = fake._meta
     fake._key = None
-    try:
-        with torch._C._DisableTorchDispatch():
+    with torch._C._DisableTorchDispatch():
+        try:
             aten.as_strided_.default(fake, meta.shape, meta.stride(), meta.storage_offset())
-    except RuntimeError as e:
-        raise UnsupportedFakeOp(
-            f"{func} grows a tensor in place (sizes {tuple(meta.shape)}); kiln's fake tensors "
-            f"cannot follow that yet. Use the out-of-place form.") from e
+        except RuntimeError:
+            larger = torch.Tensor._make_wrapper_subclass(
+                FakeTensor, meta.shape, strides=meta.stride(), storage_offset=meta.storage_offset(),
+                dtype=meta.dtype, device=fake.device).untyped_storage()
+            aten.set_.source_Storage_storage_offset(fake, larger, meta.storage_offset(), meta.shape, meta.stride())
+
+
+@functools.lru_cache(maxsize=None)
+def _out_arguments(func) -> tuple[str, ...]:
+    """[Note: out= resizes] The names of `func`'s out= arguments: an out= op resizes a tensor it
+    writes whose size differs from the result's (`torch.sigmoid(x, out=torch.empty(0))`), inside
+    the meta kernel, where the wrapper does not see it; the wrapper follows as after `resize_`."""
+    schema = getattr(func, "_schema", None)
+    return tuple(a.name for a in schema.arguments if a.is_out) if schema is not None else ()
 
 
 def _output_device(func, args: tuple, kwargs: dict, devices: list[tuple[torch.device, bool]]) -> torch.device:

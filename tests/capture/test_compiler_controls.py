@@ -124,10 +124,10 @@ def test_disable_inside_an_inlined_function():
 
 def test_disable_non_recursive_runs_the_function_eagerly():
     theirs, ours = both(calls_shallow, (torch.randn(4),))
-    # torch.compile runs shallow_helper's own frame eagerly and compiles `cosine`, which it calls;
-    # kiln (no frame hook) runs it eagerly with its callees: the graphs around the call are the same
+    # shallow_helper's own frame runs eagerly and `cosine`, which it calls, is compiled, by both
+    # ([Note: a graph break in a loop] in kiln/capture/eager_frames.py)
     assert ops(theirs) == [["sin"], ["cos"], ["mul"]]
-    assert ops(ours) == [["sin"], ["mul"]]
+    assert ops(ours) == ops(theirs)
     assert "tanh" not in sum(ops(theirs), []) and "tanh" not in sum(ops(ours), [])
 
 

@@ -31,6 +31,6 @@ EXPECTED_FAILURES: dict[str, str] = {
                     "for the third output"),
     "linalg.eig": ("torch's meta kernel for linalg_eig gives the eigenvectors row-major strides; "
                    "CPU LAPACK returns them column-major"),
-    "resize_": ("resize_ grows a tensor in place; kiln's wrapper fakes can follow shrinking "
-                "metadata changes (squeeze_, t_, ...) but not growth past their storage"),
+    "resize_": ("with a symbolic size, torch's resize_ kernel sets the sizes of its argument "
+                "directly, which a wrapper subclass refuses; static sizes work (growing ones too)"),
 }

@@ -619,10 +619,16 @@ def _module_callees(module: torch.nn.Module):
             yield from _module_callees(child)
 
 
+def _library_code(fn: types.FunctionType) -> bool:
+    """torch's or kiln's own code, which a frame hook passes over (kiln.bench's models are user code)."""
+    module = fn.__module__ or ""
+    return module.startswith("torch.") or (module.startswith("kiln.") and not module.startswith("kiln.bench."))
+
+
 def _own_forward(module: torch.nn.Module) -> bool:
     forward = getattr(type(module), "forward", None)
     return (isinstance(forward, types.FunctionType) and type(module).__call__ is torch.nn.Module.__call__
-            and not (forward.__module__ or "").startswith(("torch.", "kiln.")))
+            and not _library_code(forward))
 
 
 def capture(fn: Callable, backend: Callable, config: CaptureConfig) -> Callable:

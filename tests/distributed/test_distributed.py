@@ -84,8 +84,9 @@ def test_ddp_one_graph_when_asked(ranks):
 def test_fsdp2_trains_as_eager_with_blocks_compiled(ranks, case):
     for res in _case(ranks, case):
         _same_training(res)
-        # each block's forward is a graph of its own between FSDP2's hooks, and the root's code around them
-        assert res["graphs"] >= res["blocks"] + 1, res
+        # each block's forward is a graph of its own between FSDP2's hooks; a root that calls the blocks
+        # in a loop breaks there at each, so it runs as Python ([Note: a graph break in a loop])
+        assert res["graphs"] >= res["blocks"], res
 
 
 def test_explain_reports_the_split(ranks):

@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 
+import kiln
 import kiln.capture
 from kiln.config import CaptureConfig
 
@@ -21,6 +22,21 @@ class Recorder:
     def __call__(self, gm, example_inputs):
         self.graphs.append(gm)
         return gm.forward
+
+
+def eager_torch_kiln(fn, *args, **config):
+    """`fn(*args)` eagerly, under torch.compile and under kiln's capture, each with a Recorder:
+    (eager's result, torch.compile's, kiln's, torch's recorder, kiln's recorder)."""
+    import torch._dynamo  # the reference compiler; tests may use torch's compiler
+    torch._dynamo.reset()
+    kiln.reset()
+    theirs, ours = Recorder(), Recorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = fn(*args)
+        got_t = torch.compile(fn, backend=theirs, **config)(*args)
+        got_k = kiln.capture.capture(fn, ours, CaptureConfig(**config))(*args)
+    return expected, got_t, got_k, theirs, ours
 
 
 def assert_same(actual, expected, path="output"):

@@ -6,29 +6,11 @@ kiln as many graphs as torch.compile."""
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
-import torch._dynamo  # the reference compiler; tests may use torch's compiler
 
-import kiln
-import kiln.capture
-from capture_support import Recorder, assert_same
-from kiln.config import CaptureConfig
-
-
-def both(fn, *args, **config):
-    """`fn(*args)` eagerly, under torch.compile and under kiln; returns the three results and the
-    two recorders (torch's, kiln's)."""
-    torch._dynamo.reset()
-    kiln.reset()
-    theirs, ours = Recorder(), Recorder()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = fn(*args)
-        got_t = torch.compile(fn, backend=theirs, **config)(*args)
-        got_k = kiln.capture.capture(fn, ours, CaptureConfig(**config))(*args)
-    return expected, got_t, got_k, theirs, ours
+from capture_support import assert_same
+from capture_support import eager_torch_kiln as both
 
 
 def returns_closure(x):

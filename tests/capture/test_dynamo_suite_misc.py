@@ -12,21 +12,15 @@ from torch.utils import _pytree as pytree
 
 import kiln
 import kiln.capture
-from capture_support import Recorder, assert_same
+from capture_support import Recorder, assert_same, eager_torch_kiln
 from kiln.config import CaptureConfig
 
 
 def same_as_torch(fn, *args, **config):
     """`fn(*args)` under kiln matches eager, and kiln makes as many graphs as torch.compile;
     returns kiln's result."""
-    torch._dynamo.reset()
-    kiln.reset()
-    theirs, ours = Recorder(), Recorder()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        expected = fn(*args)
-        assert_same(torch.compile(fn, backend=theirs, **config)(*args), expected)
-        got = kiln.capture.capture(fn, ours, CaptureConfig(**config))(*args)
+    expected, got_t, got, theirs, ours = eager_torch_kiln(fn, *args, **config)
+    assert_same(got_t, expected)
     assert_same(got, expected)
     assert len(ours.graphs) == len(theirs.graphs), (len(ours.graphs), len(theirs.graphs))
     return got

@@ -14,6 +14,7 @@
 #   bash bench/gpu_checks.sh decode_b1  # issue #36: batch-1 decoding, kiln-static against Inductor-static, the attention probe, and each model's profile (~430 s)
 #   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
 #   bash bench/gpu_checks.sh partition_ab  # issue #35: resnet18/50 training with and without saving values both passes' externs read (~300 s)
+#   bash bench/gpu_checks.sh fuzz SEED N  # issue #38: N fuzz programs on the GPU from SEED, half precision, 14 jobs (~1 s a program / 14)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
 set -u
@@ -96,6 +97,14 @@ decode_b1)  # issue #36: batch 1 only, the GEMV and attention tests first (a fai
 convtrain)  # issue #35: the conv nets whose training trailed Inductor, after saving values materialized on both sides
     $py -m kiln.bench --device cuda --suite pt2-vision --models resnet18,resnet50,densenet121,shufflenet_v2_x1_0 \
         --precisions bf16 --modes train --prewarm 4 --timeout 150 --out "$OUT/pt2" 2>&1 | tail -14
+    ;;
+fuzz)  # issue #38: the differential fuzzer through CUDA tensors and compiled Triton kernels, --half;
+      # resumable (--progress), shrunk repros of any wrong program under $OUT/fuzz_repros
+    seed=${2:?seed}; n=${3:?programs}
+    KILN_CACHE_DIR=$OUT/fuzz_cache timeout ${FUZZ_TIMEOUT:-540} $py -W ignore -m kiln.testing.fuzz --device cuda --half \
+        --programs "$n" --max-steps 8 --seed "$seed" --jobs 14 --progress "$OUT/fuzz_progress.txt" \
+        --out "$OUT/fuzz_repros" > "$OUT/fuzz_$seed.txt" 2>&1
+    echo "rc=$?"; tail -15 "$OUT/fuzz_$seed.txt"
     ;;
 partition_ab)  # issue #35: conv nets' training with and without [Note: values materialized on both sides], one call
     # (the 16:36 run had resnet18 at 0.76x Inductor against 0.88x at 11:33, before that change: an A/B on one card decides)

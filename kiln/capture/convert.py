@@ -547,6 +547,7 @@ def _guards(fn: types.FunctionType, out, params: str):
                                                      env.format_guards(),
                                                      tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
     parts = settled.split(guards)     # [Note: settled module state]
-    check = compile_guards(parts.live, params, guard_bindings, settled=parts.settled, pins=parts.pins)
+    check = compile_guards(parts.live, params, guard_bindings, settled=parts.settled, pins=parts.pins,
+                           settled_tensors=parts.tensors)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__
     return check, guards

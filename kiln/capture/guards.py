@@ -17,7 +17,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from kiln.capture.sources import KEYS, AttrSource, DictEntrySource, GlobalSource, Source
-from kiln.runtime.module_writes import MODULE_WRITES
+from kiln.runtime.module_writes import MODULE_WRITES, TENSOR_WRITES
 
 
 class GuardKind(enum.Enum):
@@ -25,6 +25,7 @@ class GuardKind(enum.Enum):
     ID = "id"                # value is obj (modules, functions, classes)
     CONST = "const"          # value == constant (ints, strings, ...), type included
     TENSOR = "tensor"        # dtype, device, sizes, strides, requires_grad
+    STATE_TENSOR = "state_tensor"  # a parameter's or buffer's dtype, device, sizes, strides ([Note: module tensors' metadata])
     LEN = "len"              # len(value) == n
     DICT_KEYS = "dict_keys"  # list(value) == keys: a dict's keys or a set's members (order matters: iteration order is specialized)
     MEMBER_IDS = "member_ids"  # the members, in order, are these objects (a set of tensors iterated)
@@ -43,7 +44,7 @@ class GuardKind(enum.Enum):
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
           GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.MEMBER_IDS: 2, GuardKind.CONST: 3,
-          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
+          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.STATE_TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
 
@@ -54,7 +55,7 @@ class TensorSpec:
     device: torch.device
     sizes: tuple  # an int per dim, or None for a dynamic dim
     strides: tuple  # an int per dim, or None where the stride depends on a dynamic dim
-    requires_grad: bool
+    requires_grad: bool | None   # None: not checked (a module's state: [Note: requires_grad under no_grad])
     traced: tuple = dataclasses.field(default=(), compare=False)   # the sizes it was traced at; not checked
 
 
@@ -85,10 +86,11 @@ class Guard:
 
     def describe(self) -> str:
         where = self.source.describe() if self.source is not None else ""
-        if self.kind is GuardKind.TENSOR:
+        if self.kind in (GuardKind.TENSOR, GuardKind.STATE_TENSOR):
             s = self.expected
+            grad = "" if s.requires_grad is None else f", requires_grad={s.requires_grad}"
             return (f"{where} is a tensor of dtype={s.dtype}, device={s.device}, sizes={list(s.sizes)}, "
-                    f"strides={list(s.strides)}, requires_grad={s.requires_grad}")
+                    f"strides={list(s.strides)}{grad}")
         if self.kind is GuardKind.GRAD_MODE:
             return f"torch.is_grad_enabled() is {self.expected}"
         if self.kind is GuardKind.AUTOCAST:
@@ -138,8 +140,9 @@ def _device_check(e: str, device: torch.device, const) -> str:
 
 
 def _tensor_check(e: str, spec: TensorSpec, const: Callable[[Any], str]) -> list[str]:
-    parts = [f"{e}.dtype is {const(spec.dtype)}", _device_check(e, spec.device, const),
-             f"{e}.requires_grad is {spec.requires_grad}"]
+    parts = [f"{e}.dtype is {const(spec.dtype)}", _device_check(e, spec.device, const)]
+    if spec.requires_grad is not None:
+        parts.append(f"{e}.requires_grad is {spec.requires_grad}")
     if None not in spec.sizes:
         # one tuple compare is cheaper than a compare per dim
         parts.append(f"{e}.size() == {tuple(spec.sizes)!r}")
@@ -172,7 +175,7 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         if type(x) in (int, float, str, bytes):
             return [f"type({e}) is {type(x).__name__}", f"{e} == {x!r}"]
         return [f"type({e}) is {const(type(x))}", f"{e} == {const(x)}"]
-    if kind is GuardKind.TENSOR:
+    if kind in (GuardKind.TENSOR, GuardKind.STATE_TENSOR):
         return _tensor_check(e, x, const)
     if kind is GuardKind.LEN:
         return [f"len({e}) == {x}"]
@@ -303,10 +306,12 @@ def autocast_state() -> tuple:
 
 
 def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
-                   name: str = "__kiln_guard", settled: list[Guard] = (), pins: list = ()) -> Callable[..., bool]:
+                   name: str = "__kiln_guard", settled: list[Guard] = (), pins: list = (),
+                   settled_tensors: list[Guard] = ()) -> Callable[..., bool]:
     """One function `(frame's params) -> bool` that checks every guard; exceptions mean a miss.
     `settled` guards are checked only when some module's state was written since their last pass,
-    and `PinnedSource(i)` reads `pins[i]` ([Note: settled module state] in settled.py)."""
+    `settled_tensors` only when some tensor's metadata was, and `PinnedSource(i)` reads `pins[i]`
+    ([Note: settled module state] in settled.py)."""
     consts: dict[int, tuple[str, Any]] = {}
 
     def const(value):
@@ -318,12 +323,16 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
     for g in sort_guards(guards):
         (tables if empty_hook_table(g) else conditions).extend(guard_code(g, const))
     state = [c for g in sort_guards(settled) for c in guard_code(g, const)]
-    # the settled state's and the tables' conditions go last, each run only sometimes
-    conditions, state, tables = share_reads([conditions, state, tables],
-                                            [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
+    tensors = [c for g in sort_guards(settled_tensors) for c in guard_code(g, const)]
+    # the settled state's, its tensors' and the tables' conditions go last, each run only sometimes
+    conditions, state, tensors, tables = share_reads(
+        [conditions, state, tensors, tables], [p.strip().lstrip("*") for p in params.split(",") if p.strip()])
     if state:
         conditions.append(f"((__writes_n := __writes[0]) == __settled[0] or ({' and '.join(state)}) "
                           "and __settled.__setitem__(0, __writes_n) is None)")
+    if tensors:
+        conditions.append(f"((__twrites_n := __twrites[0]) == __tsettled[0] or ({' and '.join(tensors)}) "
+                          "and __tsettled.__setitem__(0, __twrites_n) is None)")
     if tables:     # [Note: hook tables by registration count]
         conditions.append(f"((__hooks_n := __handles.next_id) == __stamp[0] or ({' and '.join(tables)}) "
                           "and __stamp.__setitem__(0, __hooks_n) is None)")
@@ -331,6 +340,8 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
     bindings = {**bindings, **{f"__p{i}": pin for i, pin in enumerate(pins)}}
     if state:
         bindings.update(__writes=MODULE_WRITES, __settled=[-1])
+    if tensors:
+        bindings.update(__twrites=TENSOR_WRITES, __tsettled=[-1])
     names = ["__grad_enabled", "__autocast_state", "__handles", "__stamp", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def {name}({params}):\n"

@@ -256,6 +256,9 @@ class OutputGraph:
                 self.guard(guard)
             else:
                 self._requires_grad_guards.append(guard)
+            # the graph reads it at its traced metadata ([Note: module tensors' metadata])
+            self.guard(Guard(GuardKind.STATE_TENSOR, source, TensorSpec(
+                value.dtype, value.device, tuple(value.size()), tuple(value.stride()), None)))
         name = self._attr_names.get(id(value))
         if name is None:
             name = _identifier(source.expr().replace("._parameters[", ".").replace("._buffers[", ".")

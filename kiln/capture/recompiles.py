@@ -47,7 +47,7 @@ def _reader(guard: Guard, params: str, entry):
 
 def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     kind = guard.kind
-    if kind is GuardKind.TENSOR:
+    if kind in (GuardKind.TENSOR, GuardKind.STATE_TENSOR):
         return _tensor_mismatch(guard, value)
     if kind is GuardKind.SHAPES:
         return _shape_mismatch(guard, params, entry, args, kwargs)
@@ -87,7 +87,7 @@ def _tensor_mismatch(guard: Guard, value: Any) -> str:
     checks = [("dtype", spec.dtype, value.dtype), ("device", spec.device, value.device),
               ("requires_grad", spec.requires_grad, value.requires_grad), ("dim()", len(spec.sizes), value.dim())]
     for what, want, got in checks:
-        if want != got:
+        if want is not None and want != got:
             return f"{name}.{what} == {want} (now {got}){where}"
     for d, (want, got) in enumerate(zip(spec.sizes, value.shape)):
         if want is None and got < 2:

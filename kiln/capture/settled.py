@@ -25,12 +25,13 @@ writes change, and what it checks of that value cannot change otherwise:
 - settled checks of such a value: identity; the type of a module or of an immutable value; equality
   with an immutable constant (numbers, strings, None, dtypes, devices, tuples of them); the length
   or keys of a tuple or of a module table.
-Everything else stays live: tensor metadata (an in-place resize or `.data =` moves no count),
-mutable objects reached from modules (a model's config: its attributes are plain writes), class
-attributes, globals. A live guard whose value is reached through stable objects is rebased onto
-the deepest of them (*pinned*: the compiled function holds it, and a settled ID guard checks the
-read still gives it), so the live part re-reads no module chain, and the 32 layers' reads of one
-shared config become one read (`config._attn_implementation == 'sdpa'`, once).
+Parameters' and buffers' metadata (dtype, device, sizes, strides) read this way settles on a count
+of its own ([Note: module tensors' metadata] in module_writes.py). Everything else stays live: other
+tensors' metadata, mutable objects reached from modules (a model's config: its attributes are plain
+writes), class attributes, globals. A live guard whose value is reached through stable objects is
+rebased onto the deepest of them (*pinned*: the compiled function holds it, and a settled ID guard
+checks the read still gives it), so the live part re-reads no module chain, and the 32 layers'
+reads of one shared config become one read (`config._attn_implementation == 'sdpa'`, once).
 
 Not seen: the writes that note does not count.
 """
@@ -43,7 +44,7 @@ import torch
 
 from kiln.capture.guards import Guard, GuardKind, empty_hook_table
 from kiln.capture.sources import AttrSource, DictEntrySource, ItemSource, PinnedSource, Source, TypeSource
-from kiln.runtime.module_writes import count_module_writes, counts_writes
+from kiln.runtime.module_writes import count_module_writes, count_tensor_writes, counts_writes
 
 MODULE_TABLES = ("_modules", "_parameters", "_buffers")
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.device)
@@ -103,6 +104,7 @@ class Split:
     live: list[Guard]
     settled: list[Guard]
     pins: list[Any]          # PinnedSource(i) reads pins[i]
+    tensors: list[Guard] = dataclasses.field(default_factory=list)   # checked when TENSOR_WRITES moved
 
 
 def split(guards: list[Guard]) -> Split:
@@ -136,9 +138,16 @@ def split(guards: list[Guard]) -> Split:
                 or (kind is GuardKind.LEN and (type(value) is tuple or table))
                 or (kind in (GuardKind.DICT_KEYS, GuardKind.ABSENT, GuardKind.PRESENT) and table))
 
+    # [Note: module tensors' metadata] (module_writes.py): a stable module's parameters and buffers
+    tensors = [g for g in guards if g.kind is GuardKind.STATE_TENSOR
+               and isinstance(counted_value(g.source), torch.Tensor)]
+    if tensors:
+        count_tensor_writes()
+        apart = set(tensors)
+        guards = [g for g in guards if g not in apart]
     settled = [g for g in guards if is_settled(g)]
     if not settled:
-        return Split(list(guards), [], [])
+        return Split(list(guards), [], [], tensors)
     pinned: dict[Source, int] = {}
     pins: list[Any] = []
     index: dict[int, int] = {}       # id(object) -> its pin: reads of one object through many chains
@@ -161,4 +170,4 @@ def split(guards: list[Guard]) -> Split:
     # each pinned read must still give its object: a settled identity check (one already there stands)
     checked = {g.source for g in settled if g.kind is GuardKind.ID}
     settled += [Guard(GuardKind.ID, source, pins[i]) for source, i in pinned.items() if source not in checked]
-    return Split(live, settled, pins)
+    return Split(live, settled, pins, tensors)

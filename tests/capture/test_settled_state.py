@@ -125,6 +125,61 @@ def test_state_outside_modules_stays_live():
     uncounted(lambda: model.shift.add_(2.0))                        # a buffer's values
 
 
+def test_module_tensors_metadata_writes_are_seen():
+    """[Note: module tensors' metadata]: a parameter or buffer given data of another shape, dtype or
+    layout under the same object recompiles (kiln once returned the old shape's result)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    check(compiled, model, x)
+    with torch.no_grad():
+        model[0].weight.data = torch.randn(8, 4)
+        model[0].bias.data = torch.randn(8)
+    check(compiled, model, x)
+    model[0].weight.data = torch.randn(4, 8).t()                 # same sizes, other strides
+    check(compiled, model, x)
+    with torch.no_grad():
+        model[0].bias.set_(torch.randn(16)[::2])                  # set_: same size, stride 2
+    check(compiled, model, x)
+
+    net = Model().eval()
+    compiled = kiln.compile(net)
+    y = torch.randn(2, 6)
+    check(compiled, net, y)
+    net.shift.data = torch.linspace(0, 1, 6)                      # a 0-d buffer becomes a row
+    check(compiled, net, y)
+    net.shift.data = torch.linspace(0, 1, 6, dtype=torch.float64)
+    check(compiled, net, y)
+    net.shift.resize_(2, 1).fill_(0.5)                             # resize_ of a buffer
+    check(compiled, net, y)
+
+
+def test_module_tensor_guards_wait_for_a_tensor_write():
+    """Unwritten, the metadata guards of a module's tensors do not run: a call reads no parameter
+    table; after a `.data` write they run once, and the new data's metadata passes them."""
+    from kiln.runtime.module_writes import TENSOR_WRITES
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    model[0]._parameters = CountingTable(model[0]._parameters)
+    compiled = kiln.compile(model)
+    x = torch.randn(2, 4)
+    check(compiled, model, x)
+    check(compiled, model, x)
+
+    def compiled_reads():
+        CountingTable.reads = 0
+        compiled(x)
+        return CountingTable.reads
+    assert compiled_reads() == 0
+    before = TENSOR_WRITES[0]
+    model[0].weight.data = torch.randn(4, 4)                     # same metadata: no recompile
+    assert TENSOR_WRITES[0] == before + 1
+    assert compiled_reads() > 0
+    assert compiled_reads() == 0
+    check(compiled, model, x)
+
+
 def test_dynamo_traces_modules_as_before():
     """torch.compile in the same process sees nn.Module's counted methods as nn.Module's own: the
     same frames and ops with kiln's wrap as without."""
@@ -140,17 +195,18 @@ def test_dynamo_traces_modules_as_before():
             def forward(self, x):
                 super().__setattr__("flag", True)
                 self.add_module("extra", self.lin)          # as transformers' output capturing does
-                return self.lin(x).relu()
+                return self.lin(x).relu() + self.lin.weight.data.sum()
 
         if sys.argv[1] == "wrapped":
-            from kiln.runtime.module_writes import count_module_writes
+            from kiln.runtime.module_writes import count_module_writes, count_tensor_writes
             count_module_writes()
+            count_tensor_writes()
         counter, m = CompileCounter(), M()
         f = torch.compile(m, backend=counter)
         x = torch.randn(2, 4)
         for _ in range(3):
             y = f(x)
-        assert torch.allclose(y, m.lin(x).relu())
+        assert torch.allclose(y, m.lin(x).relu() + m.lin.weight.sum())
         print(counter.frame_count, counter.op_count)
     """)
     counts = [subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True,

@@ -87,6 +87,7 @@ class State:
     xs_len: int = 2
     grad_mode: bool = True
     autocast: bool = False
+    param: tuple = ((1,), torch.float32)   # module.w's data: its sizes and dtype (`w.data = ...`)
 
 
 def _mutations(rng: random.Random, s: State) -> dict:
@@ -116,6 +117,8 @@ def _mutations(rng: random.Random, s: State) -> dict:
         "list length": lambda: dataclasses.replace(s, xs_len=rng.choice([0, 1, 2, 3])),
         "grad mode": lambda: dataclasses.replace(s, grad_mode=not s.grad_mode),
         "autocast": lambda: dataclasses.replace(s, autocast=not s.autocast),
+        "parameter data": lambda: dataclasses.replace(s, param=(rng.choice([(1,), (1, 1), ()]),
+                                                                rng.choice([torch.float32, torch.float64]))),
     }
 
 
@@ -146,6 +149,9 @@ def _applied(s: State, module: Subject | None):
     if module is not None:
         module.scale, module.use_relu = s.scale_attr, s.use_relu
         module.train(s.training)
+        sizes, dtype = s.param
+        if module.w.shape != sizes or module.w.dtype != dtype:
+            module.w.data = torch.full(sizes, 0.25, dtype=dtype)
     with torch.set_grad_enabled(s.grad_mode), torch.autocast("cpu", dtype=torch.bfloat16, enabled=s.autocast):
         yield
 
@@ -264,7 +270,7 @@ def sequence(seed: int, length: int = 6, use_kiln: bool = False) -> list[tuple[s
             fresh = Recorder(_base_backend(False))
             fresh_fn = kiln.compile(Subject() if as_module else SUBJECT, backend=fresh)
             if as_module:
-                fresh_fn._orig_mod.load_state_dict(module.state_dict())
+                fresh_fn._orig_mod.w.data = module.w.data.clone()
             x3, xs3 = _inputs(state, seed * 100 + step)
             _call(fresh_fn, x3, xs3, state, fresh_fn._orig_mod if as_module else None)
             got = [_normal(*ran) for ran in recorder.ran]

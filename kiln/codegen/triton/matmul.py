@@ -46,6 +46,7 @@ import torch
 
 from kiln.codegen import ir
 from kiln.codegen.triton import ops
+from kiln.codegen.triton.heuristics import next_power_of_2
 from kiln.codegen.triton.index import IndexPrinter, LoopSpace
 from kiln.codegen.triton.ops import Value
 from kiln.codegen.triton.printer import KernelPrinter, assemble
@@ -248,6 +249,9 @@ class _LoadedRows:
         return [f"    a_{i} = tl.load({self.pointer} + ({start}kindex * {self.k_stride}){mask}).to(tl.float32)"], f"a_{i}[None, :]"
 
 
+STATISTICS_BLOCK = 4096
+
+
 class _RowPrologue:
     """[Note: norm prologues]'s stages (`ir.Kernel.prologue`) on the GEMV form's unrolled rows, with
     K as the statement printer's `r` (`r0_`, a `[1, BLOCK_K]` row; row i's `x0` is i). Each
@@ -262,6 +266,11 @@ class _RowPrologue:
         self.value = assign.expr
         self.k = int(last.reduction_ranges[0])
         self.whole = self.k % kernel.template.config.BLOCK_K == 0
+        # the statistics' loop walks the row in blocks as wide as the row, up to STATISTICS_BLOCK:
+        # one load a row where it fits, not a latency-bound walk of K / BLOCK_K dependent steps that
+        # every program waits on before its product's loop (the 00:27 profile: +10 us a GEMV at
+        # BLOCK_K 256 over LLaMA-1.1B's K of 2048)
+        self.statistics_block = min(next_power_of_2(self.k), max(STATISTICS_BLOCK, kernel.template.config.BLOCK_K))
         p = KernelPrinter(kernel, buffers, interpret, persistent=True, tile=("1", "BLOCK_K"))
         p.index = IndexPrinter([LoopSpace("r", (sympy.Integer(self.k),), "r0_")], {})
         p.rmask = "kmask"                    # r's mask: `kmask0`; `rmask0` is the epilogue's, along N
@@ -282,16 +291,17 @@ class _RowPrologue:
             for s, i, lanes in sums:
                 for e in _along_k_free(self._at_row(s.expr, i)):
                     p.value(e)
-                out.line(f"{lanes} = tl.full([1, BLOCK_K], 0, tl.float32)")
+                out.line(f"{lanes} = tl.full([1, {self.statistics_block}], 0, tl.float32)")
             outer = out.cse
             out.cse = dict(outer)
-            out.line(f"for k0 in range(0, {self.k}, BLOCK_K):")
+            block = self.statistics_block
+            out.line(f"for k0 in range(0, {self.k}, {block}):")
             out.indent += 1
-            out.line("r0_ = (k0 + tl.arange(0, BLOCK_K)).to(INDEX_DTYPE)[None, :]")
+            out.line(f"r0_ = (k0 + tl.arange(0, {block})).to(INDEX_DTYPE)[None, :]")
             out.line(f"kmask0 = r0_ < {self.k}")
             for s, i, lanes in sums:
                 v = p.value(self._at_row(s.expr, i))
-                out.line(f"{lanes} += tl.where(kmask0, {ops.float32_block(v, '[1, BLOCK_K]')}, 0.0)")
+                out.line(f"{lanes} += tl.where(kmask0, {ops.float32_block(v, f'[1, {block}]')}, 0.0)")
             out.indent -= 1
             out.cse = outer
             for s, i, lanes in sums:

@@ -84,7 +84,7 @@ decode)     # issue #36: the decoding figures, then where a dolly token's GPU an
 decode_b1)  # issue #36: batch 1 only, the GEMV and attention tests first (a failure's lines kept), whether the
             # models' attention is kiln's template, then per model the figures and where a token's time goes
     $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 \
-        | grep -v "^  \|Warning\|warnings.warn" | tail -30 > "$OUT/gemv_tests.txt"
+        | grep -v "^  \|Warning\|warnings.warn\|^DEBUG" | tail -30 > "$OUT/gemv_tests.txt"
     timeout 90 $py bench/attention_probe.py > "$OUT/attention_probe.txt" 2>&1
     for m in llama-1b dolly; do
         timeout 150 $py -m kiln.bench.decoding --device cuda --models $m --cases 1x8+50 \
@@ -111,6 +111,7 @@ prologue_ab)  # issue #36: [Note: norm prologues] off, on with the statistics wa
             echo "$m prologues $v: $(grep '| kiln-static' "$OUT/ab_${m}_$v.txt")"
         done
     done
+    timeout 100 $py bench/attention_probe.py 2>&1 | grep "tokens\|candidate" | tee "$OUT/attention_probe.txt"
     ;;
 fuzz)  # issue #38: the differential fuzzer through CUDA tensors and compiled Triton kernels, --half;
       # resumable (--progress), shrunk repros of any wrong program under $OUT/fuzz_repros

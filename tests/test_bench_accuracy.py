@@ -103,3 +103,43 @@ def test_the_relative_rule_on_zeros_nonfinite_values_and_floats():
     assert same(1e-9, 1e-9 * (1 + 1e-7), 1e-9, relative=True).ok
     assert not same(1e-9, 2e-9, 1e-9, relative=True).ok
     assert same(1e-9, 2e-9).ok                                   # the absolute rule's abs_tol
+
+
+def test_greedy_decode_verdict_allows_a_near_tie_only():
+    """[Note: greedy decoding's near ties]: a swapped token passes only where that step's logits
+    pass the rule against float64; later tokens (another prefix) are not compared."""
+    import copy
+    import types
+
+    from kiln.bench.accuracy import same_greedy_decode
+    from kiln.bench.suites import ensure_torchvision_importable
+    ensure_torchvision_importable()
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=100, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    ids = torch.randint(1, 100, (1, 5))
+    with torch.no_grad():
+        ref = model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0,
+                             return_dict_in_generate=True, output_logits=True)
+    assert same_greedy_decode(model, ids, ref, ref).ok
+    margins = [float(t.topk(2).values[0, 0] - t.topk(2).values[0, 1]) for t in ref.logits]
+    step = min(range(len(margins)), key=margins.__getitem__)     # the closest call eager made
+
+    def swapped(noise):
+        """ref with token `step` replaced by its runner-up (raised to just above the top), the logits
+        there moved by `noise` x their spread, and another prefix after it"""
+        res = types.SimpleNamespace(sequences=ref.sequences.clone(), logits=list(copy.deepcopy(ref.logits)))
+        logits = res.logits[step].float()
+        top = logits[0].topk(2)
+        logits = logits + noise * logits.std() * torch.randn_like(logits)
+        logits[0, top.indices[1]] = logits[0].max() + 1e-3
+        res.logits[step] = logits
+        res.sequences[0, 5 + step] = top.indices[1]
+        res.sequences[0, 5 + step + 1:] = (res.sequences[0, 5 + step + 1:] + 1) % 100
+        return res
+    tie = same_greedy_decode(model, ids, ref, swapped(0.0))
+    assert tie.ok and f"token {step} of 8 differs" in tie.detail, (margins, tie.detail)
+    wrong = same_greedy_decode(model, ids, ref, swapped(1.0))
+    assert not wrong.ok and f"token {step} of 8 differs" in wrong.detail

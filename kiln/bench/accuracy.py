@@ -124,3 +124,34 @@ def _same_leaf(ref: Any, res: Any, fp64: Any, tol: float, relative: bool = False
     ok = res_error <= multiplier * ref_error + floor
     return Verdict(ok, f"max abs diff {max_diff:.3g}; RMSE vs float64: compiled {res_error:.3g}, "
                        f"eager {ref_error:.3g} (limit {multiplier:g}x + {floor:.3g})")
+
+
+def same_greedy_decode(model, prompt: torch.Tensor, ref, res, *, tol: float = 1e-2) -> Verdict:
+    """Does a compiled greedy `generate()` (`res`) decode eager's tokens (`ref`)? Both are generate()'s
+    outputs with `return_dict_in_generate=True, output_logits=True`.
+
+    [Note: greedy decoding's near ties] In bfloat16 a random-weight model's top two logits are often a
+    few ulps apart, and any change of summation order (a GEMV's against cuBLAS's) can swap them:
+    from that step on the two decodes continue different prefixes and say nothing of each other. So
+    the tokens must be eager's up to the first that differs, and that step's logits (same prefix on
+    both sides) must pass the benchmark's rule against the model run in float64 on that prefix: the
+    compiled logits no further from float64 than eager's allow, where the swap is a tie that rounding
+    decided. A compiled step whose logits fail the rule is a wrong result, tie or not."""
+    import copy
+    n = prompt.shape[-1]
+    ref_tokens, res_tokens = ref.sequences[:, n:], res.sequences[:, n:]
+    if ref_tokens.shape != res_tokens.shape:
+        return Verdict(False, f"eager decoded {ref_tokens.shape[-1]} tokens, compiled {res_tokens.shape[-1]}")
+    differ = (ref_tokens != res_tokens).any(dim=0).nonzero()
+    if not len(differ):
+        return Verdict(True)
+    step = int(differ[0])
+    prefix = ref.sequences[:, :n + step]
+    with torch.no_grad():
+        fp64 = copy.deepcopy(model).double()(prefix).logits[:, -1]
+    verdict = same(ref.logits[step], res.logits[step], fp64, tol=tol)
+    where = f"token {step} of {ref_tokens.shape[-1]} differs ({ref_tokens[:, step].tolist()} eager, " \
+            f"{res_tokens[:, step].tolist()} compiled)"
+    if not verdict.ok:
+        return Verdict(False, f"{where} and that step's logits fail the rule against float64: {verdict.detail}")
+    return Verdict(True, f"{where}: a near tie, its logits within the rule against float64")

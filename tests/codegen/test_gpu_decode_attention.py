@@ -2,14 +2,15 @@
 kiln/codegen/attention_templates.py): an SDPA of one query row over a cache, grouped-query (LLaMA's
 `repeat_kv` copy before it) and plain, bf16 with a float mask, compiles to kiln's attention kernel
 and gives eager's answer by the benchmark's rule against float64; a tiny
-LLaMA with a static cache decodes eager's tokens. Skipped without CUDA; `bash bench/gpu_checks.sh
+LLaMA with a static cache decodes eager's tokens (or
+swaps a near tie: [Note: greedy decoding's near ties] in kiln/bench/accuracy.py). Skipped without CUDA; `bash bench/gpu_checks.sh
 tests` runs it on the GPU machine. (Written on a machine without a GPU.)"""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kiln
-from kiln.bench.accuracy import same
+from kiln.bench.accuracy import same, same_greedy_decode
 from kiln.codegen.triton import launcher
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -53,9 +54,11 @@ def test_tiny_llama_static_cache_decodes_eagers_tokens():
     model = transformers.LlamaForCausalLM(config).cuda().to(torch.bfloat16).eval()
     ids = torch.randint(1, 1000, (1, 8), device="cuda")
     kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12, do_sample=False,
-              pad_token_id=0, cache_implementation="static")
+              pad_token_id=0, cache_implementation="static", return_dict_in_generate=True, output_logits=True)
     kiln.reset()
     with torch.no_grad():
         expected = model.generate(ids, **kw)
         got = kiln.compile(model, mode="reduce-overhead").generate(ids, **kw)
-    assert torch.equal(got, expected)
+    verdict = same_greedy_decode(model, ids, expected, got)     # [Note: greedy decoding's near ties]
+    assert verdict.ok, verdict.detail
+    print(verdict.detail or "eager's tokens")

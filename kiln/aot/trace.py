@@ -222,7 +222,10 @@ class _Recorder(TorchDispatchMode):
         checks] in kiln/codegen/lowering_reduce.py)."""
         outer = self._decomposing[0] if self._decomposing else func
         name = getattr(getattr(outer, "overloadpacket", None), "__name__", None) or getattr(outer, "__name__", str(outer))
-        frame = sys._getframe(2)
+        try:
+            frame = sys._getframe(2)
+        except ValueError:     # no Python frames that deep: autograd's device thread (a CUDA backward)
+            frame = None
         while frame is not None and not frame.f_code.co_filename.startswith("<eval_with_key>"):
             frame = frame.f_back
         if frame is None:

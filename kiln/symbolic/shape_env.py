@@ -126,7 +126,10 @@ _SYM_WRAPPERS = (os.path.join("torch", "__init__.py"), "sym_node.py", "symbolic_
 
 def _locate() -> tuple[str | None, str | None]:
     """(user's line, innermost Python kernel line in torch) from the current Python stack."""
-    frame = sys._getframe(2)
+    try:
+        frame = sys._getframe(2)
+    except ValueError:     # no Python frames that deep: autograd's device thread (a CUDA backward)
+        frame = None
     kernel = None
     while frame is not None:
         filename = frame.f_code.co_filename

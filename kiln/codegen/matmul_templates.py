@@ -80,6 +80,9 @@ TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # op -> (bias position or None, A position, B position)
 PRODUCTS = {"mm": (None, 0, 1), "bmm": (None, 0, 1), "addmm": (0, 1, 2)}
+# the externs a template may replace: the products, and 2-D convolutions as implicit GEMMs
+# ([Note: convolution templates] in conv_templates.py), whose bias is their third argument
+BIAS_AT = {**{op: bias for op, (bias, _, _) in PRODUCTS.items()}, "convolution": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +141,9 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
     the autotuner will time them (issue #40, item 2)."""
     extern = [ExternChoice(node)]
     name = extern_name(node)
+    if name == "convolution":
+        from kiln.codegen.conv_templates import conv_candidates   # it builds on this module
+        return conv_candidates(node, buffers, configs_for)
     if name not in PRODUCTS or len(node.outputs) != 1 or node.outputs[0] not in buffers:
         return extern
     bias_at, a_at, b_at = PRODUCTS[name]
@@ -160,8 +166,8 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
         load = _bias_load(bias, sizes, buffers[bias.name].dtype) if bias is not None else None
         if load is None or buffers[bias.name].dtype != out.dtype:
             return extern
-        value = ir.Op("add", (acc, _to(load, torch.float32)), torch.float32)
-    body = ir.Pointwise(sizes, _to(value, out.dtype))
+        value = ir.Op("add", (acc, to_dtype(load, torch.float32)), torch.float32)
+    body = ir.Pointwise(sizes, to_dtype(value, out.dtype))
     (m, n), k = sizes[-2:], a.sizes[-1]
     precision = _precision(out.dtype, out.device)
     return extern + [ir.MatmulTemplate(out.name, body, ir.MatmulProduct(a, b, precision, config))
@@ -175,7 +181,7 @@ def _along_k(b: ir.ViewArg) -> bool:
     return int(b.strides[-2]) == 1 or int(b.sizes[-2]) == 1
 
 
-def _to(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
+def to_dtype(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
     return e if e.dtype == dtype else ir.Op("to_dtype", (e,), dtype)
 
 
@@ -265,8 +271,12 @@ def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
     buffers = graph.buffer_map()
     nodes = []
     for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel) and extern_name(node) in PRODUCTS:
+        if isinstance(node, ir.ExternKernel) and extern_name(node) in BIAS_AT:
             choice = choose(candidates(node, buffers, configs_for))
             node = choice.node if isinstance(choice, ExternChoice) else choice
         nodes.append(node)
-    return dataclasses.replace(graph, nodes=tuple(nodes))
+    graph = dataclasses.replace(graph, nodes=tuple(nodes))
+    if any(isinstance(n, ir.MatmulTemplate) and isinstance(n.product, ir.ConvProduct) for n in nodes):
+        from kiln.codegen.conv_templates import read_through_copies   # [Note: convolution templates read in place]
+        graph = read_through_copies(graph)
+    return graph

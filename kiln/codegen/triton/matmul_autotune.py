@@ -56,7 +56,7 @@ import torch
 from kiln import log
 from kiln.codegen import ir
 from kiln.codegen.matmul_padding import extern_name
-from kiln.codegen.matmul_templates import (PRODUCTS, ConfigsFor, ExternChoice, MatmulChoice, candidates,
+from kiln.codegen.matmul_templates import (BIAS_AT, ConfigsFor, ExternChoice, MatmulChoice, candidates,
                                            first_template, use_matmul_templates)
 from kiln.runtime import store
 
@@ -81,8 +81,8 @@ class MatmulDecision:
     """What the autotuner chose for one product, and why."""
 
     product: str                  # the product's buffer
-    op: str                       # mm | addmm | bmm
-    shape: str                    # "MxNxK", or "BxMxNxK" for bmm
+    op: str                       # mm | addmm | bmm | convolution
+    shape: str                    # "MxNxK", "BxMxNxK" for bmm, "NxCinxHxW * CoutxCinxKHxKW stride S padding P" for a convolution
     dtype: str
     epilogue: tuple[str, ...]     # the nodes fused after the product into its template kernel
     choice: str                   # "extern" or a tiling (`str(MatmulConfig)`)
@@ -124,7 +124,7 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     buffers = graph.buffer_map()
     products = {}
     for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel) and extern_name(node) in PRODUCTS:
+        if isinstance(node, ir.ExternKernel) and extern_name(node) in BIAS_AT:
             choices = candidates(node, buffers, configs_for)
             if len(choices) > 1:
                 products[node.outputs[0]] = choices
@@ -150,6 +150,31 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     return use_matmul_templates(graph, configs_for, choose), decisions
 
 
+def _bias(node: ir.ExternKernel) -> ir.BufferArg | ir.ViewArg | None:
+    """The extern's bias operand (addmm's, a convolution's), or None."""
+    at = BIAS_AT[extern_name(node)]
+    bias = node.args[at] if at is not None else None
+    return bias if isinstance(bias, (ir.BufferArg, ir.ViewArg)) else None
+
+
+def _gemm(product, sizes: list[int]) -> tuple[int, int, int]:
+    """(batch, M, N) of the product whose result has `sizes`: a convolution's GEMM is N*Hout*Wout
+    rows by Cout columns ([Note: convolution templates])."""
+    if isinstance(product, ir.ConvProduct):
+        batch, cout, hout, wout = sizes
+        return 1, batch * hout * wout, cout
+    *batch, m, n = sizes
+    return (batch[0] if batch else 1), m, n
+
+
+def _shape(product, sizes: list[int]) -> str:
+    """The product's shape for the decision: "MxNxK", "BxMxNxK", or a convolution's operands."""
+    if isinstance(product, ir.ConvProduct):
+        image, weight = ("x".join(str(int(s)) for s in v.sizes) for v in (product.a, product.b))
+        return f"{image} * {weight} stride {list(product.stride)} padding {list(product.padding)}"
+    return "x".join(map(str, sizes[:-2] + sizes[-2:] + [int(product.k)]))
+
+
 def _label(choice: MatmulChoice) -> str:
     return EXTERN if isinstance(choice, ExternChoice) else str(choice.product.config)
 
@@ -160,9 +185,7 @@ def _decide(out: str, choices: Sequence[MatmulChoice], kernel: ir.Kernel | None,
     node = extern.node
     op = extern_name(node)
     product = templates[0].product
-    sizes = [int(s) for s in buffers[out].sizes]
-    k = int(product.k)
-    shape = "x".join(map(str, sizes[:-2] + sizes[-2:] + [k]))
+    shape = _shape(product, [int(s) for s in buffers[out].sizes])
     epilogue = tuple(kernel.origins[1:]) if kernel is not None else ()
     decision = MatmulDecision(out, op, shape, str(buffers[out].dtype).replace("torch.", ""), epilogue,
                               _label(templates[0]), 0, {}, "")
@@ -205,18 +228,18 @@ def _key(node: ir.ExternKernel, product: ir.MatmulProduct, templates: Sequence[i
     out = buffers[kernel.origins[0]]
     device = str(out.device)
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else f"{device} (interpreter)"
-    bias_at = PRODUCTS[extern_name(node)][0]
-    bias = node.args[bias_at] if bias_at is not None else None
+    bias = _bias(node)
 
     def view(v) -> list:
         if isinstance(v, ir.BufferArg):
             b = buffers[v.name]
             v = ir.ViewArg(v.name, b.sizes, b.strides, b.offset)
         return [[int(s) for s in v.sizes], [int(s) for s in v.strides], str(buffers[v.name].dtype)]
-    *batch, m, n = (int(s) for s in out.sizes)
-    return {"device": name, "op": extern_name(node), "batch": batch[0] if batch else 1, "M": m, "N": n,
-            "K": int(product.k), "a": view(product.a), "b": view(product.b),
-            "bias": view(bias) if isinstance(bias, (ir.BufferArg, ir.ViewArg)) else None,
+    batch, m, n = _gemm(product, [int(s) for s in out.sizes])
+    conv = {"stride": list(product.stride), "padding": list(product.padding)} if isinstance(product, ir.ConvProduct) else {}
+    return {"device": name, "op": extern_name(node), "batch": batch, "M": m, "N": n,
+            "K": int(product.k), "a": view(product.a), "b": view(product.b), **conv,
+            "bias": view(bias) if bias is not None else None,
             "out": str(out.dtype), "precision": product.precision,
             "kernel": hashlib.sha256(KernelSpec.of(kernel, buffers).source.encode()).hexdigest()[:32],
             "tilings": [str(t.product.config) for t in templates],
@@ -298,10 +321,9 @@ def _epilogue_pass(node: ir.ExternKernel, kernel: ir.Kernel, buffers: Mapping[st
     """A stand-in for the epilogue kernel the extern would leave ([Note: matmul autotuning]): one
     copy moving the bytes that kernel would move."""
     product = kernel.template
-    bias_at = PRODUCTS[extern_name(node)][0]
     shared = {product.a.name, product.b.name, kernel.origins[0]}
-    if bias_at is not None:
-        shared.add(node.args[bias_at].name)
+    if _bias(node) is not None:
+        shared.add(_bias(node).name)
 
     def nbytes(b: ir.Buffer) -> int:
         return int(sympy.Mul(*b.sizes)) * b.dtype.itemsize

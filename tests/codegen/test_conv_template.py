@@ -1,0 +1,249 @@
+"""max-autotune's convolution template ([Note: convolution templates] in kiln/codegen/conv_templates.py):
+2-D convolutions as implicit-GEMM Triton template kernels with their epilogue (bias, BatchNorm in
+inference, ReLU/SiLU, residual add, cast) fused into the tile's store, run under Triton's interpreter
+on CPU tensors and compared with eager; what is refused; and the autotuner timing the template
+against the extern convolution with an injected timer (no GPU here).
+
+Shapes are small and odd: channels no multiple of the 16-wide blocks (and one that is), batch 1,
+outputs of M = N*Hout*Wout rows in several partial tiles."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln.codegen import ir
+from kiln.codegen import triton as triton_printer
+from kiln.codegen.compile import compile_prim_graph
+from kiln.codegen.conv_templates import conv_candidates, refusal
+from kiln.codegen.dedupe import dedupe_buffers
+from kiln.codegen.layout import optimize_layouts
+from kiln.codegen.lowering import lower_graph
+from kiln.codegen.matmul_templates import ExternChoice, use_matmul_templates
+from kiln.codegen.scheduler import schedule
+from kiln.codegen.triton import launcher, matmul_autotune
+from kiln.codegen.triton.matmul_autotune import EPILOGUE, EXTERN, tune_matmuls
+
+FP32 = dict(rtol=1e-4, atol=1e-4)      # float32 sums over K = Cin*KH*KW in another order than eager's
+SMALL = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+WIDE = ir.MatmulConfig(BLOCK_M=32, BLOCK_N=16, BLOCK_K=32, GROUP_M=1, num_warps=4, num_stages=3)
+
+
+@pytest.fixture
+def small_tiles(monkeypatch):
+    monkeypatch.setattr(triton_printer, "matmul_configs", lambda m, n, k, dtype: [SMALL])
+    return SMALL
+
+
+def _lowered(graphs, fn, *inputs):
+    (gm, examples), _ = graphs(fn, *inputs)
+    graph, _ = lower_graph(gm, examples, triton_printer.KERNEL_DTYPES, triton_printer.SPLIT_REDUCTIONS)
+    return gm, examples, optimize_layouts(dedupe_buffers(graph))
+
+
+def _convolutions(graph):
+    return [n for n in graph.nodes if isinstance(n, ir.ExternKernel) and "convolution" in str(n.op)]
+
+
+def _check(graphs, fn, *inputs, **tolerances):
+    """`fn`'s forward compiled under max-autotune (the template forced: no timer here) equals eager;
+    returns the schedule and the program."""
+    gm, examples, graph = _lowered(graphs, fn, *inputs)
+    sched = schedule(use_matmul_templates(graph, triton_printer.matmul_configs))
+    call = compile_prim_graph(gm, examples, printer=triton_printer, max_autotune=True)
+    got = call(*inputs)
+    want = fn(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **(tolerances or FP32))
+    return sched, call
+
+
+def _templates(sched):
+    return [s for s in sched.steps if isinstance(s, ir.Kernel) and isinstance(s.template, ir.ConvProduct)]
+
+
+def _extern_convolutions(sched):
+    return [s for s in sched.steps if isinstance(s, ir.ExternKernel) and "convolution" in str(s.op)]
+
+
+# (image N, Cin, H, W), (Cout, KH, KW), stride, padding, bias
+SHAPES = {
+    "1x1": ((2, 5, 7, 6), (11, 1, 1), 1, 0, True),
+    "1x1 stride 2, batch 1": ((1, 19, 9, 9), (13, 1, 1), 2, 0, False),
+    "3x3 padding 1": ((2, 7, 8, 7), (9, 3, 3), 1, 1, True),
+    "3x3 padding 1 stride 2, batch 1": ((1, 17, 9, 10), (20, 3, 3), 2, 1, True),
+    "3x3 no padding, channels in whole blocks": ((1, 32, 6, 5), (16, 3, 3), 1, 0, False),
+    "5x5 padding 2": ((1, 3, 7, 7), (5, 5, 5), 1, 2, True),
+    "3x3 stride 2 rectangular": ((2, 4, 5, 8), (6, 3, 3), (2, 1), (0, 1), True),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_convolution_of_odd_sizes_is_one_template_kernel(graphs, small_tiles, shape):
+    (n, cin, h, w), (cout, kh, kw), stride, padding, bias = SHAPES[shape]
+    torch.manual_seed(0)
+    inputs = [torch.randn(n, cin, h, w), torch.randn(cout, cin, kh, kw)]
+    if bias:
+        inputs.append(torch.randn(cout))
+        fn = lambda x, w, b: F.conv2d(x, w, b, stride=stride, padding=padding)
+    else:
+        fn = lambda x, w: F.conv2d(x, w, stride=stride, padding=padding)
+    sched, _ = _check(graphs, fn, *inputs)
+    (kernel,) = sched.steps       # the image and the weight read in place: no channels-last copies
+    assert kernel.template.config == small_tiles, str(sched)
+
+
+def test_a_channels_last_image_is_read_in_place(graphs, small_tiles):
+    """A channels-last graph input: the template reads it through its own strides (no copy kernel
+    before it), and its result is stored channels-last too."""
+    x = torch.randn(2, 9, 7, 7).to(memory_format=torch.channels_last)
+    w = torch.randn(12, 9, 3, 3)
+    fn = lambda x, w: F.conv2d(x, w, padding=1, stride=2)
+    sched, _ = _check(graphs, fn, x, w)
+    (kernel,) = _templates(sched)
+    image = kernel.template.a
+    assert [int(s) for s in image.strides] == list(x.stride()), str(sched)
+    assert not any(isinstance(s, ir.Kernel) and image.name in s.origins for s in sched.steps), str(sched)
+
+
+def test_bias_batch_norm_relu_and_residual_fuse_into_the_store(graphs, small_tiles):
+    """A ResNet block's tail in inference: convolution, BatchNorm's per-channel affine, the residual
+    add and ReLU run on the tile; the convolution's result never reaches memory."""
+    torch.manual_seed(0)
+    x, w, r = torch.randn(2, 6, 9, 9), torch.randn(10, 6, 3, 3), torch.randn(2, 10, 9, 9)
+    mean, var, gamma, beta = torch.randn(10), torch.rand(10) + 0.5, torch.randn(10), torch.randn(10)
+    fn = lambda x, w, r, mean, var, gamma, beta: F.relu(
+        F.batch_norm(F.conv2d(x, w, padding=1), mean, var, gamma, beta, training=False) + r)
+    sched, call = _check(graphs, fn, x, w, r, mean, var, gamma, beta)
+    (kernel,) = _templates(sched)
+    assert len(kernel.origins) > 1, str(sched)                  # the product, then its epilogue
+    stores = [s for st in kernel.stages for s in st.body if isinstance(s, ir.Store)]
+    assert len(stores) == 1 and kernel.origins[0] in sched.local_buffers, str(sched)
+    loaded = {ld.buffer for st in kernel.stages for s in st.body for ld in ir.loads_of(s.expr)}
+    assert len(loaded) >= 5, loaded                 # the residual, mean, var, gamma and beta
+    assert "_extern" not in call.host_source and not _extern_convolutions(sched), call.host_source
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_convolution_with_bias_silu_and_a_cast(graphs, small_tiles, dtype):
+    """Half operands: the bias added to the float32 sum and rounded once, SiLU on the tile, then a
+    cast to float32 stored: compared by the benchmark's rule against a float64 run."""
+    from kiln.bench.accuracy import same
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 13, 8, 8).to(dtype), torch.randn(18, 13, 3, 3).to(dtype), torch.randn(18).to(dtype)
+    fn = lambda x, w, b: F.silu(F.conv2d(x, w, b, stride=2, padding=1)).float()
+    gm, examples, graph = _lowered(graphs, fn, x, w, b)
+    sched = schedule(use_matmul_templates(graph, triton_printer.matmul_configs))
+    (kernel,) = _templates(sched)
+    assert len(sched.steps) == 1 and len(kernel.origins) > 1, str(sched)
+    (got,) = compile_prim_graph(gm, examples, printer=triton_printer, max_autotune=True)(x, w, b)
+    assert got.dtype == torch.float32
+    verdict = same(fn(x, w, b), got, fn(x.double(), w.double(), b.double()), tol=1e-2)
+    assert verdict.ok, verdict.detail
+
+
+def test_a_reduction_after_the_convolution_is_refused_with_a_reason(graphs, small_tiles):
+    """Global average pooling reads the result along a reduction: refused from the epilogue (the
+    scheduler says why), the template stores its result and the mean runs as its own kernel."""
+    fn = lambda x, w: F.relu(F.conv2d(x, w)).mean((2, 3))
+    sched, _ = _check(graphs, fn, torch.randn(2, 5, 6, 6), torch.randn(7, 5, 1, 1))
+    (kernel,) = _templates(sched)
+    assert any(kernel.origins[0] in w.group and "reduction" in w.reason for w in sched.refused), str(sched)
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(groups=2), "groups=2"),
+    (dict(dilation=2, padding=2), "dilation"),
+])
+def test_grouped_and_dilated_convolutions_keep_the_extern(graphs, small_tiles, kwargs, why):
+    fn = lambda x, w: F.conv2d(x, w, **kwargs)
+    w = torch.randn(6, 4 // kwargs.get("groups", 1), 3, 3)
+    gm, examples, graph = _lowered(graphs, fn, torch.randn(1, 4, 9, 9), w)
+    (node,) = _convolutions(graph)
+    assert why in refusal(node, graph.buffer_map())
+    assert [type(c) for c in conv_candidates(node, graph.buffer_map(), triton_printer.matmul_configs)] == [ExternChoice]
+
+
+@pytest.mark.parametrize("fn, inputs, why", [
+    (lambda x, w: F.conv_transpose2d(x, w, stride=2), ((1, 4, 5, 5), (4, 3, 3, 3)), "transposed"),
+    (lambda x, w: F.conv1d(x, w), ((1, 4, 9), (3, 4, 3)), "1-D"),
+    (lambda x, w: F.conv3d(x, w), ((1, 2, 4, 4, 4), (3, 2, 3, 3, 3)), "3-D"),
+])
+def test_transposed_and_other_dimensionalities_keep_the_extern(graphs, small_tiles, fn, inputs, why):
+    gm, examples, graph = _lowered(graphs, fn, *(torch.randn(*s) for s in inputs))
+    (node,) = _convolutions(graph)
+    assert why in refusal(node, graph.buffer_map())
+    assert not _templates(schedule(use_matmul_templates(graph, triton_printer.matmul_configs)))
+
+
+def test_default_mode_keeps_the_extern(graphs):
+    """Without max-autotune nothing replaces a convolution (no template is used untimed)."""
+    fn = lambda x, w, b: F.relu(F.conv2d(x, w, b, padding=1))
+    x, w, b = torch.randn(1, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)
+    gm, examples, _ = _lowered(graphs, fn, x, w, b)
+    call = compile_prim_graph(gm, examples, printer=triton_printer, max_autotune=False)
+    assert "_extern" in call.host_source, call.host_source
+    torch.testing.assert_close(call(x, w, b)[0], fn(x, w, b), **FP32)
+
+
+class FakeTimer:
+    """Runs each trial once and answers its time by label ([Note: matmul autotuning]'s tests')."""
+
+    def __init__(self, times: dict, default: float = 10.0):
+        self.times, self.default, self.calls = times, default, []
+
+    def __call__(self, trial) -> float:
+        self.calls.append(trial.label)
+        trial()
+        return self.times.get(trial.label, self.default)
+
+
+def _no_timing(trial):
+    raise AssertionError(f"{trial.label} timed although its choice is cached")
+
+
+@pytest.fixture
+def tilings(monkeypatch, tmp_path):
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(triton_printer, "matmul_configs", lambda m, n, k, dtype: [SMALL, WIDE])
+
+
+@pytest.mark.parametrize("times, picked", [({EXTERN: 3.0, str(SMALL): 2.0, str(WIDE): 1.0}, str(WIDE)),
+                                           ({EXTERN: 1.0, EPILOGUE: 0.2, str(SMALL): 2.0, str(WIDE): 1.5}, EXTERN)])
+def test_autotuning_times_the_extern_convolution_against_each_tiling(graphs, tilings, monkeypatch, times, picked):
+    """The extern convolution, an epilogue pass (the ReLU the template fuses) and each tiling are
+    timed on the real shapes; the fastest is kept, and a second compile reads it from disk."""
+    fn = lambda x, w, b: F.relu(F.conv2d(x, w, b, stride=2, padding=1))
+    inputs = (torch.randn(1, 5, 9, 9), torch.randn(7, 5, 3, 3), torch.randn(7))
+    gm, examples, graph = _lowered(graphs, fn, *inputs)
+    timer = FakeTimer(times)
+    tuned, (decision,) = tune_matmuls(graph, triton_printer.matmul_configs, timer)
+    assert timer.calls == [EXTERN, EPILOGUE, str(SMALL), str(WIDE)], timer.calls
+    assert decision.op == "convolution" and decision.choice == picked and decision.benchmarked == 3, str(decision)
+    assert decision.shape == "1x5x9x9 * 7x5x3x3 stride [2, 2] padding [1, 1]" and decision.epilogue, str(decision)
+    assert bool(_convolutions(tuned)) == (picked == EXTERN)
+    monkeypatch.setattr(matmul_autotune, "device_timer", lambda device: _no_timing)
+    _, (cached,) = tune_matmuls(graph, triton_printer.matmul_configs)
+    assert cached.how == "cache" and cached.choice == picked and cached.benchmarked == 0
+    call = compile_prim_graph(gm, examples, printer=triton_printer, max_autotune=True)
+    torch.testing.assert_close(call(*inputs)[0], fn(*inputs), **FP32)
+    assert ("_extern" in call.host_source) == (picked == EXTERN), call.host_source
+
+
+def test_kiln_compile_a_conv_bn_relu_model_under_max_autotune(small_tiles):
+    """Through `kiln.compile(mode="max-autotune")` on the interpreter: Conv2d + BatchNorm2d (eval) +
+    ReLU is one template kernel, which records its tiling in its launch."""
+    kiln.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(6, 10, 3, padding=1, bias=False), torch.nn.BatchNorm2d(10),
+                                torch.nn.ReLU()).eval()
+    model[1].running_mean.normal_()
+    model[1].running_var.uniform_(0.5, 1.5)
+    x = torch.randn(1, 6, 7, 7)
+    before = {id(k) for k in launcher.BUILT}
+    with torch.no_grad():
+        got = kiln.compile(model, mode="max-autotune", options={"triton_interpret": True})(x)
+        torch.testing.assert_close(got, model(x), **FP32)
+    (kernel,) = [k for k in launcher.BUILT if id(k) not in before and k.template is not None]
+    (config,) = kernel.configs.values()
+    assert config.template == str(SMALL), config.describe()

@@ -9,7 +9,8 @@ may compute one itself instead: the extern becomes an `ir.MatmulTemplate`, which
 treats as a pointwise producer, so the pointwise consumers of the product join its kernel and are
 applied to each tile of the result in registers before it is stored (an epilogue); consumers that
 cannot (one that reads the product transposed, a reduction) are refused with a reason, as any
-fusion is.
+fusion is. A 2-D convolution is offered the same way, as an implicit GEMM (an `ir.MatmulTemplate`
+whose product is an `ir.ConvProduct`: [Note: convolution templates] in conv_templates.py).
 
 Whether the extern or a template, and which tiling, is faster is a question for the GPU:
 `candidates` lists the choices for one product (the extern first, then a template per tiling the
@@ -137,8 +138,8 @@ def _precision(dtype: torch.dtype, device: str) -> str:
 
 def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) -> list[MatmulChoice]:
     """The ways to compute the product `node` makes: the extern call first, then a template for each
-    tiling `configs_for` offers, when one may be used (see [Note: matmul templates]). This is where
-    the autotuner will time them (issue #40, item 2)."""
+    tiling `configs_for` offers, when one may be used (see [Note: matmul templates]; a convolution's:
+    `conv_templates.conv_candidates`). The autotuner times them ([Note: matmul autotuning])."""
     extern = [ExternChoice(node)]
     name = extern_name(node)
     if name == "convolution":
@@ -267,7 +268,9 @@ def group_sibling_gemvs(graph: ir.Graph, config_for: SiblingConfig) -> ir.Graph:
 
 def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
                          choose: Callable[[Sequence[MatmulChoice]], MatmulChoice] = first_template) -> ir.Graph:
-    """The pass: each product extern replaced by the template `choose` picks among its `candidates`."""
+    """The pass: each product (and convolution) extern replaced by the template `choose` picks among its
+    `candidates`; convolution templates then read graph inputs in place ([Note: convolution
+    templates read in place])."""
     buffers = graph.buffer_map()
     nodes = []
     for node in graph.nodes:

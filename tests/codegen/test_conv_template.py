@@ -247,3 +247,27 @@ def test_kiln_compile_a_conv_bn_relu_model_under_max_autotune(small_tiles):
     (kernel,) = [k for k in launcher.BUILT if id(k) not in before and k.template is not None]
     (config,) = kernel.configs.values()
     assert config.template == str(SMALL), config.describe()
+
+
+def test_the_template_compiles_for_sm90_with_vector_loads_and_no_spills(graphs):
+    """A ResNet layer's 3x3 convolution (bfloat16, channels-last, 64 channels) with BatchNorm, the
+    residual add and ReLU at the printer's first tiling: Triton's compiler for an H100 takes the
+    printed CUDA text (which the interpreter never checks), loads in 128-bit vectors and spills
+    nothing."""
+    pytest.importorskip("triton.backends.nvidia")
+    import dataclasses
+    from kiln.codegen.triton import heuristics
+    from kiln.codegen.triton.offline import compile_for_gpu
+    dtype = torch.bfloat16
+    x = torch.randn(8, 64, 28, 28, dtype=dtype).to(memory_format=torch.channels_last)
+    r = torch.randn(8, 64, 28, 28, dtype=dtype).to(memory_format=torch.channels_last)
+    w, *affine = torch.randn(64, 64, 3, 3, dtype=dtype), *(torch.randn(64, dtype=dtype) for _ in range(4))
+    fn = lambda x, w, r, mean, var, gamma, beta: F.relu(
+        F.batch_norm(F.conv2d(x, w, padding=1), mean, var, gamma, beta, training=False) + r)
+    _, _, graph = _lowered(graphs, fn, x, w, r, *affine)
+    config = triton_printer.matmul_configs(8 * 28 * 28, 64, 64, dtype)[0]
+    (kernel,) = schedule(use_matmul_templates(graph, lambda *_: [config])).steps
+    assert isinstance(kernel.template, ir.ConvProduct) and len(kernel.origins) > 1
+    build = compile_for_gpu(kernel, graph.buffer_map(), [], config=heuristics.template_launch(dataclasses.asdict(config)))
+    assert build.vector_loads and build.vector_stores, sorted(build.memory_ops())
+    assert build.spill_bytes in (0, None), build.spill_bytes

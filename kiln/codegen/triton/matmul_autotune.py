@@ -1,4 +1,4 @@
-"""max-autotune's matrix products, timed: for each product the extern call or a template tiling,
+"""max-autotune's matrix products and convolutions, timed: for each the extern call or a template tiling,
 whichever the device runs fastest, remembered on disk so a warm start times nothing.
 
 [Note: matmul autotuning] `matmul_templates.candidates` lists the ways to compute one product:
@@ -6,8 +6,8 @@ the extern call (cuBLAS through ATen) and a template kernel per tiling of the pr
 `matmul_configs`. `tune_matmuls` times them on the product's device, on random inputs of the
 product's real sizes, strides and dtypes, and keeps the fastest:
 
-- the extern: the graph's own call (`torch.ops.aten.mm/addmm/bmm`, its arguments as the host
-  program passes them, views included);
+- the extern: the graph's own call (`torch.ops.aten.mm/addmm/bmm`, or the convolution prim, ATen's
+  convolution: cuDNN on a GPU; its arguments as the host program passes them, views included);
 - a template: the kernel the scheduler makes of it, epilogue included. The graph is scheduled
   once with every product a template (the first tiling); the kernel that begins with the product
   is that product's template with the pointwise consumers that join it ([Note: matmul template
@@ -24,7 +24,8 @@ under "epilogue pass". With no epilogue the extern's time is the call alone.
 
 The choice is kept in `kiln.runtime.store` (kind "autotune", `matmul-<hash of the key>.json`),
 keyed by the device's name, the product (op, batch, M, N, K, the operands' sizes, strides and
-dtypes, the bias, the precision), the printed source of its template kernel (which holds the
+dtypes, the bias, the precision; a convolution's stride and padding besides, its M and N its
+GEMM's: [Note: convolution templates]), the printed source of its template kernel (which holds the
 epilogue), the tilings offered, and the torch, triton and kiln versions (kiln's source hash
 included). A second compile of the same product, in this process or another, reads the choice and
 benchmarks nothing (`MatmulDecision.benchmarked == 0`). A candidate that fails to build or launch

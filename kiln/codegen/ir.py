@@ -579,8 +579,22 @@ class MatmulConfig:
                 f"warps={self.num_warps} stages={self.num_stages}")
 
 
+class _ProductOfTwo:
+    """What a template's product of two operands `a` and `b` (a matrix product, a convolution) has
+    besides its fields: one float32 sum, and its operands renamed with the kernel's buffers."""
+
+    @property
+    def sums(self) -> tuple[str, ...]:
+        """The names under which a kernel's stage reads the sums over K."""
+        return (ACCUMULATOR,)
+
+    def renamed(self, names: dict[str, str]):
+        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
+                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
+
+
 @dataclass(frozen=True)
-class MatmulProduct:
+class MatmulProduct(_ProductOfTwo):
     """`sum_k a[.., m, k] * b[.., k, n]` in float32: `a` is `[.., M, K]`, `b` is `[.., K, N]` (the same
     leading batch dim, or none), each any strided view of a buffer. `precision`: "ieee" (every
     float32 product exact, as eager's float32 matmul) or "tf32" (eager's under `allow_tf32`).
@@ -604,22 +618,13 @@ class MatmulProduct:
     def operands(self) -> tuple[ViewArg, ...]:
         return (self.b,) if self.prologue else (self.a, self.b)
 
-    @property
-    def sums(self) -> tuple[str, ...]:
-        """The names under which a kernel's stage reads the sums over K."""
-        return (ACCUMULATOR,)
-
-    def renamed(self, names: dict[str, str]) -> "MatmulProduct":
-        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
-                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
-
     def __str__(self):
         a = f"{self.a} from the prologue" if self.prologue else str(self.a)
         return f"matmul({a}, {self.b}, {self.precision}, {self.config})"
 
 
 @dataclass(frozen=True)
-class ConvProduct:
+class ConvProduct(_ProductOfTwo):
     """A 2-D convolution (groups 1, not transposed, dilation 1) as a sum over K in float32: `a` is the
     image `[N, Cin, H, W]`, `b` the weight `[Cout, Cin, KH, KW]`, each any strided view of a buffer
     (NCHW or channels-last alike); element `(n, co, ho, wo)` of the result is
@@ -650,14 +655,6 @@ class ConvProduct:
     @property
     def operands(self) -> tuple[ViewArg, ...]:
         return (self.a, self.b)
-
-    @property
-    def sums(self) -> tuple[str, ...]:
-        return (ACCUMULATOR,)
-
-    def renamed(self, names: dict[str, str]) -> "ConvProduct":
-        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
-                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
 
     def __str__(self):
         return (f"conv2d({self.a}, {self.b}, stride={list(self.stride)}, padding={list(self.padding)}, "

@@ -76,3 +76,23 @@ class Counting:
 
     def programs(self) -> int:
         return sum(len(getattr(fn, "programs", {})) for fn in self.compiled)
+
+
+class FakeTimer:
+    """Runs each trial once (the candidate really builds and launches) and answers its time by
+    label: `times` (label -> ms), else `default`. `calls` lists the labels timed, in order."""
+
+    def __init__(self, times: dict, default: float = 10.0, fail: tuple = ()):
+        self.times, self.default, self.fail, self.calls = times, default, fail, []
+
+    def __call__(self, trial) -> float:
+        self.calls.append(trial.label)
+        if trial.label in self.fail:
+            raise RuntimeError("out of resources: shared memory")
+        trial()
+        return self.times.get(trial.label, self.default)
+
+
+def no_timing(trial):
+    """A timer for compiles whose choices are cached: timing anything fails."""
+    raise AssertionError(f"{trial.label} timed although its product's choice is cached")

@@ -22,6 +22,7 @@ from kiln.codegen.matmul_templates import ExternChoice, use_matmul_templates
 from kiln.codegen.scheduler import schedule
 from kiln.codegen.triton import launcher, matmul_autotune
 from kiln.codegen.triton.matmul_autotune import EPILOGUE, EXTERN, tune_matmuls
+from tests.codegen.conftest import FakeTimer, no_timing
 
 FP32 = dict(rtol=1e-4, atol=1e-4)      # float32 sums over K = Cin*KH*KW in another order than eager's
 SMALL = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
@@ -186,22 +187,6 @@ def test_default_mode_keeps_the_extern(graphs):
     torch.testing.assert_close(call(x, w, b)[0], fn(x, w, b), **FP32)
 
 
-class FakeTimer:
-    """Runs each trial once and answers its time by label ([Note: matmul autotuning]'s tests')."""
-
-    def __init__(self, times: dict, default: float = 10.0):
-        self.times, self.default, self.calls = times, default, []
-
-    def __call__(self, trial) -> float:
-        self.calls.append(trial.label)
-        trial()
-        return self.times.get(trial.label, self.default)
-
-
-def _no_timing(trial):
-    raise AssertionError(f"{trial.label} timed although its choice is cached")
-
-
 @pytest.fixture
 def tilings(monkeypatch, tmp_path):
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
@@ -222,7 +207,7 @@ def test_autotuning_times_the_extern_convolution_against_each_tiling(graphs, til
     assert decision.op == "convolution" and decision.choice == picked and decision.benchmarked == 3, str(decision)
     assert decision.shape == "1x5x9x9 * 7x5x3x3 stride [2, 2] padding [1, 1]" and decision.epilogue, str(decision)
     assert bool(_convolutions(tuned)) == (picked == EXTERN)
-    monkeypatch.setattr(matmul_autotune, "device_timer", lambda device: _no_timing)
+    monkeypatch.setattr(matmul_autotune, "device_timer", lambda device: no_timing)
     _, (cached,) = tune_matmuls(graph, triton_printer.matmul_configs)
     assert cached.how == "cache" and cached.choice == picked and cached.benchmarked == 0
     call = compile_prim_graph(gm, examples, printer=triton_printer, max_autotune=True)

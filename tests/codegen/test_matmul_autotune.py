@@ -20,29 +20,11 @@ from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.lowering import lower_graph
 from kiln.codegen.triton import heuristics, matmul_autotune
 from kiln.codegen.triton.matmul_autotune import EPILOGUE, EXTERN, tune_matmuls
+from tests.codegen.conftest import FakeTimer, no_timing
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
 SMALL = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
 WIDE = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=3)
-
-
-class FakeTimer:
-    """Runs each trial once (the candidate really builds and launches) and answers its time by
-    label: `times` (label -> ms), else `default`. `calls` lists the labels timed, in order."""
-
-    def __init__(self, times: dict, default: float = 10.0, fail: tuple = ()):
-        self.times, self.default, self.fail, self.calls = times, default, fail, []
-
-    def __call__(self, trial) -> float:
-        self.calls.append(trial.label)
-        if trial.label in self.fail:
-            raise RuntimeError("out of resources: shared memory")
-        trial()
-        return self.times.get(trial.label, self.default)
-
-
-def no_timing(trial):
-    raise AssertionError(f"{trial.label} timed although its product's choice is cached")
 
 
 @pytest.fixture

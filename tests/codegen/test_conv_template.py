@@ -256,3 +256,19 @@ def test_the_template_compiles_for_sm90_with_vector_loads_and_no_spills(graphs):
     build = compile_for_gpu(kernel, graph.buffer_map(), [], config=heuristics.template_launch(dataclasses.asdict(config)))
     assert build.vector_loads and build.vector_stores, sorted(build.memory_ops())
     assert build.spill_bytes in (0, None), build.spill_bytes
+
+
+def test_the_extern_pays_for_the_copies_it_needs_and_the_template_does_not(graphs, tilings, monkeypatch):
+    """A convolution alone, of graph inputs: no epilogue, but the extern reads channels-last copies
+    of the image and the weight that the template reads in place ([Note: convolution templates read
+    in place]), so an "epilogue pass" over their bytes is timed and added to the extern's time."""
+    fn = lambda x, w: F.conv2d(x, w, padding=1)
+    inputs = (torch.randn(1, 5, 6, 6), torch.randn(7, 5, 3, 3))
+    gm, examples, graph = _lowered(graphs, fn, *inputs)
+    (node,) = _convolutions(graph)
+    assert all(a.name.endswith("_nhwc") for a in node.args[:2]), str(graph)
+    timer = FakeTimer({EXTERN: 1.0, EPILOGUE: 0.5, str(SMALL): 1.4, str(WIDE): 2.0})
+    tuned, (decision,) = tune_matmuls(graph, triton_printer.matmul_configs, timer)
+    assert timer.calls == [EXTERN, EPILOGUE, str(SMALL), str(WIDE)] and not decision.epilogue, str(decision)
+    assert decision.choice == str(SMALL), str(decision)
+    assert not any(isinstance(n, ir.ComputedBuffer) and n.buffer.endswith("_nhwc") for n in tuned.nodes), str(tuned)

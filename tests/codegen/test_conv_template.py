@@ -272,3 +272,62 @@ def test_the_extern_pays_for_the_copies_it_needs_and_the_template_does_not(graph
     assert timer.calls == [EXTERN, EPILOGUE, str(SMALL), str(WIDE)] and not decision.epilogue, str(decision)
     assert decision.choice == str(SMALL), str(decision)
     assert not any(isinstance(n, ir.ComputedBuffer) and n.buffer.endswith("_nhwc") for n in tuned.nodes), str(tuned)
+
+
+class _BasicBlock(torch.nn.Module):
+    """A ResNet basic block that halves the resolution: 3x3 stride 2, 3x3, and a 1x1 stride-2
+    downsample, each followed by a BatchNorm."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, 2, 1, bias=False), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, 2, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + self.down(x))
+
+
+def test_a_resnet_block_is_three_template_kernels(small_tiles):
+    """Inference through `kiln.compile(mode="max-autotune")`: each convolution a template, every
+    BatchNorm, ReLU and the residual add in their epilogues, no copy or pointwise kernel besides."""
+    kiln.reset()
+    torch.manual_seed(0)
+    block = _BasicBlock(6, 10).eval()
+    for bn in (m for m in block.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 1.5)
+        torch.nn.init.normal_(bn.weight)
+        torch.nn.init.normal_(bn.bias)
+    x = torch.randn(2, 6, 9, 9)
+    before = {id(k) for k in launcher.BUILT}
+    with torch.no_grad():
+        got = kiln.compile(block, mode="max-autotune", options={"triton_interpret": True})(x)
+        torch.testing.assert_close(got, block(x), **FP32)
+    built = [k for k in launcher.BUILT if id(k) not in before]
+    assert len(built) == 3 and all(k.template is not None for k in built), [k.name for k in built]
+
+
+def test_training_step_gradients_match_eager(small_tiles):
+    """Forward and backward under max-autotune: the forward's convolutions are templates (a training
+    BatchNorm's statistics, reductions, are refused from the epilogue and read the stored result),
+    the backward's convolution gradients stay externs, and the gradients are eager's."""
+    import copy
+    kiln.reset()
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(5, 9, 3, padding=1, stride=2), nn.BatchNorm2d(9), nn.ReLU(), nn.Conv2d(9, 7, 1), nn.SiLU())
+    reference = copy.deepcopy(model)
+    x = torch.randn(2, 5, 9, 9)
+    before = {id(k) for k in launcher.BUILT}
+    got = kiln.compile(model, mode="max-autotune", options={"triton_interpret": True})(x)
+    want = reference(x)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(got, want, **FP32)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3, msg=name)
+    templates = [k for k in launcher.BUILT if id(k) not in before and k.template is not None]
+    assert len(templates) == 2, [k.name for k in templates]

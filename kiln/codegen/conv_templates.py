@@ -20,9 +20,8 @@ template computes each A tile's addresses from m and k as it loads it. The index
 - K is walked tap by tap, and within a tap `BLOCK_K` input channels at a time: one flat loop over
   KH*KW*ceil(Cin/BLOCK_K) steps, step s being tap t = s // ceil(Cin/BLOCK_K) (i = t // KW,
   j = t % KW) and channels c0 = (s % ceil(Cin/BLOCK_K))*BLOCK_K onward. So a K tile never spans two
-  taps, its channel offsets are `c * sC` (one multiply, contiguous for a channels-last image) and
-  the spatial part is one add per row; a flat loop (not three nested ones) is what Triton
-  pipelines;
+  taps, its channel offsets are `c * sC` (contiguous for a channels-last image) and its spatial
+  part one offset per row; a flat loop (not three nested ones) is what Triton pipelines;
 - A's tile `[BLOCK_M, BLOCK_K]` loads under a mask `inside & c < Cin`, where `inside` tests only
   the bounds the window can cross: `h >= 0` only where ph > 0, `h < H` only where the last row's
   last tap, (Hout-1)*sh - ph + KH-1, reaches H (likewise along w). A 1x1 convolution without
@@ -33,11 +32,14 @@ template computes each A tile's addresses from m and k as it loads it. The index
 
 The result tile is handed to the same epilogue as a matrix product's ([Note: matmul template
 epilogues] in scheduler.py): the template is placed as a pointwise node over the convolution's
-`[N, Cout, Hout, Wout]` result, so the bias (the extern's own, added in float32 and rounded once,
-as cuDNN and oneDNN do), a BatchNorm in inference (a per-channel affine: loads indexed by co
+`[N, Cout, Hout, Wout]` result, so the bias (the extern's own, added to the float32 sum before
+the one rounding, as the template's addmm adds its bias), a BatchNorm in inference (a per-channel affine: loads indexed by co
 only), ReLU/SiLU, a residual add and a cast join its kernel and run on the tile before the one
 store, in the result's own layout (NHWC where the layout pass chose it). The tile printer names
 the result's dims from the tile's rows and columns: (n, ho, wo) from m, co from the column.
+
+The layout pass made the convolution's graph inputs channels-last copies for the extern; a
+template reads them where they are ([Note: convolution templates read in place] below).
 
 Under max-autotune the extern and a template per tiling are timed on the device on the real
 shapes ([Note: matmul autotuning] in triton/matmul_autotune.py, which treats a convolution as
@@ -56,12 +58,15 @@ A convolution is offered as a template only where the index math above is the wh
 - dilation 1: a dilated window is the same math with taps dilation apart, untested, so refused;
 - static sizes and strides, float16, bfloat16 or float32 operands of one dtype (a bias of that
   dtype too), as any template ([Note: matmul templates]).
-Any kernel size and stride are offered (the tests run 1x1 with stride 1 and 2, 3x3 with padding 1 at
-stride 1 and 2, and a 5x5), padding of zeros only (the only kind a convolution prim has).
+Any kernel size, stride and padding are offered (the tests run 1x1 at stride 1 and 2, 3x3 with
+padding 0 and 1 at stride 1 and 2, a rectangular stride, and a 5x5); padding is zeros (the only kind
+a convolution prim has: `padding_mode="reflect"` and the like pad before it).
 Float32 on CUDA follows `torch.backends.cudnn.allow_tf32` (True by default: eager's float32
 convolutions run in TF32 on tensor cores unless it is turned off), not the matmul flag.
 
-Hands on: `conv_candidates(node, buffers, configs_for) -> [ExternChoice, ir.MatmulTemplate...]`.
+Hands on: `conv_candidates(node, buffers, configs_for) -> [ExternChoice, ir.MatmulTemplate...]`,
+`refusal(node, buffers) -> str | None`, `read_through_copies(graph) -> graph` (run by
+`matmul_templates.use_matmul_templates`).
 """
 from __future__ import annotations
 
@@ -163,9 +168,11 @@ def read_through_copies(graph: ir.Graph) -> ir.Graph:
     a buffer kiln does not compute (a graph input: the first image, every weight) a channels-last
     copy of it (`x_nhwc`), because oneDNN and cuDNN would otherwise reorder it on every call. A
     template reads any strides, so a template's operand that is such a copy, read whole, is read
-    from the copy's source instead, and the copy, read by nothing else, is dropped: one kernel less
-    a convolution (its weight's copy), and one more for the image. Not where a scatter lies between
-    the copy and the template (it may write the source's storage in place)."""
+    from the copy's source instead, and the copy, read by nothing else, is dropped: one copy kernel
+    fewer for each convolution template (its weight's), and one more where its image is a graph
+    input. The autotuner charges the extern for the copies it keeps ([Note: matmul autotuning]).
+    Not where a scatter lies between the copy and the template (it may write the source's storage
+    in place)."""
     buffers = graph.buffer_map()
     sources = {n.buffer: (i, view) for i, n in enumerate(graph.nodes) if (view := _copy_source(n, buffers)) is not None}
     if not sources:

@@ -331,3 +331,17 @@ def test_training_step_gradients_match_eager(small_tiles):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-3, msg=name)
     templates = [k for k in launcher.BUILT if id(k) not in before and k.template is not None]
     assert len(templates) == 2, [k.name for k in templates]
+
+
+def test_the_autotuner_reports_why_a_convolution_has_no_template(graphs, tilings, capsys, monkeypatch):
+    """A depthwise convolution beside a plain one: the plain one is timed, the depthwise one is the
+    extern with the reason, in the decisions (`KILN_LOG=kernels`, the event log, `kiln report`)."""
+    monkeypatch.setenv("KILN_LOG", "kernels")
+    fn = lambda x, w, d: F.conv2d(F.conv2d(x, w, padding=1), d, groups=7)
+    inputs = (torch.randn(1, 5, 6, 6), torch.randn(7, 5, 3, 3), torch.randn(7, 1, 3, 3))
+    gm, examples, graph = _lowered(graphs, fn, *inputs)
+    _, (timed, depthwise) = tune_matmuls(graph, triton_printer.matmul_configs, FakeTimer({}))
+    assert timed.how == "timed" and depthwise.choice == EXTERN and depthwise.benchmarked == 0
+    assert depthwise.how.startswith("no template: groups=7"), str(depthwise)
+    assert depthwise.shape == "1x7x6x6 * 7x1x3x3", str(depthwise)
+    assert "no template: groups=7" in capsys.readouterr().err

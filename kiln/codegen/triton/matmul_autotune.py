@@ -92,7 +92,7 @@ class MatmulDecision:
     choice: str                   # "extern" or a tiling (`str(MatmulConfig)`)
     benchmarked: int              # candidates timed by this compile (0: the choice came from the cache)
     timings: dict                 # label -> ms (the extern's without the epilogue pass)
-    how: str                      # "timed" | "cache" | "not timed: <why>"
+    how: str                      # "timed" | "cache" | "not timed: <why>" | "no template: <why>" (a convolution)
 
     def __str__(self):
         epi = f", epilogue {'+'.join(self.epilogue)}" if self.epilogue else ", no epilogue"
@@ -127,13 +127,18 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     """`graph` with each product the fastest of its candidates ([Note: matmul autotuning])."""
     buffers = graph.buffer_map()
     products = {}
+    refused = []           # convolutions no template may compute, and why
     for node in graph.nodes:
         if isinstance(node, ir.ExternKernel) and extern_name(node) in BIAS_AT:
             choices = candidates(node, buffers, configs_for)
             if len(choices) > 1:
                 products[node.outputs[0]] = choices
+            elif extern_name(node) == "convolution":
+                refused.append(_refused_convolution(node, buffers))
     if not products:
-        return graph, []
+        if refused and log.enabled("kernels"):
+            log.emit("kernels", "matmul autotune", "\n".join(map(str, refused)))
+        return graph, refused
     from kiln.codegen.scheduler import schedule
     templated = use_matmul_templates(graph, configs_for)
     kernels = {k.origins[0]: k for k in schedule(templated).steps
@@ -145,6 +150,7 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
         decision, picked[out] = _decide(out, choices, kernels.get(out), buffers,
                                         timer if timer is not None else device_timer(device))
         decisions.append(decision)
+    decisions += refused
     log.count("matmul configurations benchmarked", sum(d.benchmarked for d in decisions))
     if log.enabled("kernels"):
         log.emit("kernels", "matmul autotune", "\n".join(map(str, decisions)))
@@ -152,6 +158,21 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     def choose(choices: Sequence[MatmulChoice]) -> MatmulChoice:
         return picked.get(choices[0].node.outputs[0]) or first_template(choices)
     return use_matmul_templates(graph, configs_for, choose), decisions
+
+
+def _refused_convolution(node: ir.ExternKernel, buffers: Mapping[str, ir.Buffer]) -> MatmulDecision:
+    """The decision for a convolution no template may compute: the extern, and why ([Note:
+    convolution templates] lists what is refused)."""
+    from kiln.codegen.conv_templates import refusal
+
+    def sizes(arg) -> str:
+        view = arg if isinstance(arg, ir.ViewArg) else buffers[arg.name]
+        return "x".join(map(str, view.sizes))
+    out = node.outputs[0]
+    why = refusal(node, buffers) or "the printer offers no tiling of its product"
+    shape = f"{sizes(node.args[0])} * {sizes(node.args[1])}" if len(node.args) > 1 else ""
+    return MatmulDecision(out, "convolution", shape, str(buffers[out].dtype).replace("torch.", ""), (), EXTERN, 0, {},
+                          f"no template: {why}")
 
 
 def _bias(node: ir.ExternKernel) -> ir.BufferArg | ir.ViewArg | None:

@@ -101,7 +101,7 @@ def _sum_lines(kernel: ir.Kernel, tile: TilePrinter, buffers: Mapping[str, ir.Bu
 def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     batch, cout, hout, wout = _shape(kernel)
     rows = tuple(sympy.Integer(s) for s in (batch, hout, wout))
-    tile = TilePrinter(kernel, buffers, interpret, rows=rows)
+    tile = TilePrinter(kernel, buffers, interpret, dims=(rows, (sympy.Integer(cout),)))
     # the result's (n, co, ho, wo) -> the tile's row dims (x0, x1, x2) = (n, ho, wo) and its column r0 = co
     rename = {ir.loop_var(0): ir.loop_var(0), ir.loop_var(1): ir.reduction_var(0),
               ir.loop_var(2): ir.loop_var(1), ir.loop_var(3): ir.loop_var(2)}

@@ -79,13 +79,14 @@ class TilePrinter(KernelPrinter):
     float32 sum over K (sibling products: each member's `Var(accumulator)`, `accumulators`)."""
 
     def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool,
-                 accumulators: tuple[str, ...] = (ir.ACCUMULATOR,), rows: tuple | None = None):
+                 accumulators: tuple[str, ...] = (ir.ACCUMULATOR,), dims: tuple[tuple, tuple] | None = None):
         super().__init__(kernel, buffers, interpret, persistent=True, tile=("BLOCK_M", "BLOCK_N"))
         m, n = kernel.ranges[-2:]
-        # `rows`: the dims a row of the tile stands for, outermost first (a convolution's (n, ho, wo):
-        # [Note: convolution templates]); a product's rows are its M
-        self.x_space = LoopSpace("x", rows or (m,), "xindex")
-        self.index = IndexPrinter([self.x_space, LoopSpace("r", (n,) if rows is None else kernel.ranges[1:2], "rindex")], {})
+        # `dims`: the result's dims a row of the tile stands for, outermost first, and a column's (a
+        # convolution's (n, ho, wo) and (co,): [Note: convolution templates]); a product's: (M,), (N,)
+        rows, columns = dims or ((m,), (n,))
+        self.x_space = LoopSpace("x", rows, "xindex")
+        self.index = IndexPrinter([self.x_space, LoopSpace("r", columns, "rindex")], {})
         for name in accumulators:
             self.vars[name] = Value(name, frozenset("xr"), torch.float32)
 

@@ -345,3 +345,13 @@ def test_the_autotuner_reports_why_a_convolution_has_no_template(graphs, tilings
     assert depthwise.how.startswith("no template: groups=7"), str(depthwise)
     assert depthwise.shape == "1x7x6x6 * 7x1x3x3", str(depthwise)
     assert "no template: groups=7" in capsys.readouterr().err
+
+
+def test_a_copy_another_extern_reads_is_kept(graphs, small_tiles):
+    """One image read by a template and by a depthwise convolution's extern: the template reads
+    the graph input in place, the extern its channels-last copy, which stays."""
+    fn = lambda x, w, d: (F.conv2d(x, w, padding=1), F.conv2d(x, d, padding=1, groups=5))
+    sched, _ = _check(graphs, fn, torch.randn(1, 5, 7, 7), torch.randn(6, 5, 3, 3), torch.randn(5, 1, 3, 3))
+    (template,) = _templates(sched)
+    (extern,) = _extern_convolutions(sched)
+    assert not template.template.a.name.endswith("_nhwc") and extern.args[0].name.endswith("_nhwc"), str(sched)

@@ -38,8 +38,13 @@ only), ReLU/SiLU, a residual add and a cast join its kernel and run on the tile 
 store, in the result's own layout (NHWC where the layout pass chose it). The tile printer names
 the result's dims from the tile's rows and columns: (n, ho, wo) from m, co from the column.
 
-The layout pass made the convolution's graph inputs channels-last copies for the extern; a
-template reads them where they are ([Note: convolution templates read in place] below).
+The template reads what the extern reads, the layout pass's channels-last copies of graph inputs
+included (`w_nhwc`: an NCHW model's 3x3 weights, copied every call). It could read the NCHW
+originals in place, one kernel fewer a convolution, but its tiles load best along the input
+channels (K within a tap): a `[Cout, Cin, 3, 3]` weight has them 9 elements apart, so every
+program's every weight tile would be gathered element by element instead of loaded in vectors,
+which is likely to cost more than one small copy (not measured: a question for the GPU, where
+the autotuner could time both). A model made channels-last has no copies at all.
 
 Under max-autotune the extern and a template per tiling are timed on the device on the real
 shapes ([Note: matmul autotuning] in triton/matmul_autotune.py, which treats a convolution as
@@ -65,12 +70,9 @@ Float32 on CUDA follows `torch.backends.cudnn.allow_tf32` (True by default: eage
 convolutions run in TF32 on tensor cores unless it is turned off), not the matmul flag.
 
 Hands on: `conv_candidates(node, buffers, configs_for) -> [ExternChoice, ir.MatmulTemplate...]`,
-`refusal(node, buffers) -> str | None`, `read_through_copies(graph) -> graph` (run by
-`matmul_templates.use_matmul_templates`).
+`refusal(node, buffers) -> str | None`.
 """
 from __future__ import annotations
-
-import dataclasses
 
 import sympy
 import torch
@@ -142,66 +144,3 @@ def conv_candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFo
                                                                       precision, config))
                      for config in configs_for(batch * hout * wout, cout, cin, out.dtype) if config.form == "dot"]
 
-
-def _copy_source(node: ir.Node, buffers: dict) -> ir.ViewArg | None:
-    """Where `node` is a plain copy of another buffer (a `Pointwise` loading one element of it at an
-    index linear in the loop variables, in the same dtype: the layout pass's `_nhwc` copies), that
-    buffer as a view of the copy's sizes, else None."""
-    if not isinstance(node, ir.ComputedBuffer) or not isinstance(node.body, ir.Pointwise):
-        return None
-    load, buf = node.body.expr, buffers[node.buffer]
-    if not isinstance(load, ir.Load) or load.indirect or buffers[load.buffer].dtype != buf.dtype:
-        return None
-    index = sympy.expand(sympy.sympify(load.index))
-    xs = [ir.loop_var(d) for d in range(len(node.body.ranges))]
-    strides = [index.coeff(x) for x in xs]
-    offset = index.xreplace({x: 0 for x in xs})
-    if sympy.expand(index - offset - sum(s * x for s, x in zip(strides, xs))) != 0:
-        return None
-    if not all(sympy.sympify(v).is_Integer and v >= 0 for v in [*strides, offset, *node.body.ranges]):
-        return None
-    return ir.ViewArg(load.buffer, tuple(node.body.ranges), tuple(strides), offset)
-
-
-def read_through_copies(graph: ir.Graph) -> ir.Graph:
-    """[Note: convolution templates read in place] The layout pass gives each convolution that reads
-    a buffer kiln does not compute (a graph input: the first image, every weight) a channels-last
-    copy of it (`x_nhwc`), because oneDNN and cuDNN would otherwise reorder it on every call. A
-    template reads any strides, so a template's operand that is such a copy, read whole, is read
-    from the copy's source instead, and the copy, read by nothing else, is dropped: one copy kernel
-    fewer for each convolution template (its weight's), and one more where its image is a graph
-    input. The autotuner charges the extern for the copies it keeps ([Note: matmul autotuning]).
-    Not where a scatter lies between the copy and the template (it may write the source's storage
-    in place)."""
-    buffers = graph.buffer_map()
-    sources = {n.buffer: (i, view) for i, n in enumerate(graph.nodes) if (view := _copy_source(n, buffers)) is not None}
-    if not sources:
-        return graph
-    scatters = [i for i, n in enumerate(graph.nodes) if isinstance(n, ir.ComputedBuffer) and isinstance(n.body, ir.Scatter)]
-
-    def source(view: ir.ViewArg, at: int) -> ir.ViewArg:
-        found = sources.get(view.name)
-        if found is None or any(found[0] < i < at for i in scatters):
-            return view
-        buf = buffers[view.name]
-        whole = (tuple(view.sizes), tuple(view.strides), view.offset) == \
-            tuple(tuple(sympy.sympify(s) for s in v) for v in (buf.sizes, buf.strides)) + (sympy.sympify(buf.offset),)
-        return found[1] if whole else view
-
-    nodes, bypassed = [], set()
-    for at, node in enumerate(graph.nodes):
-        if isinstance(node, ir.MatmulTemplate) and isinstance(node.product, ir.ConvProduct):
-            a, b = source(node.product.a, at), source(node.product.b, at)
-            if (a, b) != (node.product.a, node.product.b):
-                bypassed |= {node.product.a.name, node.product.b.name}
-                node = dataclasses.replace(node, product=dataclasses.replace(node.product, a=a, b=b))
-        nodes.append(node)
-    if not bypassed:
-        return graph
-    from kiln.codegen.scheduler import _reads
-    outputs = {o if isinstance(o, str) else o.name for o in graph.outputs if isinstance(o, (str, ir.ViewArg))}
-    read = set().union(*(_reads(n) for n in nodes))
-    dead = {name for name in bypassed if name in sources and name not in read and name not in outputs}
-    return dataclasses.replace(graph, nodes=tuple(n for n in nodes if not (isinstance(n, ir.ComputedBuffer) and n.buffer in dead)),
-                               buffers=tuple(b for b in graph.buffers if b.name not in dead),
-                               origins=tuple((b, o) for b, o in graph.origins if b not in dead))

@@ -268,9 +268,8 @@ def group_sibling_gemvs(graph: ir.Graph, config_for: SiblingConfig) -> ir.Graph:
 
 def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
                          choose: Callable[[Sequence[MatmulChoice]], MatmulChoice] = first_template) -> ir.Graph:
-    """The pass: each product (and convolution) extern replaced by the template `choose` picks among its
-    `candidates`; convolution templates then read graph inputs in place ([Note: convolution
-    templates read in place])."""
+    """The pass: each product (and convolution) extern replaced by the template `choose` picks among
+    its `candidates`."""
     buffers = graph.buffer_map()
     nodes = []
     for node in graph.nodes:
@@ -278,8 +277,4 @@ def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
             choice = choose(candidates(node, buffers, configs_for))
             node = choice.node if isinstance(choice, ExternChoice) else choice
         nodes.append(node)
-    graph = dataclasses.replace(graph, nodes=tuple(nodes))
-    if any(isinstance(n, ir.MatmulTemplate) and isinstance(n.product, ir.ConvProduct) for n in nodes):
-        from kiln.codegen.conv_templates import read_through_copies   # [Note: convolution templates read in place]
-        graph = read_through_copies(graph)
-    return graph
+    return dataclasses.replace(graph, nodes=tuple(nodes))

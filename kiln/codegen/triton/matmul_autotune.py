@@ -20,10 +20,7 @@ the product), the extern's time is the extern call plus an estimate of that kern
 (`copy_`, one launch) over the bytes it would move, the product's result read once, plus every
 buffer the fused kernel reads or writes other than the operands, the addmm bias and the product's
 own result (both paths pay those). The estimate is timed on the device like the rest and recorded
-under "epilogue pass". A convolution's extern also reads channels-last copies of graph inputs that
-its template reads in place ([Note: convolution templates read in place] in conv_templates.py):
-their bytes, each read and written once, join the same pass. With no epilogue and no copy the
-extern's time is the call alone.
+under "epilogue pass". With no epilogue the extern's time is the call alone.
 
 The choice is kept in `kiln.runtime.store` (kind "autotune", `matmul-<hash of the key>.json`),
 keyed by the device's name, the product (op, batch, M, N, K, the operands' sizes, strides and
@@ -317,7 +314,7 @@ def _time(node: ir.ExternKernel, templates: Sequence[ir.MatmulTemplate], kernel:
         with torch.no_grad():
             node.op(*args, **kwargs)
     trials = [Trial(EXTERN, extern)]
-    if len(kernel.origins) > 1 or _copied(node, kernel):
+    if len(kernel.origins) > 1:
         trials.append(Trial(EPILOGUE, _epilogue_pass(node, kernel, buffers)))
     variants = [dataclasses.replace(kernel, name=f"{kernel.name}_tiling{i}",
                                     template=dataclasses.replace(kernel.template, config=t.product.config))
@@ -342,16 +339,9 @@ def _time(node: ir.ExternKernel, templates: Sequence[ir.MatmulTemplate], kernel:
     return timings
 
 
-def _copied(node: ir.ExternKernel, kernel: ir.Kernel) -> set[str]:
-    """The extern's operands that its template kernel does not read: the channels-last copies only
-    the extern needs ([Note: convolution templates read in place] in conv_templates.py)."""
-    operands = {a.name for a in node.args if isinstance(a, (ir.BufferArg, ir.ViewArg))}
-    return operands - set(kernel.buffer_args)
-
-
 def _epilogue_pass(node: ir.ExternKernel, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer]) -> Callable[[], None]:
-    """A stand-in for the kernels the extern needs and the template does not ([Note: matmul
-    autotuning]): one copy moving the bytes they would move (the epilogue's, and the copies')."""
+    """A stand-in for the epilogue kernel the extern would leave ([Note: matmul autotuning]): one
+    copy moving the bytes that kernel would move."""
     product = kernel.template
     shared = {product.a.name, product.b.name, kernel.origins[0]}
     if _bias(node) is not None:
@@ -359,9 +349,7 @@ def _epilogue_pass(node: ir.ExternKernel, kernel: ir.Kernel, buffers: Mapping[st
 
     def nbytes(b: ir.Buffer) -> int:
         return int(sympy.Mul(*b.sizes)) * b.dtype.itemsize
-    moved = sum(2 * nbytes(buffers[b]) for b in _copied(node, kernel))      # each read and written
-    if len(kernel.origins) > 1:
-        moved += nbytes(buffers[kernel.origins[0]]) + sum(nbytes(buffers[b]) for b in kernel.buffer_args if b not in shared)
+    moved = nbytes(buffers[kernel.origins[0]]) + sum(nbytes(buffers[b]) for b in kernel.buffer_args if b not in shared)
     device = buffers[kernel.origins[0]].device
     src = torch.empty(max(1, moved // 2), dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)

@@ -339,3 +339,23 @@ def test_the_autotuner_reports_why_a_convolution_has_no_template(graphs, tilings
     assert depthwise.how.startswith("no template: groups=7"), str(depthwise)
     assert depthwise.shape == "1x7x6x6 * 7x1x3x3", str(depthwise)
     assert "no template: groups=7" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_convolutions_match_eager(graphs, small_tiles, seed):
+    """Random kernel sizes (1-3 a side), strides (1-3 a side), paddings (0-2), channels, batches
+    and layouts: the index math ([Note: convolution templates]) against eager's."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(lo, hi):
+        return int(torch.randint(lo, hi + 1, (), generator=g))
+    kh, kw = pick(1, 3), pick(1, 3)
+    stride, padding = (pick(1, 3), pick(1, 3)), (pick(0, min(2, kh)), pick(0, min(2, kw)))
+    n, cin, cout, h, w = pick(1, 2), pick(1, 20), pick(1, 20), pick(kh, 11), pick(kw, 11)
+    x = torch.randn(n, cin, h, w, generator=g)
+    if seed % 2:
+        x = x.to(memory_format=torch.channels_last)
+    weight, bias = torch.randn(cout, cin, kh, kw, generator=g), torch.randn(cout, generator=g)
+    fn = lambda x, weight, bias: torch.relu(F.conv2d(x, weight, bias, stride=stride, padding=padding))
+    sched, _ = _check(graphs, fn, x, weight, bias)
+    assert len(_templates(sched)) == 1 and not _extern_convolutions(sched), str(sched)

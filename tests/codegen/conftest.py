@@ -96,3 +96,23 @@ class FakeTimer:
 def no_timing(trial):
     """A timer for compiles whose choices are cached: timing anything fails."""
     raise AssertionError(f"{trial.label} timed although its product's choice is cached")
+
+
+def compile_traced(fn, inputs, folder, **compile_kwargs):
+    """`kiln.compile(fn, **compile_kwargs)(*inputs)` from a fresh start (`kiln.reset()`), without
+    grad, with its event log written to `folder` (a Path): the result, and max-autotune's decisions
+    in the log's schedules ([Note: matmul autotuning])."""
+    import json
+
+    import kiln
+    from kiln import trace
+    kiln.reset()
+    trace.configure(folder=str(folder), log="")
+    try:
+        with torch.no_grad():
+            got = kiln.compile(fn, **compile_kwargs)(*inputs)
+    finally:
+        trace.configure(folder="", log="")
+    with open(folder / trace.TRACE_FILE) as f:
+        decisions = [d for e in map(json.loads, f) if e["kind"] == "schedule" for d in e.get("matmuls", [])]
+    return got, decisions

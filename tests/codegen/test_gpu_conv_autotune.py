@@ -4,23 +4,15 @@ are kept on disk, a second compile benchmarks nothing, and the results equal eag
 forced by a timer that favours it computes eager's results too (compiled, not interpreted).
 Skipped without CUDA: not yet run (written on a machine without a GPU); add it to
 `bench/gpu_checks.sh tests`."""
-import json
-
 import pytest
 import torch
 
-import kiln
-from kiln import trace
 from kiln.bench.accuracy import same
 from kiln.codegen.triton import matmul_autotune
 from kiln.codegen.triton.matmul_autotune import EPILOGUE, EXTERN
+from tests.codegen.conftest import compile_traced
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def _decisions(folder) -> list[dict]:
-    with open(folder / trace.TRACE_FILE) as f:
-        return [d for e in map(json.loads, f) if e["kind"] == "schedule" for d in e.get("matmuls", [])]
 
 
 def _block(dtype):
@@ -60,16 +52,9 @@ def test_the_gpu_autotuner_times_cudnn_against_every_tiling(tmp_path, monkeypatc
     x = torch.randn(8, 64, 28, 28, device="cuda", dtype=dtype).to(memory_format=torch.channels_last)
     benchmarked = []
     for run in range(2):
-        kiln.reset()
-        folder = tmp_path / f"trace{run}"
-        trace.configure(folder=str(folder), log="")
-        try:
-            with torch.no_grad():
-                got = kiln.compile(block, mode="max-autotune-no-cudagraphs")(x)
-        finally:
-            trace.configure(folder="", log="")
+        got, decisions = compile_traced(block, (x,), tmp_path / f"trace{run}", mode="max-autotune-no-cudagraphs")
         _check(block, x, got)
-        convolutions = [d for d in _decisions(folder) if d["op"] == "convolution"]
+        convolutions = [d for d in decisions if d["op"] == "convolution"]
         benchmarked.append(sum(d["benchmarked"] for d in convolutions))
         if run == 0:
             assert len(convolutions) == 3, convolutions
@@ -89,13 +74,6 @@ def test_forced_templates_compute_eager_results(tmp_path, monkeypatch):
     monkeypatch.setattr(matmul_autotune, "device_timer", lambda device: favour_templates)
     block = _block(torch.bfloat16)
     x = torch.randn(2, 64, 28, 28, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    kiln.reset()
-    folder = tmp_path / "trace"
-    trace.configure(folder=str(folder), log="")
-    try:
-        with torch.no_grad():
-            got = kiln.compile(block, mode="max-autotune-no-cudagraphs")(x)
-    finally:
-        trace.configure(folder="", log="")
+    got, decisions = compile_traced(block, (x,), tmp_path / "trace", mode="max-autotune-no-cudagraphs")
     _check(block, x, got)
-    assert all(d["choice"] != EXTERN for d in _decisions(folder) if d["op"] == "convolution")
+    assert all(d["choice"] != EXTERN for d in decisions if d["op"] == "convolution")

@@ -33,10 +33,11 @@ template computes each A tile's addresses from m and k as it loads it. The index
 The result tile is handed to the same epilogue as a matrix product's ([Note: matmul template
 epilogues] in scheduler.py): the template is placed as a pointwise node over the convolution's
 `[N, Cout, Hout, Wout]` result, so the bias (the extern's own, added to the float32 sum before
-the one rounding, as the template's addmm adds its bias), a BatchNorm in inference (a per-channel affine: loads indexed by co
-only), ReLU/SiLU, a residual add and a cast join its kernel and run on the tile before the one
-store, in the result's own layout (NHWC where the layout pass chose it). The tile printer names
-the result's dims from the tile's rows and columns: (n, ho, wo) from m, co from the column.
+the one rounding, as the template's addmm adds its bias), a BatchNorm in inference (a
+per-channel affine: loads indexed by co only), ReLU/SiLU, a residual add and a cast join its
+kernel and run on the tile before the one store, in the result's own layout (NHWC where the
+layout pass chose it). The tile printer names the result's dims from the tile's rows and columns:
+(n, ho, wo) from m, co from the column.
 
 The template reads what the extern reads, the layout pass's channels-last copies of graph inputs
 included (`w_nhwc`: an NCHW model's 3x3 weights, copied every call). It could read the NCHW

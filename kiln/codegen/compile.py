@@ -1,8 +1,9 @@
 """One prim graph to one callable: the named passes of the code generator, in order.
 
     lower (lowering.py) -> common buffers (dedupe.py) -> layouts (layout.py)
-    -> matmul templates (matmul_templates.py; printers that tile products: every product under
-       max-autotune, which the Triton printer times (triton/matmul_autotune.py), else only the
+    -> matmul templates (matmul_templates.py; printers that tile products: every product and 2-D
+       convolution (conv_templates.py) under max-autotune, which the Triton printer times
+       (triton/matmul_autotune.py), else only the
        printer's `default_matmul_configs`, decoding's GEMVs, products of one A as one GEMV kernel
        first: `group_sibling_gemvs`)
     -> attention templates (attention_templates.py; printers with `attention_configs`: decoding's

@@ -51,6 +51,9 @@ Graph-level nodes (lowering's output, the scheduler's input)
   the result's sizes whose expression reads the float32 sum over K as `Var(ACCUMULATOR)` (rounded
   to the result's dtype, or a bias added first, as addmm rounds once). The scheduler treats it as a
   pointwise producer whose consumers may join its kernel as an epilogue.
+  Its `product` may be a `ConvProduct` instead: a 2-D convolution computed as an implicit GEMM
+  ([Note: convolution templates] in kiln/codegen/conv_templates.py), `body` a `Pointwise` over the
+  convolution's `[N, Cout, Hout, Wout]` result reading its float32 sum as `Var(ACCUMULATOR)`.
 - `SiblingGemvTemplate(members, product)`: products of one A (decoding's q/k/v, or gate/up) computed
   by one GEMV template kernel ([Note: sibling GEMVs] in matmul_templates.py): each member a
   `ComputedBuffer` whose pointwise body reads its own sum over K as
@@ -125,6 +128,8 @@ Change log (keep this stable; note every change here)
   its `AttentionProduct` as a `Kernel.template`, and `AttentionConfig`.
 - v13: `MatmulProduct.prologue` / `SiblingGemvs.prologue` and `Kernel.prologue` / `.epilogue`: a
   GEMV template computing its A from A's producer ([Note: norm prologues]).
+- v14: `ConvProduct`: a `MatmulTemplate`'s (and a `Kernel.template`'s) product may be a 2-D
+  convolution as an implicit GEMM ([Note: convolution templates]).
 """
 from __future__ import annotations
 
@@ -574,8 +579,22 @@ class MatmulConfig:
                 f"warps={self.num_warps} stages={self.num_stages}")
 
 
+class _ProductOfTwo:
+    """What a template's product of two operands `a` and `b` (a matrix product, a convolution) has
+    besides its fields: one float32 sum, and its operands renamed with the kernel's buffers."""
+
+    @property
+    def sums(self) -> tuple[str, ...]:
+        """The names under which a kernel's stage reads the sums over K."""
+        return (ACCUMULATOR,)
+
+    def renamed(self, names: dict[str, str]):
+        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
+                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
+
+
 @dataclass(frozen=True)
-class MatmulProduct:
+class MatmulProduct(_ProductOfTwo):
     """`sum_k a[.., m, k] * b[.., k, n]` in float32: `a` is `[.., M, K]`, `b` is `[.., K, N]` (the same
     leading batch dim, or none), each any strided view of a buffer. `precision`: "ieee" (every
     float32 product exact, as eager's float32 matmul) or "tf32" (eager's under `allow_tf32`).
@@ -599,18 +618,47 @@ class MatmulProduct:
     def operands(self) -> tuple[ViewArg, ...]:
         return (self.b,) if self.prologue else (self.a, self.b)
 
-    @property
-    def sums(self) -> tuple[str, ...]:
-        """The names under which a kernel's stage reads the sums over K."""
-        return (ACCUMULATOR,)
-
-    def renamed(self, names: dict[str, str]) -> "MatmulProduct":
-        return dataclasses.replace(self, a=dataclasses.replace(self.a, name=names[self.a.name]),
-                                   b=dataclasses.replace(self.b, name=names[self.b.name]))
-
     def __str__(self):
         a = f"{self.a} from the prologue" if self.prologue else str(self.a)
         return f"matmul({a}, {self.b}, {self.precision}, {self.config})"
+
+
+@dataclass(frozen=True)
+class ConvProduct(_ProductOfTwo):
+    """A 2-D convolution (groups 1, not transposed, dilation 1) as a sum over K in float32: `a` is the
+    image `[N, Cin, H, W]`, `b` the weight `[Cout, Cin, KH, KW]`, each any strided view of a buffer
+    (NCHW or channels-last alike); element `(n, co, ho, wo)` of the result is
+    `sum_{ci, i, j} a[n, ci, ho*stride_h - pad_h + i, wo*stride_w - pad_w + j] * b[co, ci, i, j]`,
+    an image element outside `[0, H) x [0, W)` counting as 0. As a GEMM: M = N*Hout*Wout rows,
+    Cout columns, K = Cin*KH*KW ([Note: convolution templates] in kiln/codegen/conv_templates.py).
+    `precision` and `config` as `MatmulProduct`'s."""
+
+    a: ViewArg
+    b: ViewArg
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    precision: str
+    config: MatmulConfig
+    prologue: bool = False          # never set: a convolution's image is loaded
+
+    def __post_init__(self):
+        if self.precision not in ("ieee", "tf32"):
+            raise ValueError(f"convolution precision {self.precision!r}; kiln's templates compute 'ieee' or 'tf32'")
+        if self.config.form != "dot":
+            raise ValueError(f"a convolution template tiles tl.dot products, not the {self.config.form!r} form")
+
+    @property
+    def k(self) -> sympy.Expr:
+        cin, kh, kw = (as_expr(s) for s in self.b.sizes[1:])
+        return cin * kh * kw
+
+    @property
+    def operands(self) -> tuple[ViewArg, ...]:
+        return (self.a, self.b)
+
+    def __str__(self):
+        return (f"conv2d({self.a}, {self.b}, stride={list(self.stride)}, padding={list(self.padding)}, "
+                f"{self.precision}, {self.config})")
 
 
 @dataclass(frozen=True)
@@ -671,7 +719,7 @@ class MatmulTemplate:
 
     buffer: str
     body: Pointwise
-    product: MatmulProduct
+    product: MatmulProduct | ConvProduct
 
     def __str__(self):
         return f"{self.buffer} = {self.body} with {ACCUMULATOR} = {self.product}"
@@ -872,7 +920,7 @@ class Kernel:
     buffer_args: tuple[str, ...]
     size_args: tuple[sympy.Symbol, ...] = ()
     origins: tuple[str, ...] = ()       # the graph nodes fused here, for logs and reports
-    template: MatmulProduct | SiblingGemvs | AttentionProduct | None = None   # a template kernel: its stage follows the product
+    template: MatmulProduct | ConvProduct | SiblingGemvs | AttentionProduct | None = None   # a template kernel: its stage follows the product
 
     @property
     def prologue(self) -> tuple[Stage, ...]:

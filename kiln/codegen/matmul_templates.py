@@ -9,7 +9,8 @@ may compute one itself instead: the extern becomes an `ir.MatmulTemplate`, which
 treats as a pointwise producer, so the pointwise consumers of the product join its kernel and are
 applied to each tile of the result in registers before it is stored (an epilogue); consumers that
 cannot (one that reads the product transposed, a reduction) are refused with a reason, as any
-fusion is.
+fusion is. A 2-D convolution is offered the same way, as an implicit GEMM (an `ir.MatmulTemplate`
+whose product is an `ir.ConvProduct`: [Note: convolution templates] in conv_templates.py).
 
 Whether the extern or a template, and which tiling, is faster is a question for the GPU:
 `candidates` lists the choices for one product (the extern first, then a template per tiling the
@@ -80,6 +81,9 @@ TEMPLATE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 # op -> (bias position or None, A position, B position)
 PRODUCTS = {"mm": (None, 0, 1), "bmm": (None, 0, 1), "addmm": (0, 1, 2)}
+# the externs a template may replace: the products, and 2-D convolutions as implicit GEMMs
+# ([Note: convolution templates] in conv_templates.py), whose bias is their third argument
+BIAS_AT = {**{op: bias for op, (bias, _, _) in PRODUCTS.items()}, "convolution": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,10 +138,13 @@ def _precision(dtype: torch.dtype, device: str) -> str:
 
 def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) -> list[MatmulChoice]:
     """The ways to compute the product `node` makes: the extern call first, then a template for each
-    tiling `configs_for` offers, when one may be used (see [Note: matmul templates]). This is where
-    the autotuner will time them (issue #40, item 2)."""
+    tiling `configs_for` offers, when one may be used (see [Note: matmul templates]; a convolution's:
+    `conv_templates.conv_candidates`). The autotuner times them ([Note: matmul autotuning])."""
     extern = [ExternChoice(node)]
     name = extern_name(node)
+    if name == "convolution":
+        from kiln.codegen.conv_templates import conv_candidates   # it builds on this module
+        return conv_candidates(node, buffers, configs_for)
     if name not in PRODUCTS or len(node.outputs) != 1 or node.outputs[0] not in buffers:
         return extern
     bias_at, a_at, b_at = PRODUCTS[name]
@@ -160,8 +167,8 @@ def candidates(node: ir.ExternKernel, buffers: dict, configs_for: ConfigsFor) ->
         load = _bias_load(bias, sizes, buffers[bias.name].dtype) if bias is not None else None
         if load is None or buffers[bias.name].dtype != out.dtype:
             return extern
-        value = ir.Op("add", (acc, _to(load, torch.float32)), torch.float32)
-    body = ir.Pointwise(sizes, _to(value, out.dtype))
+        value = ir.Op("add", (acc, to_dtype(load, torch.float32)), torch.float32)
+    body = ir.Pointwise(sizes, to_dtype(value, out.dtype))
     (m, n), k = sizes[-2:], a.sizes[-1]
     precision = _precision(out.dtype, out.device)
     return extern + [ir.MatmulTemplate(out.name, body, ir.MatmulProduct(a, b, precision, config))
@@ -175,7 +182,7 @@ def _along_k(b: ir.ViewArg) -> bool:
     return int(b.strides[-2]) == 1 or int(b.sizes[-2]) == 1
 
 
-def _to(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
+def to_dtype(e: ir.ScalarExpr, dtype: torch.dtype) -> ir.ScalarExpr:
     return e if e.dtype == dtype else ir.Op("to_dtype", (e,), dtype)
 
 
@@ -261,11 +268,12 @@ def group_sibling_gemvs(graph: ir.Graph, config_for: SiblingConfig) -> ir.Graph:
 
 def use_matmul_templates(graph: ir.Graph, configs_for: ConfigsFor,
                          choose: Callable[[Sequence[MatmulChoice]], MatmulChoice] = first_template) -> ir.Graph:
-    """The pass: each product extern replaced by the template `choose` picks among its `candidates`."""
+    """The pass: each product (and convolution) extern replaced by the template `choose` picks among
+    its `candidates`."""
     buffers = graph.buffer_map()
     nodes = []
     for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel) and extern_name(node) in PRODUCTS:
+        if isinstance(node, ir.ExternKernel) and extern_name(node) in BIAS_AT:
             choice = choose(candidates(node, buffers, configs_for))
             node = choice.node if isinstance(choice, ExternChoice) else choice
         nodes.append(node)

@@ -13,8 +13,8 @@ Every refusal is recorded as a `WhyNoFuse(group, node, reason)`. Inside a group,
 reads outside it stay kernel-local values (`Assign` / accumulators), never touching memory.
 Externs and scans end the current group (scans run as kernels of their own).
 
-[Note: matmul template epilogues] An `ir.MatmulTemplate` (max-autotune's product, or decoding's GEMV
-by default: [Note: matmul templates] in matmul_templates.py) opens a group of its own and is placed as the pointwise node its
+[Note: matmul template epilogues] An `ir.MatmulTemplate` (max-autotune's product or convolution, or
+decoding's GEMV by default: [Note: matmul templates] in matmul_templates.py) opens a group of its own and is placed as the pointwise node its
 body is; its kernel is a template kernel (`ir.Kernel.template`). A later node joins it as an
 epilogue only if it is pointwise, reads something the group computes, gathers nothing (every load
 is at an index of the tile's own (m, n), a bias broadcast along m for one), and passes the rules

@@ -76,3 +76,43 @@ class Counting:
 
     def programs(self) -> int:
         return sum(len(getattr(fn, "programs", {})) for fn in self.compiled)
+
+
+class FakeTimer:
+    """Runs each trial once (the candidate really builds and launches) and answers its time by
+    label: `times` (label -> ms), else `default`. `calls` lists the labels timed, in order."""
+
+    def __init__(self, times: dict, default: float = 10.0, fail: tuple = ()):
+        self.times, self.default, self.fail, self.calls = times, default, fail, []
+
+    def __call__(self, trial) -> float:
+        self.calls.append(trial.label)
+        if trial.label in self.fail:
+            raise RuntimeError("out of resources: shared memory")
+        trial()
+        return self.times.get(trial.label, self.default)
+
+
+def no_timing(trial):
+    """A timer for compiles whose choices are cached: timing anything fails."""
+    raise AssertionError(f"{trial.label} timed although its product's choice is cached")
+
+
+def compile_traced(fn, inputs, folder, **compile_kwargs):
+    """`kiln.compile(fn, **compile_kwargs)(*inputs)` from a fresh start (`kiln.reset()`), without
+    grad, with its event log written to `folder` (a Path): the result, and max-autotune's decisions
+    in the log's schedules ([Note: matmul autotuning])."""
+    import json
+
+    import kiln
+    from kiln import trace
+    kiln.reset()
+    trace.configure(folder=str(folder), log="")
+    try:
+        with torch.no_grad():
+            got = kiln.compile(fn, **compile_kwargs)(*inputs)
+    finally:
+        trace.configure(folder="", log="")
+    with open(folder / trace.TRACE_FILE) as f:
+        decisions = [d for e in map(json.loads, f) if e["kind"] == "schedule" for d in e.get("matmuls", [])]
+    return got, decisions

@@ -2,22 +2,14 @@
 the extern and every tiling, the pick is kept on disk, a second compile benchmarks nothing, and the
 compiled results equal eager's (bf16 by the benchmark's rule against float64). Skipped without CUDA;
 `bash bench/gpu_checks.sh tests` runs it on the GPU machine."""
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-import kiln
-from kiln import trace
 from kiln.bench.accuracy import same
+from tests.codegen.conftest import compile_traced
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-
-def _matmuls(folder) -> list[dict]:
-    with open(folder / trace.TRACE_FILE) as f:
-        return [d for e in map(json.loads, f) if e["kind"] == "schedule" for d in e.get("matmuls", [])]
 
 
 @pytest.mark.parametrize("m, n, k", [(37, 45, 23), (1, 512, 256), (300, 200, 64)])
@@ -28,16 +20,10 @@ def test_the_gpu_autotuner_times_every_candidate_once(tmp_path, monkeypatch, m, 
     fn = lambda x, w, b: F.gelu(F.linear(x, w, b))
     benchmarked = []
     for run in range(2):
-        kiln.reset()
-        folder = tmp_path / f"trace{run}"
-        trace.configure(folder=str(folder), log="")
-        try:
-            got = kiln.compile(fn, dynamic=False, mode="max-autotune-no-cudagraphs")(x, w, b)
-        finally:
-            trace.configure(folder="", log="")
+        got, decisions = compile_traced(fn, (x, w, b), tmp_path / f"trace{run}", dynamic=False,
+                                        mode="max-autotune-no-cudagraphs")
         verdict = same(fn(x, w, b), got, fn(x.double(), w.double(), b.double()), tol=1e-2)
         assert verdict.ok, verdict.detail
-        decisions = _matmuls(folder)
         benchmarked.append(sum(d["benchmarked"] for d in decisions))
         if run == 0:
             (d,) = decisions

@@ -4,13 +4,10 @@ report show. There is no GPU here: Triton's interpreter runs the kernels on CPU 
 deterministic timer, injected for `device_timer`, answers by candidate (every candidate still runs
 once, so each standalone template kernel is built and launched). Every compiled result is compared
 with eager at odd shapes (M, N, K no multiples of the blocks, K = 1, a batch of 1)."""
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-import kiln
 from kiln import trace
 from kiln.codegen import ir
 from kiln.codegen import triton as triton_printer
@@ -20,29 +17,11 @@ from kiln.codegen.layout import optimize_layouts
 from kiln.codegen.lowering import lower_graph
 from kiln.codegen.triton import heuristics, matmul_autotune
 from kiln.codegen.triton.matmul_autotune import EPILOGUE, EXTERN, tune_matmuls
+from tests.codegen.conftest import FakeTimer, compile_traced, no_timing
 
 FP32 = dict(rtol=1e-5, atol=1e-5)
 SMALL = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
 WIDE = ir.MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=3)
-
-
-class FakeTimer:
-    """Runs each trial once (the candidate really builds and launches) and answers its time by
-    label: `times` (label -> ms), else `default`. `calls` lists the labels timed, in order."""
-
-    def __init__(self, times: dict, default: float = 10.0, fail: tuple = ()):
-        self.times, self.default, self.fail, self.calls = times, default, fail, []
-
-    def __call__(self, trial) -> float:
-        self.calls.append(trial.label)
-        if trial.label in self.fail:
-            raise RuntimeError("out of resources: shared memory")
-        trial()
-        return self.times.get(trial.label, self.default)
-
-
-def no_timing(trial):
-    raise AssertionError(f"{trial.label} timed although its product's choice is cached")
 
 
 @pytest.fixture
@@ -167,19 +146,11 @@ def test_kiln_compile_under_max_autotune_logs_and_reports_the_choice(tilings, mo
     monkeypatch.setenv("KILN_LOG", "kernels")
     benchmarked = []
     for run in range(2):
-        kiln.reset()
         folder = tmp_path / f"trace{run}"
-        trace.configure(folder=str(folder), log="")
-        try:
-            with torch.no_grad():
-                got = kiln.compile(model, mode="max-autotune", options={"triton_interpret": True})(x)
-        finally:
-            trace.configure(folder="", log="")
+        got, decisions = compile_traced(model, (x,), folder, mode="max-autotune", options={"triton_interpret": True})
         torch.testing.assert_close(got, model(x), **FP32)
-        with open(folder / trace.TRACE_FILE) as f:
-            (schedule,) = [e for e in map(json.loads, f) if e["kind"] == "schedule"]
-        assert [d["choice"] for d in schedule["matmuls"]] == [str(WIDE)] * 2
-        benchmarked.append(sum(d["benchmarked"] for d in schedule["matmuls"]))
+        assert [d["choice"] for d in decisions] == [str(WIDE)] * 2
+        benchmarked.append(sum(d["benchmarked"] for d in decisions))
         page = render(read_run(str(folder / trace.TRACE_FILE)))
         assert f"{benchmarked[-1]} configurations benchmarked" in page and "BLOCK_N=32" in page
         _use_timer(monkeypatch, no_timing)

@@ -14,6 +14,9 @@
   (the GEMV form's for decoding's products, [Note: GEMV by default] in heuristics.py, else none),
   and `default_sibling_gemv_config(m, ns, k, dtype)`, the tiling of products of one A computed as
   one GEMV kernel without max-autotune ([Note: sibling GEMVs] in kiln/codegen/matmul_templates.py);
+- `conv`: the convolution template's kernels (2-D convolutions as implicit GEMMs, offered under
+  max-autotune with the `matmul_configs` of their per-tap product and timed with the products:
+  [Note: convolution templates] in kiln/codegen/conv_templates.py);
 - `attention`: the attention template's kernels, and `attention_configs(lq, lk, d, dtype)`, what it
   offers decoding's attention ([Note: decode attention] in kiln/codegen/attention_templates.py);
 - `source_cache`: sources on disk by hash, loaded interpreted (CPU tensors) or compiled (CUDA);

@@ -74,34 +74,38 @@ def programs(kernel: ir.Kernel) -> int:
     return batch * rows * columns
 
 
-class _TilePrinter(KernelPrinter):
+class TilePrinter(KernelPrinter):
     """The statement printer on one tile: `x` is the tile's rows (`xindex`, a `[BLOCK_M, 1]`
     column), `r` its columns (`rindex`, a `[1, BLOCK_N]` row), and `Var(ACCUMULATOR)` the tile's
     float32 sum over K (sibling products: each member's `Var(accumulator)`, `accumulators`)."""
 
     def __init__(self, kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool,
-                 accumulators: tuple[str, ...] = (ir.ACCUMULATOR,)):
+                 accumulators: tuple[str, ...] = (ir.ACCUMULATOR,), dims: tuple[tuple, tuple] | None = None):
         super().__init__(kernel, buffers, interpret, persistent=True, tile=("BLOCK_M", "BLOCK_N"))
         m, n = kernel.ranges[-2:]
-        self.x_space = LoopSpace("x", (m,), "xindex")
-        self.index = IndexPrinter([self.x_space, LoopSpace("r", (n,), "rindex")], {})
+        # `dims`: the result's dims a row of the tile stands for, outermost first, and a column's (a
+        # convolution's (n, ho, wo) and (co,): [Note: convolution templates]); a product's: (M,), (N,)
+        rows, columns = dims or ((m,), (n,))
+        self.x_space = LoopSpace("x", rows, "xindex")
+        self.index = IndexPrinter([self.x_space, LoopSpace("r", columns, "rindex")], {})
         for name in accumulators:
             self.vars[name] = Value(name, frozenset("xr"), torch.float32)
 
     def epilogue(self, stage: ir.Stage) -> list[str]:
         self.print_statements(stage.body)
-        defs = [f"{space.per_dim_name(0)} = {space.flat}" for prefix, space in self.index.spaces.items()
-                if (prefix, 0) in self.index.used_dims]
+        defs = [f"{self.index.spaces[prefix].per_dim_name(d)} = {self.index.spaces[prefix].per_dim_text(d, self.index)}"
+                for prefix, d in sorted(self.index.used_dims)]
         return ["    " + line for line in defs] + self.out.lines
 
 
-def _on_tile(kernel: ir.Kernel) -> ir.Stage:
-    """The kernel's stage with its loop variables renamed to the tile's: m -> x0, n -> r0, and the
-    batch dim (a 3-D product's x0) -> `batch`."""
+def on_tile(kernel: ir.Kernel, rename: dict | None = None) -> ir.Stage:
+    """The kernel's stage with its loop variables renamed to the tile's (`rename`): a product's
+    m -> x0, n -> r0, and the batch dim (a 3-D product's x0) -> `batch`."""
     nd = len(kernel.ranges)
-    rename = {ir.loop_var(nd - 2): ir.loop_var(0), ir.loop_var(nd - 1): ir.reduction_var(0)}
-    if nd == 3:
-        rename[ir.loop_var(0)] = BATCH
+    if rename is None:
+        rename = {ir.loop_var(nd - 2): ir.loop_var(0), ir.loop_var(nd - 1): ir.reduction_var(0)}
+        if nd == 3:
+            rename[ir.loop_var(0)] = BATCH
 
     def stmt(s):
         if isinstance(s, ir.Store):
@@ -111,8 +115,8 @@ def _on_tile(kernel: ir.Kernel) -> ir.Stage:
     return ir.Stage((), tuple(stmt(s) for s in stage.body))
 
 
-def _plus(*terms) -> str:
-    """`terms` (text or ints) as the start of a sum, zeros left out: `_plus("0", 300)` is `"300 + "`."""
+def plus_terms(*terms) -> str:
+    """`terms` (text or ints) as the start of a sum, zeros left out: `plus_terms("0", 300)` is `"300 + "`."""
     return "".join(f"{t} + " for t in terms if str(t) != "0")
 
 
@@ -123,7 +127,7 @@ def _pointer_terms(view: ir.ViewArg) -> tuple[str, str, str]:
     return start, str(row_stride), str(column_stride)
 
 
-def _operands(kernel: ir.Kernel, tile: _TilePrinter) -> tuple:
+def _operands(kernel: ir.Kernel, tile: TilePrinter) -> tuple:
     """The product's M, N and K, and for A and B: the pointer, the batch element's start and the
     row and column strides (as text)."""
     product = kernel.template
@@ -137,8 +141,8 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
         return _print_siblings(kernel, buffers, interpret)
     product = kernel.template
     batch, grid_m, grid_n = _grid(kernel)
-    tile = _TilePrinter(kernel, buffers, interpret)
-    epilogue = tile.epilogue(_on_tile(kernel))
+    tile = TilePrinter(kernel, buffers, interpret)
+    epilogue = tile.epilogue(on_tile(kernel))
     tiles = grid_m * grid_n
     lines = ["pid = tl.program_id(0)"]
     if batch > 1:
@@ -150,22 +154,27 @@ def _print_function(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     params = [tile.ptr(name) for name in kernel.buffer_args]
     params += ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"]
     body = "\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue)
-    return f"{_decorator(kernel, interpret)}\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
+    return f"{template_decorator(kernel, interpret)}\ndef {kernel.name}({', '.join(params)}):\n{body}\n"
 
 
-def _decorator(kernel: ir.Kernel, interpret: bool) -> str:
+def template_decorator(kernel: ir.Kernel, interpret: bool) -> str:
     """`device_assert`s compile in where a prologue gathers (an embedding read by the first norm)."""
     return "@triton.jit(debug=True)" if ir.index_checks(kernel) and not interpret else "@triton.jit"
 
 
-def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
-    """The tile's sum over K as `tl.dot`s of `[BLOCK_M, BLOCK_K]` and `[BLOCK_K, BLOCK_N]` tiles."""
-    product = kernel.template
-    _, grid_m, grid_n = _grid(kernel)
-    m, n, k, (a, a_start, a_m, a_k), (b, b_start, b_k, b_n) = _operands(kernel, tile)
-    widen = ".to(tl.float32)" if interpret and buffers[product.a.name].dtype in ops.HALF_DTYPES else ""
-    precision = f', input_precision="{product.precision}"' if buffers[product.a.name].dtype == torch.float32 else ""
-    lines = [
+def dot_operands(product, buffers: Mapping[str, ir.Buffer], interpret: bool) -> tuple[str, str]:
+    """What a `tl.dot` of the product's tiles needs: the widening of half tiles under the
+    interpreter (module docstring), and float32's `input_precision` argument."""
+    dtype = buffers[product.a.name].dtype
+    widen = ".to(tl.float32)" if interpret and dtype in ops.HALF_DTYPES else ""
+    return widen, (f', input_precision="{product.precision}"' if dtype == torch.float32 else "")
+
+
+def tile_lines(grid_m: int, grid_n: int, m: int, n: int) -> list[str]:
+    """Program `tile`'s row and column tile (`pid_m`, `pid_n`), in the grouped order, and the tile's
+    row indices (`xindex`, `[BLOCK_M, 1]`) and column indices (`rindex`, `[1, BLOCK_N]`), masked by
+    M and N."""
+    return [
         f"# programs in groups of GROUP_M row tiles, column tile by column tile: a group's programs share",
         f"# tiles of A and B in cache",
         f"group_first = (tile // (GROUP_M * {grid_n})) * GROUP_M",
@@ -176,6 +185,16 @@ def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.B
         "rindex = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_DTYPE)[None, :]",
         f"xmask = xindex < {m}",
         f"rmask0 = rindex < {n}",
+    ]
+
+
+def _dot_lines(kernel: ir.Kernel, tile: TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
+    """The tile's sum over K as `tl.dot`s of `[BLOCK_M, BLOCK_K]` and `[BLOCK_K, BLOCK_N]` tiles."""
+    product = kernel.template
+    _, grid_m, grid_n = _grid(kernel)
+    m, n, k, (a, a_start, a_m, a_k), (b, b_start, b_k, b_n) = _operands(kernel, tile)
+    widen, precision = dot_operands(product, buffers, interpret)
+    lines = tile_lines(grid_m, grid_n, m, n) + [
         "# [Note: unmasked operand loads] a partial tile's rows (columns) past M (N) load row M - 1's",
         "# neighbours again (index modulo M), and are never stored",
         f"a_rows = {a} + ({a_start} + (xindex % {m}) * {a_m})",
@@ -196,7 +215,7 @@ def _dot_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.B
     return lines
 
 
-def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
+def _gemv_lines(kernel: ir.Kernel, tile: TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool) -> list[str]:
     """[Note: the GEMV form] A product of a few rows (decoding's `x @ w.t()` at one token) moves
     the weight and little else, so its time is the weight's bytes over the memory bandwidth, if
     the weight is read once, in long runs, by enough programs. The GEMV form gives a program
@@ -220,7 +239,7 @@ def _gemv_lines(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.
     return ["pid_n = tile"] + _gemv_sums(m, n, k, rows, [(ir.ACCUMULATOR, b)], product.config)
 
 
-def _rows(kernel: ir.Kernel, tile: _TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool):
+def _rows(kernel: ir.Kernel, tile: TilePrinter, buffers: Mapping[str, ir.Buffer], interpret: bool):
     """How the GEMV loop gets A's rows: loaded, or computed by the kernel's prologue."""
     product = kernel.template
     if product.prologue:
@@ -245,7 +264,7 @@ class _LoadedRows:
 
     def row(self, i: int) -> tuple[list[str], str]:
         mask = "" if self.whole else f", kindex < {self.k}, other=0"
-        start = _plus(self.start, i * int(self.row_stride))
+        start = plus_terms(self.start, i * int(self.row_stride))
         return [f"    a_{i} = tl.load({self.pointer} + ({start}kindex * {self.k_stride}){mask}).to(tl.float32)"], f"a_{i}[None, :]"
 
 
@@ -354,7 +373,7 @@ def _gemv_sums(m: int, n: int, k: int, rows, members: list[tuple[str, tuple]], c
         f"rmask0 = rindex < {n}",
     ]
     tags = [acc[len(ir.ACCUMULATOR):] for acc, _ in members]     # "" for a lone product: `b_rows`
-    lines += [f"b{tag}_rows = {b} + ({_plus(b_start)}(nindex % {n})[:, None] * {b_n})"
+    lines += [f"b{tag}_rows = {b} + ({plus_terms(b_start)}(nindex % {n})[:, None] * {b_n})"
               for tag, (_, (b, b_start, b_k, b_n)) in zip(tags, members)]
     lines += [f"{acc}_{i} = tl.full([BLOCK_N], 0, tl.float32)" for acc, _ in members for i in range(m)]
     lines += rows.before(m)
@@ -390,29 +409,33 @@ def _print_siblings(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpr
     for i, (members, stage) in enumerate(zip(group.segments, kernel.epilogue)):
         part = dataclasses.replace(kernel, ranges=(sympy.Integer(m), sympy.Integer(group.n(i))),
                                    stages=kernel.prologue + (stage,))
-        tile = _TilePrinter(part, buffers, interpret, tuple(group.accumulator(j) for j in members))
+        tile = TilePrinter(part, buffers, interpret, tuple(group.accumulator(j) for j in members))
         pointers = [tile.ptr(name) for name in kernel.buffer_args]
-        epilogue = tile.epilogue(_on_tile(part))
+        epilogue = tile.epilogue(on_tile(part))
         sums = [(group.accumulator(j), (tile.ptr(group.bs[j].name), *_pointer_terms(group.bs[j]))) for j in members]
         lines = ["pid_n = tile"] + _gemv_sums(m, group.n(i), k, _rows(part, tile, buffers, interpret), sums, group.config)
         segments.append("\n".join("    " + line for line in lines) + "\n" + "\n".join(epilogue))
     params = ", ".join(pointers + ["xnumel", "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr", "INDEX_DTYPE: tl.constexpr"])
-    head = f"{_decorator(kernel, interpret)}\ndef {kernel.name}({params}):\n    pid = tl.program_id(0)\n"
+    head = f"{template_decorator(kernel, interpret)}\ndef {kernel.name}({params}):\n    pid = tl.program_id(0)\n"
     if len(segments) == 1:
         return head + "    tile = pid\n" + segments[0] + "\n"
     functions, calls, start = [], [], 0
     for i, (body, blocks) in enumerate(zip(segments, _segment_blocks(kernel))):
         name = f"{kernel.name}_segment{i}"
-        functions.append(f"{_decorator(kernel, interpret)}\ndef {name}({', '.join(pointers)}, tile, INDEX_DTYPE: tl.constexpr):\n{body}\n")
+        functions.append(f"{template_decorator(kernel, interpret)}\ndef {name}({', '.join(pointers)}, tile, INDEX_DTYPE: tl.constexpr):\n{body}\n")
         test = "else:" if i == len(segments) - 1 else f"{'if' if i == 0 else 'elif'} pid < {start + blocks}:"
         calls += [f"    {test}", f"        {name}({', '.join(pointers)}, {f'pid - {start}' if start else 'pid'}, INDEX_DTYPE)"]
         start += blocks
     return "\n\n".join(functions + [head + "\n".join(calls) + "\n"])
 
 
-def print_template(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
-    """The module source of a template kernel (`printer.print_canonical` of one)."""
-    config = kernel.template.config
+def tiling_constants(config: ir.MatmulConfig) -> list[str]:
+    """A template module's tiling: its blocks as constants, and `MATMUL_CONFIG` for the launcher."""
     constants = [f"{name} = tl.constexpr({getattr(config, name)})" for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
     constants.append(f"MATMUL_CONFIG = {dataclasses.asdict(config)!r}  # the launch: one tile a program")
-    return assemble(kernel, [_print_function(kernel, buffers, interpret)], constants, interpret)
+    return constants
+
+
+def print_template(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
+    """The module source of a template kernel (`printer.print_canonical` of one)."""
+    return assemble(kernel, [_print_function(kernel, buffers, interpret)], tiling_constants(kernel.template.config), interpret)

@@ -1,4 +1,4 @@
-"""max-autotune's matrix products, timed: for each product the extern call or a template tiling,
+"""max-autotune's matrix products and convolutions, timed: for each the extern call or a template tiling,
 whichever the device runs fastest, remembered on disk so a warm start times nothing.
 
 [Note: matmul autotuning] `matmul_templates.candidates` lists the ways to compute one product:
@@ -6,8 +6,8 @@ the extern call (cuBLAS through ATen) and a template kernel per tiling of the pr
 `matmul_configs`. `tune_matmuls` times them on the product's device, on random inputs of the
 product's real sizes, strides and dtypes, and keeps the fastest:
 
-- the extern: the graph's own call (`torch.ops.aten.mm/addmm/bmm`, its arguments as the host
-  program passes them, views included);
+- the extern: the graph's own call (`torch.ops.aten.mm/addmm/bmm`, or the convolution prim, ATen's
+  convolution: cuDNN on a GPU; its arguments as the host program passes them, views included);
 - a template: the kernel the scheduler makes of it, epilogue included. The graph is scheduled
   once with every product a template (the first tiling); the kernel that begins with the product
   is that product's template with the pointwise consumers that join it ([Note: matmul template
@@ -24,7 +24,8 @@ under "epilogue pass". With no epilogue the extern's time is the call alone.
 
 The choice is kept in `kiln.runtime.store` (kind "autotune", `matmul-<hash of the key>.json`),
 keyed by the device's name, the product (op, batch, M, N, K, the operands' sizes, strides and
-dtypes, the bias, the precision), the printed source of its template kernel (which holds the
+dtypes, the bias, the precision; a convolution's stride and padding besides, its M and N its
+GEMM's: [Note: convolution templates]), the printed source of its template kernel (which holds the
 epilogue), the tilings offered, and the torch, triton and kiln versions (kiln's source hash
 included). A second compile of the same product, in this process or another, reads the choice and
 benchmarks nothing (`MatmulDecision.benchmarked == 0`). A candidate that fails to build or launch
@@ -56,7 +57,7 @@ import torch
 from kiln import log
 from kiln.codegen import ir
 from kiln.codegen.matmul_padding import extern_name
-from kiln.codegen.matmul_templates import (PRODUCTS, ConfigsFor, ExternChoice, MatmulChoice, candidates,
+from kiln.codegen.matmul_templates import (BIAS_AT, ConfigsFor, ExternChoice, MatmulChoice, candidates,
                                            first_template, use_matmul_templates)
 from kiln.runtime import store
 
@@ -81,14 +82,14 @@ class MatmulDecision:
     """What the autotuner chose for one product, and why."""
 
     product: str                  # the product's buffer
-    op: str                       # mm | addmm | bmm
-    shape: str                    # "MxNxK", or "BxMxNxK" for bmm
+    op: str                       # mm | addmm | bmm | convolution
+    shape: str                    # "MxNxK", "BxMxNxK" for bmm, "NxCinxHxW * CoutxCinxKHxKW stride S padding P" for a convolution
     dtype: str
     epilogue: tuple[str, ...]     # the nodes fused after the product into its template kernel
     choice: str                   # "extern" or a tiling (`str(MatmulConfig)`)
     benchmarked: int              # candidates timed by this compile (0: the choice came from the cache)
     timings: dict                 # label -> ms (the extern's without the epilogue pass)
-    how: str                      # "timed" | "cache" | "not timed: <why>"
+    how: str                      # "timed" | "cache" | "not timed: <why>" | "no template: <why>" (a convolution)
 
     def __str__(self):
         epi = f", epilogue {'+'.join(self.epilogue)}" if self.epilogue else ", no epilogue"
@@ -123,13 +124,18 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     """`graph` with each product the fastest of its candidates ([Note: matmul autotuning])."""
     buffers = graph.buffer_map()
     products = {}
+    refused = []           # convolutions no template may compute, and why
     for node in graph.nodes:
-        if isinstance(node, ir.ExternKernel) and extern_name(node) in PRODUCTS:
+        if isinstance(node, ir.ExternKernel) and extern_name(node) in BIAS_AT:
             choices = candidates(node, buffers, configs_for)
             if len(choices) > 1:
                 products[node.outputs[0]] = choices
+            elif extern_name(node) == "convolution":
+                refused.append(_refused_convolution(node, buffers))
     if not products:
-        return graph, []
+        if refused and log.enabled("kernels"):
+            log.emit("kernels", "matmul autotune", "\n".join(map(str, refused)))
+        return graph, refused
     from kiln.codegen.scheduler import schedule
     templated = use_matmul_templates(graph, configs_for)
     kernels = {k.origins[0]: k for k in schedule(templated).steps
@@ -141,6 +147,7 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
         decision, picked[out] = _decide(out, choices, kernels.get(out), buffers,
                                         timer if timer is not None else device_timer(device))
         decisions.append(decision)
+    decisions += refused
     log.count("matmul configurations benchmarked", sum(d.benchmarked for d in decisions))
     if log.enabled("kernels"):
         log.emit("kernels", "matmul autotune", "\n".join(map(str, decisions)))
@@ -148,6 +155,46 @@ def tune_matmuls(graph: ir.Graph, configs_for: ConfigsFor, timer: Timer | None =
     def choose(choices: Sequence[MatmulChoice]) -> MatmulChoice:
         return picked.get(choices[0].node.outputs[0]) or first_template(choices)
     return use_matmul_templates(graph, configs_for, choose), decisions
+
+
+def _refused_convolution(node: ir.ExternKernel, buffers: Mapping[str, ir.Buffer]) -> MatmulDecision:
+    """The decision for a convolution no template may compute: the extern, and why ([Note:
+    convolution templates] lists what is refused)."""
+    from kiln.codegen.conv_templates import refusal
+
+    def sizes(arg) -> str:
+        view = arg if isinstance(arg, ir.ViewArg) else buffers[arg.name]
+        return "x".join(map(str, view.sizes))
+    out = node.outputs[0]
+    why = refusal(node, buffers) or "the printer offers no tiling of its product"
+    shape = f"{sizes(node.args[0])} * {sizes(node.args[1])}" if len(node.args) > 1 else ""
+    return MatmulDecision(out, "convolution", shape, str(buffers[out].dtype).replace("torch.", ""), (), EXTERN, 0, {},
+                          f"no template: {why}")
+
+
+def _bias(node: ir.ExternKernel) -> ir.BufferArg | ir.ViewArg | None:
+    """The extern's bias operand (addmm's, a convolution's), or None."""
+    at = BIAS_AT[extern_name(node)]
+    bias = node.args[at] if at is not None else None
+    return bias if isinstance(bias, (ir.BufferArg, ir.ViewArg)) else None
+
+
+def _gemm(product, sizes: list[int]) -> tuple[int, int, int]:
+    """(batch, M, N) of the product whose result has `sizes`: a convolution's GEMM is N*Hout*Wout
+    rows by Cout columns ([Note: convolution templates])."""
+    if isinstance(product, ir.ConvProduct):
+        batch, cout, hout, wout = sizes
+        return 1, batch * hout * wout, cout
+    *batch, m, n = sizes
+    return (batch[0] if batch else 1), m, n
+
+
+def _shape(product, sizes: list[int]) -> str:
+    """The product's shape for the decision: "MxNxK", "BxMxNxK", or a convolution's operands."""
+    if isinstance(product, ir.ConvProduct):
+        image, weight = ("x".join(str(int(s)) for s in v.sizes) for v in (product.a, product.b))
+        return f"{image} * {weight} stride {list(product.stride)} padding {list(product.padding)}"
+    return "x".join(map(str, sizes[:-2] + sizes[-2:] + [int(product.k)]))
 
 
 def _label(choice: MatmulChoice) -> str:
@@ -160,9 +207,7 @@ def _decide(out: str, choices: Sequence[MatmulChoice], kernel: ir.Kernel | None,
     node = extern.node
     op = extern_name(node)
     product = templates[0].product
-    sizes = [int(s) for s in buffers[out].sizes]
-    k = int(product.k)
-    shape = "x".join(map(str, sizes[:-2] + sizes[-2:] + [k]))
+    shape = _shape(product, [int(s) for s in buffers[out].sizes])
     epilogue = tuple(kernel.origins[1:]) if kernel is not None else ()
     decision = MatmulDecision(out, op, shape, str(buffers[out].dtype).replace("torch.", ""), epilogue,
                               _label(templates[0]), 0, {}, "")
@@ -205,18 +250,18 @@ def _key(node: ir.ExternKernel, product: ir.MatmulProduct, templates: Sequence[i
     out = buffers[kernel.origins[0]]
     device = str(out.device)
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else f"{device} (interpreter)"
-    bias_at = PRODUCTS[extern_name(node)][0]
-    bias = node.args[bias_at] if bias_at is not None else None
+    bias = _bias(node)
 
     def view(v) -> list:
         if isinstance(v, ir.BufferArg):
             b = buffers[v.name]
             v = ir.ViewArg(v.name, b.sizes, b.strides, b.offset)
         return [[int(s) for s in v.sizes], [int(s) for s in v.strides], str(buffers[v.name].dtype)]
-    *batch, m, n = (int(s) for s in out.sizes)
-    return {"device": name, "op": extern_name(node), "batch": batch[0] if batch else 1, "M": m, "N": n,
-            "K": int(product.k), "a": view(product.a), "b": view(product.b),
-            "bias": view(bias) if isinstance(bias, (ir.BufferArg, ir.ViewArg)) else None,
+    batch, m, n = _gemm(product, [int(s) for s in out.sizes])
+    conv = {"stride": list(product.stride), "padding": list(product.padding)} if isinstance(product, ir.ConvProduct) else {}
+    return {"device": name, "op": extern_name(node), "batch": batch, "M": m, "N": n,
+            "K": int(product.k), "a": view(product.a), "b": view(product.b), **conv,
+            "bias": view(bias) if bias is not None else None,
             "out": str(out.dtype), "precision": product.precision,
             "kernel": hashlib.sha256(KernelSpec.of(kernel, buffers).source.encode()).hexdigest()[:32],
             "tilings": [str(t.product.config) for t in templates],
@@ -298,10 +343,9 @@ def _epilogue_pass(node: ir.ExternKernel, kernel: ir.Kernel, buffers: Mapping[st
     """A stand-in for the epilogue kernel the extern would leave ([Note: matmul autotuning]): one
     copy moving the bytes that kernel would move."""
     product = kernel.template
-    bias_at = PRODUCTS[extern_name(node)][0]
     shared = {product.a.name, product.b.name, kernel.origins[0]}
-    if bias_at is not None:
-        shared.add(node.args[bias_at].name)
+    if _bias(node) is not None:
+        shared.add(_bias(node).name)
 
     def nbytes(b: ir.Buffer) -> int:
         return int(sympy.Mul(*b.sizes)) * b.dtype.itemsize

@@ -50,14 +50,21 @@ class KernelLayout:
     rows_contiguous: bool = False              # reduced dim strided, x contiguous (heuristics hint)
 
 
+# A template kernel's printer module (in kiln.codegen.triton), and its layout's kind, by its product's type
+TEMPLATE_PRINTERS = {ir.AttentionProduct: ("attention", "attention"), ir.MatmulProduct: ("matmul", "matmul"),
+                     ir.SiblingGemvs: ("matmul", "matmul"), ir.ConvProduct: ("conv", "matmul")}
+
+
+def template_printer(kernel: ir.Kernel):
+    """The module that prints template kernel `kernel` (`print_template`, `programs`)."""
+    import importlib
+    return importlib.import_module(f"kiln.codegen.triton.{TEMPLATE_PRINTERS[type(kernel.template)][0]}")
+
+
 def layout_of(kernel: ir.Kernel) -> KernelLayout:
-    if isinstance(kernel.template, ir.AttentionProduct):
-        from kiln.codegen.triton.attention import programs
-        return KernelLayout(name=_ident(kernel.name), kind="attention", xnumel=sympy.Integer(programs(kernel)),
-                            rnumels=(), size_args=tuple(kernel.size_args))
     if kernel.template is not None:
-        from kiln.codegen.triton.matmul import programs
-        return KernelLayout(name=_ident(kernel.name), kind="matmul", xnumel=sympy.Integer(programs(kernel)),
+        return KernelLayout(name=_ident(kernel.name), kind=TEMPLATE_PRINTERS[type(kernel.template)][1],
+                            xnumel=sympy.Integer(template_printer(kernel).programs(kernel)),
                             rnumels=(), size_args=tuple(kernel.size_args))
     groups = _range_groups(kernel)
     kind = "pointwise"
@@ -557,12 +564,8 @@ def print_kernel(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret:
 
 def print_canonical(kernel: ir.Kernel, buffers: Mapping[str, ir.Buffer], interpret: bool) -> str:
     """`print_kernel` of a kernel `canonical` made already."""
-    if isinstance(kernel.template, ir.AttentionProduct):
-        from kiln.codegen.triton.attention import print_template
-        return print_template(kernel, buffers, interpret)
     if kernel.template is not None:
-        from kiln.codegen.triton.matmul import print_template
-        return print_template(kernel, buffers, interpret)
+        return template_printer(kernel).print_template(kernel, buffers, interpret)
     persistent = KernelPrinter(kernel, buffers, interpret, persistent=True)
     functions = [persistent.print_function(kernel.name)]
     if layout_of(kernel).kind != "pointwise":

@@ -31,7 +31,8 @@ tests)
         tests/codegen/test_triton_warm_binaries.py tests/codegen/test_gpu_varying_lengths.py \
         tests/codegen/test_cpu_scalars_in_cuda_programs.py tests/codegen/test_attention_bias_alignment.py \
         tests/codegen/test_output_strides.py tests/codegen/test_gpu_matmul_autotune.py \
-        tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 | tail -5 > "$OUT/gpu_tests.txt"
+        tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py tests/codegen/test_gpu_conv_autotune.py \
+        2>&1 | tail -5 > "$OUT/gpu_tests.txt"
     timeout 90 $py bench/scatter_probe.py > "$OUT/scatter_probe.txt" 2>&1   # scatter kernels and index checks, compiled
     timeout 120 $py -m kiln.bench.bandwidth 2>&1 | tail -12 > "$OUT/bandwidth.txt"
     cat "$OUT/capture.txt" "$OUT/gpu_tests.txt"; tail -8 "$OUT/scatter_probe.txt"; cat "$OUT/bandwidth.txt"

@@ -14,7 +14,7 @@
 #   bash bench/gpu_checks.sh decode_b1  # issue #36: batch-1 decoding, kiln-static against Inductor-static, the attention probe, and each model's profile (~430 s)
 #   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
 #   bash bench/gpu_checks.sh partition_ab  # issue #35: resnet18/50 training with and without saving values both passes' externs read (~300 s)
-#   bash bench/gpu_checks.sh prologue_ab  # issue #36: batch-1 decoding without norm prologues and with two forms of them (~400 s)
+#   bash bench/gpu_checks.sh prologue_ab  # issue #36: GPU time a token without norm prologues and with two forms of them (~450 s)
 #   bash bench/gpu_checks.sh fuzz SEED N  # issue #38: N fuzz programs on the GPU from SEED, half precision, 14 jobs (~1 s a program / 14)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
@@ -100,19 +100,18 @@ convtrain)  # issue #35: the conv nets whose training trailed Inductor, after sa
     $py -m kiln.bench --device cuda --suite pt2-vision --models resnet18,resnet50,densenet121,shufflenet_v2_x1_0 \
         --precisions bf16 --modes train --prewarm 4 --timeout 150 --out "$OUT/pt2" 2>&1 | tail -14
     ;;
-prologue_ab)  # issue #36: [Note: norm prologues] off, on with the statistics walked in BLOCK_K steps (as at
-    # 00:27, where LLaMA-1.1B's GPU time a token was 1,739 us against 1,423 at 22:11 before them), and on with
-    # the row in one block (matmul.STATISTICS_BLOCK); kiln-static only, a fresh program cache each
-    ab=$(mktemp -d); printf 'import os\nv = os.environ.get("KILN_AB_PROLOGUES")\nif v == "off":\n    import kiln.codegen.scheduler as s\n    s.find_prologues = lambda *a: ({}, [])\nif v == "narrow":\n    import kiln.codegen.triton.matmul as m\n    m.STATISTICS_BLOCK = 0\n' > "$ab/sitecustomize.py"
-    for m in llama-1b dolly; do
-        for v in off narrow wide; do
-            KILN_CACHE_DIR=$(mktemp -d) KILN_AB_PROLOGUES=$v PYTHONPATH="${PYTHONPATH:-}:$ab" timeout 110 $py -m kiln.bench.decoding \
-                --device cuda --models $m --cases 1x8+50 --forms kiln-static --rounds 3 --out "$OUT/ab_$v" \
-                > "$OUT/ab_${m}_$v.txt" 2>&1
-            echo "$m prologues $v: $(grep '| kiln-static' "$OUT/ab_${m}_$v.txt")"
-        done
+prologue_ab)  # issue #36: [Note: norm prologues] off (the default, prologues.NORM_PROLOGUES), on with the
+    # statistics walked in BLOCK_K steps (as at 00:10, where LLaMA-1.1B's GPU time a token was 1,739 us against
+    # 1,423 at 22:11 before them), and on with the row in one block (matmul.STATISTICS_BLOCK): the GPU time a
+    # token and launches of kiln-static by decode_profile.py, a fresh program cache each (wall time per token
+    # is host-bound and moved 2.0-3.0 ms between processes at 00:35)
+    ab=$(mktemp -d); printf 'import os\nv = os.environ.get("KILN_AB_PROLOGUES")\nif v in ("narrow", "wide"):\n    import kiln.codegen.prologues as p\n    p.NORM_PROLOGUES = True\nif v == "narrow":\n    import kiln.codegen.triton.matmul as m\n    m.STATISTICS_BLOCK = 0\n' > "$ab/sitecustomize.py"
+    for mv in llama-1b:off llama-1b:narrow llama-1b:wide dolly:off dolly:wide; do
+        m=${mv%%:*}; v=${mv##*:}
+        KILN_CACHE_DIR=$(mktemp -d) KILN_AB_PROLOGUES=$v PYTHONPATH="${PYTHONPATH:-}:$ab" timeout 100 $py bench/decode_profile.py $m \
+            --forms kiln-static --new 50 --top 12 --out "$OUT/ab_profile_${m}_$v" 2>&1 | grep -v "USDT\|^DEBUG" > "$OUT/ab_${m}_$v.txt"
+        echo "$m prologues $v: $(grep -h '^## \|unprofiled' "$OUT/ab_${m}_$v.txt" | tr '\n' ' ')"
     done
-    timeout 100 $py bench/attention_probe.py 2>&1 | grep "tokens\|candidate" | tee "$OUT/attention_probe.txt"
     ;;
 fuzz)  # issue #38: the differential fuzzer through CUDA tensors and compiled Triton kernels, --half;
       # resumable (--progress), shrunk repros of any wrong program under $OUT/fuzz_repros

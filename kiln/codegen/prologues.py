@@ -71,6 +71,13 @@ import torch
 
 from kiln.codegen import ir
 
+# Off by default: on an H100 (bench/results/generate/20261208-0010_cuda_decoding_prologues.md) the
+# GEMVs that computed their norms in BLOCK_K steps took 17-28 us each where GEMV and norm kernel had
+# taken ~10 and ~19.5, and LLaMA-1.1B's GPU time a token rose from 1,423 to 1,739 us with 43 fewer
+# launches. The statistics now walk the row in one block (triton/matmul.py's STATISTICS_BLOCK), not
+# yet timed: `bash bench/gpu_checks.sh prologue_ab` decides, then this default.
+NORM_PROLOGUES = False
+
 # Bounds on what every program of a GEMV recomputes (see the Note): bytes of the prologue's reads
 # over the weight bytes a program reads; nodes of one expression.
 MAX_PROLOGUE_READ_RATIO = 2

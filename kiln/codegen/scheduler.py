@@ -52,6 +52,7 @@ from kiln.codegen import ir
 from kiln.codegen.ir import Accumulate, Assign, Constant, Load, ScanAccumulate, Stage, Store, Var, loop_var, reduction_var
 from kiln.codegen.indexing import index_bounds, simplify_index
 from kiln.codegen.lowering import EXPENSIVE_OPS, reshape_index
+from kiln.codegen import prologues as prologue_rules
 from kiln.codegen.prologues import find_prologues, prologue_stages
 
 
@@ -453,7 +454,8 @@ def schedule(graph: ir.Graph) -> Schedule:
 
     nodes = list(graph.nodes)
     emitted = {b for b in graph.inputs if b is not None} | {b.name for b in graph.buffers if b.name.startswith("const")}
-    prologues, refusals = find_prologues(nodes, planner, _reads, _simplify_expr)
+    prologues, refusals = find_prologues(nodes, planner, _reads, _simplify_expr) if prologue_rules.NORM_PROLOGUES \
+        else ({}, [])
     refused += [WhyNoFuse(r.template, r.producer, f"not computed in the GEMV's prologue: {r.reason}") for r in refusals]
     hoisted: set[int] = {id(n) for taken in prologues.values() for n in taken}   # skipped where they stand
 

@@ -29,8 +29,14 @@ from tests.codegen.conftest import compare_with_eager
 K = 300
 
 
+@pytest.fixture(autouse=True)
+def _with_prologues(monkeypatch):
+    """Off by default until timed on a GPU (prologues.NORM_PROLOGUES); these tests are of the form."""
+    monkeypatch.setattr(prologues, "NORM_PROLOGUES", True)
+
+
 def _without_prologues(monkeypatch):
-    monkeypatch.setattr(scheduler, "find_prologues", lambda *args: ({}, []))
+    monkeypatch.setattr(prologues, "NORM_PROLOGUES", False)
 
 
 def _graph(graphs, fn, inputs, configs=None, siblings=True):

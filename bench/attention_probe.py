@@ -14,7 +14,9 @@ from kiln.bench.accuracy import same_greedy_decode
 from kiln.bench.decoding import MODELS
 from kiln.bench.suites import ensure_torchvision_importable
 from kiln.codegen import attention_templates as at
+from kiln.codegen.lowering import bind_arguments
 from kiln.codegen.matmul_padding import extern_name
+from kiln.codegen.matmul_templates import static_operand
 
 p = argparse.ArgumentParser()
 p.add_argument("--device", default="cuda")
@@ -30,9 +32,11 @@ candidate, template = at._candidate, at._template
 def traced_candidate(ctx, node, configs_for):
     found = candidate(ctx, node, configs_for)
     if hasattr(node, "op") and "attention" in extern_name(node):
-        shapes = [tuple(str(s) for s in ctx.buffers[x.name].sizes) if hasattr(x, "name") and x.name in ctx.buffers
-                  else x for x in node.args[:4]]
-        seen.append(f"  {extern_name(node)} args {shapes} kwargs {dict(node.kwargs)} -> candidate {found is not None}")
+        args = bind_arguments(node.op, tuple(node.args), dict(node.kwargs))
+        operands = [f"{n}={args[n]} (buffer {[str(s) for s in ctx.buffers[args[n].name].sizes]}"
+                    f"{'' if static_operand(args[n], ctx.buffers) is not None else ', NOT static'})"
+                    for n in ("query", "key", "value", "attn_mask", "attn_bias") if getattr(args.get(n), "name", None)]
+        seen.append(f"  {extern_name(node)} {'; '.join(operands)} -> candidate {found is not None}")
     return found
 
 

@@ -86,14 +86,14 @@ decode_b1)  # issue #36: batch 1 only, the GEMV and attention tests first (a fai
             # models' attention is kiln's template, then per model the figures and where a token's time goes
     $py -m pytest -q -p no:cacheprovider tests/codegen/test_gpu_matmul_gemv.py tests/codegen/test_gpu_decode_attention.py 2>&1 \
         | grep -v "^  \|Warning\|warnings.warn\|^DEBUG" | tail -30 > "$OUT/gemv_tests.txt"
-    timeout 90 $py bench/attention_probe.py > "$OUT/attention_probe.txt" 2>&1
+    KILN_LOG=recompiles timeout 90 $py bench/attention_probe.py 2>&1 | grep -v "^DEBUG" > "$OUT/attention_probe.txt"
     for m in llama-1b dolly; do
         timeout 150 $py -m kiln.bench.decoding --device cuda --models $m --cases 1x8+50 \
             --forms inductor-static,kiln-static --rounds 3 --out "$OUT/generate" > "$OUT/decoding_$m.txt" 2>&1
         timeout 100 $py bench/decode_profile.py $m --forms kiln-static --new 50 --top 30 --out "$OUT/profile_$m" 2>&1 \
             | grep -v USDT > "$OUT/decode_profile_$m.txt"
     done
-    tail -12 "$OUT/gemv_tests.txt"; tail -8 "$OUT/attention_probe.txt"
+    tail -12 "$OUT/gemv_tests.txt"; grep "recompile\|candidate\|tokens" "$OUT/attention_probe.txt" | cut -c1-400
     grep -h "unprofiled\|pieces\|^## \|recordings" "$OUT"/decode_profile_*.txt; grep -h "^|" "$OUT"/decoding_*.txt
     ;;
 convtrain)  # issue #35: the conv nets whose training trailed Inductor, after saving values materialized on both sides

@@ -12,6 +12,7 @@ import re
 
 COMPILERS = ("kiln", "torch.compile")
 FULLGRAPH = "kiln fullgraph"  # rows rerun with fullgraph=True: one graph, or `raised` naming the line
+TORCH_FULLGRAPH = "torch.compile fullgraph"   # torch.compile's, to compare with (issue #39)
 # outputs that differ from eager's by the model's own doing (hf_corpus._status)
 MODEL_DIFFERENCES = {"eager_varies": "eager varies", "compile_path": "model's compile path"}
 
@@ -84,9 +85,23 @@ def _fullgraph_lines(rows: list[dict]) -> list[str]:
     one = [m for m, x in results if x["graphs"] == 1 and not x["breaks"] and x["status"] not in ("error", "raised")]
     raised = [m for m, x in results if x["status"] == "raised"]
     other = [f"{m} ({x['status']}: {x['detail'] or ''})"[:160] for m, x in results if m not in one and m not in raised]
-    return ["", f"With `fullgraph=True` (`--compilers '{FULLGRAPH}'`), {len(results)} models: {len(one)} one graph, "
-                f"{len(raised)} raised `Unsupported` naming the line (`file:line in function: reason`), "
-                f"{len(other)} neither{': ' + '; '.join(other) if other else ''}."]
+    lines = ["", f"With `fullgraph=True` (`--compilers '{FULLGRAPH}'`), {len(results)} models: {len(one)} one graph, "
+                 f"{len(raised)} raised `Unsupported` naming the line (`file:line in function: reason`), "
+                 f"{len(other)} neither{': ' + '; '.join(other) if other else ''}."]
+    both = [r for r in rows if FULLGRAPH in r and TORCH_FULLGRAPH in r]
+    if both:
+        def whole(x):
+            return x["graphs"] == 1 and not x["breaks"] and x["status"] not in ("error", "raised")
+        torch_one = [r["model"] for r in both if whole(r[TORCH_FULLGRAPH])]
+        missed = [f"{r['model']} ({r[FULLGRAPH]['status']}: {(r[FULLGRAPH]['detail'] or '')[:120]})"
+                  for r in both if whole(r[TORCH_FULLGRAPH]) and not whole(r[FULLGRAPH])]
+        kiln_only = [r["model"] for r in both if whole(r[FULLGRAPH]) and not whole(r[TORCH_FULLGRAPH])]
+        lines += ["", f"Against torch.compile's `fullgraph=True` on the same {len(both)} models "
+                      f"(`--compilers '{FULLGRAPH},{TORCH_FULLGRAPH}'`): torch.compile one graph on {len(torch_one)}, "
+                      f"kiln on {len(torch_one) - len(missed) + len(kiln_only)}; where torch.compile keeps one graph "
+                      f"and kiln does not: {len(missed)}{': ' + '; '.join(missed) if missed else ''}; kiln only: "
+                      f"{len(kiln_only)}{': ' + ', '.join(kiln_only) if kiln_only else ''}."]
+    return lines
 
 
 def markdown(rows: list[dict], title: str) -> str:

@@ -15,6 +15,8 @@
 #   bash bench/gpu_checks.sh convtrain  # issue #35: conv nets' training rows, headline method ([Note: values materialized on both sides]) (~500 s)
 #   bash bench/gpu_checks.sh partition_ab  # issue #35: resnet18/50 training with and without saving values both passes' externs read (~300 s)
 #   bash bench/gpu_checks.sh prologue_ab  # issue #36: GPU time a token without norm prologues and with two forms of them (~450 s)
+#   bash bench/gpu_checks.sh sweep PART PARTS DTYPE  # issue #38: the CUDA every-sample OpInfo sweep, part PART of PARTS,
+#                                       # 12 shard processes on the one GPU, resumable (--resume), ~540 s
 #   bash bench/gpu_checks.sh fuzz SEED N  # issue #38: N fuzz programs on the GPU from SEED, half precision, 14 jobs (~1 s a program / 14)
 #   bash bench/gpu_checks.sh cold SUITE MODELS  # cold compiles, eager/Inductor/kiln in one process a case,
 #                                       # fresh caches (~65 s a row: two models x two modes a call)
@@ -113,10 +115,21 @@ prologue_ab)  # issue #36: [Note: norm prologues] off (the default, prologues.NO
         echo "$m prologues $v: $(grep -h '^## \|unprofiled' "$OUT/ab_${m}_$v.txt" | tr '\n' ' ')"
     done
     ;;
+sweep)  # issue #38: tests/codegen/sweep_ops.py --every-sample --device cuda, float32 or bfloat16; a part's 12
+        # shards run side by side, each a process that a crash restarts; JSON lines under $OUT (bring back, --resume)
+    part=${2:?part}; parts=${3:?parts}; dtype=${4:-float32}
+    for i in $(seq 0 11); do
+        KILN_CACHE_DIR=/tmp/sweep_cache_$i OMP_NUM_THREADS=1 timeout ${SWEEP_TIMEOUT:-540} $py tests/codegen/sweep_ops.py \
+            --every-sample --device cuda --dtype "$dtype" --shard $((part * 12 + i))/$((parts * 12)) \
+            --jsonl "$OUT/sweep_${dtype}_$((part * 12 + i))of$((parts * 12)).jsonl" > "$OUT/sweep_${dtype}_$i.log" 2>&1 &
+    done
+    wait
+    cat "$OUT"/sweep_${dtype}_*of*.jsonl | $py -c "import sys, json, collections; c = collections.Counter((r['forward'], r.get('gradient')) for r in map(json.loads, sys.stdin) if r['sample'] >= 0); print(dict(c))"
+    ;;
 fuzz)  # issue #38: the differential fuzzer through CUDA tensors and compiled Triton kernels, --half;
       # resumable (--progress), shrunk repros of any wrong program under $OUT/fuzz_repros
     seed=${2:?seed}; n=${3:?programs}
-    KILN_CACHE_DIR=$OUT/fuzz_cache timeout ${FUZZ_TIMEOUT:-540} $py -W ignore -m kiln.testing.fuzz --device cuda --half \
+    KILN_CACHE_DIR=/tmp/fuzz_cache timeout ${FUZZ_TIMEOUT:-540} $py -W ignore -m kiln.testing.fuzz --device cuda --half \
         --programs "$n" --max-steps 8 --seed "$seed" --jobs 14 --progress "$OUT/fuzz_progress.txt" \
         --out "$OUT/fuzz_repros" > "$OUT/fuzz_$seed.txt" 2>&1
     echo "rc=$?"; tail -15 "$OUT/fuzz_$seed.txt"

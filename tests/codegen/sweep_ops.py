@@ -20,6 +20,9 @@ gives a reason for:
 
     OMP_NUM_THREADS=1 python tests/codegen/sweep_ops.py --every-sample --every 8 --shard 0/2 --jsonl a.jsonl
     python tests/codegen/sweep_ops.py --summarize a.jsonl b.jsonl --out bench/results/...md
+
+`--device cuda` runs the every-sample sweep's samples on the GPU (kiln's Triton kernels; issue
+#38's CUDA sweep, `bash bench/gpu_checks.sh sweep K N DTYPE`).
 """
 from __future__ import annotations
 
@@ -113,8 +116,8 @@ def _grads(out, wrt, dtype=torch.float32):
     if not outs or not wrt:
         return None
     g = torch.Generator().manual_seed(0)
-    cot = [torch.randn(o.shape, generator=g, dtype=o.dtype) if o.dtype.is_complex else
-           torch.randn(o.shape, generator=g).to(dtype).to(o.dtype) for o in outs]
+    cot = [(torch.randn(o.shape, generator=g, dtype=o.dtype) if o.dtype.is_complex else
+            torch.randn(o.shape, generator=g).to(dtype).to(o.dtype)).to(o.device) for o in outs]
     grads = torch.autograd.grad(outs, wrt, cot, allow_unused=True)
     return [torch.zeros_like(w) if x is None else x for x, w in zip(grads, wrt)]
 
@@ -257,9 +260,13 @@ def run_sample(op, sample, grad: bool, dtype=torch.float32) -> dict:
     return result
 
 
+# the every-sample sweep's device (`--device cuda`: the samples on the GPU, kiln's Triton kernels)
+DEVICE = "cpu"
+
+
 def _samples(op, grad: bool, dtype=torch.float32):
     torch.manual_seed(0)
-    return list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+    return list(op.sample_inputs(DEVICE, dtype, requires_grad=grad))
 
 
 STARTED, CRASH = "started", "crash: the sweep's process died on this sample"
@@ -300,7 +307,7 @@ def sweep_every_sample(ops, out_path: str, log=print, dtype=torch.float32, resum
                 out.write(json.dumps({"op": name, "sample": -1, "forward": "skip", "gradient": "skip",
                                       "why": "result is uninitialized memory", **tag}) + "\n")
                 continue
-            grad = bool(op.supports_autograd) and dtype in op.supported_backward_dtypes("cpu")
+            grad = bool(op.supports_autograd) and dtype in op.supported_backward_dtypes(DEVICE)
             try:
                 samples = _samples(op, grad, dtype)
             except Exception as e:
@@ -427,6 +434,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "complex64"),
                         help="the every-sample sweep's dtype (bfloat16: the benchmark's accuracy rule; "
                              "complex64: float32's tolerances)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="the every-sample sweep's device (cuda: kiln's Triton kernels on the GPU)")
     parser.add_argument("--resume", action="store_true", help="keep the ops --jsonl already has whole")
     parser.add_argument("--summarize", nargs="*", default=None, help="JSON-lines files to merge into --out")
     parser.add_argument("--command", default="", help="the command recorded in the summary")
@@ -434,8 +443,10 @@ def main(argv=None) -> int:
     if ns.summarize is not None:
         print(summarize(ns.summarize, ns.out, ns.command).split("## Failing")[0])
         return 0
+    global DEVICE
+    DEVICE = ns.device
     dtype = getattr(torch, ns.dtype)
-    ops = [o for o in op_db if dtype in o.supported_dtypes("cpu")]
+    ops = [o for o in op_db if dtype in o.supported_dtypes(DEVICE)]
     if ns.ops:
         wanted = set(ns.ops.split(","))
         ops = [o for o in ops if o.name in wanted]

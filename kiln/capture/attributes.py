@@ -800,6 +800,30 @@ def operator_dunders(op) -> tuple[str, str, str | None]:
     return f"__{name}__", f"__r{name}__", None
 
 
+def _operand_class(v: V.Variable) -> type | None:
+    """The user class whose operator methods `v` answers with: an object made in traced code, or an
+    existing instance of a class written in Python (not a class, module or function itself)."""
+    if isinstance(v, V.NewObjectVar):
+        return v.cls
+    if isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType, types.FunctionType,
+                                                                 types.BuiltinFunctionType, types.MethodType)):
+        return type(v.value) if type(v.value).__module__ != "builtins" else None
+    return None
+
+
+def has_user_operator(op, a: V.Variable, b: V.Variable) -> bool:
+    """Whether `a op b` reaches a method written in Python on an existing user object (`a.__add__`,
+    `b.__radd__`): then the operator is traced through that method, as a call is, instead of folded
+    on the objects the first call passed in (which a later call with other objects of the same class
+    would get back, stale)."""
+    name, reflected, plain = operator_dunders(op)
+    for v, names in ((a, (name, plain)), (b, (reflected,))):
+        if isinstance(v, V.ObjectVar) and (cls := _operand_class(v)) is not None and \
+                any(n and isinstance(class_lookup(cls, n), types.FunctionType) for n in names):
+            return True
+    return False
+
+
 def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     """An operator where an operand is an object of a user's class made in traced code, by Python's
     protocol: the left operand's method (its in-place one first), then the right one's reflected
@@ -810,20 +834,21 @@ def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     name, reflected, plain = operator_dunders(op)
     tries = [(a, name, b)] if plain is not None else []
     name = plain or name
-    right_first = isinstance(b, V.NewObjectVar) and b.python_type() is not a.python_type() and \
+    right_first = _operand_class(b) is not None and b.python_type() is not a.python_type() and \
         issubclass(b.python_type(), a.python_type()) and \
         class_lookup(b.python_type(), reflected) is not class_lookup(a.python_type(), reflected)
     tries += [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
     for receiver, method, other in tries:
-        if not isinstance(receiver, V.NewObjectVar):
+        cls = _operand_class(receiver)
+        if cls is None:
             continue
-        entry = class_lookup(receiver.cls, method)
+        entry = class_lookup(cls, method)
         if entry is _MISSING or entry is None:
             continue
         if not isinstance(entry, types.FunctionType):
             if getattr(entry, "__objclass__", None) is object:
                 continue   # object's own slots answer NotImplemented (== and != are below)
-            raise tx.unsupported(f"operator {op.__name__} through {receiver.cls.__name__}.{method}, "
+            raise tx.unsupported(f"operator {op.__name__} through {cls.__name__}.{method}, "
                                  "which is not Python code")
         result = tx.call(V.MethodVar(_function(entry), receiver), [other])
         if not V.is_not_implemented(result):

@@ -35,6 +35,7 @@ class GuardKind(enum.Enum):
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
     SAME = "same"            # value is the object another source reads (aliased inputs)
+    DISTINCT = "distinct"    # the tensor inputs, read through these sources, are distinct objects ([Note: distinct inputs])
     SHAPES = "shapes"        # the ShapeEnv's guard function holds over the tensor inputs
     VALUE = "value"          # a function of tensor inputs' values holds ([Note: mask elision])
     PROCESS_GROUP = "process_group"  # a torch.distributed query (get_rank()) returns what it did ([Note: rank-dependent values])
@@ -43,7 +44,7 @@ class GuardKind(enum.Enum):
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
 _ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
           GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.MEMBER_IDS: 2, GuardKind.CONST: 3,
-          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
+          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.SAME: 5, GuardKind.DISTINCT: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
 
@@ -95,6 +96,8 @@ class Guard:
             return f"autocast (cpu enabled, dtype, cuda enabled, dtype) is {self.expected}"
         if self.kind is GuardKind.SAME:
             return f"{where} is {self.expected.describe()}"
+        if self.kind is GuardKind.DISTINCT:
+            return "no two of " + ", ".join(s.describe() for s in self.expected) + " are the same tensor"
         if self.kind is GuardKind.SHAPES:
             return "symbolic sizes satisfy: " + (self.expected[2].replace("\n", "; ") or "their ranges")
         if self.kind is GuardKind.VALUE:
@@ -194,6 +197,8 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"__autocast_state() == {const(x)}"]
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
+    if kind is GuardKind.DISTINCT:
+        return [f"len({{{', '.join(f'id({s.expr()})' for s in x)}}}) == {len(x)}"]
     if kind is GuardKind.PROCESS_GROUP:
         return [f"{const(x.fn)}(*{const(x.args)}) == {const(x.value)}"]
     if kind in (GuardKind.SHAPES, GuardKind.VALUE):

@@ -61,6 +61,8 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     if kind is GuardKind.PROCESS_GROUP:
         q = guard.expected
         return f"{q.call_text()} == {q.value!r} (now {_short(q.fn(*q.args))})"
+    if kind is GuardKind.DISTINCT:
+        return f"{guard.describe()} (now two are)"
     if kind in (GuardKind.ID, GuardKind.SAME):
         return f"{guard.describe()} (now another {type(value).__name__})"
     if kind is GuardKind.TYPE:

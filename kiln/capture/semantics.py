@@ -16,6 +16,7 @@ import torch
 
 from kiln.capture import variables as V
 from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
+                                     has_user_operator,
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
@@ -190,7 +191,10 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         n = v.example.size(0) if v.example.dim() else None
         if n is None:
             tx.raise_(TypeError, "iteration over a 0-d tensor")
-        return list(call_torch(tx, "call_method", "unbind", [v, V.Constant(0)], {}).items)
+        # one `x[i]` per row, as Python's iteration over a tensor does (`Tensor.__iter__` is
+        # `iter(self.unbind(0))`, whose rows are those views): a row taken by index is a node a
+        # later graph can keep on its own, and the op count is the one torch.compile's graph has
+        return [call_torch(tx, "call_function", operator.getitem, [v, V.Constant(i)], {}) for i in range(n)]
     if isinstance(v, V.ObjectVar):
         items = iterate_object(tx, v)
         return items if isinstance(items, list) else iterate(tx, items)
@@ -358,6 +362,8 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
     if op in _VIEW_COMPARISONS and isinstance(a, V.DictViewVar) and isinstance(b, V.DictViewVar):
         return V.Constant(_views_compare(tx, op, a, b))
+    if has_user_operator(op, a, b):
+        return dunder_binary(tx, op, a, b)
     views = isinstance(a, V.DictViewVar) or isinstance(b, V.DictViewVar)   # `d.keys() - {...}`: a fresh set
     if is_python_constant(a) and is_python_constant(b) and (views or not isinstance(a, _MUTABLE)
                                                             and not isinstance(b, _MUTABLE)):

@@ -18,8 +18,9 @@ a process with Dynamo's). For `--compiler kiln` a shim is installed before the f
   backend); a backend callable such as `CompileCounter` or `EagerAndRecordGraphs` is handed kiln's
   graphs, so `frame_count` counts kiln's graphs;
 - `torch._dynamo.reset` also resets kiln;
-- `torch._dynamo.exc.Unsupported` is kiln's `Unsupported`, so a test expecting a refusal under
-  fullgraph accepts kiln's;
+- `torch._dynamo.exc.Unsupported` matches kiln's `Unsupported` as well as Dynamo's, so a test
+  expecting a refusal under fullgraph accepts kiln's, and `BackendCompilerFailed` matches kiln's
+  `CompileStageError` (a backend that raised: kiln names the stage where Dynamo wraps it);
 - `torch._dynamo.testing.same` stays.
 
 [Note: outcome classes] Each test gets one class, in this order of precedence:
@@ -175,16 +176,22 @@ def install_kiln_shim() -> None:
         for name, value in [("optimize", optimize), ("optimize_assert", optimize_assert), ("reset", reset)]:
             if hasattr(module, name):
                 setattr(module, name, value)
-    torch._dynamo.exc.Unsupported = _either_unsupported(Unsupported, torch._dynamo.exc.Unsupported)
+    from kiln.errors import CompileStageError
+    exc = torch._dynamo.exc
+    exc.Unsupported = _either(Unsupported, exc.Unsupported,
+                              kiln_call=lambda args, kwargs: len(args) <= 2 and not kwargs.keys() - {"where"})
+    exc.BackendCompilerFailed = _either(CompileStageError, exc.BackendCompilerFailed)
 
 
-def _either_unsupported(kiln_unsupported: type, dynamo_unsupported: type) -> type:
-    """The class the shim puts at `torch._dynamo.exc.Unsupported`: a test's `assertRaises` with it
-    accepts kiln's refusal and Dynamo's alike, and Dynamo's own code that still runs under the shim
-    (`torch._dynamo.export`, `torch.cond`'s tracing) and builds one through the module global with
-    Dynamo's arguments (`Unsupported(msg, case_name=...)`) gets Dynamo's own class, which its
-    `except` clauses (bound at import) catch as they do without the shim."""
-    kinds = (kiln_unsupported, dynamo_unsupported)
+def _either(kiln_error: type, dynamo_error: type, kiln_call=lambda args, kwargs: False) -> type:
+    """The class the shim puts at a name of `torch._dynamo.exc` (`Unsupported`,
+    `BackendCompilerFailed`): a test's `assertRaises` with it accepts kiln's error and Dynamo's
+    alike, and Dynamo's own code that still runs under the shim (`torch._dynamo.export`,
+    `torch.cond`'s tracing), which builds one through the module global with Dynamo's arguments
+    (`Unsupported(msg, case_name=...)`), gets Dynamo's own class, which its `except` clauses (bound
+    at import) catch as they do without the shim. `kiln_call(args, kwargs)`: whether a
+    construction is kiln's (the test files' `raise Unsupported(...)`)."""
+    kinds = (kiln_error, dynamo_error)
 
     class Either(type):
         def __instancecheck__(cls, obj):
@@ -193,13 +200,12 @@ def _either_unsupported(kiln_unsupported: type, dynamo_unsupported: type) -> typ
         def __subclasscheck__(cls, sub):
             return issubclass(sub, kinds)
 
-    class Unsupported(kiln_unsupported, metaclass=Either):
+    class Shim(kiln_error, metaclass=Either):
         def __new__(cls, *args, **kwargs):
-            if len(args) > 2 or kwargs.keys() - {"where"}:
-                return dynamo_unsupported(*args, **kwargs)
-            return kiln_unsupported(*args, **kwargs)
+            return (kiln_error if kiln_call(args, kwargs) else dynamo_error)(*args, **kwargs)
 
-    return Unsupported
+    Shim.__name__ = Shim.__qualname__ = dynamo_error.__name__
+    return Shim
 
 
 def install_compat() -> None:

@@ -294,6 +294,8 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
                 return V.DictVar(v.attrs, dict, None, source=source)
         if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
             return bind_class_entry(tx, entry, v, cls, name)
+    if name == "__class__":   # the container's class itself (`x.__class__(items)`), not type's method
+        return V.ObjectVar(cls)
     method = getattr(cls, name, None)
     if method is None:
         hook = class_lookup(cls, "__getattr__") if user_subclass else _MISSING

@@ -123,3 +123,17 @@ def test_specializing_a_marked_dim_raises_a_constraint_violation():
         kiln.compile(branches_on_a_marked_dim, backend="eager")(x)
     with pytest.raises(kiln.errors.Unsupported):
         kiln.compile(branches_on_a_marked_dim, backend="eager")(x)
+
+
+# -- a container's __class__ is its class ---------------------------------------------------------------
+def rebuilds_by_class(x):
+    return x.__class__([v + 1 for v in x])
+
+
+def test_container_class_rebuilds_the_container():
+    """`x.__class__` of a list read type's `__class__` method off list, so `x.__class__(items)`
+    was `type(x, items)`, refused as a class creation."""
+    got, _, _ = same_as_torch(rebuilds_by_class, [torch.zeros(2), torch.ones(2)], fullgraph=True)
+    assert type(got) is list
+    got, _, _ = same_as_torch(rebuilds_by_class, (torch.zeros(2), torch.ones(2)), fullgraph=True)
+    assert type(got) is tuple

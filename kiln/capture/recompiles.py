@@ -58,6 +58,9 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     if kind is GuardKind.AUTOCAST:
         from kiln.capture.guards import autocast_state
         return f"{guard.describe()} (now {autocast_state()})"
+    if kind is GuardKind.GLOBAL_STATE:
+        from kiln.capture.guards import global_state
+        return f"{guard.describe()} (now {global_state()})"
     if kind is GuardKind.PROCESS_GROUP:
         q = guard.expected
         return f"{q.call_text()} == {q.value!r} (now {_short(q.fn(*q.args))})"

@@ -137,3 +137,20 @@ def test_container_class_rebuilds_the_container():
     assert type(got) is list
     got, _, _ = same_as_torch(rebuilds_by_class, (torch.zeros(2), torch.ones(2)), fullgraph=True)
     assert type(got) is tuple
+
+
+# -- a call under other global switches compiles again -----------------------------------------------
+def test_deterministic_algorithms_switch_recompiles():
+    """A backend may choose its kernels by torch.are_deterministic_algorithms_enabled() (or TF32);
+    an entry compiled under one setting ran under the other."""
+    prior = torch.are_deterministic_algorithms_enabled()
+    kiln.reset()
+    ours = Recorder()
+    compiled = kiln.capture.capture(lambda x: x + 1, ours, CaptureConfig())
+    try:
+        for state in (False, True, False, True):
+            torch.use_deterministic_algorithms(state)
+            assert_same(compiled(torch.ones(2)), torch.full((2,), 2.0))
+    finally:
+        torch.use_deterministic_algorithms(prior)
+    assert len(ours.graphs) == 2

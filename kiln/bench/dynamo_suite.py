@@ -83,6 +83,8 @@ INTERNALS = [
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPILER_FRAMES = re.compile(r"/torch/(_dynamo|_functorch|_inductor|fx)/|^" + re.escape(_KILN_DIR + os.sep)
                              + r"(?!bench/dynamo_suite)")
+# Dynamo's helpers that tests call to run and check a function (`torch._dynamo.testing.standard_test`).
+TEST_HELPERS = re.compile(r"/torch/_dynamo/testing\.py$")
 # An assertion line matching this is about how many frames, graphs or ops were compiled.
 COUNTS = re.compile(r"frame_count|op_count|\.graphs\b|graph_count|\bcnts?\b|\bcounter\b|CompileCounter")
 
@@ -284,8 +286,10 @@ def classify_error(err, test_file: str) -> tuple[str, str]:
         return "error-unsupported", reason
     innermost = traceback.extract_tb(tb)[-1].filename if tb else ""
     if issubclass(kind, AssertionError) and not COMPILER_FRAMES.search(innermost):
-        frames = [f for f in traceback.extract_tb(tb) if f.filename == test_file]
-        statement = _statement(test_file, frames[-1].lineno) if frames else ""
+        # the test's own line, or the line of Dynamo's test helper it called (`standard_test`
+        # asserts the op count itself)
+        frames = [f for f in traceback.extract_tb(tb) if f.filename == test_file or TEST_HELPERS.search(f.filename)]
+        statement = _statement(frames[-1].filename, frames[-1].lineno) if frames else ""
         if COUNTS.search(statement):
             return "fail-counts", f"counts: {' '.join(statement.split())}"
         return "fail-result", reason

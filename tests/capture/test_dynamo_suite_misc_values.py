@@ -154,3 +154,20 @@ def test_deterministic_algorithms_switch_recompiles():
     finally:
         torch.use_deterministic_algorithms(prior)
     assert len(ours.graphs) == 2
+
+
+# -- a class statement in captured code: the graph breaks at it, the code around it is captured -----
+def defines_a_class(x):
+    x = x + 1
+
+    class Local:
+        scale = 3
+
+    return x.sin() * Local.scale, Local.__name__
+
+
+def test_class_statement_breaks_the_graph_not_the_function():
+    """LOAD_BUILD_CLASS was refused outright and the whole function ran eagerly (no graph);
+    torch.compile breaks at the class's creation and captures both sides."""
+    got, theirs, ours = same_as_torch(defines_a_class, torch.randn(3))
+    assert len(ours.graphs) == 2

@@ -224,10 +224,37 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
 
 
 def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
-    hook = class_lookup(v.cls, "__getattribute__")
-    if isinstance(hook, types.FunctionType):  # the class's own (transformers' configs map names)
+    hooked = _through_getattribute(tx, v, v.cls, name)
+    return hooked if hooked is not None else new_object_attribute(tx, v, name)
+
+
+def _getattr_user_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
+    """An existing object's attribute: through its class's own `__getattribute__` when it has one
+    in Python (an nn.Module's are left to the module path), else object's lookup."""
+    obj = v.value
+    if not isinstance(obj, (type, types.ModuleType, torch.nn.Module)):
+        hooked = _through_getattribute(tx, v, type(obj), name)
+        if hooked is not None:
+            return hooked
+    return _getattr_object(tx, v, name)
+
+
+def _through_getattribute(tx, v: V.Variable, cls: type, name: str) -> V.Variable | None:
+    """`v.name` by the class's own `__getattribute__` written in Python (transformers' configs map
+    names; an object remaps one to another), with Python's fallback to `__getattr__` when it raises
+    AttributeError; None when the class has no such method (object's lookup applies). Reading the
+    instance dict past the method gave the unmapped attribute's value."""
+    hook = class_lookup(cls, "__getattribute__")
+    if not isinstance(hook, types.FunctionType):
+        return None
+    from kiln.capture.interpreter import ObservedException
+    try:
         return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
-    return new_object_attribute(tx, v, name)
+    except ObservedException as e:
+        fallback = class_lookup(cls, "__getattr__")
+        if issubclass(e.exc.cls, AttributeError) and isinstance(fallback, types.FunctionType):
+            return tx.call(V.MethodVar(_function(fallback), v), [V.Constant(name)])
+        raise
 
 
 def new_object_attribute(tx, v: V.NewObjectVar, name: str) -> V.Variable:
@@ -423,7 +450,7 @@ def _set_data(tx, t: V.TensorVar, value: V.TensorVar) -> None:
 
 _GETATTR = {
     V.TensorVar: _getattr_tensor,
-    V.ObjectVar: _getattr_object,
+    V.ObjectVar: _getattr_user_object,
     V.NewObjectVar: _getattr_new_object,
     V.Constant: _getattr_constant,
     V.TupleVar: _getattr_tuple,

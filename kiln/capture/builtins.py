@@ -423,9 +423,11 @@ def _object_setattr(tx, args, kwargs):
 @builtin(object.__getattribute__)
 def _object_getattribute(tx, args, kwargs):
     """object's own attribute lookup, past a class's `__getattribute__` (which calls it)."""
-    from kiln.capture.attributes import getattr_var, new_object_attribute
+    from kiln.capture.attributes import _getattr_object, getattr_var, new_object_attribute
     if isinstance(args[0], V.NewObjectVar):
         return new_object_attribute(tx, args[0], python_value(args[1]))
+    if isinstance(args[0], V.ObjectVar):
+        return _getattr_object(tx, args[0], python_value(args[1]))
     return getattr_var(tx, args[0], python_value(args[1]))
 
 

@@ -171,3 +171,30 @@ def test_class_statement_breaks_the_graph_not_the_function():
     torch.compile breaks at the class's creation and captures both sides."""
     got, theirs, ours = same_as_torch(defines_a_class, torch.randn(3))
     assert len(ours.graphs) == 2
+
+
+# -- an existing object's own __getattribute__ answers its attribute reads ----------------------------
+class Remapped:
+    def __init__(self):
+        self.a = 1
+        self.b = 10
+
+    def __getattribute__(self, name):
+        if name == "sentinel":
+            raise AttributeError(name)
+        return super().__getattribute__("b" if name == "a" else name)
+
+    def __getattr__(self, name):
+        if name == "sentinel":
+            return 5
+        raise AttributeError(name)
+
+
+def reads_remapped(x, o):
+    return x + o.a * o.sentinel
+
+
+def test_user_getattribute_of_an_existing_object():
+    """`o.a` read o.__dict__['a'] (1) past the class's __getattribute__, which answers o.b (10):
+    a wrong value; and its AttributeError did not fall back to __getattr__."""
+    same_as_torch(reads_remapped, torch.zeros(2), Remapped(), fullgraph=True)

@@ -840,6 +840,21 @@ def _operand_class(v: V.Variable) -> type | None:
     return None
 
 
+def call_user_method(tx, v: V.Variable, name: str, args=()) -> V.Variable | None:
+    """`v.name(*args)` where `v` is a user object whose class defines `name` in Python (`__neg__`,
+    `__abs__`, `__index__`, `__contains__`, `__str__`...): the method is traced, so what it reads
+    is read (and guarded) as in any call; None where the class has no such method. A builtin folded
+    on such an object at capture time instead ran the method on the first call's object, and later
+    calls with other objects of the class got its answer back."""
+    cls = _operand_class(v)
+    if cls is None or issubclass(cls, torch.nn.Module):
+        return None
+    entry = class_lookup(cls, name)
+    if not isinstance(entry, types.FunctionType):
+        return None
+    return tx.call(V.MethodVar(_function(entry), v), list(args))
+
+
 def has_user_operator(op, a: V.Variable, b: V.Variable) -> bool:
     """Whether `a op b` reaches a method written in Python on an existing user object (`a.__add__`,
     `b.__radd__`): then the operator is traced through that method, as a call is, instead of folded

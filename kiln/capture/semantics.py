@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
+from kiln.capture.attributes import (_function, call_overridden, call_user_method, class_lookup, dunder_binary,
+                                     getattr_var,
                                      has_user_operator,
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
@@ -333,6 +334,8 @@ def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False)
     if isinstance(container, V.ObjectVar) and isinstance(container.value, _REAL_CONTAINERS) and \
             is_python_constant(item):
         return object_contains(tx, container, python_value(item))  # the read is guarded
+    if (traced := call_user_method(tx, container, "__contains__", [item])) is not None:
+        return truth(tx, traced)
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
@@ -662,7 +665,13 @@ SEQUENCE_OPS = {
 }
 
 
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__",
+                  operator.abs: "__abs__"}
+
+
 def unary_op(tx, op, v: V.Variable) -> V.Variable:
+    if op in _UNARY_DUNDERS and (traced := call_user_method(tx, v, _UNARY_DUNDERS[op])) is not None:
+        return traced
     if type(v) in VALUE_MODELS:
         return VALUE_MODELS[type(v)].unary(tx, op, v)
     if isinstance(v, (V.TensorVar, V.SymNumber)):

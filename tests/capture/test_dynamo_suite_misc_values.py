@@ -198,3 +198,44 @@ def test_user_getattribute_of_an_existing_object():
     """`o.a` read o.__dict__['a'] (1) past the class's __getattribute__, which answers o.b (10):
     a wrong value; and its AttributeError did not fall back to __getattr__."""
     same_as_torch(reads_remapped, torch.zeros(2), Remapped(), fullgraph=True)
+
+
+# -- builtins and operators on an existing user object run its Python methods in the trace -----------
+class Count:
+    def __init__(self, n):
+        self.n = n
+
+    def __contains__(self, k):
+        return k == self.n
+
+    def __neg__(self):
+        return -self.n
+
+    def __abs__(self):
+        return self.n + 100
+
+    def __index__(self):
+        return self.n
+
+    def __float__(self):
+        return float(self.n)
+
+
+PROTOCOL_PROGRAMS = [
+    lambda x, o: x + (3 in o),
+    lambda x, o: x + (-o),
+    lambda x, o: x + abs(o),
+    lambda x, o: x + int(o),
+    lambda x, o: x + float(o),
+    lambda x, o: x + len(range(o)),
+]
+
+
+def test_protocol_methods_of_user_objects_are_traced_not_folded():
+    """`-o`, `abs(o)`, `int(o)`, `k in o`, `range(o)` ran o's method at capture time on the first
+    call's object; a call with another Count got the first one's answer."""
+    for fn in PROTOCOL_PROGRAMS:
+        kiln.reset()
+        compiled = kiln.capture.capture(fn, Recorder(), CaptureConfig())
+        for n in (3, 5, 2):
+            assert_same(compiled(torch.zeros(1), Count(n)), fn(torch.zeros(1), Count(n)))

@@ -836,7 +836,9 @@ def _operand_class(v: V.Variable) -> type | None:
         return v.cls
     if isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType, types.FunctionType,
                                                                  types.BuiltinFunctionType, types.MethodType)):
-        return type(v.value) if type(v.value).__module__ != "builtins" else None
+        # the standard library's classes (weakref's dicts, fractions) are folded as before
+        top = (type(v.value).__module__ or "builtins").split(".")[0]
+        return type(v.value) if top != "builtins" and top not in sys.stdlib_module_names else None
     return None
 
 

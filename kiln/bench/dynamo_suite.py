@@ -18,8 +18,9 @@ a process with Dynamo's). For `--compiler kiln` a shim is installed before the f
   backend); a backend callable such as `CompileCounter` or `EagerAndRecordGraphs` is handed kiln's
   graphs, so `frame_count` counts kiln's graphs;
 - `torch._dynamo.reset` also resets kiln;
-- `torch._dynamo.exc.Unsupported` is kiln's `Unsupported`, so a test expecting a refusal under
-  fullgraph accepts kiln's;
+- `torch._dynamo.exc.Unsupported` matches kiln's `Unsupported` as well as Dynamo's, so a test
+  expecting a refusal under fullgraph accepts kiln's, and `BackendCompilerFailed` matches kiln's
+  `CompileStageError` (a backend that raised: kiln names the stage where Dynamo wraps it);
 - `torch._dynamo.testing.same` stays.
 
 [Note: outcome classes] Each test gets one class, in this order of precedence:
@@ -82,6 +83,8 @@ INTERNALS = [
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPILER_FRAMES = re.compile(r"/torch/(_dynamo|_functorch|_inductor|fx)/|^" + re.escape(_KILN_DIR + os.sep)
                              + r"(?!bench/dynamo_suite)")
+# Dynamo's helpers that tests call to run and check a function (`torch._dynamo.testing.standard_test`).
+TEST_HELPERS = re.compile(r"/torch/_dynamo/testing\.py$")
 # An assertion line matching this is about how many frames, graphs or ops were compiled.
 COUNTS = re.compile(r"frame_count|op_count|\.graphs\b|graph_count|\bcnts?\b|\bcounter\b|CompileCounter")
 
@@ -175,7 +178,36 @@ def install_kiln_shim() -> None:
         for name, value in [("optimize", optimize), ("optimize_assert", optimize_assert), ("reset", reset)]:
             if hasattr(module, name):
                 setattr(module, name, value)
-    torch._dynamo.exc.Unsupported = Unsupported
+    from kiln.errors import CompileStageError
+    exc = torch._dynamo.exc
+    exc.Unsupported = _either(Unsupported, exc.Unsupported,
+                              kiln_call=lambda args, kwargs: len(args) <= 2 and not kwargs.keys() - {"where"})
+    exc.BackendCompilerFailed = _either(CompileStageError, exc.BackendCompilerFailed)
+
+
+def _either(kiln_error: type, dynamo_error: type, kiln_call=lambda args, kwargs: False) -> type:
+    """The class the shim puts at a name of `torch._dynamo.exc` (`Unsupported`,
+    `BackendCompilerFailed`): a test's `assertRaises` with it accepts kiln's error and Dynamo's
+    alike, and Dynamo's own code that still runs under the shim (`torch._dynamo.export`,
+    `torch.cond`'s tracing), which builds one through the module global with Dynamo's arguments
+    (`Unsupported(msg, case_name=...)`), gets Dynamo's own class, which its `except` clauses (bound
+    at import) catch as they do without the shim. `kiln_call(args, kwargs)`: whether a
+    construction is kiln's (the test files' `raise Unsupported(...)`)."""
+    kinds = (kiln_error, dynamo_error)
+
+    class Either(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, kinds)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, kinds)
+
+    class Shim(kiln_error, metaclass=Either):
+        def __new__(cls, *args, **kwargs):
+            return (kiln_error if kiln_call(args, kwargs) else dynamo_error)(*args, **kwargs)
+
+    Shim.__name__ = Shim.__qualname__ = dynamo_error.__name__
+    return Shim
 
 
 def install_compat() -> None:
@@ -254,8 +286,10 @@ def classify_error(err, test_file: str) -> tuple[str, str]:
         return "error-unsupported", reason
     innermost = traceback.extract_tb(tb)[-1].filename if tb else ""
     if issubclass(kind, AssertionError) and not COMPILER_FRAMES.search(innermost):
-        frames = [f for f in traceback.extract_tb(tb) if f.filename == test_file]
-        statement = _statement(test_file, frames[-1].lineno) if frames else ""
+        # the test's own line, or the line of Dynamo's test helper it called (`standard_test`
+        # asserts the op count itself)
+        frames = [f for f in traceback.extract_tb(tb) if f.filename == test_file or TEST_HELPERS.search(f.filename)]
+        statement = _statement(frames[-1].filename, frames[-1].lineno) if frames else ""
         if COUNTS.search(statement):
             return "fail-counts", f"counts: {' '.join(statement.split())}"
         return "fail-result", reason

@@ -224,10 +224,37 @@ def _getattr_class(tx, v: V.ObjectVar, name: str) -> V.Variable:
 
 
 def _getattr_new_object(tx, v: V.NewObjectVar, name: str) -> V.Variable:
-    hook = class_lookup(v.cls, "__getattribute__")
-    if isinstance(hook, types.FunctionType):  # the class's own (transformers' configs map names)
+    hooked = _through_getattribute(tx, v, v.cls, name)
+    return hooked if hooked is not None else new_object_attribute(tx, v, name)
+
+
+def _getattr_user_object(tx, v: V.ObjectVar, name: str) -> V.Variable:
+    """An existing object's attribute: through its class's own `__getattribute__` when it has one
+    in Python (an nn.Module's are left to the module path), else object's lookup."""
+    obj = v.value
+    if not isinstance(obj, (type, types.ModuleType, torch.nn.Module)):
+        hooked = _through_getattribute(tx, v, type(obj), name)
+        if hooked is not None:
+            return hooked
+    return _getattr_object(tx, v, name)
+
+
+def _through_getattribute(tx, v: V.Variable, cls: type, name: str) -> V.Variable | None:
+    """`v.name` by the class's own `__getattribute__` written in Python (transformers' configs map
+    names; an object remaps one to another), with Python's fallback to `__getattr__` when it raises
+    AttributeError; None when the class has no such method (object's lookup applies). Reading the
+    instance dict past the method gave the unmapped attribute's value."""
+    hook = class_lookup(cls, "__getattribute__")
+    if not isinstance(hook, types.FunctionType):
+        return None
+    from kiln.capture.interpreter import ObservedException
+    try:
         return tx.call(V.MethodVar(_function(hook), v), [V.Constant(name)])
-    return new_object_attribute(tx, v, name)
+    except ObservedException as e:
+        fallback = class_lookup(cls, "__getattr__")
+        if issubclass(e.exc.cls, AttributeError) and isinstance(fallback, types.FunctionType):
+            return tx.call(V.MethodVar(_function(fallback), v), [V.Constant(name)])
+        raise
 
 
 def new_object_attribute(tx, v: V.NewObjectVar, name: str) -> V.Variable:
@@ -294,6 +321,8 @@ def _getattr_container(tx, v: V.Variable, name: str) -> V.Variable:
                 return V.DictVar(v.attrs, dict, None, source=source)
         if isinstance(entry, (types.FunctionType, property, staticmethod, classmethod)):
             return bind_class_entry(tx, entry, v, cls, name)
+    if name == "__class__":   # the container's class itself (`x.__class__(items)`), not type's method
+        return V.ObjectVar(cls)
     method = getattr(cls, name, None)
     if method is None:
         hook = class_lookup(cls, "__getattr__") if user_subclass else _MISSING
@@ -421,7 +450,7 @@ def _set_data(tx, t: V.TensorVar, value: V.TensorVar) -> None:
 
 _GETATTR = {
     V.TensorVar: _getattr_tensor,
-    V.ObjectVar: _getattr_object,
+    V.ObjectVar: _getattr_user_object,
     V.NewObjectVar: _getattr_new_object,
     V.Constant: _getattr_constant,
     V.TupleVar: _getattr_tuple,
@@ -800,6 +829,47 @@ def operator_dunders(op) -> tuple[str, str, str | None]:
     return f"__{name}__", f"__r{name}__", None
 
 
+def _operand_class(v: V.Variable) -> type | None:
+    """The user class whose operator methods `v` answers with: an object made in traced code, or an
+    existing instance of a class written in Python (not a class, module or function itself)."""
+    if isinstance(v, V.NewObjectVar):
+        return v.cls
+    if isinstance(v, V.ObjectVar) and not isinstance(v.value, (type, types.ModuleType, types.FunctionType,
+                                                                 types.BuiltinFunctionType, types.MethodType)):
+        # the standard library's classes (weakref's dicts, fractions) are folded as before
+        top = (type(v.value).__module__ or "builtins").split(".")[0]
+        return type(v.value) if top != "builtins" and top not in sys.stdlib_module_names else None
+    return None
+
+
+def call_user_method(tx, v: V.Variable, name: str, args=()) -> V.Variable | None:
+    """`v.name(*args)` where `v` is a user object whose class defines `name` in Python (`__neg__`,
+    `__abs__`, `__index__`, `__contains__`, `__str__`...): the method is traced, so what it reads
+    is read (and guarded) as in any call; None where the class has no such method. A builtin folded
+    on such an object at capture time instead ran the method on the first call's object, and later
+    calls with other objects of the class got its answer back."""
+    cls = _operand_class(v)
+    if cls is None or issubclass(cls, torch.nn.Module):
+        return None
+    entry = class_lookup(cls, name)
+    if not isinstance(entry, types.FunctionType):
+        return None
+    return tx.call(V.MethodVar(_function(entry), v), list(args))
+
+
+def has_user_operator(op, a: V.Variable, b: V.Variable) -> bool:
+    """Whether `a op b` reaches a method written in Python on an existing user object (`a.__add__`,
+    `b.__radd__`): then the operator is traced through that method, as a call is, instead of folded
+    on the objects the first call passed in (which a later call with other objects of the same class
+    would get back, stale)."""
+    name, reflected, plain = operator_dunders(op)
+    for v, names in ((a, (name, plain)), (b, (reflected,))):
+        if isinstance(v, V.ObjectVar) and (cls := _operand_class(v)) is not None and \
+                any(n and isinstance(class_lookup(cls, n), types.FunctionType) for n in names):
+            return True
+    return False
+
+
 def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     """An operator where an operand is an object of a user's class made in traced code, by Python's
     protocol: the left operand's method (its in-place one first), then the right one's reflected
@@ -810,20 +880,21 @@ def dunder_binary(tx, op, a: V.Variable, b: V.Variable) -> V.Variable:
     name, reflected, plain = operator_dunders(op)
     tries = [(a, name, b)] if plain is not None else []
     name = plain or name
-    right_first = isinstance(b, V.NewObjectVar) and b.python_type() is not a.python_type() and \
+    right_first = _operand_class(b) is not None and b.python_type() is not a.python_type() and \
         issubclass(b.python_type(), a.python_type()) and \
         class_lookup(b.python_type(), reflected) is not class_lookup(a.python_type(), reflected)
     tries += [(b, reflected, a), (a, name, b)] if right_first else [(a, name, b), (b, reflected, a)]
     for receiver, method, other in tries:
-        if not isinstance(receiver, V.NewObjectVar):
+        cls = _operand_class(receiver)
+        if cls is None:
             continue
-        entry = class_lookup(receiver.cls, method)
+        entry = class_lookup(cls, method)
         if entry is _MISSING or entry is None:
             continue
         if not isinstance(entry, types.FunctionType):
             if getattr(entry, "__objclass__", None) is object:
                 continue   # object's own slots answer NotImplemented (== and != are below)
-            raise tx.unsupported(f"operator {op.__name__} through {receiver.cls.__name__}.{method}, "
+            raise tx.unsupported(f"operator {op.__name__} through {cls.__name__}.{method}, "
                                  "which is not Python code")
         result = tx.call(V.MethodVar(_function(entry), receiver), [other])
         if not V.is_not_implemented(result):

@@ -30,9 +30,32 @@ def _all_constant(args, kwargs):
     return all(is_python_constant(a) for a in args) and all(is_python_constant(v) for v in kwargs.values())
 
 
+# builtins that call a method of their first argument's class: on a user object, that method is
+# traced (attributes.call_user_method), not run by folding the builtin at capture time
+# (str/repr/hash of a user object still fold: a dataclass's generated __repr__ goes through
+# reprlib's recursion guard, which capture does not follow)
+_PROTOCOLS = {abs: ("__abs__",), round: ("__round__",), complex: ("__complex__",),
+              int: ("__int__", "__index__"), float: ("__float__", "__index__"), operator.index: ("__index__",)}
+
+
+def user_protocol(tx, fn, args, kwargs) -> V.Variable | None:
+    """`fn(obj, ...)` through the user class's own method where `fn` is one of `_PROTOCOLS`."""
+    from kiln.capture.attributes import call_user_method
+    if not args or kwargs or fn not in _PROTOCOLS:
+        return None
+    for name in _PROTOCOLS[fn]:
+        extra = args[1:] if name == "__round__" else ()
+        result = call_user_method(tx, args[0], name, extra)
+        if result is not None:
+            return result
+    return None
+
+
 def _foldable(fn, otherwise=None):
     """A builtin folded over constants; `otherwise(tx, args, kwargs)` handles the rest."""
     def handle(tx, args, kwargs):
+        if (traced := user_protocol(tx, fn, args, kwargs)) is not None:
+            return traced
         if _all_constant(args, kwargs):
             return fold_call(tx, fn, args, kwargs)
         if otherwise is None:
@@ -249,6 +272,8 @@ BUILTINS[repr] = _foldable(repr, _exception_text(repr))
 
 def _needs_data(name):
     def handle(tx, args, kwargs):
+        if (traced := user_protocol(tx, getattr(builtins, name), args, kwargs)) is not None:
+            return traced
         if _all_constant(args, kwargs):
             return fold_call(tx, getattr(builtins, name), args, kwargs)
         if name == "int" and len(args) == 1 and not kwargs and isinstance(args[0], V.TensorVar) \
@@ -423,9 +448,11 @@ def _object_setattr(tx, args, kwargs):
 @builtin(object.__getattribute__)
 def _object_getattribute(tx, args, kwargs):
     """object's own attribute lookup, past a class's `__getattribute__` (which calls it)."""
-    from kiln.capture.attributes import getattr_var, new_object_attribute
+    from kiln.capture.attributes import _getattr_object, getattr_var, new_object_attribute
     if isinstance(args[0], V.NewObjectVar):
         return new_object_attribute(tx, args[0], python_value(args[1]))
+    if isinstance(args[0], V.ObjectVar):
+        return _getattr_object(tx, args[0], python_value(args[1]))
     return getattr_var(tx, args[0], python_value(args[1]))
 
 

@@ -527,6 +527,17 @@ def build_entry(fn: types.FunctionType, trace: TraceResult, backend: Callable, a
     return Entry(check, run, guards, gm, trace.break_reason, run.__kiln_source__)
 
 
+def _distinct_inputs(live: list[Guard]) -> Guard | None:
+    """[Note: distinct inputs] Two tensors passed in as one object are one graph input, with a
+    SAME guard between their sources (builder.py); tensors traced as distinct objects are guarded
+    to stay distinct. Code that asks about identity (`a is b`, `len({a, b})`, a set or dict of
+    tensors) was answered for the objects of the first call, and a graph whose inputs alias where
+    it traced them apart would see one input's in-place write through the other: a call that
+    passes one tensor twice, or an argument that is a global the code also reads, recompiles."""
+    sources = [g.source for g in live if g.kind is GuardKind.TENSOR and g.source is not None]
+    return Guard(GuardKind.DISTINCT, sources[0], tuple(sources)) if len(sources) > 1 else None
+
+
 def _guards(fn: types.FunctionType, out, params: str):
     """The entry's guard function and guards: capture's, and the shape environment's relations."""
     guard_bindings = {**out.globals_dicts, "__fn": fn}
@@ -547,6 +558,10 @@ def _guards(fn: types.FunctionType, out, params: str):
                                                      env.format_guards(),
                                                      tuple((n, s) for n, (s, _) in zip(names, out.inputs)))))
     parts = settled.split(guards)     # [Note: settled module state]
+    distinct = _distinct_inputs(parts.live)
+    if distinct is not None:
+        parts.live.append(distinct)
+        guards.append(distinct)
     check = compile_guards(parts.live, params, guard_bindings, settled=parts.settled, pins=parts.pins,
                            settled_tensors=parts.tensors)
     check.__defaults__, check.__kwdefaults__ = fn.__defaults__, fn.__kwdefaults__

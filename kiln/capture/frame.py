@@ -21,6 +21,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
@@ -35,6 +36,12 @@ from kiln.capture.resume import resume_code
 from kiln.capture.sources import ItemSource, LocalSource
 from kiln.config import CaptureConfig
 from kiln.errors import Unsupported
+
+
+class DynamicDimSpecialized(Unsupported, ConstraintViolationError):
+    """A dim the user marked dynamic (`mark_dynamic`) that the traced code specialized to a
+    constant: kiln's refusal, and the ConstraintViolationError torch.compile raises for it, so code
+    that catches either sees it."""
 
 MAX_BREAK_RETRIES = 32
 
@@ -290,7 +297,7 @@ class CompiledFunction:
                 return self._eager_entry(args, kwargs, f"the code raises {e.describe()}", e.where)
             specialized = trace.out.specialized_marked_dims()
             if specialized:   # what torch.compile's ConstraintViolationError says
-                raise Unsupported(f"{_name(self.fn)}: a dim marked dynamic (by mark_dynamic) was "
+                raise DynamicDimSpecialized(f"{_name(self.fn)}: a dim marked dynamic (by mark_dynamic) was "
                                   f"specialized to a constant: {'; '.join(specialized)}. Remove the mark, or use "
                                   "maybe_mark_dynamic, which allows it")
             trace.break_reason = reason

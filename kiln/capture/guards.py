@@ -35,16 +35,19 @@ class GuardKind(enum.Enum):
     PRESENT = "present"      # key in value (`k in d` on a real container that answered True)
     GRAD_MODE = "grad_mode"  # torch.is_grad_enabled() is expected
     AUTOCAST = "autocast"    # autocast_state() == expected: the graph was traced with autocast's casts
+    GLOBAL_STATE = "global_state"  # global_state() == expected: deterministic algorithms and TF32 as traced
     SAME = "same"            # value is the object another source reads (aliased inputs)
+    DISTINCT = "distinct"    # the tensor inputs, read through these sources, are distinct objects ([Note: distinct inputs])
     SHAPES = "shapes"        # the ShapeEnv's guard function holds over the tensor inputs
     VALUE = "value"          # a function of tensor inputs' values holds ([Note: mask elision])
     PROCESS_GROUP = "process_group"  # a torch.distributed query (get_rank()) returns what it did ([Note: rank-dependent values])
 
 
 # Guards that read less of the value come first, so a type check protects the attribute reads after it.
-_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
+_ORDER = {GuardKind.GRAD_MODE: 0, GuardKind.AUTOCAST: 0, GuardKind.GLOBAL_STATE: 0, GuardKind.PROCESS_GROUP: 0, GuardKind.TYPE: 1, GuardKind.ID: 1, GuardKind.LEN: 2,
           GuardKind.DICT_KEYS: 2, GuardKind.ABSENT: 2, GuardKind.PRESENT: 2, GuardKind.TRUTH: 2, GuardKind.MEMBER_IDS: 2, GuardKind.CONST: 3,
-          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.STATE_TENSOR: 4, GuardKind.SAME: 5, GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
+          GuardKind.EMPTY: 3, GuardKind.TENSOR: 4, GuardKind.STATE_TENSOR: 4, GuardKind.SAME: 5, GuardKind.DISTINCT: 5,
+          GuardKind.SHAPES: 6, GuardKind.VALUE: 7}
 # ...and the ones that compute, once every cheap check passed: shapes, then tensor values
 _LAST = {GuardKind.SHAPES: 1, GuardKind.VALUE: 2}
 
@@ -95,8 +98,12 @@ class Guard:
             return f"torch.is_grad_enabled() is {self.expected}"
         if self.kind is GuardKind.AUTOCAST:
             return f"autocast (cpu enabled, dtype, cuda enabled, dtype) is {self.expected}"
+        if self.kind is GuardKind.GLOBAL_STATE:
+            return f"(deterministic algorithms, warn only, cuBLAS TF32) is {self.expected}"
         if self.kind is GuardKind.SAME:
             return f"{where} is {self.expected.describe()}"
+        if self.kind is GuardKind.DISTINCT:
+            return "no two of " + ", ".join(s.describe() for s in self.expected) + " are the same tensor"
         if self.kind is GuardKind.SHAPES:
             return "symbolic sizes satisfy: " + (self.expected[2].replace("\n", "; ") or "their ranges")
         if self.kind is GuardKind.VALUE:
@@ -195,8 +202,12 @@ def guard_code(guard: Guard, const: Callable[[Any], str]) -> list[str]:
         return [f"__grad_enabled() is {x}"]
     if kind is GuardKind.AUTOCAST:
         return [f"__autocast_state() == {const(x)}"]
+    if kind is GuardKind.GLOBAL_STATE:
+        return [f"__global_state() == {const(x)}"]
     if kind is GuardKind.SAME:
         return [f"{e} is {x.expr()}"]
+    if kind is GuardKind.DISTINCT:
+        return [f"len({{{', '.join(f'id({s.expr()})' for s in x)}}}) == {len(x)}"]
     if kind is GuardKind.PROCESS_GROUP:
         return [f"{const(x.fn)}(*{const(x.args)}) == {const(x.value)}"]
     if kind in (GuardKind.SHAPES, GuardKind.VALUE):
@@ -298,6 +309,14 @@ def empty_hook_table(guard: Guard) -> bool:
         or (kind is GuardKind.LEN and x == 0) or (kind is GuardKind.TRUTH and not x)
 
 
+def global_state() -> tuple:
+    """The global switches a backend may compile for, as torch.compile's global state guard checks
+    them: deterministic algorithms (and their warn-only form) and cuBLAS's TF32 matmuls. A call
+    under other switches compiles again (a backend that read them chose its kernels by them)."""
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch._C._get_cublas_allow_tf32())
+
+
 def autocast_state() -> tuple:
     """What a traced graph's casts depend on: autocast on CPU and on CUDA, each enabled and its dtype
     (a graph traced under autocast holds bf16 casts a call without it must not run)."""
@@ -342,7 +361,8 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
         bindings.update(__writes=MODULE_WRITES, __settled=[-1])
     if tensors:
         bindings.update(__twrites=TENSOR_WRITES, __tsettled=[-1])
-    names = ["__grad_enabled", "__autocast_state", "__handles", "__stamp", *bindings, *(n for n, _ in consts.values())]
+    names = ["__grad_enabled", "__autocast_state", "__global_state", "__handles", "__stamp", *bindings,
+             *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def {name}({params}):\n"
            f"        try:\n"
@@ -353,7 +373,7 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
     # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
     namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
-    fn = namespace["__make"](torch.is_grad_enabled, autocast_state, RemovableHandle, [-1], *bindings.values(),
+    fn = namespace["__make"](torch.is_grad_enabled, autocast_state, global_state, RemovableHandle, [-1], *bindings.values(),
                              *[v for _, v in consts.values()])
     fn.__kiln_source__ = src
     return fn
@@ -373,12 +393,12 @@ def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) 
         cond = " and ".join(guard_code(guard, const))
         tests.append(f"        try:\n            if not ({cond}): return {i}\n"
                      f"        except Exception:\n            return {i}\n")
-    names = ["__grad_enabled", "__autocast_state", *bindings, *(n for n, _ in consts.values())]
+    names = ["__grad_enabled", "__autocast_state", "__global_state", *bindings, *(n for n, _ in consts.values())]
     src = (f"def __make({', '.join(names)}):\n"
            f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
            f"    return __kiln_first_failure\n")
     # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
     namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
     exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
-    return namespace["__make"](torch.is_grad_enabled, autocast_state, *bindings.values(),
+    return namespace["__make"](torch.is_grad_enabled, autocast_state, global_state, *bindings.values(),
                                *[v for _, v in consts.values()])

@@ -55,7 +55,10 @@ def _next(tx, args, kwargs):
 
 @handles(range)
 def _range(tx, args, kwargs):
+    from kiln.capture.builtins import user_protocol
     from kiln.capture.constants import fold_call
+    # a user object as a bound is its __index__, traced
+    args = [user_protocol(tx, operator.index, [a], {}) or a for a in args]
     return fold_call(tx, range, args, kwargs)
 
 

@@ -12,6 +12,7 @@ trackers between the stack, locals and cells. Importing this module registers it
 """
 from __future__ import annotations
 
+import builtins
 import dis
 import operator
 
@@ -838,7 +839,16 @@ def convert_value(tx, inst):
     tx.push(V.Constant(S.format_value(tx, tx.pop(), conv, "")))
 
 
-@handler("LOAD_BUILD_CLASS", "SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
+@handler("LOAD_BUILD_CLASS")
+def load_build_class(tx, inst):
+    """A `class` statement: its call of `builtins.__build_class__` (body function, name, bases)
+    is C code kiln does not model, so the graph breaks there and the class is built natively, the
+    code before and after it captured, as torch.compile splits it (rather than the whole function
+    running eagerly)."""
+    tx.push(V.ObjectVar(builtins.__build_class__))
+
+
+@handler("SETUP_ANNOTATIONS", "LOAD_NAME", "STORE_NAME",
          "DELETE_GLOBAL", "DELETE_DEREF", "GET_AWAITABLE", "BEFORE_ASYNC_WITH", "GET_AITER", "GET_ANEXT")
 def refuse(tx, inst):
     raise tx.unsupported(f"the bytecode instruction {inst.opname} is not supported by kiln")

@@ -97,8 +97,9 @@ class OutputGraph:
         self.grad_enabled = torch.is_grad_enabled()
         self.getitem_to_index = 0  # open TransformGetItemToIndex regions (`semantics.getitem`)
         self.guard(Guard(GuardKind.GRAD_MODE, None, self.grad_enabled))
-        from kiln.capture.guards import autocast_state
+        from kiln.capture.guards import autocast_state, global_state
         self.guard(Guard(GuardKind.AUTOCAST, None, autocast_state()))
+        self.guard(Guard(GuardKind.GLOBAL_STATE, None, global_state()))
         self.keepalive: list[Any] = []  # real objects whose identity guards rely on
         self.examples = Examples()
         self.instructions = 0  # interpreted so far, all frames together

@@ -58,9 +58,14 @@ def describe(guard: Guard, value: Any, params: str, entry, args, kwargs) -> str:
     if kind is GuardKind.AUTOCAST:
         from kiln.capture.guards import autocast_state
         return f"{guard.describe()} (now {autocast_state()})"
+    if kind is GuardKind.GLOBAL_STATE:
+        from kiln.capture.guards import global_state
+        return f"{guard.describe()} (now {global_state()})"
     if kind is GuardKind.PROCESS_GROUP:
         q = guard.expected
         return f"{q.call_text()} == {q.value!r} (now {_short(q.fn(*q.args))})"
+    if kind is GuardKind.DISTINCT:
+        return f"{guard.describe()} (now two are)"
     if kind in (GuardKind.ID, GuardKind.SAME):
         return f"{guard.describe()} (now another {type(value).__name__})"
     if kind is GuardKind.TYPE:

@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from kiln.capture import variables as V
-from kiln.capture.attributes import (_function, call_overridden, class_lookup, dunder_binary, getattr_var,
+from kiln.capture.attributes import (_function, call_overridden, call_user_method, class_lookup, dunder_binary,
+                                     getattr_var,
+                                     has_user_operator,
                                      iterate_object, object_contains, object_getitem, operator_dunders, overridden)
 from kiln.capture.constants import constant_of, is_python_constant, is_same, python_value
 from kiln.capture.guards import Guard, GuardKind
@@ -190,7 +192,10 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         n = v.example.size(0) if v.example.dim() else None
         if n is None:
             tx.raise_(TypeError, "iteration over a 0-d tensor")
-        return list(call_torch(tx, "call_method", "unbind", [v, V.Constant(0)], {}).items)
+        # one `x[i]` per row, as Python's iteration over a tensor does (`Tensor.__iter__` is
+        # `iter(self.unbind(0))`, whose rows are those views): a row taken by index is a node a
+        # later graph can keep on its own, and the op count is the one torch.compile's graph has
+        return [call_torch(tx, "call_function", operator.getitem, [v, V.Constant(i)], {}) for i in range(n)]
     if isinstance(v, V.ObjectVar):
         items = iterate_object(tx, v)
         return items if isinstance(items, list) else iterate(tx, items)
@@ -329,6 +334,8 @@ def contains(tx, container: V.Variable, item: V.Variable, *, base: bool = False)
     if isinstance(container, V.ObjectVar) and isinstance(container.value, _REAL_CONTAINERS) and \
             is_python_constant(item):
         return object_contains(tx, container, python_value(item))  # the read is guarded
+    if (traced := call_user_method(tx, container, "__contains__", [item])) is not None:
+        return truth(tx, traced)
     if is_python_constant(container) and is_python_constant(item):
         return python_value(item) in python_value(container)
     if isinstance(container, V.ObjectVar) and is_python_constant(item):
@@ -358,6 +365,8 @@ def binary_op(tx, op, a: V.Variable, b: V.Variable, *, base: bool = False) -> V.
         return call_torch(tx, "call_function", _INPLACE_TO_PLAIN.get(op, op), [a, b], {})
     if op in _VIEW_COMPARISONS and isinstance(a, V.DictViewVar) and isinstance(b, V.DictViewVar):
         return V.Constant(_views_compare(tx, op, a, b))
+    if has_user_operator(op, a, b):
+        return dunder_binary(tx, op, a, b)
     views = isinstance(a, V.DictViewVar) or isinstance(b, V.DictViewVar)   # `d.keys() - {...}`: a fresh set
     if is_python_constant(a) and is_python_constant(b) and (views or not isinstance(a, _MUTABLE)
                                                             and not isinstance(b, _MUTABLE)):
@@ -656,7 +665,13 @@ SEQUENCE_OPS = {
 }
 
 
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__",
+                  operator.abs: "__abs__"}
+
+
 def unary_op(tx, op, v: V.Variable) -> V.Variable:
+    if op in _UNARY_DUNDERS and (traced := call_user_method(tx, v, _UNARY_DUNDERS[op])) is not None:
+        return traced
     if type(v) in VALUE_MODELS:
         return VALUE_MODELS[type(v)].unary(tx, op, v)
     if isinstance(v, (V.TensorVar, V.SymNumber)):

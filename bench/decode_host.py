@@ -23,7 +23,7 @@ import torch
 import kiln
 import kiln.pipeline as pipeline
 from kiln.bench.decoding import build
-from kiln.runtime.cudagraphs import CudaGraphed
+from kiln.runtime.cudagraphs import graphed
 
 
 def _noop_capture(program, graph_args):
@@ -34,8 +34,7 @@ def _noop_capture(program, graph_args):
 def _wrap(options, program, meta, on_cuda):
     if not options.cudagraphs:
         return program
-    return CudaGraphed(program, meta.get("kiln_static_inputs", ()), capture=_noop_capture,
-                       written_back=meta.get("kiln_written_back", ()), fixed_size=meta.get("kiln_module_state", ()))
+    return graphed(program, meta, capture=_noop_capture)
 
 
 def main() -> None:

@@ -22,6 +22,12 @@ them all at once. What makes a replay right:
   tensor, returned as it is; so is an output the caller copies into an input at once, before it
   can call again (`written_back`: aot's epilogue writing a mutated input's new value, such as each
   layer's `cumulative_length` of a static cache, 32 copies a token in a 32-layer model).
+- [Note: written back inside the graph] Where the input such an output is copied into is known and
+  static (`written_into`: aot's `kiln_inputs_written`, inputs that require no grad, as the ones
+  the program writes in place), the copy is recorded at the end of the graph, and the replay
+  returns the input itself, which the epilogue then finds written: one multi-tensor copy launch and
+  its host work less a step. The recording runs the program for real (a warm-up on a side stream,
+  or an emulation), so the inputs it writes back are restored after it; the replay writes them once.
 - A program that cannot be recorded (it reads a tensor on the host, holds a CPU tensor, or calls
   something that synchronizes) runs without graphs from then on, with a warning saying why.
 """
@@ -43,11 +49,15 @@ class CudaGraphed:
     recording on the CPU (outputs in fixed memory that each replay overwrites)."""
 
     def __init__(self, program: Callable, static_inputs: Sequence[int] = (), capture: Callable | None = None,
-                 written_back: Sequence[int] = (), fixed_size: Sequence[int] = (), concrete_size: Sequence[int] = ()):
+                 written_back: Sequence[int] = (), fixed_size: Sequence[int] = (), concrete_size: Sequence[int] = (),
+                 written_into: Sequence[tuple[int, int]] = ()):
         self.program = program
         self.capture = capture or _capture
         self.static_inputs = frozenset(static_inputs)
         self.written_back = frozenset(written_back)
+        # (output, static input) pairs: the caller copies the output into the input at once
+        # ([Note: written back inside the graph])
+        self.written_into = tuple((k, i) for k, i in written_into if k in self.written_back and i in self.static_inputs)
         # static inputs whose size cannot change while their address stays: a module's parameters
         # and buffers, whose guards hold them by identity (a size change needs a new tensor); only
         # their addresses are compared before a replay (450 tensors a dolly step)
@@ -100,7 +110,7 @@ class CudaGraphed:
         if reason is None:
             try:
                 recording = _Recording(self.program, args, self.static_inputs, self.capture, self.written_back,
-                                       self.fixed_size, self.concrete_size)
+                                       self.fixed_size, self.concrete_size, self.written_into)
                 recording.layout, recording.pick_dynamic = key, self.pick_dynamic
                 kept[:] = [recording, *kept[:KEPT_PER_LAYOUT - 1]]
                 self.recordings += 1
@@ -117,7 +127,7 @@ def graphed(program: Callable, meta: dict, capture: Callable | None = None) -> C
     """`program` in CUDA graphs, told of its inputs by its graph's `meta` (aot's `forward_meta`)."""
     return CudaGraphed(program, meta.get("kiln_static_inputs", ()), capture=capture,
                        written_back=meta.get("kiln_written_back", ()), fixed_size=meta.get("kiln_module_state", ()),
-                       concrete_size=meta.get("kiln_concrete_size", ()))
+                       concrete_size=meta.get("kiln_concrete_size", ()), written_into=meta.get("kiln_inputs_written", ()))
 
 
 def _layout(args: Sequence[Any]) -> tuple:
@@ -145,7 +155,7 @@ class _Recording:
 
     def __init__(self, program: Callable, args: Sequence[Any], static_inputs: frozenset, capture: Callable,
                  written_back: frozenset = frozenset(), fixed_size: frozenset = frozenset(),
-                 concrete_size: frozenset = frozenset()):
+                 concrete_size: frozenset = frozenset(), written_into: Sequence[tuple[int, int]] = ()):
         args = tuple(args)
         self.static_inputs = static_inputs
         self.layout, self.pick_dynamic = None, None     # set by CudaGraphed, which keys recordings by them
@@ -167,7 +177,15 @@ class _Recording:
         graph_args = [copied.get(i, a) for i, a in enumerate(args)]
         self.copy_into, self.pick_copied = list(copied.values()), picker(list(copied))
         self._copy_inputs(args)
-        self.replay_graph, self.outputs = capture(program, graph_args)
+        written_into = [(k, i) for k, i in written_into if i in self.pointers]
+        if written_into:          # [Note: written back inside the graph]
+            before = [args[i].clone() for _, i in written_into]
+            try:
+                self.replay_graph, self.outputs = capture(_writing_back(program, written_into), graph_args)
+            finally:              # the recording's own runs wrote them: as they were
+                torch._foreach_copy_([args[i] for _, i in written_into], before)
+        else:
+            self.replay_graph, self.outputs = capture(program, graph_args)
         # outputs that are a static input's own storage: the caller's tensor, never a copy
         by_address = {}
         for i, (pointer, _) in self.pointers.items():
@@ -175,9 +193,12 @@ class _Recording:
         self.static_outputs = {k: i for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
                                for i in by_address.get(o.data_ptr(), ()) if o.is_set_to(graph_args[i])}
         self.uncopied = written_back - self.static_outputs.keys()
+        # outputs the graph itself copies into the static input they are written back into
+        self.written_in_graph = {k: i for k, i in written_into if k not in self.static_outputs
+                                 and isinstance(self.outputs[k], torch.Tensor)}
         # what a replay returns in place of the recorded outputs: a static input's own tensor, or a
         # copy of an output in the graph's pool (not one written back at once)
-        self.returned_args = list(self.static_outputs.items())
+        self.returned_args = [*self.static_outputs.items(), *self.written_in_graph.items()]
         self.returned_copies = [k for k, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)
                                 and k not in self.static_outputs and k not in self.uncopied]
         # the replay's result gathered in one C call from (*args, *recorded outputs, *copies)
@@ -213,6 +234,19 @@ class _Recording:
 
 
 _data_ptr, _size, _clone = torch.Tensor.data_ptr, torch.Tensor.size, torch.Tensor.clone
+
+
+def _writing_back(program: Callable, written_into: list[tuple[int, int]]) -> Callable:
+    """`program`, then its outputs copied into the inputs they are written back into (but those it
+    wrote in place): what a recording records ([Note: written back inside the graph])."""
+    def run(*graph_args):
+        outputs = program(*graph_args)
+        pairs = [(graph_args[i], outputs[k]) for k, i in written_into
+                 if isinstance(outputs[k], torch.Tensor) and not outputs[k].is_set_to(graph_args[i])]
+        if pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [v for _, v in pairs])
+        return outputs
+    return run
 
 
 def picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple]:

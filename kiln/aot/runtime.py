@@ -274,7 +274,7 @@ def _is_flat_tuple(spec) -> bool:
     return type(got) is tuple and len(got) == len(leaves) and all(a is b for a, b in zip(got, leaves))
 
 
-def forward_meta(joint, info) -> dict:
+def forward_meta(joint, info, concrete_size: tuple | None = None) -> dict:
     """What the forward program's compiler is told of its inputs and outputs (a traced forward
     carries it in `gm.meta`; a warm start rebuilds it from the kept joint graph's specs)."""
     # inputs the forward writes back into (a KV cache's update): codegen may write them in place
@@ -293,12 +293,13 @@ def forward_meta(joint, info) -> dict:
         "kiln_static_inputs": tuple(sorted({*joint.input_indices("param", "buffer"), *(i for _, i in written)})),
         "kiln_module_state": tuple(joint.input_indices("param", "buffer")),
         # inputs traced without a symbol in their sizes and strides: the program is compiled for
-        # them, so no call of it passes them in another size (a warm start, with no traced graph, says none)
-        "kiln_concrete_size": _concrete_inputs(joint),
+        # them, so no call of it passes them in another size (a warm start keeps the traced graph's)
+        "kiln_concrete_size": concrete_inputs(joint) if concrete_size is None else concrete_size,
     }
 
 
-def _concrete_inputs(joint) -> tuple:
+def concrete_inputs(joint) -> tuple:
+    """The inputs of `joint` traced with no symbol in their sizes and strides (none, untraced)."""
     if joint.gm is None:
         return ()
     placeholders = joint.gm.graph.find_nodes(op="placeholder")

@@ -163,8 +163,8 @@ class _Recording:
         self.pointers = {i: (args[i].data_ptr(), args[i].shape) for i in sorted(static_inputs)
                          if isinstance(args[i], torch.Tensor)}
         # the inputs that tell one recording from another (a generate()'s own cache) come first, so
-        # that comparing with the recording of another cache stops at its first address; the module
-        # state's hundreds of addresses after them
+        # that the comparison with the recording of another cache fails at its first address; the
+        # module state's hundreds of addresses after them
         order = [i for i in self.pointers if i not in fixed_size] + [i for i in self.pointers if i in fixed_size]
         self.pick_static, self.addresses = picker(order), [self.pointers[i][0] for i in order]
         # sizes are compared only where they could change at the same address: not a module's state
@@ -223,8 +223,8 @@ class _Recording:
             torch._foreach_copy_(self.copy_into, self.pick_copied(args))
 
     def replay(self, args: tuple):
-        if self.copy_into:
-            torch._foreach_copy_(self.copy_into, self.pick_copied(args))
+        """The graph run on the caller's `args` (a tuple); its outputs as the program returns them."""
+        self._copy_inputs(args)
         self.replay_graph()
         if self.returned_copies:
             got = self.gather(args + self.recorded_outputs + tuple(map(_clone, self.pick_copies(self.recorded_outputs))))
@@ -250,7 +250,8 @@ def _writing_back(program: Callable, written_into: list[tuple[int, int]]) -> Cal
 
 
 def picker(indices: list[int]) -> Callable[[Sequence[Any]], tuple]:
-    """`args -> tuple of args[i] for i in indices`, as one C call (a slice where they are a run)."""
+    """`args -> the args[i] for i in indices`, as one C call: a tuple, or a slice of `args` where
+    the indices are a run."""
     if len(indices) > 1 and list(indices) == list(range(indices[0], indices[-1] + 1)):
         return operator.itemgetter(slice(indices[0], indices[-1] + 1))
     if len(indices) > 1:

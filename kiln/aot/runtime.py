@@ -10,6 +10,7 @@ the Function's inputs.
 """
 from __future__ import annotations
 
+import operator
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -24,6 +25,7 @@ from kiln.aot.rng import new_seed
 from kiln.aot.trace import JointGraph, _overlaps, autocast_off, trace_joint
 from kiln.aot.views import replay
 from kiln.errors import NotYetImplemented
+from kiln.runtime.cudagraphs import picker
 from kiln.runtime.module_writes import MODULE_WRITES, count_module_writes
 
 
@@ -156,7 +158,7 @@ class AotRuntime:
         # [Note: parameters read once a module write] the state's tensors as last read, and the
         # count of module writes then ([Note: counted module writes]): a decoder's ~400 parameters
         # are read once, not every call
-        self.state_values, self.state_read_at = [], None
+        self.state_values, self.state_read_at = (), None
         if self.state:
             count_module_writes()
         # what the sizes of a view chain read (`_rebuilt`); a runtime from the warm-start cache has
@@ -174,6 +176,13 @@ class AotRuntime:
         self.input_views_with_grad = [k for k, spec in enumerate(self.fw_specs)
                                       if spec.alias is not None and spec.alias[0] == "input" and spec.requires_grad
                                       and joint.inputs[spec.alias[1]].requires_grad]
+        # [Note: the epilogue planned once] what `_epilogue` would otherwise work out each call
+        self.num_mutations = len(self.mutated_inputs)
+        self.num_user_outputs = info.num_fw_outputs - self.num_mutations
+        self.pick_mutated = picker([spec.index for spec in self.fw_specs[self.num_user_outputs:]])
+        self.rebuilt_outputs = [k for k, spec in enumerate(self.fw_specs[:self.num_user_outputs])
+                                if spec.alias is not None]
+        self.flat_tuple_out = _is_flat_tuple(joint.out_spec)
 
     def __call__(self, *args):
         """[Note: compiled graphs run with autocast off] The joint graph was traced below autocast:
@@ -185,11 +194,14 @@ class AotRuntime:
         if self.state_read_at != MODULE_WRITES[0]:
             # the owning dict's entry, not `getattr` (nn.Module.__getattr__ runs in Python per name)
             self.state_read_at = MODULE_WRITES[0]
-            self.state_values = [v if (v := d.get(name)) is not None else getattr(module, name)
-                                 for module, d, name in self.state]
-        primals = [*args, *self.state_values]
+            self.state_values = tuple(v if (v := d.get(name)) is not None else getattr(module, name)
+                                      for module, d, name in self.state)
+        primals = args + self.state_values
         if self.seed_at is not None:
-            primals.insert(self.seed_at, new_seed())
+            primals = (*primals[:self.seed_at], new_seed(), *primals[self.seed_at:])
+        if not torch.is_grad_enabled() and not torch._C._is_any_autocast_enabled():
+            # inference (a decode step): no mode to switch, no gradient to trace
+            return self._epilogue(primals, self.fw(*primals)[:self.info.num_fw_outputs], frozenset())
         with autocast_off():
             if self.bw is not None and torch.is_grad_enabled() and any(
                     isinstance(primals[i], torch.Tensor) and primals[i].requires_grad for i in self.needs_grad_from):
@@ -202,17 +214,38 @@ class AotRuntime:
                 with torch.no_grad():
                     outs = self.fw(*primals)[:self.info.num_fw_outputs]
                 inside = frozenset()
-        return self._epilogue(primals, list(outs), inside)
+        return self._epilogue(primals, outs, inside)
 
-    def _epilogue(self, primals: list, outs: list, inside: frozenset):
+    def _epilogue(self, primals: tuple, outs: Sequence, inside: frozenset):
         """Mutated inputs get their new values; outputs that alias an input or another output are
-        rebuilt as views (but those `inside`, rebuilt by the autograd Function)."""
-        num_user = len(outs) - len(self.joint.output_indices("mutation"))
+        rebuilt as views (but those `inside`, rebuilt by the autograd Function).
+
+        [Note: the epilogue planned once] A decode step writes every layer's cache and its length
+        (66 inputs of a 22-layer LLaMA), and most writes were made in place by the program, whose
+        output is then the input itself: one C-level pass (`map(operator.is_, ...)`) finds them,
+        and only the rest are looked at one by one. What the user gets back is planned at
+        construction: the outputs to rebuild as views, and whether the pytree is a flat tuple."""
+        num_user = self.num_user_outputs
+        if self.num_mutations:
+            targets, values = self.pick_mutated(primals), outs[num_user:]
+            if not all(map(operator.is_, values, targets)):
+                self._write_back(targets, values)
+        if not self.rebuilt_outputs:
+            user = outs[:num_user]
+            return tuple(user) if self.flat_tuple_out else pytree.tree_unflatten(list(user), self.joint.out_spec)
+        user = list(outs[:num_user])
+        for k in self.rebuilt_outputs:
+            if k not in inside:
+                spec = self.fw_specs[k]
+                user[k] = _rebuilt(self, spec, primals if spec.alias[0] == "input" else user, primals)
+        return tuple(user) if self.flat_tuple_out else pytree.tree_unflatten(user, self.joint.out_spec)
+
+    def _write_back(self, targets: Sequence, values: Sequence):
+        """The new values of mutated inputs that the program did not write in place, copied in."""
         # writes autograd need not see (BatchNorm's running stats: 159 in a ResNet-50 training step)
         # go as one multi-tensor copy: one launch per dtype instead of one per tensor
         plain = []
-        for spec, value in zip(self.fw_specs[num_user:], outs[num_user:]):
-            target = primals[spec.index]
+        for target, value in zip(targets, values):
             if value is target or value.is_set_to(target):   # written in place by the program: nothing to copy
                 continue
             if target.requires_grad and target.is_leaf:
@@ -229,14 +262,19 @@ class AotRuntime:
         if plain:
             with torch.no_grad():
                 torch._foreach_copy_([t for t, _ in plain], [v for _, v in plain])
-        user = outs[:num_user]
-        for k, spec in enumerate(self.fw_specs[:num_user]):
-            if spec.alias is not None and k not in inside:
-                user[k] = _rebuilt(self, spec, primals if spec.alias[0] == "input" else user, primals)
-        return pytree.tree_unflatten(user, self.joint.out_spec)
 
 
-def forward_meta(joint, info) -> dict:
+def _is_flat_tuple(spec) -> bool:
+    """Whether `tree_unflatten(leaves, spec)` is `tuple(leaves)` (a graph returning a tuple of tensors)."""
+    try:
+        leaves = [object() for _ in range(spec.num_leaves)]
+        got = pytree.tree_unflatten(leaves, spec)
+    except Exception:
+        return False
+    return type(got) is tuple and len(got) == len(leaves) and all(a is b for a, b in zip(got, leaves))
+
+
+def forward_meta(joint, info, concrete_size: tuple | None = None) -> dict:
     """What the forward program's compiler is told of its inputs and outputs (a traced forward
     carries it in `gm.meta`; a warm start rebuilds it from the kept joint graph's specs)."""
     # inputs the forward writes back into (a KV cache's update): codegen may write them in place
@@ -254,7 +292,20 @@ def forward_meta(joint, info) -> dict:
         # uses them in place
         "kiln_static_inputs": tuple(sorted({*joint.input_indices("param", "buffer"), *(i for _, i in written)})),
         "kiln_module_state": tuple(joint.input_indices("param", "buffer")),
+        # inputs traced without a symbol in their sizes and strides: the program is compiled for
+        # them, so no call of it passes them in another size (a warm start keeps the traced graph's)
+        "kiln_concrete_size": concrete_inputs(joint) if concrete_size is None else concrete_size,
     }
+
+
+def concrete_inputs(joint) -> tuple:
+    """The inputs of `joint` traced with no symbol in their sizes and strides (none, untraced)."""
+    if joint.gm is None:
+        return ()
+    placeholders = joint.gm.graph.find_nodes(op="placeholder")
+    return tuple(i for i, n in enumerate(placeholders) if i < len(joint.inputs)
+                 and isinstance(val := n.meta.get("val"), torch.Tensor)
+                 and all(type(d) is int for d in (*val.shape, *val.stride())))
 
 
 def _attribute_ref(root: torch.nn.Module, qualified: str):

@@ -76,9 +76,8 @@ def _finished(program):
 def _wrap(options: Options, program, meta: dict, on_cuda: bool):
     """A compiled program as the runtime calls it: in CUDA graphs under mode="reduce-overhead"."""
     if options.cudagraphs and on_cuda:                 # [Note: CUDA graphs]
-        from kiln.runtime.cudagraphs import CudaGraphed
-        return CudaGraphed(program, meta.get("kiln_static_inputs", ()), written_back=meta.get("kiln_written_back", ()),
-                           fixed_size=meta.get("kiln_module_state", ()))
+        from kiln.runtime.cudagraphs import graphed
+        return graphed(program, meta)
     return program
 
 

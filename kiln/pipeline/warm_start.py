@@ -59,7 +59,7 @@ def key(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], variant: str) -
 
 def store_runtime(entry_key: str, runtime) -> None:
     """Keep what `runtime` (an `AotRuntime`) needs to be rebuilt, when all of it is data."""
-    from kiln.aot.runtime import AotRuntime
+    from kiln.aot.runtime import AotRuntime, concrete_inputs
     if not isinstance(runtime, AotRuntime) or any(s.alias is not None for s in runtime.joint.outputs):
         return
     programs = [_program_key(runtime.fw), _program_key(runtime.bw) if runtime.bw is not None else ""]
@@ -74,7 +74,8 @@ def store_runtime(entry_key: str, runtime) -> None:
         "outputs": [dataclasses.asdict(s) for s in runtime.joint.outputs],
         "out_spec": out_spec, "info": dataclasses.asdict(runtime.info),
         "functional": runtime.joint.functional, "fw": programs[0], "bw": programs[1],
-        "grad_tangents": [sorted(t) for t in runtime.grad_tangents]})
+        "grad_tangents": [sorted(t) for t in runtime.grad_tangents],
+        "concrete_size": list(concrete_inputs(runtime.joint))})
 
 
 def _program_key(program) -> str | None:
@@ -102,7 +103,8 @@ def load_runtime(entry_key: str, gm: torch.fx.GraphModule, wrap: Callable[[Calla
     bw = program_cache.load(entry["bw"], None) if entry["bw"] else None
     if fw is None or (entry["bw"] and bw is None):
         return None      # the programs' own entries are gone or damaged: trace and compile afresh
-    runtime = AotRuntime(gm, joint, wrap(fw, forward_meta(joint, info)), wrap(bw, {}) if bw is not None else None, info)
+    meta = forward_meta(joint, info, concrete_size=tuple(entry.get("concrete_size", ())))
+    runtime = AotRuntime(gm, joint, wrap(fw, meta), wrap(bw, {}) if bw is not None else None, info)
     runtime.graphs = None      # never traced in this process
     runtime.grad_tangents = [frozenset(t) for t in entry.get("grad_tangents", ())] or runtime.grad_tangents
     log.count("graphs from the cache")              # aot skipped

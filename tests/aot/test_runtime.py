@@ -138,3 +138,37 @@ def test_an_fp32_matmul_the_model_keeps_out_of_autocast_stays_fp32(backend, grad
         g_want, = torch.autograd.grad(want.sum(), w)
         g_got, = torch.autograd.grad(got.sum(), w)
         torch.testing.assert_close(g_got, g_want, rtol=2e-2, atol=2e-2)
+
+
+def test_the_forward_program_is_told_which_inputs_have_concrete_sizes():
+    """`kiln_concrete_size` (forward_meta): inputs traced without a symbol in their sizes. A CUDA
+    graph compares only the addresses of those; one with a symbolic size must not be among them."""
+    mode = FakeTensorMode()
+    fake_x = mode.from_real(torch.randn(6, 5), source="x", dynamic_dims=[0])
+    fake_w = mode.from_real(torch.randn(5, 3), source="w")
+    meta = {}
+
+    def forward_compiler(gm, _):
+        meta.update(gm.meta)
+        return gm.forward
+    aot_compile(torch.fx.symbolic_trace(_dynamic_program), [fake_x, fake_w], fw_compiler=forward_compiler,
+                bw_compiler=lambda gm, _: gm.forward)
+    assert meta["kiln_concrete_size"] == (1,)
+
+
+def test_an_inference_call_writes_back_inputs_the_program_did_not_write_in_place():
+    """The epilogue's plan: a mutated input whose new value is another tensor is copied into, under
+    no_grad and with grad on; the user's outputs keep their pytree."""
+    def program(x, counter):
+        counter.add_(1)
+        return {"y": x * counter, "sum": [x.sum()]}
+    x, counter = torch.randn(3), torch.zeros(())
+    compiled = _compile(program, [x, counter.clone()])
+    for k in range(1, 4):
+        with torch.no_grad():
+            got = compiled(x, counter)
+        assert counter.item() == k
+        torch.testing.assert_close(got, {"y": x * k, "sum": [x.sum()]})
+    got = compiled(x, counter)
+    assert counter.item() == 4
+    torch.testing.assert_close(got, {"y": x * 4, "sum": [x.sum()]})

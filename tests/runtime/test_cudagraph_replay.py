@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kiln.runtime.cudagraphs import CudaGraphed
+from kiln.runtime.cudagraphs import CudaGraphed, graphed
 
 
 def _emulated_capture(program, graph_args):
@@ -105,8 +105,7 @@ def test_static_cache_decoding_copies_only_the_logits_out_of_the_graph():
     def wrap(options, program, meta, on_cuda):
         if not options.cudagraphs:
             return program
-        made.append(CudaGraphed(program, meta.get("kiln_static_inputs", ()), capture=_emulated_capture,
-                                written_back=meta.get("kiln_written_back", ()), fixed_size=meta.get("kiln_module_state", ())))
+        made.append(graphed(program, meta, capture=_emulated_capture))
         return made[-1]
     config = transformers.GPTNeoXConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                         intermediate_size=64, max_position_embeddings=64, rotary_pct=0.25)
@@ -126,6 +125,8 @@ def test_static_cache_decoding_copies_only_the_logits_out_of_the_graph():
     copied = [k for k, o in enumerate(recording.outputs) if isinstance(o, torch.Tensor)
               and k not in recording.static_outputs and k not in recording.uncopied]
     assert copied == [0], f"outputs copied out of the graph: {copied} of {len(recording.outputs)}"
+    # each layer's cumulative_length is copied back by the graph itself ([Note: written back inside the graph])
+    assert len(recording.written_in_graph) == config.num_hidden_layers, recording.written_in_graph
 
 
 def test_a_cache_that_alternates_between_two_addresses_is_recorded_twice_only():
@@ -144,3 +145,102 @@ def test_a_cache_that_alternates_between_two_addresses_is_recorded_twice_only():
             torch.testing.assert_close(logits, expected[k])
         torch.testing.assert_close(cache, expected_cache)
     assert graphed.recordings == 2, graphed.recordings
+
+
+def _counting_step(counter, weight, x):
+    """What aot makes of `counter.add_(1); return x @ weight * counter`: the new value is an output
+    the epilogue copies back into the input."""
+    new = counter + 1
+    return (x @ weight) * new, new
+
+
+def _epilogue(counter, new):
+    """aot's epilogue: the new value into the input, unless the program (or its graph) wrote it."""
+    if new is not counter and not new.is_set_to(counter):
+        counter.copy_(new)
+
+
+def test_a_write_back_recorded_in_the_graph_advances_the_input_once_a_call():
+    """[Note: written back inside the graph]: the recording's own runs of the program leave the
+    input as it was, each replay writes it once, and the replay returns the input itself."""
+    torch.manual_seed(0)
+    weight, xs = torch.randn(4, 4), [torch.randn(2, 4) for _ in range(6)]
+    graphed_step = CudaGraphed(_counting_step, static_inputs=(0, 1), capture=_emulated_capture,
+                               written_back=(1,), written_into=((1, 0),))
+    counter, eager_counter = torch.zeros(()), torch.zeros(())
+    for x in xs:                          # call 0 warms up, call 1 records, the rest replay
+        out, new = graphed_step(counter, weight, x)
+        _epilogue(counter, new)
+        want, eager_new = _counting_step(eager_counter, weight, x)
+        eager_counter.copy_(eager_new)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(counter, eager_counter)
+    recording = next(iter(graphed_step.recorded.values()))[0]
+    assert recording.written_in_graph == {1: 0}
+    assert new is counter, "a replay returns the input the graph wrote"
+    assert graphed_step.replays == len(xs) - 2
+
+
+def test_a_counter_that_moves_is_written_where_it_now_is():
+    """A write-back recorded into the graph writes the recorded address: a counter elsewhere records
+    again, and the one left behind is not written any more."""
+    torch.manual_seed(0)
+    weight, x = torch.randn(4, 4), torch.randn(2, 4)
+    graphed_step = CudaGraphed(_counting_step, static_inputs=(0, 1), capture=_emulated_capture,
+                               written_back=(1,), written_into=((1, 0),))
+    first = torch.zeros(())
+    for _ in range(4):
+        _epilogue(first, graphed_step(first, weight, x)[1])
+    assert first.item() == 4
+    second = torch.full((), 10.0)
+    for k in range(3):
+        out, new = graphed_step(second, weight, x)
+        _epilogue(second, new)
+        torch.testing.assert_close(out, (x @ weight) * (11 + k))
+    assert second.item() == 13 and first.item() == 4
+
+
+def test_a_parameter_whose_data_is_replaced_in_place_records_again():
+    """`p.data = t` keeps the Parameter object and moves its storage: a module-state input (sizes
+    trusted, addresses compared) that moved must not replay the old graph."""
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(4, 4), requires_grad=False)
+    x = torch.randn(2, 4)
+    program = lambda w, x: (x @ w,)       # noqa: E731
+    graphed_mm = CudaGraphed(program, static_inputs=(0,), capture=_emulated_capture, fixed_size=(0,),
+                             concrete_size=(0,))
+    for _ in range(3):
+        torch.testing.assert_close(graphed_mm(weight, x)[0], x @ weight)
+    weight.data = weight.data * 2
+    torch.testing.assert_close(graphed_mm(weight, x)[0], x @ weight)
+    assert graphed_mm.recordings == 2
+
+
+def test_a_new_layout_after_replays_does_not_replay_the_last_recording():
+    """The replay's fast path tries the recording that replayed last: an input of another shape
+    (or dtype) must fall through to its own warm-up and recording."""
+    torch.manual_seed(0)
+    weight = torch.randn(4, 4)
+    program = lambda w, x: (x @ w + 1,)   # noqa: E731
+    graphed_mm = CudaGraphed(program, static_inputs=(0,), capture=_emulated_capture)
+    for rows in (2, 2, 2, 3, 3, 3, 2, 5):
+        x = torch.randn(rows, 4)
+        got = graphed_mm(weight, x)[0]
+        assert got.shape == (rows, 4)
+        torch.testing.assert_close(got, x @ weight + 1)
+    x = torch.randn(2, 4, dtype=torch.float64)
+    torch.testing.assert_close(graphed_mm(weight.double(), x)[0], x @ weight.double() + 1)
+    assert graphed_mm.recordings == 2
+
+
+def test_each_replay_returns_outputs_of_its_own():
+    """Outputs are gathered from a plan made at recording: a kept output is a copy, not the graph's
+    memory, and two replays' outputs never share storage."""
+    program = lambda w, x: (x * w, x + w)   # noqa: E731
+    graphed_pair = CudaGraphed(program, static_inputs=(0,), capture=_emulated_capture)
+    w = torch.ones(3)
+    outs = [graphed_pair(w, torch.full((3,), float(k))) for k in range(5)]
+    assert type(outs[-1]) is tuple
+    for k, (product, total) in enumerate(outs):
+        assert product.tolist() == [float(k)] * 3 and total.tolist() == [k + 1.0] * 3
+    assert outs[3][0].data_ptr() != outs[4][0].data_ptr()

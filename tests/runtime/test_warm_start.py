@@ -94,3 +94,28 @@ def test_a_warm_start_of_the_zoo_imports_no_dynamo(tmp_path):
     (about a second); the second process still equals eager."""
     runs = _cold_then_warm(ZOO_CHILD, tmp_path)
     assert runs[1].stdout.split()[-1] == "False", runs[1].stdout
+
+
+CONCRETE_CHILD = textwrap.dedent("""
+    import torch, kiln
+    import kiln.pipeline as pipeline
+    from kiln.aot import runtime
+    told, traced = [], []
+    wrap, trace = pipeline._wrap, runtime.trace_joint
+    pipeline._wrap = lambda options, program, meta, on_cuda: (told.append(meta.get("kiln_concrete_size")),
+                                                              wrap(options, program, meta, on_cuda))[1]
+    runtime.trace_joint = lambda *a, **k: (traced.append(1), trace(*a, **k))[1]
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(kiln.compile(model)(x), model(x))
+    print(len(traced), told[0])
+""")
+
+
+def test_a_warm_start_tells_the_forward_program_which_inputs_have_concrete_sizes(tmp_path):
+    """forward_meta's `kiln_concrete_size` (the inputs a CUDA graph compares only by address) is kept
+    with the warm-start entry: a second process, which traces nothing, is told what the first was."""
+    cold, warm = (r.stdout.strip() for r in _cold_then_warm(CONCRETE_CHILD, tmp_path))
+    assert cold == "1 (0, 1, 2)" and warm == "0 (0, 1, 2)", (cold, warm)

@@ -192,10 +192,12 @@ def iterate(tx, v: V.Variable, *, base: bool = False) -> list[V.Variable]:
         n = v.example.size(0) if v.example.dim() else None
         if n is None:
             tx.raise_(TypeError, "iteration over a 0-d tensor")
-        # one `x[i]` per row, as Python's iteration over a tensor does (`Tensor.__iter__` is
-        # `iter(self.unbind(0))`, whose rows are those views): a row taken by index is a node a
-        # later graph can keep on its own, and the op count is the one torch.compile's graph has
-        return [call_torch(tx, "call_function", operator.getitem, [v, V.Constant(i)], {}) for i in range(n)]
+        # one row per node, as Python's iteration over a tensor gives them (`Tensor.__iter__` is
+        # `iter(self.unbind(0))`, whose rows are those views): a row taken alone is a node a later
+        # graph can keep on its own, and the op count is the one torch.compile's graph has. As
+        # `torch.select`, not `x[i]`: Python's indexing takes a device guard of the tensor's device
+        # before any dispatch, which the CUDA path's stand-ins on a machine without CUDA refuse
+        return [call_torch(tx, "call_function", torch.select, [v, V.Constant(0), V.Constant(i)], {}) for i in range(n)]
     if isinstance(v, V.ObjectVar):
         items = iterate_object(tx, v)
         return items if isinstance(items, list) else iterate(tx, items)

@@ -40,7 +40,7 @@ def test_kiln_log_breaks_and_guards_print_a_line_per_event(capsys, restore_trace
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[kiln ")]
     where = f"{__file__}:{BREAK_LINE} in breaks_once"
     assert lines[0] == f"[kiln breaks] graph break in breaks_once at {where}: print() has a side effect outside the graph"
-    assert lines[1] == "[kiln guards] 5 guards on breaks_once", lines   # the autocast and default-dtype guards among them
+    assert lines[1] == "[kiln guards] 6 guards on breaks_once", lines   # the autocast, default-dtype and global-state guards among them
     assert any(line.startswith("[kiln guards]") and "__kiln_resume_breaks_once_at_" in line for line in lines[2:])
 
 

@@ -220,7 +220,9 @@ class FakeTensorMode(TorchDispatchMode):
         with torch._C._DisableTorchDispatch(), torch.no_grad():
             storage = self._meta_storage(t, sizes, strides, sym_sizes, sym_strides)
             meta = torch.empty(0, dtype=t.dtype, device="meta")
-            meta.set_(storage, t.storage_offset(), sym_sizes, sym_strides)
+            # TensorBase's own set_: a fresh meta tensor's metadata is no module tensor's write
+            # ([Note: module tensors' metadata] counts torch.Tensor.set_ calls)
+            torch._C.TensorBase.set_(meta, storage, t.storage_offset(), sym_sizes, sym_strides)
         fake = FakeTensor(meta, t.device, self, requires_grad=t.requires_grad,
                           constant=t.detach() if constant else None)
         if t.requires_grad and not t.is_leaf:

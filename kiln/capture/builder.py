@@ -8,6 +8,8 @@ functions, classes and modules are guarded by identity.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import collections
 import enum
 import functools
@@ -56,7 +58,9 @@ def _wrap_container(out, value, source):
     known = out.tensor_by_id.get(id(value))
     if known is not None:
         if source is not None and known.source is not None and source != known.source:
-            out.guard(Guard(GuardKind.SAME, source, known.source))
+            same = _alias_guard(out, source, known.source)
+            if same is not None:
+                out.guard(same)
         elif known.source is None:
             known.source = source
         return known
@@ -64,6 +68,38 @@ def _wrap_container(out, value, source):
     var = out.tensor_by_id[id(value)] = fn(out, value, source)
     out.keepalive.append(value)
     return var
+
+
+def _alias_guard(out, source, known):
+    """The guard that two sources still reach one container, in its cheapest sufficient form:
+    - two objects' instance dicts (`a.__dict__`, `b.__dict__`: a config read through its class's
+      `__getattribute__` from every layer) are one dict while the objects are one object: `a is
+      b`, which [Note: settled module state] can settle where both are read from modules;
+    - a class attribute read the same way from two objects' classes (`type(a).__mro__[0].__dict__
+      ['attribute_map']`) is one object wherever both classes are guarded to be one class: no guard;
+    - otherwise `source is known`."""
+    from kiln.capture.sources import AttrSource
+    if isinstance(source, AttrSource) and isinstance(known, AttrSource) and source.attr == known.attr == "__dict__":
+        return Guard(GuardKind.SAME, source.base, known.base)
+    a, b = _class_path(source), _class_path(known)
+    if a is not None and b is not None and a[1] == b[1]:
+        classes = {g.source: g.expected for g in out.guards if g.kind is GuardKind.TYPE}
+        if a[0] in classes and classes.get(a[0]) is classes.get(b[0], object()):
+            return None
+    return Guard(GuardKind.SAME, source, known)
+
+
+def _class_path(source):
+    """(the object whose class `source` starts from, the steps after `type(...)`), or None."""
+    from kiln.capture.sources import TypeSource
+    steps = []
+    while source is not None and not isinstance(source, TypeSource):
+        fields = [f for f in dataclasses.fields(source) if f.name != "base"] if dataclasses.is_dataclass(source) else None
+        if fields is None or not hasattr(source, "base"):
+            return None
+        steps.append((type(source), tuple(getattr(source, f.name) for f in fields)))
+        source = source.base
+    return None if source is None else (source.base, tuple(steps))
 
 
 def compiled_original(value: Any) -> Any:

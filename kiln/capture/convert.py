@@ -315,7 +315,8 @@ def compile_source(name: str, params: str, body: list[str], bindings: dict[str, 
            f"    def {name}({params}):\n{text}\n"
            f"    return {name}\n")
     # [Note: keys printed by reference] and NumpyTensorSource (sources.py)
-    namespace: dict = {"__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
+    namespace: dict = {"__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy,
+                              "__kiln_object_getattribute": object.__getattribute__}
     exec(compile(src, filename, "exec"), namespace)
     fn = namespace["__make"](*bindings.values())
     fn.__kiln_source__ = src

@@ -371,7 +371,8 @@ def compile_guards(guards: list[Guard], params: str, bindings: dict[str, Any],
            f"            return False\n"
            f"    return {name}\n")
     # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
-    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
+    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy,
+                              "__kiln_object_getattribute": object.__getattribute__}
     exec(compile(src, f"<kiln guards {name}>", "exec"), namespace)
     fn = namespace["__make"](torch.is_grad_enabled, autocast_state, global_state, RemovableHandle, [-1], *bindings.values(),
                              *[v for _, v in consts.values()])
@@ -398,7 +399,8 @@ def failure_finder(ordered: list[Guard], params: str, bindings: dict[str, Any]) 
            f"    def __kiln_first_failure({params}):\n{''.join(tests)}        return -1\n"
            f"    return __kiln_first_failure\n")
     # item sources name dtype keys as torch.<dtype>, enum keys by reference, arrays' tensors (sources.py)
-    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy}
+    namespace: dict[str, Any] = {"torch": torch, "__kiln_keys": KEYS, "__kiln_from_numpy": torch.from_numpy,
+                              "__kiln_object_getattribute": object.__getattribute__}
     exec(compile(src, "<kiln guards: first failure>", "exec"), namespace)
     return namespace["__make"](torch.is_grad_enabled, autocast_state, global_state, *bindings.values(),
                                *[v for _, v in consts.values()])

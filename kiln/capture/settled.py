@@ -22,7 +22,8 @@ writes change, and what it checks of that value cannot change otherwise:
   `_modules`/`_parameters`/`_buffers` tables) where the module's class keeps nn.Module's
   `__setattr__`/`__delattr__`/`__getattr__` and `object.__getattribute__`, or an item of a stable
   tuple;
-- settled checks of such a value: identity; the type of a module or of an immutable value; equality
+- settled checks of such a value: identity, and being the object another such read gives; the type
+  of a module or of an immutable value; equality
   with an immutable constant (numbers, strings, None, dtypes, devices, tuples of them); the length
   or keys of a tuple or of a module table.
 Parameters' and buffers' metadata (dtype, device, sizes, strides) read this way settles on a count
@@ -133,6 +134,7 @@ def split(guards: list[Guard]) -> Split:
         kind = g.kind
         table = isinstance(g.source, AttrSource) and g.source.attr in MODULE_TABLES
         return (kind is GuardKind.ID
+                or (kind is GuardKind.SAME and counted_value(g.expected) is not _MISSING)
                 or (kind is GuardKind.TYPE and (isinstance(value, torch.nn.Module) or _immutable(value)))
                 or (kind is GuardKind.CONST and _immutable(value))
                 or (kind is GuardKind.LEN and (type(value) is tuple or table))

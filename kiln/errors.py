@@ -28,6 +28,11 @@ class Unsupported(KilnError, RuntimeError):
         super().__init__(f"{where}: {reason}" if where else reason)
 
 
+class DynamicDimSpecialized(Unsupported):
+    """A dim the user marked dynamic (`mark_dynamic`) that the traced code specialized to a
+    constant, where torch.compile raises its ConstraintViolationError (a RuntimeError too)."""
+
+
 class NotYetImplemented(KilnError, NotImplementedError):
     """A part of kiln that does not exist yet (said plainly, never faked)."""
 

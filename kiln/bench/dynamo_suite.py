@@ -183,11 +183,14 @@ def install_kiln_shim() -> None:
     exc.Unsupported = _either(Unsupported, exc.Unsupported,
                               kiln_call=lambda args, kwargs: len(args) <= 2 and not kwargs.keys() - {"where"})
     exc.BackendCompilerFailed = _either(CompileStageError, exc.BackendCompilerFailed)
+    from torch.fx.experimental import symbolic_shapes   # bench only: the tests' name for the error
+    from kiln.errors import DynamicDimSpecialized
+    symbolic_shapes.ConstraintViolationError = _either(DynamicDimSpecialized, symbolic_shapes.ConstraintViolationError)
 
 
 def _either(kiln_error: type, dynamo_error: type, kiln_call=lambda args, kwargs: False) -> type:
     """The class the shim puts at a name of `torch._dynamo.exc` (`Unsupported`,
-    `BackendCompilerFailed`): a test's `assertRaises` with it accepts kiln's error and Dynamo's
+    `BackendCompilerFailed`) or of `symbolic_shapes` (`ConstraintViolationError`): a test's `assertRaises` with it accepts kiln's error and Dynamo's
     alike, and Dynamo's own code that still runs under the shim (`torch._dynamo.export`,
     `torch.cond`'s tracing), which builds one through the module global with Dynamo's arguments
     (`Unsupported(msg, case_name=...)`), gets Dynamo's own class, which its `except` clauses (bound

@@ -21,7 +21,6 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from kiln import log
 from kiln.capture import buckets, controls, distributed, recompiles, trace_events
@@ -35,13 +34,8 @@ from kiln.capture.rebuild import CannotRebuild
 from kiln.capture.resume import resume_code
 from kiln.capture.sources import ItemSource, LocalSource
 from kiln.config import CaptureConfig
-from kiln.errors import Unsupported
+from kiln.errors import DynamicDimSpecialized, Unsupported
 
-
-class DynamicDimSpecialized(Unsupported, ConstraintViolationError):
-    """A dim the user marked dynamic (`mark_dynamic`) that the traced code specialized to a
-    constant: kiln's refusal, and the ConstraintViolationError torch.compile raises for it, so code
-    that catches either sees it."""
 
 MAX_BREAK_RETRIES = 32
 

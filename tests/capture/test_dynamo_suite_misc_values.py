@@ -113,13 +113,13 @@ def branches_on_a_marked_dim(x):
 
 
 def test_specializing_a_marked_dim_raises_a_constraint_violation():
-    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
-
+    """kiln's DynamicDimSpecialized (the Dynamo suite's shim lets a test's ConstraintViolationError
+    accept it, kiln/bench/dynamo_suite.py)."""
     import pytest
     kiln.reset()
     x = torch.randn(3, 3)
     torch._dynamo.mark_dynamic(x, 0)
-    with pytest.raises(ConstraintViolationError):
+    with pytest.raises(kiln.errors.DynamicDimSpecialized):
         kiln.compile(branches_on_a_marked_dim, backend="eager")(x)
     with pytest.raises(kiln.errors.Unsupported):
         kiln.compile(branches_on_a_marked_dim, backend="eager")(x)
